@@ -1,0 +1,114 @@
+//! The backend trait, in the spirit of vLLM's attention backends: a backend names itself,
+//! says which configs it cannot run (the harness reports those, never fails or hides them),
+//! owns its KV-cache layout, writes K/V through `slot_mapping`, and runs one forward step.
+
+use attn_reference::AttentionConfig;
+use std::any::Any;
+use std::fmt;
+use thiserror::Error;
+
+/// "I can't run this case": the reason is reported per backend by the harness.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Unsupported {
+    pub reason: String,
+}
+
+impl Unsupported {
+    pub fn new(reason: impl Into<String>) -> Self {
+        Unsupported { reason: reason.into() }
+    }
+}
+
+impl fmt::Display for Unsupported {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.reason)
+    }
+}
+
+#[derive(Debug, Error, Clone, PartialEq)]
+pub enum BackendError {
+    #[error("unsupported: {0}")]
+    Unsupported(Unsupported),
+    #[error("invalid input to {backend}: {message}")]
+    InvalidInput { backend: String, message: String },
+    #[error("{backend} failed: {message}")]
+    Failed { backend: String, message: String },
+}
+
+impl From<Unsupported> for BackendError {
+    fn from(u: Unsupported) -> Self {
+        BackendError::Unsupported(u)
+    }
+}
+
+/// A description of a backend's KV-cache layout, for `attn-diff list` and reports.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CacheLayout {
+    /// Symbolic shape, e.g. `[2, num_blocks, block_size, num_kv_heads, head_size]`.
+    pub shape: &'static str,
+    /// One line on why the layout is the way it is.
+    pub description: &'static str,
+}
+
+/// A backend's KV cache, opaque to the harness.
+pub type KvCache = Box<dyn Any + Send>;
+
+/// K/V rows to store: `key`/`value` are `[n, num_kv_heads, head_size]`, `slot_mapping` is
+/// `[n]` with -1 for rows that must not be written.
+#[derive(Clone, Copy, Debug)]
+pub struct KvWrite<'a> {
+    pub key: &'a [f32],
+    pub value: &'a [f32],
+    pub slot_mapping: &'a [i64],
+}
+
+/// The inputs of one forward step, as a model runner passes them.
+#[derive(Clone, Copy, Debug)]
+pub struct StepInputs<'a> {
+    /// `[num_tokens, num_heads, head_size]`, padding tokens included.
+    pub query: &'a [f32],
+    /// `[num_seqs + 1]`, exclusive prefix sum of query lengths (real tokens only).
+    pub query_start_loc: &'a [usize],
+    /// `[num_seqs]`, context + new tokens.
+    pub seq_lens: &'a [usize],
+    /// `[num_seqs][max_blocks_per_seq]`, padded with the null block 0.
+    pub block_table: &'a [Vec<u32>],
+    /// All tokens of the step (real + padding).
+    pub num_tokens: usize,
+}
+
+pub trait Backend: Send + Sync {
+    /// The registered name, e.g. `cpu` or `spyre-sdpa`.
+    fn name(&self) -> &str;
+
+    /// `Err` with a reason when this backend cannot run `config`.
+    fn supports(&self, config: &AttentionConfig) -> Result<(), Unsupported>;
+
+    fn cache_layout(&self) -> CacheLayout;
+
+    /// A cache of `num_blocks` blocks for `config`.
+    fn new_cache(&self, config: &AttentionConfig, num_blocks: usize) -> Result<KvCache, BackendError>;
+
+    /// Store K/V rows at their slots (reshape-and-cache), skipping slot -1.
+    fn write_kv(&self, config: &AttentionConfig, cache: &mut KvCache, kv: &KvWrite<'_>) -> Result<(), BackendError>;
+
+    /// Attention for every token of the step: `[num_tokens, num_heads, head_size]`, values in
+    /// the config's dtype carried as f32. Rows of padding tokens may hold anything finite.
+    fn forward(&self, config: &AttentionConfig, cache: &KvCache, step: &StepInputs<'_>) -> Result<Vec<f32>, BackendError>;
+}
+
+/// Downcast a cache to the backend's own type, with an error rather than a panic when a
+/// cache from another backend is passed in.
+pub fn cache_as<'a, T: 'static>(backend: &str, cache: &'a KvCache) -> Result<&'a T, BackendError> {
+    cache.downcast_ref::<T>().ok_or_else(|| BackendError::InvalidInput {
+        backend: backend.to_string(),
+        message: "KV cache was not created by this backend".into(),
+    })
+}
+
+pub fn cache_as_mut<'a, T: 'static>(backend: &str, cache: &'a mut KvCache) -> Result<&'a mut T, BackendError> {
+    cache.downcast_mut::<T>().ok_or_else(|| BackendError::InvalidInput {
+        backend: backend.to_string(),
+        message: "KV cache was not created by this backend".into(),
+    })
+}

@@ -1,0 +1,13 @@
+//! # attn-backends
+//!
+//! The [`Backend`] trait every paged-attention implementation plugs into, the [`registry`]
+//! of backends by name, and [`run::run_case`], which drives a backend through one case as an
+//! engine would.
+
+mod backend;
+pub mod registry;
+pub mod run;
+
+pub use backend::{cache_as, cache_as_mut, Backend, BackendError, CacheLayout, KvCache, KvWrite, StepInputs, Unsupported};
+pub use registry::{all_backends, backend_by_name, backend_names};
+pub use run::{run_case, CaseRun};

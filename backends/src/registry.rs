@@ -1,0 +1,24 @@
+//! Backends by name, for the CLI and the tests. A backend joins attn-diff by adding one line
+//! to [`all_backends`].
+
+use crate::Backend;
+use std::sync::Arc;
+
+/// Every registered backend, in a stable order.
+pub fn all_backends() -> Vec<Arc<dyn Backend>> {
+    #[allow(unused_mut)]
+    let mut v: Vec<Arc<dyn Backend>> = Vec::new();
+    v
+}
+
+/// Names of every registered backend.
+pub fn backend_names() -> Vec<String> {
+    all_backends().iter().map(|b| b.name().to_string()).collect()
+}
+
+/// The backend registered as `name`, or an error listing what exists.
+pub fn backend_by_name(name: &str) -> Result<Arc<dyn Backend>, String> {
+    all_backends().into_iter().find(|b| b.name() == name).ok_or_else(|| {
+        format!("unknown backend `{name}`; registered backends: {}", backend_names().join(", "))
+    })
+}

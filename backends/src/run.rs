@@ -1,0 +1,79 @@
+//! Driving a backend through one case, the way an engine would: a fresh cache, stale data in
+//! every slot no live token owns, the context written, the step's new K/V written through
+//! `slot_mapping`, then the forward call.
+
+use crate::{Backend, BackendError, KvWrite, StepInputs};
+use attn_reference::{Case, InputRng};
+use std::time::{Duration, Instant};
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct CaseRun {
+    /// `[num_tokens, num_heads, head_size]` as the backend returned it.
+    pub output: Vec<f32>,
+    /// Time of the forward call alone.
+    pub forward_time: Duration,
+}
+
+/// Seed of the stale data written into unused slots before a case runs.
+const POISON_SEED: u64 = 0xdead_beef;
+/// Stale values are this many times larger than real inputs, so a leaked key dominates its
+/// softmax and a leaked value shows in the output.
+const POISON_STD: f64 = 4.0;
+
+/// Slots that no live token of the case owns (the null block, tails of partial blocks, spare
+/// blocks): what a real engine's cache would hold from earlier requests.
+pub fn stale_slots(case: &Case) -> Vec<i64> {
+    let bs = case.config.block_size;
+    let total = case.layout.num_blocks * bs;
+    let mut live = vec![false; total];
+    for s in 0..case.num_seqs() {
+        for p in 0..case.batch.seq_lens[s] {
+            live[case.slot_of(s, p) as usize] = true;
+        }
+    }
+    (0..total as i64).filter(|&s| !live[s as usize]).collect()
+}
+
+/// Run `case` (which must be valid) through `backend`.
+pub fn run_case(backend: &dyn Backend, case: &Case) -> Result<CaseRun, BackendError> {
+    let config = &case.config;
+    backend.supports(config)?;
+    let mut cache = backend.new_cache(config, case.layout.num_blocks)?;
+    let row = config.num_kv_heads * config.head_size;
+
+    let stale = stale_slots(case);
+    if !stale.is_empty() {
+        let mut rng = InputRng::new(POISON_SEED);
+        let k = rng.normal_vec(stale.len() * row, POISON_STD, config.dtype);
+        let v = rng.normal_vec(stale.len() * row, POISON_STD, config.dtype);
+        backend.write_kv(config, &mut cache, &KvWrite { key: &k, value: &v, slot_mapping: &stale })?;
+    }
+
+    let ctx_slots = case.context_slot_mapping();
+    if !ctx_slots.is_empty() {
+        let (k, v) = case.context_kv_flat();
+        backend.write_kv(config, &mut cache, &KvWrite { key: &k, value: &v, slot_mapping: &ctx_slots })?;
+    }
+    let t = &case.tensors;
+    backend.write_kv(config, &mut cache, &KvWrite { key: &t.key, value: &t.value, slot_mapping: &case.layout.slot_mapping })?;
+
+    let qsl = case.query_start_loc();
+    let step = StepInputs {
+        query: &t.query,
+        query_start_loc: &qsl,
+        seq_lens: &case.batch.seq_lens,
+        block_table: &case.layout.block_table,
+        num_tokens: case.num_tokens(),
+    };
+    let start = Instant::now();
+    let output = backend.forward(config, &cache, &step)?;
+    let forward_time = start.elapsed();
+    let want = case.num_tokens() * config.num_heads * config.head_size;
+    if output.len() != want {
+        return Err(BackendError::Failed {
+            backend: backend.name().to_string(),
+            message: format!("returned {} output values, expected {want} ([num_tokens, num_heads, head_size])", output.len()),
+        });
+    }
+    Ok(CaseRun { output, forward_time })
+}

@@ -1,0 +1,1 @@
+//! CI and pull-request bot support (comment grammar, summaries).

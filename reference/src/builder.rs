@@ -1,0 +1,94 @@
+//! The upstream-style case builder: vLLM's `create_and_prepopulate_kv_cache` in spirit.
+//!
+//! Sequence contexts are laid out from block 1 in sequence order (block 0 is the null block
+//! and never holds data); the physical blocks are then randomly permuted with block 0 fixed;
+//! block-table rows are padded with the null block to the longest row; slot_mapping places the
+//! new tokens through the table. Every tensor comes from one seeded [`InputRng`] in a fixed
+//! order: per sequence context K then context V, then query, new K and new V of all tokens.
+
+use crate::{AttentionConfig, Batch, BatchSpec, Case, InputRng, PagedLayout, Tensors};
+
+#[derive(Clone, Debug)]
+pub struct BuildOptions {
+    /// Permute physical blocks (block 0 stays), as upstream does.
+    pub permute_blocks: bool,
+    /// Unused blocks added to the cache beyond what the batch needs.
+    pub spare_blocks: usize,
+    /// Padding tokens appended after the real ones (slot -1).
+    pub padding_tokens: usize,
+    /// Standard deviation of the generated values.
+    pub std: f64,
+}
+
+impl Default for BuildOptions {
+    fn default() -> Self {
+        BuildOptions { permute_blocks: true, spare_blocks: 0, padding_tokens: 0, std: 1.0 }
+    }
+}
+
+/// Build the case for a named spec with a config and a seed.
+pub fn build_spec_case(spec: &BatchSpec, mut config: AttentionConfig, seed: u64) -> Case {
+    config.kind = spec.kind;
+    build_case(&spec.seq_lens, &spec.query_lens, config, seed, &BuildOptions::default())
+}
+
+/// Build a case from lengths. `seq_lens` and `query_lens` must describe a valid batch
+/// (the caller's responsibility; the result is checked with `validate` in debug builds).
+pub fn build_case(seq_lens: &[usize], query_lens: &[usize], config: AttentionConfig, seed: u64, opts: &BuildOptions) -> Case {
+    let mut rng = InputRng::new(seed);
+    let bs = config.block_size;
+    let row_kv = config.num_kv_heads * config.head_size;
+    let row_q = config.num_heads * config.head_size;
+    let dt = config.dtype;
+
+    let mut context_key = Vec::with_capacity(seq_lens.len());
+    let mut context_value = Vec::with_capacity(seq_lens.len());
+    for (&l, &q) in seq_lens.iter().zip(query_lens) {
+        context_key.push(rng.normal_vec((l - q) * row_kv, opts.std, dt));
+        context_value.push(rng.normal_vec((l - q) * row_kv, opts.std, dt));
+    }
+    let real: usize = query_lens.iter().sum();
+    let tokens = real + opts.padding_tokens;
+    let query = rng.normal_vec(tokens * row_q, opts.std, dt);
+    let key = rng.normal_vec(tokens * row_kv, opts.std, dt);
+    let value = rng.normal_vec(tokens * row_kv, opts.std, dt);
+
+    // Logical layout: consecutive blocks from 1.
+    let blocks_per_seq: Vec<usize> = seq_lens.iter().map(|l| l.div_ceil(bs)).collect();
+    let used: usize = blocks_per_seq.iter().sum();
+    let num_blocks = 1 + used + opts.spare_blocks;
+    let perm: Vec<u32> = if opts.permute_blocks {
+        // perm[b] for b >= 1 is a random block in 1..num_blocks; block 0 maps to itself.
+        std::iter::once(0).chain(rng.permutation(num_blocks - 1).into_iter().map(|b| b as u32 + 1)).collect()
+    } else {
+        (0..num_blocks as u32).collect()
+    };
+    let width = blocks_per_seq.iter().copied().max().unwrap_or(0);
+    let mut next = 1usize;
+    let block_table: Vec<Vec<u32>> = blocks_per_seq
+        .iter()
+        .map(|&nb| {
+            let mut row: Vec<u32> = (next..next + nb).map(|b| perm[b]).collect();
+            next += nb;
+            row.resize(width, 0);
+            row
+        })
+        .collect();
+
+    let mut slot_mapping = Vec::with_capacity(tokens);
+    for (s, (&l, &q)) in seq_lens.iter().zip(query_lens).enumerate() {
+        for pos in l - q..l {
+            slot_mapping.push(block_table[s][pos / bs] as i64 * bs as i64 + (pos % bs) as i64);
+        }
+    }
+    slot_mapping.resize(tokens, -1);
+
+    let case = Case {
+        config,
+        batch: Batch { seq_lens: seq_lens.to_vec(), query_lens: query_lens.to_vec(), num_padding_tokens: opts.padding_tokens },
+        layout: PagedLayout { num_blocks, block_table, slot_mapping },
+        tensors: Tensors { query, key, value, context_key, context_value },
+    };
+    debug_assert_eq!(case.validate(), Ok(()));
+    case
+}

@@ -1,0 +1,169 @@
+//! One attention step of a batch, complete: config, batch shape, paged layout and tensors.
+//! A replay file is a serialized `Case`.
+
+use crate::{AttentionConfig, CaseError};
+use serde::{Deserialize, Serialize};
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Case {
+    pub config: AttentionConfig,
+    pub batch: Batch,
+    pub layout: PagedLayout,
+    pub tensors: Tensors,
+}
+
+/// The batch's shape: per sequence its total length (context + new tokens) and its number of
+/// new (query) tokens, plus trailing padding tokens that belong to no sequence.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Batch {
+    pub seq_lens: Vec<usize>,
+    pub query_lens: Vec<usize>,
+    /// Tokens after the last sequence's queries (as CUDA-graph padding produces): slot -1,
+    /// outputs ignored, and they must never disturb real rows.
+    #[serde(default)]
+    pub num_padding_tokens: usize,
+}
+
+/// Where the KV of every token lives in the paged cache.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PagedLayout {
+    pub num_blocks: usize,
+    /// `[num_seqs][max_blocks_per_seq]`, logical block -> physical block; rows are padded
+    /// with the null block 0.
+    pub block_table: Vec<Vec<u32>>,
+    /// `[num_tokens]`, the slot each new token's K/V is written to; -1 for padding tokens.
+    pub slot_mapping: Vec<i64>,
+}
+
+/// Tensors as `f32` values exactly representable in the case's dtype, row-major.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Tensors {
+    /// `[num_tokens, num_heads, head_size]`
+    pub query: Vec<f32>,
+    /// `[num_tokens, num_kv_heads, head_size]`: K of the new tokens.
+    pub key: Vec<f32>,
+    /// `[num_tokens, num_kv_heads, head_size]`: V of the new tokens.
+    pub value: Vec<f32>,
+    /// Per sequence `[context_len, num_kv_heads, head_size]`: K already in the cache.
+    pub context_key: Vec<Vec<f32>>,
+    /// Per sequence `[context_len, num_kv_heads, head_size]`: V already in the cache.
+    pub context_value: Vec<Vec<f32>>,
+}
+
+impl Case {
+    pub fn num_seqs(&self) -> usize {
+        self.batch.seq_lens.len()
+    }
+
+    /// Tokens that belong to a sequence.
+    pub fn num_real_tokens(&self) -> usize {
+        self.batch.query_lens.iter().sum()
+    }
+
+    /// All tokens of the step, padding included.
+    pub fn num_tokens(&self) -> usize {
+        self.num_real_tokens() + self.batch.num_padding_tokens
+    }
+
+    pub fn context_len(&self, seq: usize) -> usize {
+        self.batch.seq_lens[seq] - self.batch.query_lens[seq]
+    }
+
+    /// Exclusive prefix sum of query lengths, `[num_seqs + 1]`.
+    pub fn query_start_loc(&self) -> Vec<usize> {
+        let mut loc = Vec::with_capacity(self.num_seqs() + 1);
+        let mut acc = 0;
+        loc.push(0);
+        for &q in &self.batch.query_lens {
+            acc += q;
+            loc.push(acc);
+        }
+        loc
+    }
+
+    /// Width of the (padded) block table rows.
+    pub fn max_blocks_per_seq(&self) -> usize {
+        self.layout.block_table.first().map_or(0, Vec::len)
+    }
+
+    /// The slot of absolute position `pos` of sequence `seq` according to the block table.
+    pub fn slot_of(&self, seq: usize, pos: usize) -> i64 {
+        let bs = self.config.block_size;
+        self.layout.block_table[seq][pos / bs] as i64 * bs as i64 + (pos % bs) as i64
+    }
+
+    /// Slots of every context token, in sequence order: what a cache builder writes before the
+    /// step. Context tokens are the positions `0..context_len` of each sequence.
+    pub fn context_slot_mapping(&self) -> Vec<i64> {
+        let mut slots = Vec::new();
+        for s in 0..self.num_seqs() {
+            for p in 0..self.context_len(s) {
+                slots.push(self.slot_of(s, p));
+            }
+        }
+        slots
+    }
+
+    /// Context K and V of all sequences concatenated in sequence order, matching
+    /// [`Case::context_slot_mapping`].
+    pub fn context_kv_flat(&self) -> (Vec<f32>, Vec<f32>) {
+        (self.tensors.context_key.concat(), self.tensors.context_value.concat())
+    }
+
+    /// Contiguous (unpaged) K and V of sequence `seq`: its context followed by its new
+    /// tokens, `[seq_len, num_kv_heads, head_size]` each.
+    pub fn contiguous_kv(&self, seq: usize) -> (Vec<f32>, Vec<f32>) {
+        let row = self.config.num_kv_heads * self.config.head_size;
+        let start = self.query_start_loc()[seq];
+        let q = self.batch.query_lens[seq];
+        let mut k = self.tensors.context_key[seq].clone();
+        let mut v = self.tensors.context_value[seq].clone();
+        k.extend_from_slice(&self.tensors.key[start * row..(start + q) * row]);
+        v.extend_from_slice(&self.tensors.value[start * row..(start + q) * row]);
+        (k, v)
+    }
+
+    /// Parse and validate a case from JSON; every problem is a typed error.
+    pub fn from_json(text: &str) -> Result<Case, CaseError> {
+        let case: Case = serde_json::from_str(text).map_err(|e| CaseError::Parse {
+            line: e.line(),
+            column: e.column(),
+            message: e.to_string(),
+        })?;
+        case.validate()?;
+        Ok(case)
+    }
+
+    /// Read, parse and validate a case file.
+    pub fn load(path: &std::path::Path) -> Result<Case, CaseError> {
+        let meta = std::fs::metadata(path).map_err(|e| CaseError::Io { path: path.display().to_string(), message: e.to_string() })?;
+        if meta.is_dir() {
+            return Err(CaseError::Io { path: path.display().to_string(), message: "is a directory, expected a JSON case file".into() });
+        }
+        if meta.len() > crate::validate::MAX_CASE_FILE_BYTES {
+            return Err(CaseError::TooLarge {
+                field: "file".into(),
+                size: meta.len(),
+                limit: crate::validate::MAX_CASE_FILE_BYTES,
+            });
+        }
+        let text = std::fs::read_to_string(path).map_err(|e| CaseError::Io { path: path.display().to_string(), message: e.to_string() })?;
+        Case::from_json(&text)
+    }
+
+    /// One-line summary of the case's shape.
+    pub fn shape_summary(&self) -> String {
+        format!(
+            "{} seq(s), seq_lens {:?}, query_lens {:?}{}, {}",
+            self.num_seqs(),
+            self.batch.seq_lens,
+            self.batch.query_lens,
+            if self.batch.num_padding_tokens > 0 { format!(" + {} padding token(s)", self.batch.num_padding_tokens) } else { String::new() },
+            self.config
+        )
+    }
+}

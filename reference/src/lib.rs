@@ -1,0 +1,30 @@
+//! # attn-reference
+//!
+//! The paged-attention problem and its trusted oracle, with no libtorch and no code shared
+//! with any backend:
+//! - the case model ([`Case`]) and its validation into typed errors ([`CaseError`]);
+//! - vLLM's named batch specs and head configs ([`specs`]) and its KV-cache construction
+//!   ([`builder`]), with inputs from a portable seeded RNG ([`rng`]);
+//! - the f64 oracle ([`oracle::reference_output`]);
+//! - golden fixtures of the oracle on the upstream specs ([`golden`]).
+
+pub mod builder;
+mod case;
+mod config;
+mod dtype;
+mod error;
+pub mod golden;
+pub mod oracle;
+pub mod rng;
+pub mod specs;
+mod validate;
+
+pub use builder::{build_case, build_spec_case, BuildOptions};
+pub use case::{Batch, Case, PagedLayout, Tensors};
+pub use config::{AttentionConfig, AttentionKind};
+pub use dtype::DType;
+pub use error::CaseError;
+pub use oracle::reference_output;
+pub use rng::InputRng;
+pub use specs::{all_specs, spec_by_name, BatchSpec};
+pub use validate::{MAX_BLOCKS, MAX_CASE_FILE_BYTES, MAX_DIM, MAX_HEADS};

@@ -1,0 +1,101 @@
+//! The trusted reference: attention in f64 over each sequence's contiguous (unpaged) K/V.
+//!
+//! Obviously correct rather than fast: it never reads the paged cache, the block table or the
+//! slot mapping, and it shares no code with any backend. Semantics (upstream-facts): the new
+//! query token `j` of a sequence sits at position `p = context_len + j`; a decoder query sees
+//! keys `0..=p` (window `w`: `[p - w + 1, p]`), an encoder-only query every key (window `w`:
+//! `|p - k| < w`); logits are `scale * q·k`, then soft-capped, then ALiBi `slope_h * (k - p)`;
+//! a sink joins the softmax denominator only; query head `h` reads kv head `h / (Hq / Hkv)`.
+
+use crate::{AttentionKind, Case};
+use rayon::prelude::*;
+
+/// The visible key range `lo..=hi` of the query at position `p` in a sequence of `seq_len`.
+pub fn visible_keys(kind: AttentionKind, window: Option<usize>, p: usize, seq_len: usize) -> (usize, usize) {
+    match kind {
+        AttentionKind::Decoder => {
+            let lo = window.map_or(0, |w| (p + 1).saturating_sub(w));
+            (lo, p)
+        }
+        AttentionKind::EncoderOnly => match window {
+            None => (0, seq_len - 1),
+            Some(w) => ((p + 1).saturating_sub(w), (p + w - 1).min(seq_len - 1)),
+        },
+    }
+}
+
+fn dot(a: &[f64], b: &[f64]) -> f64 {
+    // Four partial sums: the same math, and fast enough for the upstream specs in tests.
+    let mut s = [0.0f64; 4];
+    let mut chunks_a = a.chunks_exact(4);
+    let mut chunks_b = b.chunks_exact(4);
+    for (x, y) in (&mut chunks_a).zip(&mut chunks_b) {
+        for i in 0..4 {
+            s[i] += x[i] * y[i];
+        }
+    }
+    let mut tail = 0.0;
+    for (x, y) in chunks_a.remainder().iter().zip(chunks_b.remainder()) {
+        tail += x * y;
+    }
+    (s[0] + s[1]) + (s[2] + s[3]) + tail
+}
+
+/// The expected output `[num_real_tokens, num_heads, head_size]` in f64. Padding tokens have
+/// no expected output. The case must be valid.
+pub fn reference_output(case: &Case) -> Vec<f64> {
+    let c = &case.config;
+    let (hq, hkv, d) = (c.num_heads, c.num_kv_heads, c.head_size);
+    let scale = c.effective_scale();
+    let group = hq / hkv;
+    let starts = case.query_start_loc();
+    let mut out = vec![0.0f64; case.num_real_tokens() * hq * d];
+
+    for s in 0..case.num_seqs() {
+        let seq_len = case.batch.seq_lens[s];
+        let ctx = case.context_len(s);
+        let (k32, v32) = case.contiguous_kv(s);
+        let k: Vec<f64> = k32.iter().map(|&x| x as f64).collect();
+        let v: Vec<f64> = v32.iter().map(|&x| x as f64).collect();
+        let rows = &mut out[starts[s] * hq * d..starts[s + 1] * hq * d];
+        rows.par_chunks_mut(hq * d).enumerate().for_each(|(j, token_out)| {
+            let token = starts[s] + j;
+            let p = ctx + j;
+            let (lo, hi) = visible_keys(c.kind, c.sliding_window, p, seq_len);
+            let mut logits = vec![0.0f64; hi + 1 - lo];
+            for h in 0..hq {
+                let kvh = h / group;
+                let q: Vec<f64> = case.tensors.query[(token * hq + h) * d..(token * hq + h + 1) * d].iter().map(|&x| x as f64).collect();
+                for (i, key) in (lo..=hi).enumerate() {
+                    let krow = &k[(key * hkv + kvh) * d..(key * hkv + kvh + 1) * d];
+                    let mut l = scale * dot(&q, krow);
+                    if let Some(cap) = c.logits_soft_cap {
+                        let cap = cap as f64;
+                        l = cap * (l / cap).tanh();
+                    }
+                    if let Some(slopes) = &c.alibi_slopes {
+                        l += slopes[h] as f64 * (key as f64 - p as f64);
+                    }
+                    logits[i] = l;
+                }
+                let sink = c.sinks.as_ref().map(|s| s[h] as f64);
+                let m = logits.iter().copied().chain(sink).fold(f64::NEG_INFINITY, f64::max);
+                let mut denom = sink.map_or(0.0, |s| (s - m).exp());
+                let o = &mut token_out[h * d..(h + 1) * d];
+                o.fill(0.0);
+                for (i, key) in (lo..=hi).enumerate() {
+                    let w = (logits[i] - m).exp();
+                    denom += w;
+                    let vrow = &v[(key * hkv + kvh) * d..(key * hkv + kvh + 1) * d];
+                    for (acc, &x) in o.iter_mut().zip(vrow) {
+                        *acc += w * x;
+                    }
+                }
+                for acc in o.iter_mut() {
+                    *acc /= denom;
+                }
+            }
+        });
+    }
+    out
+}

@@ -1,0 +1,293 @@
+//! `Case::validate`: every inconsistency becomes a typed [`CaseError`] naming the field.
+//!
+//! Checks run in an order that keeps later checks cheap and safe: config, then shapes and
+//! tensor lengths (which bound every length by data actually in memory), then the paged
+//! layout, then values.
+
+use crate::{AttentionKind, Case, CaseError};
+use std::collections::HashMap;
+
+/// Largest case file `Case::load` reads.
+pub const MAX_CASE_FILE_BYTES: u64 = 2 << 30;
+/// Largest block size and head size accepted (far beyond any model).
+pub const MAX_DIM: usize = 1 << 16;
+/// Largest number of heads accepted.
+pub const MAX_HEADS: usize = 1 << 12;
+/// Largest cache accepted, in blocks.
+pub const MAX_BLOCKS: usize = 1 << 26;
+
+fn nonzero(v: usize, field: &'static str) -> Result<(), CaseError> {
+    if v == 0 {
+        Err(CaseError::Zero { field })
+    } else {
+        Ok(())
+    }
+}
+
+fn at_most(v: usize, limit: usize, field: &str) -> Result<(), CaseError> {
+    if v > limit {
+        Err(CaseError::TooLarge { field: field.to_string(), size: v as u64, limit: limit as u64 })
+    } else {
+        Ok(())
+    }
+}
+
+fn expect_len(field: impl Into<String>, expected: Option<usize>, actual: usize) -> Result<(), CaseError> {
+    match expected {
+        Some(e) if e == actual => Ok(()),
+        Some(e) => Err(CaseError::LengthMismatch { field: field.into(), expected: e, actual }),
+        None => Err(CaseError::TooLarge { field: field.into(), size: u64::MAX, limit: usize::MAX as u64 }),
+    }
+}
+
+fn finite_param(v: f32, field: String, positive: bool) -> Result<(), CaseError> {
+    if !v.is_finite() {
+        return Err(CaseError::InvalidParam { field, reason: format!("{v} is not finite") });
+    }
+    if positive && v <= 0.0 {
+        return Err(CaseError::InvalidParam { field, reason: format!("{v} must be > 0") });
+    }
+    Ok(())
+}
+
+fn check_values(field: &str, values: &[f32], dtype: crate::DType) -> Result<(), CaseError> {
+    for (i, &v) in values.iter().enumerate() {
+        if !v.is_finite() {
+            return Err(CaseError::NonFinite { field: field.to_string(), index: i, value: v });
+        }
+        if !dtype.represents(v) {
+            return Err(CaseError::NotRepresentable { field: field.to_string(), index: i, value: v, dtype });
+        }
+    }
+    Ok(())
+}
+
+/// Who owns a slot, for collision messages.
+#[derive(Clone, Copy)]
+struct Owner {
+    seq: usize,
+    pos: usize,
+    /// Index into slot_mapping for new tokens; None for context tokens.
+    token: Option<usize>,
+}
+
+impl std::fmt::Display for Owner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.token {
+            Some(t) => write!(f, "sequence {} position {} (new token, layout.slot_mapping[{t}])", self.seq, self.pos),
+            None => write!(f, "sequence {} position {} (context)", self.seq, self.pos),
+        }
+    }
+}
+
+impl Case {
+    /// Check that the case is internally consistent. Never panics, whatever was deserialized.
+    pub fn validate(&self) -> Result<(), CaseError> {
+        self.validate_config()?;
+        self.validate_shapes()?;
+        self.validate_layout()?;
+        self.validate_values()
+    }
+
+    fn validate_config(&self) -> Result<(), CaseError> {
+        let c = &self.config;
+        nonzero(c.num_heads, "config.num_heads")?;
+        nonzero(c.num_kv_heads, "config.num_kv_heads")?;
+        nonzero(c.head_size, "config.head_size")?;
+        nonzero(c.block_size, "config.block_size")?;
+        at_most(c.num_heads, MAX_HEADS, "config.num_heads")?;
+        at_most(c.head_size, MAX_DIM, "config.head_size")?;
+        at_most(c.block_size, MAX_DIM, "config.block_size")?;
+        if c.num_heads % c.num_kv_heads != 0 {
+            return Err(CaseError::HeadsNotMultiple { num_heads: c.num_heads, num_kv_heads: c.num_kv_heads });
+        }
+        if c.sliding_window == Some(0) {
+            return Err(CaseError::WindowZero);
+        }
+        if let Some(s) = c.scale {
+            finite_param(s, "config.scale".into(), true)?;
+        }
+        if let Some(cap) = c.logits_soft_cap {
+            finite_param(cap, "config.logits_soft_cap".into(), true)?;
+        }
+        for (name, v) in [("config.alibi_slopes", &c.alibi_slopes), ("config.sinks", &c.sinks)] {
+            if let Some(v) = v {
+                expect_len(name, Some(c.num_heads), v.len())?;
+                for (h, &x) in v.iter().enumerate() {
+                    finite_param(x, format!("{name}[{h}]"), false)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn validate_shapes(&self) -> Result<(), CaseError> {
+        let c = &self.config;
+        let b = &self.batch;
+        if b.seq_lens.is_empty() {
+            return Err(CaseError::EmptyBatch);
+        }
+        let n = b.seq_lens.len();
+        expect_len("batch.query_lens", Some(n), b.query_lens.len())?;
+        for (s, (&q, &l)) in b.query_lens.iter().zip(&b.seq_lens).enumerate() {
+            if q == 0 {
+                return Err(CaseError::QueryLenZero { seq: s });
+            }
+            if q > l {
+                return Err(CaseError::QueryLenExceedsSeqLen { seq: s, query_len: q, seq_len: l });
+            }
+            if c.kind == AttentionKind::EncoderOnly && q != l {
+                return Err(CaseError::EncoderNeedsFullQuery { seq: s, query_len: q, seq_len: l });
+            }
+        }
+        // Lengths of tensors in memory bound every count below, so no loop runs away.
+        let tokens = b
+            .query_lens
+            .iter()
+            .try_fold(b.num_padding_tokens, |acc, &q| acc.checked_add(q))
+            .ok_or_else(|| CaseError::TooLarge { field: "batch.query_lens".into(), size: u64::MAX, limit: usize::MAX as u64 })?;
+        let q_row = c.num_heads.checked_mul(c.head_size);
+        let kv_row = c.num_kv_heads.checked_mul(c.head_size);
+        let t = &self.tensors;
+        expect_len("tensors.query", q_row.and_then(|r| r.checked_mul(tokens)), t.query.len())?;
+        expect_len("tensors.key", kv_row.and_then(|r| r.checked_mul(tokens)), t.key.len())?;
+        expect_len("tensors.value", kv_row.and_then(|r| r.checked_mul(tokens)), t.value.len())?;
+        expect_len("tensors.context_key", Some(n), t.context_key.len())?;
+        expect_len("tensors.context_value", Some(n), t.context_value.len())?;
+        for s in 0..n {
+            let ctx = b.seq_lens[s] - b.query_lens[s];
+            let want = kv_row.and_then(|r| r.checked_mul(ctx));
+            expect_len(format!("tensors.context_key[{s}]"), want, t.context_key[s].len())?;
+            expect_len(format!("tensors.context_value[{s}]"), want, t.context_value[s].len())?;
+        }
+        expect_len("layout.slot_mapping", Some(tokens), self.layout.slot_mapping.len())?;
+        Ok(())
+    }
+
+    fn validate_layout(&self) -> Result<(), CaseError> {
+        let bs = self.config.block_size;
+        let l = &self.layout;
+        let n = self.num_seqs();
+        nonzero(l.num_blocks, "layout.num_blocks")?;
+        at_most(l.num_blocks, MAX_BLOCKS, "layout.num_blocks")?;
+        expect_len("layout.block_table", Some(n), l.block_table.len())?;
+        let width = l.block_table[0].len();
+        for (s, row) in l.block_table.iter().enumerate() {
+            if row.len() != width {
+                return Err(CaseError::RaggedBlockTable { seq: s, expected: width, actual: row.len() });
+            }
+            let seq_len = self.batch.seq_lens[s];
+            let needed = seq_len.div_ceil(bs);
+            if row.len() < needed {
+                return Err(CaseError::TableRowTooShort { seq: s, needed, actual: row.len(), seq_len });
+            }
+            for (i, &blk) in row.iter().enumerate() {
+                if blk as usize >= l.num_blocks {
+                    return Err(CaseError::BlockOutOfRange { seq: s, index: i, block: blk as u64, num_blocks: l.num_blocks });
+                }
+                if i < needed && blk == 0 {
+                    return Err(CaseError::NullBlockUsed { seq: s, index: i });
+                }
+            }
+        }
+
+        // Every new token's slot must be where the table puts it; padding tokens write nowhere.
+        let starts = self.query_start_loc();
+        for s in 0..n {
+            let ctx = self.context_len(s);
+            for j in 0..self.batch.query_lens[s] {
+                let token = starts[s] + j;
+                let expected = self.slot_of(s, ctx + j);
+                let actual = l.slot_mapping[token];
+                if actual != expected {
+                    return Err(CaseError::SlotMismatch { token, seq: s, pos: ctx + j, expected, actual });
+                }
+            }
+        }
+        for token in self.num_real_tokens()..self.num_tokens() {
+            let actual = l.slot_mapping[token];
+            if actual != -1 {
+                return Err(CaseError::PaddingSlot { token, actual });
+            }
+        }
+        self.validate_block_ownership()
+    }
+
+    /// A physical block may be live in two places only as prefix sharing: a full context block
+    /// of both, with identical contents. Anything else is two tokens on one slot.
+    fn validate_block_ownership(&self) -> Result<(), CaseError> {
+        let bs = self.config.block_size;
+        let starts = self.query_start_loc();
+        // physical block -> (seq, logical index) of its first live use
+        let mut first_use: HashMap<u32, (usize, usize)> = HashMap::new();
+        for s in 0..self.num_seqs() {
+            let seq_len = self.batch.seq_lens[s];
+            for i in 0..seq_len.div_ceil(bs) {
+                let blk = self.layout.block_table[s][i];
+                let Some(&(s0, i0)) = first_use.get(&blk) else {
+                    first_use.insert(blk, (s, i));
+                    continue;
+                };
+                let full_ctx = |seq: usize, idx: usize| (idx + 1) * bs <= self.context_len(seq);
+                if full_ctx(s0, i0) && full_ctx(s, i) {
+                    self.compare_shared_block(blk, (s0, i0), (s, i))?;
+                    continue;
+                }
+                // Both uses start at offset 0 of the block, so they meet at least there;
+                // name the first offset where a new token is involved, if any.
+                let len0 = (self.batch.seq_lens[s0] - i0 * bs).min(bs);
+                let len1 = (seq_len - i * bs).min(bs);
+                let owner = |seq: usize, idx: usize, off: usize| {
+                    let pos = idx * bs + off;
+                    let c = self.context_len(seq);
+                    Owner { seq, pos, token: (pos >= c).then(|| starts[seq] + pos - c) }
+                };
+                for off in 0..len0.min(len1) {
+                    let a = owner(s0, i0, off);
+                    let b = owner(s, i, off);
+                    let slot = blk as i64 * bs as i64 + off as i64;
+                    match (a.token, b.token) {
+                        (None, None) => continue,
+                        (Some(_), Some(_)) => {
+                            return Err(CaseError::SlotCollision { slot, first: a.to_string(), second: b.to_string() })
+                        }
+                        (Some(t), None) | (None, Some(t)) => {
+                            let (writer, other) = if a.token.is_some() { (a, b) } else { (b, a) };
+                            return Err(CaseError::NewTokenInSharedBlock { token: t, seq: writer.seq, other: other.seq, block: blk, slot });
+                        }
+                    }
+                }
+                return Err(CaseError::SharedBlockNotFullContext { block: blk, seq_a: s0, seq_b: s, index_a: i0, index_b: i });
+            }
+        }
+        Ok(())
+    }
+
+    fn compare_shared_block(&self, blk: u32, (s0, i0): (usize, usize), (s1, i1): (usize, usize)) -> Result<(), CaseError> {
+        let bs = self.config.block_size;
+        let row = self.config.num_kv_heads * self.config.head_size;
+        let t = &self.tensors;
+        for (field, a, b) in [("K", &t.context_key[s0], &t.context_key[s1]), ("V", &t.context_value[s0], &t.context_value[s1])] {
+            let a = &a[i0 * bs * row..(i0 + 1) * bs * row];
+            let b = &b[i1 * bs * row..(i1 + 1) * bs * row];
+            if a != b {
+                let name = if field == "K" { "tensors.context_key" } else { "tensors.context_value" };
+                return Err(CaseError::SharedBlockDiffers { block: blk, seq_a: s0, seq_b: s1, index: i1, field: name });
+            }
+        }
+        Ok(())
+    }
+
+    fn validate_values(&self) -> Result<(), CaseError> {
+        let t = &self.tensors;
+        let dt = self.config.dtype;
+        check_values("tensors.query", &t.query, dt)?;
+        check_values("tensors.key", &t.key, dt)?;
+        check_values("tensors.value", &t.value, dt)?;
+        for s in 0..self.num_seqs() {
+            check_values(&format!("tensors.context_key[{s}]"), &t.context_key[s], dt)?;
+            check_values(&format!("tensors.context_value[{s}]"), &t.context_value[s], dt)?;
+        }
+        Ok(())
+    }
+}
