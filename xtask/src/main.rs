@@ -1,1 +1,86 @@
-fn main() {}
+//! `cargo xtask <task>`: developer tasks that need nothing heavy to build.
+//!
+//! - `setup`    assemble a CPU-only libtorch for tch (once; cached outside the repo)
+//! - `check`    setup if needed, then `attn-diff check` over every registered backend
+//! - `test`     setup if needed, then the whole workspace's tests
+//! - `fixtures` rewrite the golden fixtures (refused under CI)
+
+mod libtorch;
+
+use std::process::{Command, ExitCode};
+
+fn usage() -> ExitCode {
+    eprintln!(
+        "usage: cargo xtask <task> [args]\n\n\
+         tasks:\n  \
+         setup            assemble libtorch {} (CPU) and link it as .libtorch\n  \
+         check [ARGS]     set up, then run `attn-diff check ARGS` over every backend\n  \
+         test [ARGS]      set up, then run the workspace's tests (`cargo test ARGS`)\n  \
+         fixtures         rewrite fixtures/golden from the oracle (not under CI)",
+        libtorch::VERSION
+    );
+    ExitCode::from(2)
+}
+
+fn cargo(args: &[&str], extra: &[String]) -> Result<(), String> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let status = Command::new(&cargo)
+        .args(args)
+        .args(extra)
+        .current_dir(libtorch::repo_root())
+        .status()
+        .map_err(|e| format!("cannot run {cargo}: {e}"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("`cargo {}` failed ({status})", args.join(" ")))
+    }
+}
+
+fn run() -> Result<(), String> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let Some(task) = args.first() else {
+        return Err(String::new());
+    };
+    let rest = &args[1..];
+    match task.as_str() {
+        "setup" => libtorch::setup().map(|_| ()),
+        "check" => {
+            libtorch::setup()?;
+            cargo(&["run", "--package", "attn-harness", "--bin", "attn-diff", "--", "check"], rest)
+        }
+        "test" => {
+            libtorch::setup()?;
+            cargo(&["test", "--workspace", "--all-features"], rest)
+        }
+        "fixtures" => {
+            if std::env::var_os("CI").is_some() {
+                return Err("refusing to rewrite fixtures under CI; run `cargo xtask fixtures` locally and review `git diff fixtures/`".into());
+            }
+            let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+                .args(["test", "--package", "attn-reference", "--test", "golden"])
+                .env("UPDATE_GOLDEN", "1")
+                .current_dir(libtorch::repo_root())
+                .status()
+                .map_err(|e| format!("cannot run cargo: {e}"))?;
+            if status.success() {
+                eprintln!("fixtures rewritten; review them with `git diff fixtures/`");
+                Ok(())
+            } else {
+                Err("fixture rewrite failed".into())
+            }
+        }
+        _ => Err(String::new()),
+    }
+}
+
+fn main() -> ExitCode {
+    match run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) if e.is_empty() => usage(),
+        Err(e) => {
+            eprintln!("xtask: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
