@@ -1,0 +1,323 @@
+//! The oracle against hand-computed answers and invariants that any correct attention obeys.
+
+use attn_reference::{build_case, reference_output, AttentionConfig, AttentionKind, BuildOptions, Case, DType};
+use proptest::prelude::*;
+
+fn cfg(hq: usize, hkv: usize, d: usize, bs: usize) -> AttentionConfig {
+    AttentionConfig::new(hq, hkv, d, bs, DType::F32)
+}
+
+fn case(seq_lens: &[usize], query_lens: &[usize], c: AttentionConfig, seed: u64) -> Case {
+    build_case(seq_lens, query_lens, c, seed, &BuildOptions::default())
+}
+
+fn out_row(case: &Case, out: &[f64], token: usize, head: usize) -> Vec<f64> {
+    let d = case.config.head_size;
+    let hq = case.config.num_heads;
+    out[(token * hq + head) * d..(token * hq + head + 1) * d].to_vec()
+}
+
+/// K/V row `pos` of sequence `seq`, kv head `h`.
+fn kv_row(case: &Case, seq: usize, pos: usize, h: usize) -> (Vec<f64>, Vec<f64>) {
+    let (k, v) = case.contiguous_kv(seq);
+    let (hkv, d) = (case.config.num_kv_heads, case.config.head_size);
+    let r = |t: &[f32]| t[(pos * hkv + h) * d..(pos * hkv + h + 1) * d].iter().map(|&x| x as f64).collect();
+    (r(&k), r(&v))
+}
+
+fn assert_close(a: &[f64], b: &[f64], tol: f64) {
+    assert_eq!(a.len(), b.len());
+    for (i, (x, y)) in a.iter().zip(b).enumerate() {
+        assert!((x - y).abs() <= tol * (1.0 + y.abs()), "element {i}: {x} vs {y}");
+    }
+}
+
+#[test]
+fn one_key_gives_its_value() {
+    let c = case(&[1], &[1], cfg(2, 1, 5, 4), 1);
+    let out = reference_output(&c);
+    let (_, v) = kv_row(&c, 0, 0, 0);
+    assert_close(&out_row(&c, &out, 0, 0), &v, 1e-15);
+    assert_close(&out_row(&c, &out, 0, 1), &v, 1e-15);
+}
+
+#[test]
+fn identical_keys_give_the_mean_of_the_values() {
+    let mut c = case(&[5], &[1], cfg(1, 1, 3, 2), 2);
+    let d = 3;
+    let k0: Vec<f32> = c.tensors.context_key[0][..d].to_vec();
+    for p in 0..4 {
+        c.tensors.context_key[0][p * d..(p + 1) * d].copy_from_slice(&k0);
+    }
+    c.tensors.key[..d].copy_from_slice(&k0);
+    let out = reference_output(&c);
+    let mut mean = vec![0.0; d];
+    for p in 0..5 {
+        let (_, v) = kv_row(&c, 0, p, 0);
+        for i in 0..d {
+            mean[i] += v[i] / 5.0;
+        }
+    }
+    assert_close(&out_row(&c, &out, 0, 0), &mean, 1e-14);
+}
+
+#[test]
+fn window_of_one_gives_the_tokens_own_value() {
+    for kind in [AttentionKind::Decoder, AttentionKind::EncoderOnly] {
+        let mut config = cfg(4, 2, 8, 3);
+        config.kind = kind;
+        config.sliding_window = Some(1);
+        let c = case(&[7, 4], &[7, 4], config, 3);
+        let out = reference_output(&c);
+        let starts = c.query_start_loc();
+        for s in 0..2 {
+            for j in 0..c.batch.query_lens[s] {
+                for h in 0..4 {
+                    let (_, v) = kv_row(&c, s, c.context_len(s) + j, h / 2);
+                    assert_close(&out_row(&c, &out, starts[s] + j, h), &v, 1e-15);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn decoder_window_counts_w_keys_including_the_query() {
+    // With all-identical keys, a window of w averages exactly the last w values.
+    let mut config = cfg(1, 1, 2, 4);
+    config.sliding_window = Some(3);
+    let mut c = case(&[6], &[1], config, 4);
+    let d = 2;
+    let k0 = c.tensors.key[..d].to_vec();
+    for p in 0..5 {
+        c.tensors.context_key[0][p * d..(p + 1) * d].copy_from_slice(&k0);
+    }
+    let out = reference_output(&c);
+    let mut mean = vec![0.0; d];
+    for p in 3..6 {
+        let (_, v) = kv_row(&c, 0, p, 0);
+        for i in 0..d {
+            mean[i] += v[i] / 3.0;
+        }
+    }
+    assert_close(&out_row(&c, &out, 0, 0), &mean, 1e-14);
+}
+
+#[test]
+fn encoder_window_is_symmetric() {
+    let mut config = cfg(1, 1, 2, 4);
+    config.kind = AttentionKind::EncoderOnly;
+    config.sliding_window = Some(2);
+    let mut c = case(&[5], &[5], config, 5);
+    let d = 2;
+    let k0 = c.tensors.key[..d].to_vec();
+    for p in 0..5 {
+        c.tensors.key[p * d..(p + 1) * d].copy_from_slice(&k0);
+    }
+    let out = reference_output(&c);
+    // Query 2 sees keys 1, 2, 3 (|p - k| < 2).
+    let mut mean = vec![0.0; d];
+    for p in 1..4 {
+        let (_, v) = kv_row(&c, 0, p, 0);
+        for i in 0..d {
+            mean[i] += v[i] / 3.0;
+        }
+    }
+    assert_close(&out_row(&c, &out, 2, 0), &mean, 1e-14);
+}
+
+#[test]
+fn a_huge_sink_drives_the_output_to_zero() {
+    let mut config = cfg(2, 2, 4, 4);
+    config.sinks = Some(vec![1000.0, 0.0]);
+    let c = case(&[9], &[2], config, 6);
+    let out = reference_output(&c);
+    assert!(out_row(&c, &out, 1, 0).iter().all(|x| x.abs() < 1e-300));
+    assert!(out_row(&c, &out, 1, 1).iter().any(|x| x.abs() > 1e-6));
+}
+
+#[test]
+fn a_sink_scales_the_output_by_its_share_of_the_denominator() {
+    // One key: weight 1 for the key, exp(s - l) for the sink.
+    let mut config = cfg(1, 1, 4, 4);
+    config.scale = Some(1.0);
+    config.sinks = Some(vec![0.5]);
+    let c = case(&[1], &[1], config, 7);
+    let out = reference_output(&c);
+    let (k, v) = kv_row(&c, 0, 0, 0);
+    let q: Vec<f64> = c.tensors.query[..4].iter().map(|&x| x as f64).collect();
+    let l: f64 = q.iter().zip(&k).map(|(a, b)| a * b).sum();
+    let share = 1.0 / (1.0 + (0.5 - l).exp());
+    let want: Vec<f64> = v.iter().map(|x| x * share).collect();
+    assert_close(&out_row(&c, &out, 0, 0), &want, 1e-14);
+}
+
+#[test]
+fn a_large_cap_equals_no_cap_and_a_small_cap_changes_the_output() {
+    let base = case(&[20, 13], &[3, 13], cfg(4, 2, 16, 4), 8);
+    let plain = reference_output(&base);
+    let mut capped = base.clone();
+    capped.config.logits_soft_cap = Some(1e6);
+    assert_close(&reference_output(&capped), &plain, 1e-9);
+    capped.config.logits_soft_cap = Some(0.5);
+    let small = reference_output(&capped);
+    assert!(small.iter().zip(&plain).any(|(a, b)| (a - b).abs() > 1e-3));
+}
+
+#[test]
+fn soft_cap_applies_before_alibi() {
+    // One query, two keys, scale 1: logits are cap*tanh(q.k/cap) + slope*(k - p).
+    let mut config = cfg(1, 1, 2, 4);
+    config.scale = Some(1.0);
+    config.logits_soft_cap = Some(2.0);
+    config.alibi_slopes = Some(vec![0.75]);
+    let c = case(&[2], &[1], config, 9);
+    let out = reference_output(&c);
+    let q: Vec<f64> = c.tensors.query[..2].iter().map(|&x| x as f64).collect();
+    let (k0, v0) = kv_row(&c, 0, 0, 0);
+    let (k1, v1) = kv_row(&c, 0, 1, 0);
+    let dot = |k: &[f64]| q.iter().zip(k).map(|(a, b)| a * b).sum::<f64>();
+    let l0 = 2.0 * (dot(&k0) / 2.0).tanh() + 0.75 * (0.0 - 1.0);
+    let l1 = 2.0 * (dot(&k1) / 2.0).tanh();
+    let (w0, w1) = (l0.exp(), l1.exp());
+    let want: Vec<f64> = (0..2).map(|i| (w0 * v0[i] + w1 * v1[i]) / (w0 + w1)).collect();
+    assert_close(&out_row(&c, &out, 0, 0), &want, 1e-14);
+}
+
+#[test]
+fn zero_alibi_slopes_equal_no_alibi_and_gqa_maps_heads_by_division() {
+    let base = case(&[11], &[4], cfg(6, 2, 8, 2), 10);
+    let mut zero = base.clone();
+    zero.config.alibi_slopes = Some(vec![0.0; 6]);
+    assert_close(&reference_output(&zero), &reference_output(&base), 0.0);
+    // Heads 0..3 read kv head 0: make kv head 1 garbage and heads 0..3 must not move.
+    let mut poisoned = base.clone();
+    let (d, hkv) = (8, 2);
+    for t in [&mut poisoned.tensors.key, &mut poisoned.tensors.value] {
+        for row in t.chunks_mut(d * hkv) {
+            row[d..].iter_mut().for_each(|x| *x = 9.0);
+        }
+    }
+    for t in [&mut poisoned.tensors.context_key[0], &mut poisoned.tensors.context_value[0]] {
+        for row in t.chunks_mut(d * hkv) {
+            row[d..].iter_mut().for_each(|x| *x = 9.0);
+        }
+    }
+    let a = reference_output(&base);
+    let b = reference_output(&poisoned);
+    for tok in 0..4 {
+        for h in 0..3 {
+            assert_close(&out_row(&base, &b, tok, h), &out_row(&base, &a, tok, h), 0.0);
+        }
+        assert_ne!(out_row(&base, &b, tok, 3), out_row(&base, &a, tok, 3));
+    }
+}
+
+#[test]
+fn causal_mask_uses_the_context_offset() {
+    // Query j of a chunked prefill sees exactly context_len + j + 1 keys: with identical keys
+    // it is the mean of those values.
+    let mut c = case(&[6], &[2], cfg(1, 1, 2, 4), 11);
+    let d = 2;
+    let k0 = c.tensors.key[..d].to_vec();
+    for p in 0..4 {
+        c.tensors.context_key[0][p * d..(p + 1) * d].copy_from_slice(&k0);
+    }
+    c.tensors.key[d..2 * d].copy_from_slice(&k0);
+    let out = reference_output(&c);
+    let mut mean = vec![0.0; d];
+    for p in 0..5 {
+        let (_, v) = kv_row(&c, 0, p, 0);
+        for i in 0..d {
+            mean[i] += v[i] / 5.0;
+        }
+    }
+    assert_close(&out_row(&c, &out, 0, 0), &mean, 1e-14);
+}
+
+#[test]
+fn logits_in_the_hundreds_stay_finite() {
+    let opts = BuildOptions { std: 30.0, ..BuildOptions::default() };
+    let c = build_case(&[40, 7], &[5, 7], cfg(4, 1, 16, 8), 12, &opts);
+    assert!(reference_output(&c).iter().all(|x| x.is_finite()));
+}
+
+fn small_config() -> impl Strategy<Value = AttentionConfig> {
+    (1usize..4, prop::sample::select(vec![1usize, 2, 3]), 1usize..9, 1usize..6, any::<bool>(), prop::option::of(1usize..8), any::<bool>(), any::<bool>())
+        .prop_map(|(hkv, g, d, bs, enc, w, alibi, sinks)| {
+            let mut c = AttentionConfig::new(hkv * g, hkv, d, bs, DType::F32);
+            c.kind = if enc { AttentionKind::EncoderOnly } else { AttentionKind::Decoder };
+            c.sliding_window = w;
+            if alibi {
+                c.alibi_slopes = Some((0..hkv * g).map(|h| 0.5f32.powi(h as i32 + 1)).collect());
+            }
+            if sinks {
+                c.sinks = Some((0..hkv * g).map(|h| h as f32 * 0.3 - 0.5).collect());
+            }
+            c
+        })
+}
+
+fn small_case() -> impl Strategy<Value = Case> {
+    (small_config(), prop::collection::vec((1usize..12, 1usize..12), 1..4), any::<u64>()).prop_map(|(c, lens, seed)| {
+        let seq_lens: Vec<usize> = lens.iter().map(|&(a, b)| a.max(b)).collect();
+        let query_lens: Vec<usize> = if c.kind == AttentionKind::EncoderOnly { seq_lens.clone() } else { lens.iter().map(|&(a, b)| a.min(b)).collect() };
+        build_case(&seq_lens, &query_lens, c, seed, &BuildOptions::default())
+    })
+}
+
+proptest! {
+    #[test]
+    fn physical_block_placement_does_not_change_the_output(c in small_case(), seed in any::<u64>()) {
+        // Same tensors, another permutation of physical blocks and a rewritten table.
+        let opts = BuildOptions { permute_blocks: false, spare_blocks: 3, ..BuildOptions::default() };
+        let mut other = build_case(&c.batch.seq_lens, &c.batch.query_lens, c.config.clone(), seed, &opts);
+        other.tensors = c.tensors.clone();
+        prop_assert_eq!(other.validate(), Ok(()));
+        prop_assert_eq!(reference_output(&other), reference_output(&c));
+    }
+
+    #[test]
+    fn every_output_lies_within_the_visible_values(c in small_case()) {
+        let out = reference_output(&c);
+        let (hq, d) = (c.config.num_heads, c.config.head_size);
+        let starts = c.query_start_loc();
+        let has_sinks = c.config.sinks.is_some();
+        for s in 0..c.num_seqs() {
+            let (_, v) = c.contiguous_kv(s);
+            for j in 0..c.batch.query_lens[s] {
+                let p = c.context_len(s) + j;
+                let (lo, hi) = attn_reference::oracle::visible_keys(c.config.kind, c.config.sliding_window, p, c.batch.seq_lens[s]);
+                for h in 0..hq {
+                    let kvh = c.config.kv_head_of(h);
+                    for i in 0..d {
+                        let vals = (lo..=hi).map(|k| v[(k * c.config.num_kv_heads + kvh) * d + i] as f64);
+                        let (mut mn, mut mx) = vals.fold((f64::MAX, f64::MIN), |(a, b), x| (a.min(x), b.max(x)));
+                        if has_sinks { mn = mn.min(0.0); mx = mx.max(0.0); }
+                        let o = out[((starts[s] + j) * hq + h) * d + i];
+                        prop_assert!(o >= mn - 1e-12 && o <= mx + 1e-12, "{} not in [{}, {}]", o, mn, mx);
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn encoder_equals_decoder_for_the_last_token(c in small_case()) {
+        let mut enc = c.clone();
+        let mut dec = c.clone();
+        enc.config.kind = AttentionKind::EncoderOnly;
+        dec.config.kind = AttentionKind::Decoder;
+        // Both need query == sequence: rebuild with that shape and the same seed-derived data.
+        let lens = c.batch.seq_lens.clone();
+        enc = build_case(&lens, &lens, enc.config, 5, &BuildOptions::default());
+        dec = build_case(&lens, &lens, dec.config, 5, &BuildOptions::default());
+        let (a, b) = (reference_output(&enc), reference_output(&dec));
+        let row = c.config.num_heads * c.config.head_size;
+        let starts = enc.query_start_loc();
+        for s in 0..enc.num_seqs() {
+            let last = starts[s + 1] - 1;
+            prop_assert_eq!(&a[last * row..(last + 1) * row], &b[last * row..(last + 1) * row]);
+        }
+    }
+}
