@@ -33,6 +33,15 @@ pub enum BackendError {
     InvalidInput { backend: String, message: String },
     #[error("{backend} failed: {message}")]
     Failed { backend: String, message: String },
+    /// An out-of-process backend did not answer in time (it is killed and restarted).
+    #[error("{backend} timed out after {seconds:.1} s")]
+    Timeout { backend: String, seconds: f64 },
+    /// An out-of-process backend died (EOF or non-zero exit); `message` ends with its stderr.
+    #[error("{backend} crashed: {message}")]
+    Crashed { backend: String, message: String },
+    /// An out-of-process backend answered something malformed.
+    #[error("{backend} protocol error: {message}")]
+    Protocol { backend: String, message: String },
 }
 
 impl From<Unsupported> for BackendError {

@@ -1,0 +1,144 @@
+//! Running one backend on one case and judging the result against the oracle.
+
+use crate::compare::{compare, Comparison, Tolerance};
+use attn_backends::{run_case, Backend, BackendError};
+use attn_reference::Case;
+use serde::Serialize;
+use std::cell::RefCell;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Once;
+use std::time::Duration;
+
+/// Why a backend's answer is not the oracle's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, PartialOrd, Ord)]
+#[serde(rename_all = "snake_case")]
+pub enum DivergenceKind {
+    /// Values beyond the tolerance.
+    Mismatch,
+    /// NaN or Inf in a real output row.
+    NonFinite,
+    /// The backend panicked.
+    Panic,
+    /// The backend returned an error.
+    Error,
+    /// An external backend did not answer in time.
+    Timeout,
+    /// An external backend's process died.
+    Crashed,
+    /// An external backend answered something malformed.
+    ProtocolError,
+}
+
+impl std::fmt::Display for DivergenceKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            DivergenceKind::Mismatch => "mismatch",
+            DivergenceKind::NonFinite => "non-finite",
+            DivergenceKind::Panic => "panic",
+            DivergenceKind::Error => "error",
+            DivergenceKind::Timeout => "timeout",
+            DivergenceKind::Crashed => "crashed",
+            DivergenceKind::ProtocolError => "protocol error",
+        })
+    }
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Divergence {
+    pub kind: DivergenceKind,
+    pub message: String,
+    #[serde(skip)]
+    pub comparison: Option<Comparison>,
+    /// The backend's full output, when it produced one.
+    #[serde(skip)]
+    pub output: Option<Vec<f32>>,
+}
+
+#[derive(Clone, Debug)]
+pub enum Outcome {
+    Pass(Comparison),
+    Diverged(Divergence),
+    Unsupported(String),
+}
+
+impl Outcome {
+    pub fn is_divergence(&self) -> bool {
+        matches!(self, Outcome::Diverged(_))
+    }
+}
+
+thread_local! {
+    static PANIC_MESSAGE: RefCell<Option<String>> = const { RefCell::new(None) };
+    static CAPTURING: RefCell<bool> = const { RefCell::new(false) };
+}
+
+/// A panic hook that records the message of panics raised inside [`evaluate`] instead of
+/// printing them (shrinking may trigger hundreds), and behaves as before elsewhere.
+fn install_panic_hook() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if CAPTURING.with(|c| *c.borrow()) {
+                let msg = info
+                    .payload()
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| info.payload().downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "panic with a non-string payload".into());
+                let loc = info.location().map(|l| format!(" at {}:{}", l.file(), l.line())).unwrap_or_default();
+                PANIC_MESSAGE.with(|m| *m.borrow_mut() = Some(format!("{msg}{loc}")));
+            } else {
+                previous(info);
+            }
+        }));
+    });
+}
+
+/// Run `backend` on a valid `case` and judge it against `expected` (the oracle's output).
+pub fn evaluate(backend: &dyn Backend, case: &Case, expected: &[f64], tol: Tolerance) -> (Outcome, Duration) {
+    install_panic_hook();
+    CAPTURING.with(|c| *c.borrow_mut() = true);
+    let result = catch_unwind(AssertUnwindSafe(|| run_case(backend, case)));
+    CAPTURING.with(|c| *c.borrow_mut() = false);
+    let diverged = |kind, message: String| Outcome::Diverged(Divergence { kind, message, comparison: None, output: None });
+    match result {
+        Err(_) => {
+            let msg = PANIC_MESSAGE.with(|m| m.borrow_mut().take()).unwrap_or_else(|| "panicked".into());
+            (diverged(DivergenceKind::Panic, msg), Duration::ZERO)
+        }
+        Ok(Err(BackendError::Unsupported(u))) => (Outcome::Unsupported(u.reason), Duration::ZERO),
+        Ok(Err(e)) => (diverged(error_kind(&e), e.to_string()), Duration::ZERO),
+        Ok(Ok(run)) => {
+            let c = compare(&run.output, expected, case.config.num_heads, case.config.head_size, tol);
+            if c.passed() {
+                (Outcome::Pass(c), run.forward_time)
+            } else {
+                let kind = if c.non_finite { DivergenceKind::NonFinite } else { DivergenceKind::Mismatch };
+                let message = match &c.worst {
+                    Some(m) => format!(
+                        "{} of {} values beyond tolerance; worst at token {} head {} dim {}: expected {:.6}, got {:.6}",
+                        c.mismatch_count,
+                        expected.len(),
+                        m.token,
+                        m.head,
+                        m.dim,
+                        m.expected,
+                        m.actual
+                    ),
+                    None => "diverged".into(),
+                };
+                (Outcome::Diverged(Divergence { kind, message, comparison: Some(c), output: Some(run.output) }), run.forward_time)
+            }
+        }
+    }
+}
+
+fn error_kind(e: &BackendError) -> DivergenceKind {
+    match e {
+        BackendError::Timeout { .. } => DivergenceKind::Timeout,
+        BackendError::Crashed { .. } => DivergenceKind::Crashed,
+        BackendError::Protocol { .. } => DivergenceKind::ProtocolError,
+        _ => DivergenceKind::Error,
+    }
+}
