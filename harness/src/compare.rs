@@ -7,8 +7,9 @@
 //! ## Why these numbers
 //! Inputs are exact in the dtype and the oracle works in f64, so a correct backend's error is
 //! its output rounding (half an ulp: 2^-9 relative in bf16, 2^-12 in f16, 2^-24 in f32) plus
-//! f32 accumulation over at most a few thousand keys. The tolerance sits a few ulps above that:
-//! bf16 1.6e-2 (4 ulps), f16 2e-3 (4 ulps), f32 1e-5.
+//! f32 accumulation over at most a few thousand keys, plus, for backends that round softmax
+//! probabilities to the dtype before P·V, about one rounding of `max|v|`. The tolerance sits
+//! above that: bf16 1e-2 (five times its 2^-9 rounding), f16 2e-3 (four times 2^-11), f32 1e-5.
 //! A single-key window off-by-one on a short sequence (n <= 8 keys, inputs ~N(0,1)) moves an
 //! output by about `(v_extra - mean_v) / (n + 1)`, typically 0.1 or more: ten times the bf16
 //! tolerance, so the property runner (short sequences) sees it at once. Upstream's 1e-2 on a
@@ -34,7 +35,7 @@ impl Tolerance {
     pub fn for_dtype(dtype: DType) -> Self {
         match dtype {
             DType::F32 => Tolerance::rel_abs(1e-5, 1e-5),
-            DType::Bf16 => Tolerance::rel_abs(1.6e-2, 1.6e-2),
+            DType::Bf16 => Tolerance::rel_abs(1e-2, 1e-2),
             DType::F16 => Tolerance::rel_abs(2e-3, 2e-3),
         }
     }
@@ -143,7 +144,7 @@ mod tests {
     fn within_tolerance_passes_and_beyond_fails_with_position() {
         let expected = vec![1.0, 2.0, 3.0, 4.0];
         let tol = Tolerance::for_dtype(DType::Bf16);
-        assert!(compare(&[1.01, 2.0, 3.0, 4.0], &expected, 2, 2, tol).passed());
+        assert!(compare(&[1.005, 2.0, 3.0, 4.0], &expected, 2, 2, tol).passed());
         let c = compare(&[1.0, 2.0, 3.0, 4.2], &expected, 2, 2, tol);
         assert!(!c.passed());
         let m = c.worst.unwrap();

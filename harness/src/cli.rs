@@ -1,0 +1,198 @@
+//! The `attn-diff` command line.
+
+use crate::check::{run_check, CheckOptions, Shard};
+use crate::replay::replay_case;
+use crate::runner::Outcome;
+use crate::shrink::ShrinkBudget;
+use crate::summary::{render_json, render_markdown, render_text};
+use crate::upstream;
+use attn_backends::{all_backends, backend_by_name, Backend};
+use attn_reference::Case;
+use clap::{Parser, Subcommand, ValueEnum};
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+#[derive(Parser, Debug)]
+#[command(name = "attn-diff", version, about = "Differential correctness harness for paged-attention backends")]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
+pub enum Format {
+    Text,
+    Json,
+    Markdown,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Property cases (and named upstream specs) through backends against the oracle.
+    Check {
+        /// Comma-separated backend names (default: every registered backend).
+        #[arg(long, value_delimiter = ',')]
+        backend: Vec<String>,
+        /// Property cases to run (default: PROPTEST_CASES, else 500).
+        #[arg(long)]
+        cases: Option<u32>,
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Run only shard I of N (I/N): N shards together run exactly one run's cases.
+        #[arg(long, default_value = "0/1")]
+        shard: Shard,
+        /// Also run these upstream specs (at every TP head config, in every upstream test that uses them).
+        #[arg(long = "spec")]
+        specs: Vec<String>,
+        /// Also run the whole upstream suite (every spec, TP config and test).
+        #[arg(long)]
+        upstream: bool,
+        /// Bigger batches and longer sequences.
+        #[arg(long)]
+        deep: bool,
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
+        /// Where replay files of failures go.
+        #[arg(long, default_value = "target/attn-diff/failures")]
+        out: PathBuf,
+    },
+    /// Run a saved case (replay file) again.
+    Replay {
+        file: PathBuf,
+        /// Backend to run (default: every registered backend).
+        #[arg(long, value_delimiter = ',')]
+        backend: Vec<String>,
+    },
+    /// Backends with what each supports, and the named specs.
+    List,
+}
+
+/// An error of usage or set-up (exit 2), as opposed to a divergence (exit 1).
+#[derive(Debug)]
+pub struct UsageError(pub String);
+
+impl std::fmt::Display for UsageError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for UsageError {}
+
+fn usage(msg: impl Into<String>) -> anyhow::Error {
+    UsageError(msg.into()).into()
+}
+
+pub fn select_backends(names: &[String]) -> anyhow::Result<Vec<Arc<dyn Backend>>> {
+    if names.is_empty() {
+        let all = all_backends();
+        if all.is_empty() {
+            return Err(usage("no backends are registered in this build"));
+        }
+        return Ok(all);
+    }
+    names.iter().map(|n| backend_by_name(n.trim()).map_err(usage)).collect()
+}
+
+/// Run the CLI; Ok(true) when everything passed.
+pub fn run(cli: Cli) -> anyhow::Result<bool> {
+    match cli.command {
+        Command::Check { backend, cases, seed, shard, specs, upstream, deep, format, out } => {
+            let backends = select_backends(&backend)?;
+            let mut up = if upstream { upstream::full_suite() } else { upstream::small_suite() };
+            if !specs.is_empty() {
+                let named = upstream::cases_for_specs(&specs).map_err(usage)?;
+                for c in named {
+                    if !up.contains(&c) {
+                        up.push(c);
+                    }
+                }
+            }
+            let cases = cases.unwrap_or_else(CheckOptions::default_cases);
+            let progress = (format == Format::Text && std::io::stderr().is_terminal()).then(|| {
+                let bar = indicatif::ProgressBar::new(cases as u64 / shard.count as u64);
+                bar.set_style(indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} cases {elapsed}").expect("valid template"));
+                bar
+            });
+            let on_case = progress.clone().map(|b| Box::new(move || b.inc(1)) as Box<dyn Fn() + Send>);
+            let summary = run_check(CheckOptions {
+                backends,
+                cases,
+                seed,
+                shard,
+                deep,
+                upstream: up,
+                out_dir: out,
+                shrink: ShrinkBudget::default(),
+                on_case,
+            });
+            if let Some(b) = progress {
+                b.finish_and_clear();
+            }
+            let text = match format {
+                Format::Text => render_text(&summary),
+                Format::Json => render_json(&summary),
+                Format::Markdown => render_markdown(&summary),
+            };
+            println!("{text}");
+            Ok(!summary.any_divergence())
+        }
+        Command::Replay { file, backend } => {
+            let case = Case::load(&file).map_err(|e| usage(format!("{}: {e}", file.display())))?;
+            let backends = select_backends(&backend)?;
+            let mut ok = true;
+            for r in replay_case(&case, &file.display().to_string(), &backends) {
+                match (&r.outcome, &r.report) {
+                    (Outcome::Pass(c), _) => println!("{}: pass (max abs {:.2e}, max rel {:.2e})", r.backend, c.max_abs_err, c.max_rel_err),
+                    (Outcome::Unsupported(why), _) => println!("{}: unsupported ({why})", r.backend),
+                    (Outcome::Diverged(_), Some(rep)) => {
+                        ok = false;
+                        println!("{}", rep.text);
+                    }
+                    (Outcome::Diverged(d), None) => {
+                        ok = false;
+                        println!("{}: {} ({})", r.backend, d.kind, d.message);
+                    }
+                }
+            }
+            Ok(ok)
+        }
+        Command::List => {
+            println!("backends:");
+            for b in all_backends() {
+                let layout = b.cache_layout();
+                println!("  {:<16} cache {}  ({})", b.name(), layout.shape, layout.description);
+                for (what, cfg) in probe_configs() {
+                    if let Err(u) = b.supports(&cfg) {
+                        println!("  {:<16}   no {what}: {u}", "");
+                    }
+                }
+            }
+            println!("specs:");
+            for s in attn_reference::all_specs() {
+                println!("  {:<24} {:<12} seq_lens {:?} query_lens {:?}", s.name, s.kind.to_string(), s.seq_lens, s.query_lens);
+            }
+            Ok(true)
+        }
+    }
+}
+
+/// Representative configs `list` asks every backend about.
+fn probe_configs() -> Vec<(&'static str, attn_reference::AttentionConfig)> {
+    use attn_reference::{AttentionConfig, AttentionKind, DType};
+    let base = AttentionConfig::new(8, 2, 128, 16, DType::Bf16);
+    let mut v = Vec::new();
+    for dt in DType::ALL {
+        v.push((dt.name(), AttentionConfig { dtype: dt, ..base.clone() }));
+    }
+    v.push(("encoder-only", AttentionConfig { kind: AttentionKind::EncoderOnly, ..base.clone() }));
+    v.push(("sliding window", AttentionConfig { sliding_window: Some(64), ..base.clone() }));
+    v.push(("soft-cap", AttentionConfig { logits_soft_cap: Some(30.0), ..base.clone() }));
+    v.push(("ALiBi", AttentionConfig { alibi_slopes: Some(vec![0.5; 8]), ..base.clone() }));
+    v.push(("sinks", AttentionConfig { sinks: Some(vec![0.0; 8]), ..base.clone() }));
+    v.push(("head size 3", AttentionConfig { head_size: 3, ..base.clone() }));
+    v.push(("block size 1", AttentionConfig { block_size: 1, ..base.clone() }));
+    v.push(("9/3 heads", AttentionConfig { num_heads: 9, num_kv_heads: 3, ..base }));
+    v
+}

@@ -1,0 +1,31 @@
+//! `attn-diff replay FILE`: run one saved case (a replay file) through backends again.
+
+use crate::compare::Tolerance;
+use crate::report::FailureReport;
+use crate::runner::{evaluate, Outcome};
+use attn_backends::Backend;
+use attn_reference::{reference_output, Case};
+use std::sync::Arc;
+
+pub struct ReplayResult {
+    pub backend: String,
+    pub outcome: Outcome,
+    pub report: Option<FailureReport>,
+}
+
+/// Run `case` on each backend; a divergence comes with its report.
+pub fn replay_case(case: &Case, origin: &str, backends: &[Arc<dyn Backend>]) -> Vec<ReplayResult> {
+    let expected = reference_output(case);
+    let tol = Tolerance::for_dtype(case.config.dtype);
+    backends
+        .iter()
+        .map(|b| {
+            let (outcome, _) = evaluate(b.as_ref(), case, &expected, tol);
+            let report = match &outcome {
+                Outcome::Diverged(d) => Some(FailureReport::new(b.name(), origin, case, &expected, d, Some(origin.to_string()), None)),
+                _ => None,
+            };
+            ReplayResult { backend: b.name().to_string(), outcome, report }
+        })
+        .collect()
+}

@@ -1,0 +1,136 @@
+//! Shrinking a failing recipe to a minimal one with proptest's value trees: simplify while the
+//! failure persists, step back (complicate) when a simplification made it pass.
+
+use crate::strategy::CaseRecipe;
+use proptest::strategy::ValueTree;
+use std::time::{Duration, Instant};
+
+#[derive(Clone, Copy, Debug)]
+pub struct ShrinkBudget {
+    pub max_steps: usize,
+    pub max_time: Duration,
+}
+
+impl Default for ShrinkBudget {
+    fn default() -> Self {
+        ShrinkBudget { max_steps: 4000, max_time: Duration::from_secs(20) }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct Shrunk {
+    pub recipe: CaseRecipe,
+    /// Shrink steps that still failed.
+    pub accepted: usize,
+    pub steps: usize,
+    pub elapsed: Duration,
+}
+
+/// Shrink `tree` (whose current value fails) while `fails` holds.
+pub fn shrink<T>(tree: &mut T, budget: ShrinkBudget, mut fails: impl FnMut(&CaseRecipe) -> bool) -> Shrunk
+where
+    T: ValueTree<Value = CaseRecipe>,
+{
+    let start = Instant::now();
+    let mut best = tree.current();
+    let mut accepted = 0;
+    let mut steps = 0;
+    if !tree.simplify() {
+        return Shrunk { recipe: best, accepted, steps, elapsed: start.elapsed() };
+    }
+    while steps < budget.max_steps && start.elapsed() < budget.max_time {
+        steps += 1;
+        let candidate = tree.current();
+        if fails(&candidate) {
+            best = candidate;
+            accepted += 1;
+            if !tree.simplify() {
+                break;
+            }
+        } else if !tree.complicate() {
+            break;
+        }
+    }
+    Shrunk { recipe: best, accepted, steps, elapsed: start.elapsed() }
+}
+
+/// Simpler neighbours of a recipe, most drastic first: what a person would try by hand.
+fn candidates(r: &CaseRecipe) -> Vec<CaseRecipe> {
+    let mut out = Vec::new();
+    let mut push = |f: &dyn Fn(&mut CaseRecipe)| {
+        let mut c = r.clone();
+        f(&mut c);
+        if &c != r {
+            out.push(c);
+        }
+    };
+    for i in 0..r.seqs.len() {
+        if r.seqs.len() > 1 {
+            push(&|c| {
+                c.seqs.remove(i);
+            });
+        }
+        let (ctx, q) = r.seqs[i];
+        for new_ctx in [0, ctx / 2, ctx.saturating_sub(1)] {
+            push(&|c| c.seqs[i].0 = new_ctx);
+        }
+        for new_q in [1, q / 2, q.saturating_sub(1)] {
+            push(&|c| c.seqs[i].1 = new_q.max(1));
+        }
+        // Move tokens from the query into the context (keeps the length, shortens the query).
+        if q > 1 {
+            push(&|c| c.seqs[i] = (ctx + q - 1, 1));
+        }
+    }
+    push(&|c| c.soft_cap = None);
+    push(&|c| c.alibi = false);
+    push(&|c| c.sinks = false);
+    if let Some(w) = r.window {
+        push(&|c| c.window = None);
+        for new_w in [1, w / 2, w - 1] {
+            push(&|c| c.window = Some(new_w.max(1)));
+        }
+    }
+    push(&|c| c.num_kv_heads = 1);
+    push(&|c| c.num_kv_heads = (c.num_kv_heads - 1).max(1));
+    push(&|c| c.group = 1);
+    push(&|c| c.group = (c.group - 1).max(1));
+    for d in [1, 2, r.head_size / 2, r.head_size - 1] {
+        push(&|c| c.head_size = d.max(1));
+    }
+    for b in [1, r.block_size / 2, r.block_size - 1] {
+        push(&|c| c.block_size = b.max(1));
+    }
+    push(&|c| c.padding_tokens = 0);
+    push(&|c| c.spare_blocks = 0);
+    push(&|c| c.table = crate::strategy::TableOrder::Sequential);
+    push(&|c| c.dtype = attn_reference::DType::F32);
+    for seed in 0..4 {
+        push(&|c| c.values = crate::strategy::Values::Simple(seed));
+    }
+    out
+}
+
+/// After proptest's shrinking: greedy passes over [`candidates`] until none still fails, so
+/// components that can only shrink together (a window and a sequence length) get there.
+pub fn refine(recipe: CaseRecipe, budget: ShrinkBudget, mut fails: impl FnMut(&CaseRecipe) -> bool) -> Shrunk {
+    let start = Instant::now();
+    let mut best = recipe;
+    let mut steps = 0;
+    let mut accepted = 0;
+    'outer: loop {
+        for c in candidates(&best) {
+            if steps >= budget.max_steps || start.elapsed() >= budget.max_time {
+                break 'outer;
+            }
+            steps += 1;
+            if fails(&c) {
+                best = c;
+                accepted += 1;
+                continue 'outer;
+            }
+        }
+        break;
+    }
+    Shrunk { recipe: best, accepted, steps, elapsed: start.elapsed() }
+}

@@ -1,0 +1,300 @@
+//! Random cases for the property runner: a [`CaseRecipe`] is a small description of a case
+//! (shapes, features, table order, how values are made) that proptest generates and shrinks;
+//! [`CaseRecipe::build`] turns it into a full, valid [`Case`] deterministically.
+//!
+//! Shrinking moves toward fewer and shorter sequences, one kv head, group 1, tiny head and
+//! block sizes, features off, no padding, sequential tables and small-integer values, so a
+//! minimal failing case reads like a hand-written one.
+
+use attn_reference::{build_case, AttentionConfig, AttentionKind, BuildOptions, Case, DType, InputRng};
+use proptest::prelude::*;
+use serde::{Deserialize, Serialize};
+
+/// How physical blocks are assigned to the sequences' logical blocks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TableOrder {
+    /// Blocks 1, 2, 3, ... in sequence order.
+    Sequential,
+    /// Each physical order reversed: later logical blocks sit at lower ids.
+    Reversed,
+    /// Round-robin between sequences: neighbours in the cache belong to different sequences.
+    Interleaved,
+    /// A random permutation (block 0 stays the null block), as upstream builds it.
+    Permuted(u64),
+}
+
+/// How tensor values are made.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Values {
+    /// Small integers in [-2, 2]: readable in a report.
+    Simple(u64),
+    /// Normal values with a standard deviation (large ones push logits into the hundreds).
+    Normal { seed: u64, std: f32 },
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CaseRecipe {
+    pub num_kv_heads: usize,
+    /// Query heads per kv head.
+    pub group: usize,
+    pub head_size: usize,
+    pub block_size: usize,
+    pub dtype: DType,
+    pub kind: AttentionKind,
+    /// (context_len, query_len) per sequence; encoder-only ignores context_len.
+    pub seqs: Vec<(usize, usize)>,
+    pub window: Option<usize>,
+    pub soft_cap: Option<f32>,
+    pub alibi: bool,
+    pub sinks: bool,
+    pub padding_tokens: usize,
+    pub spare_blocks: usize,
+    pub table: TableOrder,
+    pub values: Values,
+}
+
+/// Size limits of generated cases.
+#[derive(Clone, Copy, Debug)]
+pub struct StrategyLimits {
+    pub max_seqs: usize,
+    pub max_context: usize,
+    pub max_query: usize,
+}
+
+impl StrategyLimits {
+    /// Small cases: fast, and where off-by-ones are visible.
+    pub const DEFAULT: StrategyLimits = StrategyLimits { max_seqs: 8, max_context: 80, max_query: 24 };
+    /// `--deep`: bigger batches and longer sequences.
+    pub const DEEP: StrategyLimits = StrategyLimits { max_seqs: 32, max_context: 1200, max_query: 80 };
+}
+
+/// ALiBi slopes as models define them: a geometric sequence `2^(-8 (h + 1) / H)`.
+pub fn alibi_slopes(num_heads: usize) -> Vec<f32> {
+    (0..num_heads).map(|h| 2f32.powf(-8.0 * (h as f32 + 1.0) / num_heads as f32)).collect()
+}
+
+impl CaseRecipe {
+    pub fn num_heads(&self) -> usize {
+        self.num_kv_heads * self.group
+    }
+
+    pub fn config(&self) -> AttentionConfig {
+        let h = self.num_heads();
+        let mut c = AttentionConfig::new(h, self.num_kv_heads, self.head_size, self.block_size, self.dtype);
+        c.kind = self.kind;
+        c.sliding_window = self.window;
+        c.logits_soft_cap = self.soft_cap;
+        if self.alibi {
+            c.alibi_slopes = Some(alibi_slopes(h));
+        }
+        if self.sinks {
+            // Sinks around the typical logit, so they matter without swamping the keys.
+            let mut rng = InputRng::new(0x51c5);
+            c.sinks = Some((0..h).map(|_| self.dtype.round((rng.normal() * 1.5) as f32)).collect());
+        }
+        c
+    }
+
+    /// (seq_lens, query_lens) as the batch sees them.
+    pub fn lens(&self) -> (Vec<usize>, Vec<usize>) {
+        self.seqs
+            .iter()
+            .map(|&(ctx, q)| match self.kind {
+                AttentionKind::Decoder => (ctx + q, q),
+                AttentionKind::EncoderOnly => (q, q),
+            })
+            .unzip()
+    }
+
+    /// The full case, deterministically.
+    pub fn build(&self) -> Case {
+        let (seq_lens, query_lens) = self.lens();
+        let (seed, std) = match self.values {
+            Values::Simple(seed) => (seed, 1.0),
+            Values::Normal { seed, std } => (seed, std as f64),
+        };
+        let opts = BuildOptions { permute_blocks: false, spare_blocks: self.spare_blocks, padding_tokens: self.padding_tokens, std };
+        let mut case = build_case(&seq_lens, &query_lens, self.config(), seed, &opts);
+        if let Values::Simple(seed) = self.values {
+            simplify_values(&mut case, seed);
+        }
+        self.lay_out_blocks(&mut case);
+        debug_assert_eq!(case.validate(), Ok(()), "{self:?}");
+        case
+    }
+
+    fn lay_out_blocks(&self, case: &mut Case) {
+        let bs = self.block_size;
+        let blocks: Vec<usize> = case.batch.seq_lens.iter().map(|l| l.div_ceil(bs)).collect();
+        let num_blocks = case.layout.num_blocks;
+        // Order in which (seq, logical block) pairs receive physical ids 1, 2, ...
+        let mut order: Vec<(usize, usize)> = Vec::new();
+        match self.table {
+            TableOrder::Interleaved => {
+                let most = blocks.iter().copied().max().unwrap_or(0);
+                for i in 0..most {
+                    for (s, &nb) in blocks.iter().enumerate() {
+                        if i < nb {
+                            order.push((s, i));
+                        }
+                    }
+                }
+            }
+            _ => {
+                for (s, &nb) in blocks.iter().enumerate() {
+                    order.extend((0..nb).map(|i| (s, i)));
+                }
+            }
+        }
+        let physical: Vec<u32> = match self.table {
+            TableOrder::Sequential | TableOrder::Interleaved => (1..num_blocks as u32).collect(),
+            TableOrder::Reversed => (1..num_blocks as u32).rev().collect(),
+            TableOrder::Permuted(seed) => InputRng::new(seed).permutation(num_blocks - 1).into_iter().map(|b| b as u32 + 1).collect(),
+        };
+        for (n, &(s, i)) in order.iter().enumerate() {
+            case.layout.block_table[s][i] = physical[n];
+        }
+        let starts = case.query_start_loc();
+        for s in 0..case.num_seqs() {
+            let ctx = case.context_len(s);
+            for j in 0..case.batch.query_lens[s] {
+                case.layout.slot_mapping[starts[s] + j] = case.slot_of(s, ctx + j);
+            }
+        }
+    }
+}
+
+/// Replace every tensor value with a small integer in [-2, 2] (exact in every dtype).
+fn simplify_values(case: &mut Case, seed: u64) {
+    let mut rng = InputRng::new(seed ^ 0x5151);
+    let mut fill = |v: &mut Vec<f32>| v.iter_mut().for_each(|x| *x = rng.below(5) as f32 - 2.0);
+    let t = &mut case.tensors;
+    fill(&mut t.query);
+    fill(&mut t.key);
+    fill(&mut t.value);
+    t.context_key.iter_mut().for_each(&mut fill);
+    t.context_value.iter_mut().for_each(&mut fill);
+}
+
+fn head_size() -> impl Strategy<Value = usize> {
+    prop_oneof![3 => 1usize..=8, 1 => prop::sample::select(vec![16usize, 64, 80, 96, 112, 128, 256])]
+}
+
+fn values() -> impl Strategy<Value = Values> {
+    prop_oneof![
+        1 => any::<u64>().prop_map(Values::Simple),
+        6 => any::<u64>().prop_map(|seed| Values::Normal { seed, std: 1.0 }),
+        2 => any::<u64>().prop_map(|seed| Values::Normal { seed, std: 12.0 }),
+    ]
+}
+
+fn table_order() -> impl Strategy<Value = TableOrder> {
+    prop_oneof![
+        1 => Just(TableOrder::Sequential),
+        1 => Just(TableOrder::Reversed),
+        1 => Just(TableOrder::Interleaved),
+        3 => any::<u64>().prop_map(TableOrder::Permuted),
+    ]
+}
+
+fn kind() -> impl Strategy<Value = AttentionKind> {
+    prop_oneof![4 => Just(AttentionKind::Decoder), 1 => Just(AttentionKind::EncoderOnly)]
+}
+
+/// The strategy for recipes within `limits`.
+pub fn recipe(limits: StrategyLimits) -> impl Strategy<Value = CaseRecipe> {
+    let heads = (1usize..=4, prop::sample::select(vec![1usize, 2, 3, 4, 6, 8]));
+    let shape = (head_size(), prop::sample::select(vec![1usize, 2, 3, 16, 32, 64]), prop::sample::select(DType::ALL.to_vec()), kind());
+    let seq = (
+        prop_oneof![2 => 0usize..=8, 1 => 0usize..=limits.max_context],
+        prop_oneof![2 => 1usize..=2, 1 => 1usize..=limits.max_query],
+    );
+    let seqs = prop::collection::vec(seq, 1..=limits.max_seqs);
+    let longest = limits.max_context + limits.max_query;
+    let features = (
+        prop::option::weighted(0.35, prop_oneof![2 => 1usize..=8, 1 => 1usize..=longest + 2]),
+        prop::option::weighted(0.2, prop::sample::select(vec![1.0f32, 5.0, 30.0, 50.0])),
+        prop::bool::weighted(0.2),
+        prop::bool::weighted(0.2),
+    );
+    let layout = (prop_oneof![4 => Just(0usize), 1 => 1usize..=4], prop_oneof![1 => Just(0usize), 1 => 1usize..=6], table_order());
+    (heads, shape, seqs, features, layout, values()).prop_map(
+        |((num_kv_heads, group), (head_size, block_size, dtype, kind), seqs, (window, soft_cap, alibi, sinks), (padding_tokens, spare_blocks, table), values)| CaseRecipe {
+            num_kv_heads,
+            group,
+            head_size,
+            block_size,
+            dtype,
+            kind,
+            seqs,
+            window,
+            soft_cap,
+            alibi,
+            sinks,
+            padding_tokens,
+            spare_blocks,
+            table,
+            values,
+        },
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::test_runner::TestRunner;
+
+    proptest! {
+        #[test]
+        fn every_recipe_builds_a_valid_case(r in recipe(StrategyLimits::DEFAULT)) {
+            let case = r.build();
+            prop_assert_eq!(case.validate(), Ok(()));
+            prop_assert_eq!(case.num_seqs(), r.seqs.len());
+        }
+    }
+
+    #[test]
+    fn table_orders_place_blocks_as_named() {
+        let mut r = CaseRecipe {
+            num_kv_heads: 1,
+            group: 1,
+            head_size: 2,
+            block_size: 2,
+            dtype: DType::F32,
+            kind: AttentionKind::Decoder,
+            seqs: vec![(3, 1), (3, 1)],
+            window: None,
+            soft_cap: None,
+            alibi: false,
+            sinks: false,
+            padding_tokens: 0,
+            spare_blocks: 0,
+            table: TableOrder::Sequential,
+            values: Values::Simple(1),
+        };
+        assert_eq!(r.build().layout.block_table, vec![vec![1, 2], vec![3, 4]]);
+        r.table = TableOrder::Reversed;
+        assert_eq!(r.build().layout.block_table, vec![vec![4, 3], vec![2, 1]]);
+        r.table = TableOrder::Interleaved;
+        assert_eq!(r.build().layout.block_table, vec![vec![1, 3], vec![2, 4]]);
+    }
+
+    #[test]
+    fn generation_covers_every_feature() {
+        let mut runner = TestRunner::deterministic();
+        let s = recipe(StrategyLimits::DEFAULT);
+        let rs: Vec<CaseRecipe> = (0..400).map(|_| s.new_tree(&mut runner).unwrap().current()).collect();
+        assert!(rs.iter().any(|r| r.kind == AttentionKind::EncoderOnly));
+        assert!(rs.iter().any(|r| r.window == Some(1)));
+        assert!(rs.iter().any(|r| r.soft_cap.is_some() && r.alibi && r.sinks) || (rs.iter().any(|r| r.alibi) && rs.iter().any(|r| r.sinks)));
+        assert!(rs.iter().any(|r| r.padding_tokens > 0));
+        assert!(rs.iter().any(|r| r.group == 3 && r.num_kv_heads == 3));
+        assert!(rs.iter().any(|r| r.head_size == 128));
+        assert!(rs.iter().any(|r| matches!(r.values, Values::Simple(_))));
+        for dt in DType::ALL {
+            assert!(rs.iter().any(|r| r.dtype == dt));
+        }
+    }
+}

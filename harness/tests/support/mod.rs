@@ -1,0 +1,112 @@
+//! A deliberately plain paged-attention backend for the harness's own tests, with switches
+//! that plant bugs. Not registered anywhere.
+#![allow(dead_code)]
+
+use attn_backends::{cache_as, cache_as_mut, Backend, BackendError, CacheLayout, KvCache, KvWrite, StepInputs, Unsupported};
+use attn_reference::{AttentionConfig, AttentionKind};
+
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Plant {
+    /// Decoder window sees w + 1 keys instead of w.
+    pub window_off_by_one: bool,
+    /// Query head h reads kv head h % Hkv.
+    pub gqa_modulo: bool,
+    /// Panic on any case with more than one sequence.
+    pub panic_on_batches: bool,
+}
+
+pub struct Naive {
+    pub name: String,
+    pub plant: Plant,
+}
+
+impl Naive {
+    pub fn correct() -> Self {
+        Naive { name: "naive".into(), plant: Plant::default() }
+    }
+    pub fn with(name: &str, plant: Plant) -> Self {
+        Naive { name: name.into(), plant }
+    }
+}
+
+struct Cache {
+    k: Vec<f32>,
+    v: Vec<f32>,
+}
+
+impl Backend for Naive {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn supports(&self, _: &AttentionConfig) -> Result<(), Unsupported> {
+        Ok(())
+    }
+    fn cache_layout(&self) -> CacheLayout {
+        CacheLayout { shape: "[num_blocks * block_size, num_kv_heads, head_size] x2", description: "flat slots" }
+    }
+    fn new_cache(&self, c: &AttentionConfig, num_blocks: usize) -> Result<KvCache, BackendError> {
+        let n = num_blocks * c.block_size * c.num_kv_heads * c.head_size;
+        Ok(Box::new(Cache { k: vec![0.0; n], v: vec![0.0; n] }))
+    }
+    fn write_kv(&self, c: &AttentionConfig, cache: &mut KvCache, kv: &KvWrite<'_>) -> Result<(), BackendError> {
+        let cache = cache_as_mut::<Cache>(&self.name, cache)?;
+        let row = c.num_kv_heads * c.head_size;
+        for (t, &slot) in kv.slot_mapping.iter().enumerate() {
+            if slot < 0 {
+                continue;
+            }
+            let s = slot as usize;
+            cache.k[s * row..(s + 1) * row].copy_from_slice(&kv.key[t * row..(t + 1) * row]);
+            cache.v[s * row..(s + 1) * row].copy_from_slice(&kv.value[t * row..(t + 1) * row]);
+        }
+        Ok(())
+    }
+    fn forward(&self, c: &AttentionConfig, cache: &KvCache, step: &StepInputs<'_>) -> Result<Vec<f32>, BackendError> {
+        let cache = cache_as::<Cache>(&self.name, cache)?;
+        if self.plant.panic_on_batches && step.seq_lens.len() > 1 {
+            panic!("planted panic on a batch of {}", step.seq_lens.len());
+        }
+        let (hq, hkv, d, bs) = (c.num_heads, c.num_kv_heads, c.head_size, c.block_size);
+        let mut out = vec![0.0f32; step.num_tokens * hq * d];
+        for s in 0..step.seq_lens.len() {
+            let (q0, q1) = (step.query_start_loc[s], step.query_start_loc[s + 1]);
+            let len = step.seq_lens[s];
+            let ctx = len - (q1 - q0);
+            for t in q0..q1 {
+                let p = ctx + t - q0;
+                let (mut lo, mut hi) = attn_reference::oracle::visible_keys(c.kind, c.sliding_window, p, len);
+                if self.plant.window_off_by_one && c.sliding_window.is_some() && c.kind == AttentionKind::Decoder {
+                    lo = lo.saturating_sub(1);
+                }
+                hi = hi.min(len - 1);
+                for h in 0..hq {
+                    let kvh = if self.plant.gqa_modulo { h % hkv } else { h / (hq / hkv) };
+                    let q = &step.query[(t * hq + h) * d..(t * hq + h + 1) * d];
+                    let slot = |k: usize| step.block_table[s][k / bs] as usize * bs + k % bs;
+                    let mut logits: Vec<f64> = (lo..=hi)
+                        .map(|k| {
+                            let kr = &cache.k[(slot(k) * hkv + kvh) * d..][..d];
+                            let mut l = c.effective_scale() * q.iter().zip(kr).map(|(a, b)| *a as f64 * *b as f64).sum::<f64>();
+                            if let Some(cap) = c.logits_soft_cap {
+                                l = cap as f64 * (l / cap as f64).tanh();
+                            }
+                            if let Some(a) = &c.alibi_slopes {
+                                l += a[h] as f64 * (k as f64 - p as f64);
+                            }
+                            l
+                        })
+                        .collect();
+                    let sink = c.sinks.as_ref().map(|x| x[h] as f64);
+                    let m = logits.iter().copied().chain(sink).fold(f64::NEG_INFINITY, f64::max);
+                    logits.iter_mut().for_each(|l| *l = (*l - m).exp());
+                    let denom: f64 = logits.iter().sum::<f64>() + sink.map_or(0.0, |x| (x - m).exp());
+                    for i in 0..d {
+                        let acc: f64 = (lo..=hi).zip(&logits).map(|(k, w)| w * cache.v[(slot(k) * hkv + kvh) * d + i] as f64).sum();
+                        out[(t * hq + h) * d + i] = c.dtype.round((acc / denom) as f32);
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+}
