@@ -99,7 +99,6 @@ pub fn select_backends(names: &[String]) -> anyhow::Result<Vec<Arc<dyn Backend>>
 pub fn run(cli: Cli) -> anyhow::Result<bool> {
     match cli.command {
         Command::Check { backend, cases, seed, shard, specs, upstream, deep, format, out } => {
-            let backends = select_backends(&backend)?;
             let mut up = if upstream { upstream::full_suite() } else { upstream::small_suite() };
             if !specs.is_empty() {
                 let named = upstream::cases_for_specs(&specs).map_err(usage)?;
@@ -109,6 +108,7 @@ pub fn run(cli: Cli) -> anyhow::Result<bool> {
                     }
                 }
             }
+            let backends = select_backends(&backend)?;
             let cases = cases.unwrap_or_else(CheckOptions::default_cases);
             let progress = (format == Format::Text && std::io::stderr().is_terminal()).then(|| {
                 let bar = indicatif::ProgressBar::new(cases as u64 / shard.count as u64);
