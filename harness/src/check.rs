@@ -218,11 +218,12 @@ pub fn run_check(mut opts: CheckOptions) -> CheckSummary {
                     let origin = format!("property case {index} (seed {})", opts.seed);
                     let file = format!("{}-seed{}-case{index}.json", sanitize(backend.name()), opts.seed);
                     let replay = write_replay(&opts.out_dir, &file, &minimal);
-                    let report = match out {
+                    let mut report = match out {
                         Outcome::Diverged(d) => FailureReport::new(backend.name(), &origin, &minimal, &e, &d, replay, Some(&shrunk)),
                         // Flaky: the minimal case passed when re-run; report the original.
                         _ => FailureReport::new(backend.name(), &origin, &case, &expected, d, replay, None),
                     };
+                    report.attach_heatmap(&opts.out_dir.join(file.replace(".json", ".png")));
                     summary.failures.push(report);
                 }
             }

@@ -64,8 +64,47 @@ pub enum Command {
         #[arg(long, value_delimiter = ',')]
         backend: Vec<String>,
     },
+    /// Write a case's tensors and the oracle's output to a safetensors file.
+    Export {
+        /// An upstream spec to build the case from.
+        #[arg(long, conflicts_with = "case", required_unless_present = "case")]
+        spec: Option<String>,
+        /// A replay file (JSON case) to export instead.
+        #[arg(long)]
+        case: Option<PathBuf>,
+        /// Query heads and kv heads, e.g. 32,8.
+        #[arg(long, value_delimiter = ',', num_args = 2, default_values_t = [32usize, 8])]
+        heads: Vec<usize>,
+        #[arg(long, default_value_t = 128)]
+        head_size: usize,
+        #[arg(long, default_value = "bf16")]
+        dtype: attn_reference::DType,
+        #[arg(long, default_value_t = 16)]
+        block_size: usize,
+        #[arg(long)]
+        window: Option<usize>,
+        #[arg(long, default_value_t = upstream::UPSTREAM_SEED)]
+        seed: u64,
+        #[arg(long)]
+        out: PathBuf,
+    },
     /// Backends with what each supports, and the named specs.
     List,
+}
+
+/// Load a case from a replay file: JSON, or a safetensors file written by `export`.
+pub fn load_case(path: &std::path::Path) -> anyhow::Result<Case> {
+    let name = path.display();
+    if path.extension().is_some_and(|e| e == "safetensors") {
+        let meta = std::fs::metadata(path).map_err(|e| usage(format!("cannot read {name}: {e}")))?;
+        if meta.is_dir() {
+            return Err(usage(format!("cannot read {name}: is a directory")));
+        }
+        let bytes = std::fs::read(path).map_err(|e| usage(format!("cannot read {name}: {e}")))?;
+        let (case, _) = crate::export::case_from_safetensors(&bytes).map_err(|e| usage(format!("{name}: {e}")))?;
+        return Ok(case);
+    }
+    Case::load(path).map_err(|e| usage(format!("{name}: {e}")))
 }
 
 /// An error of usage or set-up (exit 2), as opposed to a divergence (exit 1).
@@ -139,7 +178,7 @@ pub fn run(cli: Cli) -> anyhow::Result<bool> {
             Ok(!summary.any_divergence())
         }
         Command::Replay { file, backend } => {
-            let case = Case::load(&file).map_err(|e| usage(format!("{}: {e}", file.display())))?;
+            let case = load_case(&file)?;
             let backends = select_backends(&backend)?;
             let mut ok = true;
             for r in replay_case(&case, &file.display().to_string(), &backends) {
@@ -157,6 +196,27 @@ pub fn run(cli: Cli) -> anyhow::Result<bool> {
                 }
             }
             Ok(ok)
+        }
+        Command::Export { spec, case, heads, head_size, dtype, block_size, window, seed, out } => {
+            let case = match (spec, case) {
+                (Some(name), _) => {
+                    let spec = attn_reference::spec_by_name(&name)
+                        .ok_or_else(|| usage(format!("unknown spec `{name}`; known specs: {}", attn_reference::specs::spec_names().join(", "))))?;
+                    let mut config = attn_reference::AttentionConfig::new(heads[0], heads[1], head_size, block_size, dtype);
+                    config.sliding_window = window;
+                    config.kind = spec.kind;
+                    // Check the config before building anything from it.
+                    config.validate().map_err(|e| usage(e.to_string()))?;
+                    attn_reference::build_spec_case(&spec, config, seed)
+                }
+                (None, Some(path)) => load_case(&path)?,
+                (None, None) => return Err(usage("export needs --spec NAME or --case FILE")),
+            };
+            let expected = attn_reference::reference_output(&case);
+            let bytes = crate::export::case_to_safetensors(&case, Some(&expected));
+            attn_reference::golden::write_atomic(&out, &bytes).map_err(|e| usage(format!("cannot write {}: {e}", out.display())))?;
+            eprintln!("wrote {} ({} bytes): {}", out.display(), bytes.len(), case.shape_summary());
+            Ok(true)
         }
         Command::List => {
             println!("backends:");

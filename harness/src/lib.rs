@@ -8,7 +8,9 @@
 pub mod check;
 pub mod cli;
 pub mod compare;
+pub mod export;
 pub mod hint;
+pub mod plot;
 pub mod replay;
 pub mod report;
 pub mod runner;

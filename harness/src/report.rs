@@ -61,6 +61,11 @@ pub struct FailureReport {
     pub text: String,
     #[serde(skip)]
     pub case: Case,
+    /// Max abs error per (token, head), for the heat map.
+    #[serde(skip)]
+    err_map: Vec<f64>,
+    #[serde(skip)]
+    rendered_from: Option<(Vec<f64>, Divergence)>,
 }
 
 /// Write a replay file (the case as JSON) atomically under `dir`; the path, or None (with a
@@ -95,9 +100,34 @@ impl FailureReport {
             heatmap: None,
             text: String::new(),
             case: case.clone(),
+            err_map: comparison.map(|c| c.err_map.clone()).unwrap_or_default(),
+            rendered_from: None,
         };
         r.text = r.render(expected, d);
+        r.rendered_from = Some((expected.to_vec(), d.clone()));
         r
+    }
+
+    /// Draw the error heat map (tokens × heads) next to the replay file and mention it in the
+    /// report. Does nothing for divergences without values (panics, errors).
+    pub fn attach_heatmap(&mut self, path: &Path) {
+        if self.err_map.is_empty() {
+            return;
+        }
+        let tokens = self.case.num_real_tokens();
+        let heads = self.case.config.num_heads;
+        let allowance = crate::compare::Tolerance::for_dtype(self.case.config.dtype).atol;
+        let title = format!("{}: abs error by token and head", self.backend);
+        match crate::plot::heat_map(path, &title, &self.err_map, tokens, heads, allowance) {
+            Ok(()) => {
+                self.heatmap = Some(path.display().to_string());
+                if let Some((expected, d)) = self.rendered_from.take() {
+                    self.text = self.render(&expected, &d);
+                    self.rendered_from = Some((expected, d));
+                }
+            }
+            Err(e) => eprintln!("warning: cannot draw heat map {}: {e}", path.display()),
+        }
     }
 
     fn render(&self, expected: &[f64], d: &Divergence) -> String {

@@ -90,7 +90,14 @@ impl Case {
     }
 
     fn validate_config(&self) -> Result<(), CaseError> {
-        let c = &self.config;
+        self.config.validate()
+    }
+}
+
+impl crate::AttentionConfig {
+    /// Check the config alone (sizes, head ratio, window, parameters).
+    pub fn validate(&self) -> Result<(), CaseError> {
+        let c = self;
         nonzero(c.num_heads, "config.num_heads")?;
         nonzero(c.num_kv_heads, "config.num_kv_heads")?;
         nonzero(c.head_size, "config.head_size")?;
@@ -120,7 +127,9 @@ impl Case {
         }
         Ok(())
     }
+}
 
+impl Case {
     fn validate_shapes(&self) -> Result<(), CaseError> {
         let c = &self.config;
         let b = &self.batch;
