@@ -1,0 +1,275 @@
+//! One work item: a tile of query rows (the query heads of one kv head, for a few tokens)
+//! against a range of keys, with an online softmax over KV tiles.
+//!
+//! Per KV tile: scores for every row (`qk`, block by block through the block table), then
+//! soft-cap, ALiBi and the visibility mask, then per row the running max/sum update (output
+//! rescaled only when the max grows), then the weighted values (`pv`). Everything is f32.
+//! The item leaves unnormalised rows with their max and sum; [`finalize_task`] merges the
+//! splits of a task (log-sum-exp), adds the sink and writes the rounded output.
+
+use super::elem::KvElem;
+use super::layout::Geometry;
+use super::scheduler::Task;
+use super::simd::{Ops, PvArgs, QkArgs};
+use attn_reference::{AttentionConfig, AttentionKind};
+use std::ops::Range;
+
+/// Keys per KV tile (rounded down to whole blocks when blocks are smaller): scores of 64
+/// rows for one tile are 64 KiB, well inside L2.
+pub const TILE_KEYS: usize = 256;
+
+/// The keys the query at position `p` may see, as a half-open range.
+pub fn visible_keys(
+    kind: AttentionKind,
+    window: Option<usize>,
+    p: usize,
+    seq_len: usize,
+) -> Range<usize> {
+    let lo = window.map_or(0, |w| (p + 1).saturating_sub(w));
+    let hi = match (kind, window) {
+        (AttentionKind::Decoder, _) => p + 1,
+        (AttentionKind::EncoderOnly, None) => seq_len,
+        (AttentionKind::EncoderOnly, Some(w)) => (p + w).min(seq_len),
+    };
+    lo..hi.max(lo)
+}
+
+/// Everything an item reads, shared by all threads of a call.
+pub struct Problem<'a, T> {
+    pub cfg: &'a AttentionConfig,
+    pub geometry: Geometry,
+    pub scale: f32,
+    pub group: usize,
+    pub cache: &'a [T],
+    pub query: &'a [f32],
+    pub seq_lens: &'a [usize],
+    pub block_table: &'a [Vec<u32>],
+    pub ops: &'a Ops<T>,
+}
+
+/// Per-thread buffers, grown on demand and reused across items and calls.
+#[derive(Debug, Default)]
+pub struct Scratch {
+    q: Vec<f32>,
+    s: Vec<f32>,
+    o: Vec<f32>,
+    m: Vec<f32>,
+    l: Vec<f32>,
+    vis: Vec<Range<usize>>,
+}
+
+fn grow<T: Clone>(v: &mut Vec<T>, len: usize, fill: T) {
+    if v.len() < len {
+        v.resize(len, fill);
+    }
+}
+
+/// Tile width for a block size: whole blocks when they fit, `TILE_KEYS` otherwise.
+pub fn tile_keys(block_size: usize) -> usize {
+    if block_size <= TILE_KEYS {
+        TILE_KEYS / block_size * block_size
+    } else {
+        TILE_KEYS
+    }
+}
+
+/// Run one split of `task` over `keys`, writing `rows * d` output values, `rows` maxima and
+/// `rows` sums into `out`.
+pub fn run_item<T: KvElem>(
+    pb: &Problem<'_, T>,
+    task: &Task,
+    keys: Range<usize>,
+    sc: &mut Scratch,
+    out: &mut [f32],
+) {
+    let g = pb.geometry;
+    let (d, bs, group, rows) = (g.head_size, g.block_size, pb.group, task.rows);
+    let hq = pb.cfg.num_heads;
+    let lds = tile_keys(bs);
+    let seq_len = pb.seq_lens[task.seq];
+    grow(&mut sc.q, rows * d, 0.0);
+    grow(&mut sc.s, rows * lds, 0.0);
+    grow(&mut sc.o, rows * d, 0.0);
+    grow(&mut sc.m, rows, 0.0);
+    grow(&mut sc.l, rows, 0.0);
+    grow(&mut sc.vis, rows, 0..0);
+
+    // Query rows, pre-scaled so scores come out of `qk` final (before soft-cap).
+    for r in 0..rows {
+        let (t, h) = (r / group, task.kv_head * group + r % group);
+        let src = &pb.query[((task.token0 + t) * hq + h) * d..][..d];
+        for (dst, &x) in sc.q[r * d..(r + 1) * d].iter_mut().zip(src) {
+            *dst = x * pb.scale;
+        }
+        sc.vis[r] = visible_keys(pb.cfg.kind, pb.cfg.sliding_window, task.pos0 + t, seq_len);
+    }
+    sc.o[..rows * d].fill(0.0);
+    sc.m[..rows].fill(f32::NEG_INFINITY);
+    sc.l[..rows].fill(0.0);
+
+    let table = &pb.block_table[task.seq];
+    let chunk = |key: usize| -> (&[T], usize, usize) {
+        let (block, off) = (key / bs, key % bs);
+        let start = g.chunk_start(table[block] as usize, task.kv_head);
+        (&pb.cache[start..start + g.chunk_len()], off, bs - off)
+    };
+
+    let mut a = keys.start;
+    while a < keys.end {
+        // Tiles end on block boundaries where possible, so each block is one kernel call.
+        let aligned = (a + lds) / bs * bs;
+        let b = if aligned > a { aligned } else { a + lds }.min(keys.end);
+        let width = b - a;
+
+        let mut key = a;
+        while key < b {
+            let (kv, j0, left) = chunk(key);
+            let n = left.min(b - key);
+            (pb.ops.qk)(QkArgs {
+                q: &sc.q,
+                rows,
+                d,
+                kt: &kv[..bs * d],
+                bs,
+                j0,
+                n,
+                s: &mut sc.s,
+                lds,
+                c0: key - a,
+            });
+            key += n;
+        }
+
+        for r in 0..rows {
+            let s = &mut sc.s[r * lds..r * lds + width];
+            if let Some(cap) = pb.cfg.logits_soft_cap {
+                for x in s.iter_mut() {
+                    *x = cap * (*x / cap).tanh();
+                }
+            }
+            let p = (task.pos0 + r / group) as f32;
+            if let Some(slopes) = &pb.cfg.alibi_slopes {
+                let slope = slopes[task.kv_head * group + r % group];
+                for (j, x) in s.iter_mut().enumerate() {
+                    *x += slope * ((a + j) as f32 - p);
+                }
+            }
+            let vis = &sc.vis[r];
+            let (lo, hi) = (vis.start.clamp(a, b) - a, vis.end.clamp(a, b) - a);
+            s[..lo].fill(f32::NEG_INFINITY);
+            s[hi.max(lo)..].fill(f32::NEG_INFINITY);
+
+            let m_old = sc.m[r];
+            let m_new = m_old.max((pb.ops.max)(s));
+            if m_new == f32::NEG_INFINITY {
+                // Nothing visible yet: zero weights keep the row's output at 0.
+                s.fill(0.0);
+                continue;
+            }
+            let sum = (pb.ops.exp_sum)(s, m_new);
+            if m_old != m_new {
+                let alpha = (m_old - m_new).exp();
+                sc.l[r] *= alpha;
+                (pb.ops.scale)(&mut sc.o[r * d..(r + 1) * d], alpha);
+                sc.m[r] = m_new;
+            }
+            sc.l[r] += sum;
+        }
+
+        let mut key = a;
+        while key < b {
+            let (kv, j0, left) = chunk(key);
+            let n = left.min(b - key);
+            (pb.ops.pv)(PvArgs {
+                p: &sc.s,
+                lds,
+                c0: key - a,
+                rows,
+                n,
+                v: &kv[bs * d..],
+                j0,
+                d,
+                o: &mut sc.o,
+            });
+            key += n;
+        }
+        a = b;
+    }
+
+    let (o, rest) = out.split_at_mut(rows * d);
+    o.copy_from_slice(&sc.o[..rows * d]);
+    rest[..rows].copy_from_slice(&sc.m[..rows]);
+    rest[rows..2 * rows].copy_from_slice(&sc.l[..rows]);
+}
+
+/// Merge the splits of `task` from `staging` (log-sum-exp), add the sink, normalise, round
+/// to the dtype and write the rows into `output` (`[num_tokens, num_heads, head_size]`).
+/// Rows that see nothing (and have no sink) come out as zeros, never NaN.
+pub fn finalize_task(cfg: &AttentionConfig, task: &Task, staging: &[f32], output: &mut [f32]) {
+    let d = cfg.head_size;
+    let group = cfg.num_heads / cfg.num_kv_heads;
+    let split_len = task.split_len(d);
+    let parts = &staging[task.staging..task.staging + task.splits * split_len];
+    let rows = task.rows;
+    for r in 0..rows {
+        let h = task.kv_head * group + r % group;
+        let token = task.token0 + r / group;
+        let max_of = |i: usize| parts[i * split_len + rows * d + r];
+        let sum_of = |i: usize| parts[i * split_len + rows * d + rows + r];
+        let sink = cfg.sinks.as_ref().map(|s| s[h]);
+        let m = (0..task.splits)
+            .map(max_of)
+            .chain(sink)
+            .fold(f32::NEG_INFINITY, f32::max);
+        let dst = &mut output[(token * cfg.num_heads + h) * d..][..d];
+        dst.fill(0.0);
+        if m == f32::NEG_INFINITY {
+            continue;
+        }
+        let mut denom = sink.map_or(0.0, |s| (s - m).exp());
+        for i in 0..task.splits {
+            let mi = max_of(i);
+            if mi == f32::NEG_INFINITY {
+                continue;
+            }
+            let w = (mi - m).exp();
+            denom += w * sum_of(i);
+            for (acc, &x) in dst.iter_mut().zip(&parts[i * split_len + r * d..][..d]) {
+                *acc += w * x;
+            }
+        }
+        if denom > 0.0 {
+            let inv = 1.0 / denom;
+            for x in dst.iter_mut() {
+                *x = cfg.dtype.round(*x * inv);
+            }
+        } else {
+            dst.fill(0.0);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn visibility_follows_both_window_conventions() {
+        use AttentionKind::*;
+        assert_eq!(visible_keys(Decoder, None, 5, 10), 0..6);
+        assert_eq!(visible_keys(Decoder, Some(1), 5, 10), 5..6);
+        assert_eq!(visible_keys(Decoder, Some(3), 5, 10), 3..6);
+        assert_eq!(visible_keys(Decoder, Some(100), 5, 10), 0..6);
+        assert_eq!(visible_keys(EncoderOnly, None, 5, 10), 0..10);
+        assert_eq!(visible_keys(EncoderOnly, Some(2), 5, 10), 4..7);
+        assert_eq!(visible_keys(EncoderOnly, Some(3), 9, 10), 7..10);
+    }
+
+    #[test]
+    fn tiles_are_whole_blocks() {
+        assert_eq!(tile_keys(16), 256);
+        assert_eq!(tile_keys(3), 255);
+        assert_eq!(tile_keys(1), 256);
+        assert_eq!(tile_keys(1000), 256);
+    }
+}
