@@ -11,7 +11,8 @@ use super::elem::KvElem;
 use super::layout::Geometry;
 use super::scheduler::Task;
 use super::simd::{Ops, PvArgs, QkArgs};
-use attn_reference::{AttentionConfig, AttentionKind};
+use attn_reference::{AttentionConfig, AttentionKind, DType};
+use half::{f16, slice::HalfFloatSliceExt};
 use std::ops::Range;
 
 /// Keys per KV tile (rounded down to whole blocks when blocks are smaller): scores of 64
@@ -222,29 +223,52 @@ pub fn finalize_task(cfg: &AttentionConfig, task: &Task, staging: &[f32], output
             .chain(sink)
             .fold(f32::NEG_INFINITY, f32::max);
         let dst = &mut output[(token * cfg.num_heads + h) * d..][..d];
-        dst.fill(0.0);
-        if m == f32::NEG_INFINITY {
+        // Weight of each split relative to the common max; splits that saw nothing weigh 0.
+        let weight = |i: usize| {
+            if max_of(i) == f32::NEG_INFINITY {
+                0.0
+            } else {
+                (max_of(i) - m).exp()
+            }
+        };
+        let denom = (0..task.splits).map(|i| weight(i) * sum_of(i)).sum::<f32>()
+            + sink.map_or(0.0, |s| (s - m).exp());
+        if m == f32::NEG_INFINITY || denom.is_nan() || denom <= 0.0 {
+            dst.fill(0.0);
             continue;
         }
-        let mut denom = sink.map_or(0.0, |s| (s - m).exp());
         for i in 0..task.splits {
-            let mi = max_of(i);
-            if mi == f32::NEG_INFINITY {
-                continue;
-            }
-            let w = (mi - m).exp();
-            denom += w * sum_of(i);
-            for (acc, &x) in dst.iter_mut().zip(&parts[i * split_len + r * d..][..d]) {
-                *acc += w * x;
+            let f = weight(i) / denom;
+            let o = &parts[i * split_len + r * d..][..d];
+            if i == 0 {
+                dst.iter_mut().zip(o).for_each(|(y, &x)| *y = x * f);
+            } else {
+                dst.iter_mut().zip(o).for_each(|(y, &x)| *y += x * f);
             }
         }
-        if denom > 0.0 {
-            let inv = 1.0 / denom;
-            for x in dst.iter_mut() {
-                *x = cfg.dtype.round(*x * inv);
+        round_to(cfg.dtype, dst);
+    }
+}
+
+/// Round every value to the nearest value of `dtype` (ties to even), in place.
+pub fn round_to(dtype: DType, x: &mut [f32]) {
+    match dtype {
+        DType::F32 => {}
+        DType::Bf16 => {
+            // bf16 keeps the top 16 bits; adding 0x7fff plus the kept lsb rounds to nearest
+            // even. Inputs are finite, so no NaN payload can be disturbed.
+            for v in x.iter_mut() {
+                let b = v.to_bits();
+                *v = f32::from_bits(b.wrapping_add(0x7fff + ((b >> 16) & 1)) & 0xffff_0000);
             }
-        } else {
-            dst.fill(0.0);
+        }
+        DType::F16 => {
+            let mut buf = [f16::ZERO; 64];
+            for chunk in x.chunks_mut(64) {
+                let h = &mut buf[..chunk.len()];
+                h.convert_from_f32_slice(chunk);
+                h.convert_to_f32_slice(chunk);
+            }
         }
     }
 }
@@ -263,6 +287,21 @@ mod tests {
         assert_eq!(visible_keys(EncoderOnly, None, 5, 10), 0..10);
         assert_eq!(visible_keys(EncoderOnly, Some(2), 5, 10), 4..7);
         assert_eq!(visible_keys(EncoderOnly, Some(3), 9, 10), 7..10);
+    }
+
+    #[test]
+    fn rounding_matches_the_dtype() {
+        let xs: Vec<f32> = (0..2000)
+            .map(|i| ((i as f32) * 0.37).sin() * 10f32.powi(i % 7 - 3))
+            .chain([0.0, -0.0, 65504.0, 1e-8])
+            .collect();
+        for dtype in DType::ALL {
+            let mut ours = xs.clone();
+            round_to(dtype, &mut ours);
+            for (&x, &y) in xs.iter().zip(&ours) {
+                assert_eq!(y.to_bits(), dtype.round(x).to_bits(), "{dtype} {x}");
+            }
+        }
     }
 
     #[test]

@@ -29,6 +29,10 @@ use std::sync::{Mutex, OnceLock};
 
 const NAME: &str = "cpu";
 
+/// Steps whose estimated cost (see `scheduler`) is below this run on the calling thread
+/// alone: about 20 µs of work, less than waking a helper thread costs.
+const INLINE_COST: u64 = 12_000;
+
 /// Which SIMD level the kernels use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum SimdChoice {
@@ -75,6 +79,8 @@ pub struct CpuBackend {
     /// Built on first use, so listing backends spawns no threads.
     pool: OnceLock<Option<rayon::ThreadPool>>,
     scratch: Vec<Mutex<Scratch>>,
+    /// Partial results of the work items, reused across calls.
+    staging: Mutex<Vec<f32>>,
 }
 
 impl CpuBackend {
@@ -101,6 +107,7 @@ impl CpuBackend {
             level,
             pool: OnceLock::new(),
             scratch,
+            staging: Mutex::default(),
         })
     }
 
@@ -115,6 +122,7 @@ impl CpuBackend {
             scratch: (0..threads)
                 .map(|_| Mutex::new(Scratch::default()))
                 .collect(),
+            staging: Mutex::default(),
         }
     }
 
@@ -253,11 +261,17 @@ impl CpuBackend {
             ops: &ops,
         };
 
-        // Each item owns a disjoint piece of the staging buffer; threads claim items largest
-        // first from a shared counter.
-        let mut staging = vec![0.0f32; sched.staging_len];
+        // Each item owns a disjoint piece of the staging buffer (every item writes all of
+        // its piece, so stale contents are harmless); threads claim items largest first from
+        // a shared counter. A concurrent call on the same backend gets a buffer of its own.
+        let mut shared = self.staging.try_lock().ok();
+        let mut own = Vec::new();
+        let staging = shared.as_deref_mut().unwrap_or(&mut own);
+        if staging.len() < sched.staging_len {
+            staging.resize(sched.staging_len, 0.0);
+        }
         let mut slots = Vec::with_capacity(sched.items.len());
-        let mut rest = staging.as_mut_slice();
+        let mut rest = &mut staging[..sched.staging_len];
         for item in &sched.items {
             let len = sched.tasks[item.task].split_len(geometry.head_size);
             let (mine, tail) = rest.split_at_mut(len);
@@ -287,9 +301,18 @@ impl CpuBackend {
                 }
             }
         };
+        // The calling thread works too; helpers join when they wake. Tiny steps stay on the
+        // calling thread, where waking helpers would cost more than they save.
+        let total: u64 = sched.items.iter().map(|i| i.cost).sum();
         match self.pool() {
-            Some(pool) if sched.items.len() > 1 => {
-                pool.broadcast(|ctx| work(ctx.index()));
+            Some(pool) if sched.items.len() > 1 && total >= INLINE_COST => {
+                pool.in_place_scope(|scope| {
+                    for helper in 1..self.threads {
+                        let work = &work;
+                        scope.spawn(move |_| work(helper));
+                    }
+                    work(0);
+                });
             }
             _ => work(0),
         }
@@ -297,7 +320,7 @@ impl CpuBackend {
 
         let mut output = vec![0.0f32; step.num_tokens * config.num_heads * config.head_size];
         for task in &sched.tasks {
-            kernel::finalize_task(config, task, &staging, &mut output);
+            kernel::finalize_task(config, task, staging, &mut output);
         }
         Ok(output)
     }
