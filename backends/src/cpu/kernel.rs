@@ -19,6 +19,10 @@ use std::ops::Range;
 /// rows for one tile are 64 KiB, well inside L2.
 pub const TILE_KEYS: usize = 256;
 
+/// How far ahead of the block being read the next one is prefetched: a few tens of KiB in
+/// flight per thread hide DRAM latency; much more only evicts what is still needed.
+const PREFETCH_BYTES: usize = 32 * 1024;
+
 /// The keys the query at position `p` may see, as a half-open range.
 pub fn visible_keys(
     kind: AttentionKind,
@@ -115,6 +119,9 @@ pub fn run_item<T: KvElem>(
         (&pb.cache[start..start + g.chunk_len()], off, bs - off)
     };
 
+    let chunk_bytes = g.chunk_len() * std::mem::size_of::<T>();
+    let ahead = (PREFETCH_BYTES / chunk_bytes.max(1)).clamp(1, 8);
+
     let mut a = keys.start;
     while a < keys.end {
         // Tiles end on block boundaries where possible, so each block is one kernel call.
@@ -126,11 +133,16 @@ pub fn run_item<T: KvElem>(
         while key < b {
             let (kv, j0, left) = chunk(key);
             let n = left.min(b - key);
+            // A block `ahead` blocks on (about 32 KiB of K/V) streams in while this one is
+            // computed on; block tables scatter blocks where no hardware prefetcher follows.
+            let far = key + n + (ahead - 1) * bs;
+            let next: &[T] = if far < keys.end { chunk(far).0 } else { &[] };
             (pb.ops.qk)(QkArgs {
                 q: &sc.q,
                 rows,
                 d,
                 kt: &kv[..bs * d],
+                prefetch: next,
                 bs,
                 j0,
                 n,

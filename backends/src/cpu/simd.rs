@@ -14,6 +14,26 @@ mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
 
+/// Ask the CPU to start loading `data` into cache (at most `MAX_PREFETCH_BYTES` of it), so
+/// the next cache block streams in while the current one is computed on. Block tables send
+/// consecutive blocks anywhere in memory, where the hardware prefetcher cannot follow.
+pub fn prefetch<T>(data: &[T]) {
+    const MAX_PREFETCH_BYTES: usize = 64 * 1024;
+    let bytes = std::mem::size_of_val(data).min(MAX_PREFETCH_BYTES);
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        let p = data.as_ptr() as *const i8;
+        for off in (0..bytes).step_by(64) {
+            // SAFETY: `off < bytes <= size_of_val(data)`, so the address lies inside `data`;
+            // a prefetch never faults and changes no state visible to the program.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(p.add(off)) };
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = bytes;
+}
+
 /// An instruction-set level of the kernels.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum SimdLevel {
@@ -95,6 +115,9 @@ pub struct QkArgs<'a, T> {
     pub s: &'a mut [f32],
     pub lds: usize,
     pub c0: usize,
+    /// Data the caller reads next (the next cache block): loaded into cache while the
+    /// scores are computed, paced over the loop where the level can.
+    pub prefetch: &'a [T],
 }
 
 impl<T> QkArgs<'_, T> {

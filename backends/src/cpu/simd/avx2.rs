@@ -61,6 +61,7 @@ fn hmax(v: __m256) -> f32 {
 
 fn qk<T: KvElem>(mut a: QkArgs<'_, T>) {
     a.check();
+    super::prefetch(a.prefetch);
     // SAFETY: reachable only through `ops`, which checked the CPU features; `check` proved
     // that every row, key and score column touched below lies inside the slices, and only
     // whole vectors of keys `< n` are loaded.
@@ -74,6 +75,7 @@ fn qk<T: KvElem>(mut a: QkArgs<'_, T>) {
 
 fn scalar_qk_tail<T: KvElem>(a: QkArgs<'_, T>, done: usize) {
     (scalar::ops::<T>().qk)(QkArgs {
+        prefetch: &[],
         j0: a.j0 + done,
         n: a.n - done,
         c0: a.c0 + done,

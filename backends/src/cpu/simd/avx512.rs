@@ -61,32 +61,39 @@ fn qk<T: KvElem>(a: QkArgs<'_, T>) {
 
 #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
 unsafe fn qk_impl<T: KvElem>(a: QkArgs<'_, T>) {
-    let kt = a.kt.as_ptr().wrapping_add(a.j0);
     let s = a.s.as_mut_ptr();
+    // Spread the prefetch over the first row block's loop over `d`: a few lines per step
+    // keep the memory system busy without flooding its miss buffers.
+    let mut pf = Prefetch::new(a.prefetch, a.d);
     let mut r = 0;
     while r < a.rows {
         let rb = (a.rows - r).min(8);
-        let q = a.q.as_ptr().add(r * a.d);
-        let s = s.add(r * a.lds + a.c0);
+        let t = Tile {
+            q: a.q.as_ptr().add(r * a.d),
+            d: a.d,
+            kt: a.kt.as_ptr().wrapping_add(a.j0),
+            bs: a.bs,
+            n: a.n,
+            s: s.add(r * a.lds + a.c0),
+            lds: a.lds,
+        };
         match rb {
-            8 => qk_rows::<T, 8>(q, a.d, kt, a.bs, a.n, s, a.lds),
-            7 => qk_rows::<T, 7>(q, a.d, kt, a.bs, a.n, s, a.lds),
-            6 => qk_rows::<T, 6>(q, a.d, kt, a.bs, a.n, s, a.lds),
-            5 => qk_rows::<T, 5>(q, a.d, kt, a.bs, a.n, s, a.lds),
-            4 => qk_rows::<T, 4>(q, a.d, kt, a.bs, a.n, s, a.lds),
-            3 => qk_rows::<T, 3>(q, a.d, kt, a.bs, a.n, s, a.lds),
-            2 => qk_rows::<T, 2>(q, a.d, kt, a.bs, a.n, s, a.lds),
-            _ => qk_rows::<T, 1>(q, a.d, kt, a.bs, a.n, s, a.lds),
+            8 => qk_rows::<T, 8>(t, &mut pf),
+            7 => qk_rows::<T, 7>(t, &mut pf),
+            6 => qk_rows::<T, 6>(t, &mut pf),
+            5 => qk_rows::<T, 5>(t, &mut pf),
+            4 => qk_rows::<T, 4>(t, &mut pf),
+            3 => qk_rows::<T, 3>(t, &mut pf),
+            2 => qk_rows::<T, 2>(t, &mut pf),
+            _ => qk_rows::<T, 1>(t, &mut pf),
         }
         r += rb;
     }
 }
 
-/// `R` query rows against `n` keys, 32 keys (two vectors) per pass: `2R` independent
-/// accumulators keep both FMA pipes busy while each K^T vector is loaded once for all rows.
-#[inline]
-#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
-unsafe fn qk_rows<T: KvElem, const R: usize>(
+/// One row block of a `qk` call as raw pointers (bounds proven by `QkArgs::check`).
+#[derive(Clone, Copy)]
+struct Tile<T> {
     q: *const f32,
     d: usize,
     kt: *const T,
@@ -94,7 +101,22 @@ unsafe fn qk_rows<T: KvElem, const R: usize>(
     n: usize,
     s: *mut f32,
     lds: usize,
-) {
+}
+
+/// `R` query rows against `n` keys, 32 keys (two vectors) per pass: `2R` independent
+/// accumulators keep both FMA pipes busy while each K^T vector is loaded once for all rows.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+unsafe fn qk_rows<T: KvElem, const R: usize>(t: Tile<T>, pf: &mut Prefetch) {
+    let Tile {
+        q,
+        d,
+        kt,
+        bs,
+        n,
+        s,
+        lds,
+    } = t;
     let mut j = 0;
     while j < n {
         let left = n - j;
@@ -103,6 +125,7 @@ unsafe fn qk_rows<T: KvElem, const R: usize>(
         let mut acc1 = [_mm512_setzero_ps(); R];
         if left > 16 {
             for i in 0..d {
+                pf.step();
                 let kp = kt.wrapping_add(i * bs + j);
                 let k0 = load(kp, m0);
                 let k1 = load(kp.wrapping_add(16), m1);
@@ -114,6 +137,7 @@ unsafe fn qk_rows<T: KvElem, const R: usize>(
             }
         } else {
             for i in 0..d {
+                pf.step();
                 let k0 = load(kt.wrapping_add(i * bs + j), m0);
                 for r in 0..R {
                     acc0[r] = _mm512_fmadd_ps(_mm512_set1_ps(*q.add(r * d + i)), k0, acc0[r]);
@@ -128,6 +152,40 @@ unsafe fn qk_rows<T: KvElem, const R: usize>(
             }
         }
         j += 32;
+    }
+}
+
+/// Cache lines of a region to prefetch, a fixed number per loop step.
+#[derive(Clone, Copy)]
+struct Prefetch {
+    next: *const i8,
+    end: *const i8,
+    per_step: usize,
+}
+
+impl Prefetch {
+    fn new<T>(data: &[T], steps: usize) -> Prefetch {
+        let bytes = std::mem::size_of_val(data);
+        let lines = bytes.div_ceil(64);
+        let next = data.as_ptr() as *const i8;
+        Prefetch {
+            next,
+            end: next.wrapping_add(bytes),
+            per_step: lines.div_ceil(steps.max(1)),
+        }
+    }
+
+    #[inline(always)]
+    fn step(&mut self) {
+        for _ in 0..self.per_step {
+            if self.next >= self.end {
+                return;
+            }
+            // SAFETY: `next` lies inside the slice given to `new` (checked against `end`
+            // just above); a prefetch never faults and changes no visible state.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(self.next) };
+            self.next = self.next.wrapping_add(64);
+        }
     }
 }
 

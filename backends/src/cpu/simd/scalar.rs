@@ -16,6 +16,7 @@ pub fn ops<T: KvElem>() -> Ops<T> {
 
 fn qk<T: KvElem>(a: QkArgs<'_, T>) {
     a.check();
+    super::prefetch(a.prefetch);
     for r in 0..a.rows {
         let q = &a.q[r * a.d..(r + 1) * a.d];
         let s = &mut a.s[r * a.lds + a.c0..r * a.lds + a.c0 + a.n];
