@@ -5,6 +5,7 @@
 //! engine would.
 
 mod backend;
+pub mod cpu;
 pub mod registry;
 pub mod run;
 

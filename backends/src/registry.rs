@@ -5,9 +5,12 @@ use crate::Backend;
 use std::sync::Arc;
 
 /// Every registered backend, in a stable order.
+// One push per backend (some behind cargo features), so no `vec![]`.
+#[allow(clippy::vec_init_then_push)]
 pub fn all_backends() -> Vec<Arc<dyn Backend>> {
     #[allow(unused_mut)]
     let mut v: Vec<Arc<dyn Backend>> = Vec::new();
+    v.push(Arc::new(crate::cpu::CpuBackend::auto()));
     v
 }
 

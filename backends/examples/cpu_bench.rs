@@ -1,0 +1,138 @@
+//! Time one forward call of the `cpu` backend on upstream specs (median of several reps).
+//!
+//! `cargo run --release -p attn-backends --no-default-features --example cpu_bench -- \
+//!    [--specs a,b] [--dtype bf16] [--block 32] [--threads 2] [--reps 11] [--simd avx512] [--split auto]`
+//!
+//! Shape is Llama-3-8B's (32 query heads, 8 kv heads, head size 128). GB/s counts the K and V
+//! bytes of every sequence read once.
+
+use attn_backends::cpu::{CpuBackend, CpuSettings, SimdChoice, SimdLevel, SplitKv};
+use attn_backends::{Backend, KvWrite, StepInputs};
+use attn_reference::{all_specs, build_spec_case, AttentionConfig, DType};
+use std::time::Instant;
+
+fn arg(args: &[String], name: &str) -> Option<String> {
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .cloned()
+}
+
+fn main() -> Result<(), String> {
+    let args: Vec<String> = std::env::args().collect();
+    let dtype: DType = arg(&args, "--dtype").unwrap_or("bf16".into()).parse()?;
+    let block: usize = arg(&args, "--block")
+        .unwrap_or("32".into())
+        .parse()
+        .map_err(|e| format!("--block: {e}"))?;
+    let threads: usize = arg(&args, "--threads")
+        .unwrap_or("2".into())
+        .parse()
+        .map_err(|e| format!("--threads: {e}"))?;
+    let reps: usize = arg(&args, "--reps")
+        .unwrap_or("11".into())
+        .parse()
+        .map_err(|e| format!("--reps: {e}"))?;
+    let simd = match arg(&args, "--simd") {
+        Some(s) => SimdChoice::Force(s.parse::<SimdLevel>()?),
+        None => SimdChoice::Auto,
+    };
+    let split_kv = match arg(&args, "--split").as_deref() {
+        None | Some("auto") => SplitKv::Auto,
+        Some("always") => SplitKv::Always,
+        Some("never") => SplitKv::Never,
+        Some(o) => return Err(format!("--split {o}: expected auto, always or never")),
+    };
+    let wanted: Option<Vec<String>> =
+        arg(&args, "--specs").map(|s| s.split(',').map(str::to_string).collect());
+    let backend = CpuBackend::new(CpuSettings {
+        threads,
+        simd,
+        split_kv,
+    })
+    .map_err(|e| e.to_string())?;
+    println!(
+        "cpu backend: {} threads, {}, split {:?}, {dtype}, block {block}, (32, 8, 128)",
+        backend.threads(),
+        backend.simd_level(),
+        split_kv
+    );
+    println!(
+        "{:<24} {:>10} {:>10} {:>10} {:>8}",
+        "spec", "median ms", "min ms", "KV MB", "GB/s"
+    );
+    for spec in all_specs() {
+        if wanted
+            .as_ref()
+            .is_some_and(|w| !w.iter().any(|n| n == spec.name))
+        {
+            continue;
+        }
+        let cfg = AttentionConfig::new(32, 8, 128, block, dtype);
+        let case = build_spec_case(&spec, cfg, 0);
+        let cfg = &case.config;
+        let mut cache = backend
+            .new_cache(cfg, case.layout.num_blocks)
+            .map_err(|e| e.to_string())?;
+        let ctx = case.context_slot_mapping();
+        let (k, v) = case.context_kv_flat();
+        backend
+            .write_kv(
+                cfg,
+                &mut cache,
+                &KvWrite {
+                    key: &k,
+                    value: &v,
+                    slot_mapping: &ctx,
+                },
+            )
+            .map_err(|e| e.to_string())?;
+        drop((k, v));
+        let t = &case.tensors;
+        backend
+            .write_kv(
+                cfg,
+                &mut cache,
+                &KvWrite {
+                    key: &t.key,
+                    value: &t.value,
+                    slot_mapping: &case.layout.slot_mapping,
+                },
+            )
+            .map_err(|e| e.to_string())?;
+        let qsl = case.query_start_loc();
+        let step = StepInputs {
+            query: &t.query,
+            query_start_loc: &qsl,
+            seq_lens: &case.batch.seq_lens,
+            block_table: &case.layout.block_table,
+            num_tokens: case.num_tokens(),
+        };
+        let mut times = Vec::with_capacity(reps);
+        for _ in 0..reps + 1 {
+            let start = Instant::now();
+            let out = backend
+                .forward(cfg, &cache, &step)
+                .map_err(|e| e.to_string())?;
+            times.push(start.elapsed().as_secs_f64() * 1e3);
+            std::hint::black_box(out);
+        }
+        times.remove(0); // warm-up
+        times.sort_by(f64::total_cmp);
+        let median = times[times.len() / 2];
+        let kv_bytes: usize = case.batch.seq_lens.iter().sum::<usize>()
+            * cfg.num_kv_heads
+            * cfg.head_size
+            * 2
+            * dtype.size_bytes();
+        println!(
+            "{:<24} {:>10.3} {:>10.3} {:>10.1} {:>8.1}",
+            spec.name,
+            median,
+            times[0],
+            kv_bytes as f64 / 1e6,
+            kv_bytes as f64 / 1e6 / median
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,53 @@
+//! The element types a cache can hold, so kernels are written once and monomorphised per dtype.
+
+use half::{bf16, f16};
+
+/// How a SIMD kernel widens a stored element to `f32`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ElemKind {
+    F32,
+    Bf16,
+    F16,
+}
+
+pub trait KvElem: Copy + Send + Sync + 'static {
+    const KIND: ElemKind;
+    fn from_f32(x: f32) -> Self;
+    fn to_f32(self) -> f32;
+}
+
+impl KvElem for f32 {
+    const KIND: ElemKind = ElemKind::F32;
+    #[inline(always)]
+    fn from_f32(x: f32) -> Self {
+        x
+    }
+    #[inline(always)]
+    fn to_f32(self) -> f32 {
+        self
+    }
+}
+
+impl KvElem for bf16 {
+    const KIND: ElemKind = ElemKind::Bf16;
+    #[inline(always)]
+    fn from_f32(x: f32) -> Self {
+        bf16::from_f32(x)
+    }
+    #[inline(always)]
+    fn to_f32(self) -> f32 {
+        bf16::to_f32(self)
+    }
+}
+
+impl KvElem for f16 {
+    const KIND: ElemKind = ElemKind::F16;
+    #[inline(always)]
+    fn from_f32(x: f32) -> Self {
+        f16::from_f32(x)
+    }
+    #[inline(always)]
+    fn to_f32(self) -> f32 {
+        f16::to_f32(self)
+    }
+}

@@ -1,0 +1,326 @@
+//! One work item: a tile of query rows (the query heads of one kv head, for a few tokens)
+//! against a range of keys, with an online softmax over KV tiles.
+//!
+//! Per KV tile: scores for every row (`qk`, block by block through the block table), then
+//! soft-cap, ALiBi and the visibility mask, then per row the running max/sum update (output
+//! rescaled only when the max grows), then the weighted values (`pv`). Everything is f32.
+//! The item leaves unnormalised rows with their max and sum; [`finalize_task`] merges the
+//! splits of a task (log-sum-exp), adds the sink and writes the rounded output.
+
+use super::elem::KvElem;
+use super::layout::Geometry;
+use super::scheduler::Task;
+use super::simd::{Ops, PvArgs, QkArgs};
+use attn_reference::{AttentionConfig, AttentionKind, DType};
+use half::{f16, slice::HalfFloatSliceExt};
+use std::ops::Range;
+
+/// Keys per KV tile (rounded down to whole blocks when blocks are smaller): scores of 64
+/// rows for one tile are 64 KiB, well inside L2.
+pub const TILE_KEYS: usize = 256;
+
+/// How far ahead of the block being read the next one is prefetched: a few tens of KiB in
+/// flight per thread hide DRAM latency; much more only evicts what is still needed.
+const PREFETCH_BYTES: usize = 32 * 1024;
+
+/// The keys the query at position `p` may see, as a half-open range.
+pub fn visible_keys(
+    kind: AttentionKind,
+    window: Option<usize>,
+    p: usize,
+    seq_len: usize,
+) -> Range<usize> {
+    let lo = window.map_or(0, |w| (p + 1).saturating_sub(w));
+    let hi = match (kind, window) {
+        (AttentionKind::Decoder, _) => p + 1,
+        (AttentionKind::EncoderOnly, None) => seq_len,
+        (AttentionKind::EncoderOnly, Some(w)) => (p + w).min(seq_len),
+    };
+    lo..hi.max(lo)
+}
+
+/// Everything an item reads, shared by all threads of a call.
+pub struct Problem<'a, T> {
+    pub cfg: &'a AttentionConfig,
+    pub geometry: Geometry,
+    pub scale: f32,
+    pub group: usize,
+    pub cache: &'a [T],
+    pub query: &'a [f32],
+    pub seq_lens: &'a [usize],
+    pub block_table: &'a [Vec<u32>],
+    pub ops: &'a Ops<T>,
+}
+
+/// Per-thread buffers, grown on demand and reused across items and calls.
+#[derive(Debug, Default)]
+pub struct Scratch {
+    q: Vec<f32>,
+    s: Vec<f32>,
+    o: Vec<f32>,
+    m: Vec<f32>,
+    l: Vec<f32>,
+    vis: Vec<Range<usize>>,
+}
+
+fn grow<T: Clone>(v: &mut Vec<T>, len: usize, fill: T) {
+    if v.len() < len {
+        v.resize(len, fill);
+    }
+}
+
+/// Tile width for a block size: whole blocks when they fit, `TILE_KEYS` otherwise.
+pub fn tile_keys(block_size: usize) -> usize {
+    if block_size <= TILE_KEYS {
+        TILE_KEYS / block_size * block_size
+    } else {
+        TILE_KEYS
+    }
+}
+
+/// Run one split of `task` over `keys`, writing `rows * d` output values, `rows` maxima and
+/// `rows` sums into `out`.
+pub fn run_item<T: KvElem>(
+    pb: &Problem<'_, T>,
+    task: &Task,
+    keys: Range<usize>,
+    sc: &mut Scratch,
+    out: &mut [f32],
+) {
+    let g = pb.geometry;
+    let (d, bs, group, rows) = (g.head_size, g.block_size, pb.group, task.rows);
+    let hq = pb.cfg.num_heads;
+    let lds = tile_keys(bs);
+    let seq_len = pb.seq_lens[task.seq];
+    grow(&mut sc.q, rows * d, 0.0);
+    grow(&mut sc.s, rows * lds, 0.0);
+    grow(&mut sc.o, rows * d, 0.0);
+    grow(&mut sc.m, rows, 0.0);
+    grow(&mut sc.l, rows, 0.0);
+    grow(&mut sc.vis, rows, 0..0);
+
+    // Query rows, pre-scaled so scores come out of `qk` final (before soft-cap).
+    for r in 0..rows {
+        let (t, h) = (r / group, task.kv_head * group + r % group);
+        let src = &pb.query[((task.token0 + t) * hq + h) * d..][..d];
+        for (dst, &x) in sc.q[r * d..(r + 1) * d].iter_mut().zip(src) {
+            *dst = x * pb.scale;
+        }
+        sc.vis[r] = visible_keys(pb.cfg.kind, pb.cfg.sliding_window, task.pos0 + t, seq_len);
+    }
+    sc.o[..rows * d].fill(0.0);
+    sc.m[..rows].fill(f32::NEG_INFINITY);
+    sc.l[..rows].fill(0.0);
+
+    let table = &pb.block_table[task.seq];
+    let chunk = |key: usize| -> (&[T], usize, usize) {
+        let (block, off) = (key / bs, key % bs);
+        let start = g.chunk_start(table[block] as usize, task.kv_head);
+        (&pb.cache[start..start + g.chunk_len()], off, bs - off)
+    };
+
+    let chunk_bytes = g.chunk_len() * std::mem::size_of::<T>();
+    let ahead = (PREFETCH_BYTES / chunk_bytes.max(1)).clamp(1, 8);
+
+    let mut a = keys.start;
+    while a < keys.end {
+        // Tiles end on block boundaries where possible, so each block is one kernel call.
+        let aligned = (a + lds) / bs * bs;
+        let b = if aligned > a { aligned } else { a + lds }.min(keys.end);
+        let width = b - a;
+
+        let mut key = a;
+        while key < b {
+            let (kv, j0, left) = chunk(key);
+            let n = left.min(b - key);
+            // A block `ahead` blocks on (about 32 KiB of K/V) streams in while this one is
+            // computed on; block tables scatter blocks where no hardware prefetcher follows.
+            let far = key + n + (ahead - 1) * bs;
+            let next: &[T] = if far < keys.end { chunk(far).0 } else { &[] };
+            (pb.ops.qk)(QkArgs {
+                q: &sc.q,
+                rows,
+                d,
+                kt: &kv[..bs * d],
+                prefetch: next,
+                bs,
+                j0,
+                n,
+                s: &mut sc.s,
+                lds,
+                c0: key - a,
+            });
+            key += n;
+        }
+
+        for r in 0..rows {
+            let s = &mut sc.s[r * lds..r * lds + width];
+            if let Some(cap) = pb.cfg.logits_soft_cap {
+                for x in s.iter_mut() {
+                    *x = cap * (*x / cap).tanh();
+                }
+            }
+            let p = (task.pos0 + r / group) as f32;
+            if let Some(slopes) = &pb.cfg.alibi_slopes {
+                let slope = slopes[task.kv_head * group + r % group];
+                for (j, x) in s.iter_mut().enumerate() {
+                    *x += slope * ((a + j) as f32 - p);
+                }
+            }
+            let vis = &sc.vis[r];
+            let (lo, hi) = (vis.start.clamp(a, b) - a, vis.end.clamp(a, b) - a);
+            s[..lo].fill(f32::NEG_INFINITY);
+            s[hi.max(lo)..].fill(f32::NEG_INFINITY);
+
+            let m_old = sc.m[r];
+            let m_new = m_old.max((pb.ops.max)(s));
+            if m_new == f32::NEG_INFINITY {
+                // Nothing visible yet: zero weights keep the row's output at 0.
+                s.fill(0.0);
+                continue;
+            }
+            let sum = (pb.ops.exp_sum)(s, m_new);
+            if m_old != m_new {
+                let alpha = (m_old - m_new).exp();
+                sc.l[r] *= alpha;
+                (pb.ops.scale)(&mut sc.o[r * d..(r + 1) * d], alpha);
+                sc.m[r] = m_new;
+            }
+            sc.l[r] += sum;
+        }
+
+        let mut key = a;
+        while key < b {
+            let (kv, j0, left) = chunk(key);
+            let n = left.min(b - key);
+            (pb.ops.pv)(PvArgs {
+                p: &sc.s,
+                lds,
+                c0: key - a,
+                rows,
+                n,
+                v: &kv[bs * d..],
+                j0,
+                d,
+                o: &mut sc.o,
+            });
+            key += n;
+        }
+        a = b;
+    }
+
+    let (o, rest) = out.split_at_mut(rows * d);
+    o.copy_from_slice(&sc.o[..rows * d]);
+    rest[..rows].copy_from_slice(&sc.m[..rows]);
+    rest[rows..2 * rows].copy_from_slice(&sc.l[..rows]);
+}
+
+/// Merge the splits of `task` from `staging` (log-sum-exp), add the sink, normalise, round
+/// to the dtype and write the rows into `output` (`[num_tokens, num_heads, head_size]`).
+/// Rows that see nothing (and have no sink) come out as zeros, never NaN.
+pub fn finalize_task(cfg: &AttentionConfig, task: &Task, staging: &[f32], output: &mut [f32]) {
+    let d = cfg.head_size;
+    let group = cfg.num_heads / cfg.num_kv_heads;
+    let split_len = task.split_len(d);
+    let parts = &staging[task.staging..task.staging + task.splits * split_len];
+    let rows = task.rows;
+    for r in 0..rows {
+        let h = task.kv_head * group + r % group;
+        let token = task.token0 + r / group;
+        let max_of = |i: usize| parts[i * split_len + rows * d + r];
+        let sum_of = |i: usize| parts[i * split_len + rows * d + rows + r];
+        let sink = cfg.sinks.as_ref().map(|s| s[h]);
+        let m = (0..task.splits)
+            .map(max_of)
+            .chain(sink)
+            .fold(f32::NEG_INFINITY, f32::max);
+        let dst = &mut output[(token * cfg.num_heads + h) * d..][..d];
+        // Weight of each split relative to the common max; splits that saw nothing weigh 0.
+        let weight = |i: usize| {
+            if max_of(i) == f32::NEG_INFINITY {
+                0.0
+            } else {
+                (max_of(i) - m).exp()
+            }
+        };
+        let denom = (0..task.splits).map(|i| weight(i) * sum_of(i)).sum::<f32>()
+            + sink.map_or(0.0, |s| (s - m).exp());
+        if m == f32::NEG_INFINITY || denom.is_nan() || denom <= 0.0 {
+            dst.fill(0.0);
+            continue;
+        }
+        for i in 0..task.splits {
+            let f = weight(i) / denom;
+            let o = &parts[i * split_len + r * d..][..d];
+            if i == 0 {
+                dst.iter_mut().zip(o).for_each(|(y, &x)| *y = x * f);
+            } else {
+                dst.iter_mut().zip(o).for_each(|(y, &x)| *y += x * f);
+            }
+        }
+        round_to(cfg.dtype, dst);
+    }
+}
+
+/// Round every value to the nearest value of `dtype` (ties to even), in place.
+pub fn round_to(dtype: DType, x: &mut [f32]) {
+    match dtype {
+        DType::F32 => {}
+        DType::Bf16 => {
+            // bf16 keeps the top 16 bits; adding 0x7fff plus the kept lsb rounds to nearest
+            // even. Inputs are finite, so no NaN payload can be disturbed.
+            for v in x.iter_mut() {
+                let b = v.to_bits();
+                *v = f32::from_bits(b.wrapping_add(0x7fff + ((b >> 16) & 1)) & 0xffff_0000);
+            }
+        }
+        DType::F16 => {
+            let mut buf = [f16::ZERO; 64];
+            for chunk in x.chunks_mut(64) {
+                let h = &mut buf[..chunk.len()];
+                h.convert_from_f32_slice(chunk);
+                h.convert_to_f32_slice(chunk);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn visibility_follows_both_window_conventions() {
+        use AttentionKind::*;
+        assert_eq!(visible_keys(Decoder, None, 5, 10), 0..6);
+        assert_eq!(visible_keys(Decoder, Some(1), 5, 10), 5..6);
+        assert_eq!(visible_keys(Decoder, Some(3), 5, 10), 3..6);
+        assert_eq!(visible_keys(Decoder, Some(100), 5, 10), 0..6);
+        assert_eq!(visible_keys(EncoderOnly, None, 5, 10), 0..10);
+        assert_eq!(visible_keys(EncoderOnly, Some(2), 5, 10), 4..7);
+        assert_eq!(visible_keys(EncoderOnly, Some(3), 9, 10), 7..10);
+    }
+
+    #[test]
+    fn rounding_matches_the_dtype() {
+        let xs: Vec<f32> = (0..2000)
+            .map(|i| ((i as f32) * 0.37).sin() * 10f32.powi(i % 7 - 3))
+            .chain([0.0, -0.0, 65504.0, 1e-8])
+            .collect();
+        for dtype in DType::ALL {
+            let mut ours = xs.clone();
+            round_to(dtype, &mut ours);
+            for (&x, &y) in xs.iter().zip(&ours) {
+                assert_eq!(y.to_bits(), dtype.round(x).to_bits(), "{dtype} {x}");
+            }
+        }
+    }
+
+    #[test]
+    fn tiles_are_whole_blocks() {
+        assert_eq!(tile_keys(16), 256);
+        assert_eq!(tile_keys(3), 255);
+        assert_eq!(tile_keys(1), 256);
+        assert_eq!(tile_keys(1000), 256);
+    }
+}

@@ -1,0 +1,157 @@
+//! The CPU backend's KV-cache layout and its reshape-and-cache (`write_kv`).
+//!
+//! Per physical block and kv head one contiguous chunk of `2 * block_size * head_size`
+//! elements, so a decode step streams each (block, head) pair as one sequential read:
+//!
+//! ```text
+//! [num_blocks][num_kv_heads][ K^T: head_size x block_size | V: block_size x head_size ]
+//! ```
+//!
+//! K is stored transposed (`K^T[d][slot]`): the score kernel loads 16 (AVX-512) or 8 (AVX2)
+//! consecutive keys of one dimension as a vector and multiplies it by a broadcast query
+//! element, so scores come out as full vectors with no horizontal sums. V is stored row-major
+//! (`V[slot][d]`): the value kernel adds `p * V[slot][..]` to output rows vector by vector.
+//! Elements are kept in the dtype: `f32`, or `bf16`/`f16` (16-bit) through the `half` crate.
+
+use super::elem::KvElem;
+use crate::BackendError;
+use attn_reference::DType;
+use half::{bf16, f16};
+
+/// The element storage of a cache, one variant per dtype.
+#[derive(Debug)]
+pub enum KvData {
+    F32(Vec<f32>),
+    Bf16(Vec<bf16>),
+    F16(Vec<f16>),
+}
+
+/// Shape of the cache; every offset computation lives here.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Geometry {
+    pub num_blocks: usize,
+    pub num_kv_heads: usize,
+    pub block_size: usize,
+    pub head_size: usize,
+}
+
+impl Geometry {
+    /// Elements of one (block, kv head) chunk: K^T then V.
+    pub fn chunk_len(&self) -> usize {
+        2 * self.block_size * self.head_size
+    }
+
+    /// Start of the K^T part of (block, kv head); V follows at `+ block_size * head_size`.
+    pub fn chunk_start(&self, block: usize, kv_head: usize) -> usize {
+        (block * self.num_kv_heads + kv_head) * self.chunk_len()
+    }
+
+    /// Total elements, or `None` on overflow.
+    pub fn total_len(&self) -> Option<usize> {
+        self.num_blocks
+            .checked_mul(self.num_kv_heads)?
+            .checked_mul(self.chunk_len())
+    }
+}
+
+/// A paged KV cache in this backend's layout.
+#[derive(Debug)]
+pub struct CpuKvCache {
+    pub dtype: DType,
+    pub geometry: Geometry,
+    pub data: KvData,
+}
+
+impl CpuKvCache {
+    pub fn new(dtype: DType, geometry: Geometry) -> Result<Self, String> {
+        let len = geometry
+            .total_len()
+            .filter(|&n| {
+                n.checked_mul(dtype.size_bytes())
+                    .is_some_and(|b| b <= isize::MAX as usize)
+            })
+            .ok_or_else(|| format!("a cache of {geometry:?} does not fit in memory"))?;
+        let data = match dtype {
+            DType::F32 => KvData::F32(vec![0.0; len]),
+            DType::Bf16 => KvData::Bf16(vec![bf16::ZERO; len]),
+            DType::F16 => KvData::F16(vec![f16::ZERO; len]),
+        };
+        Ok(CpuKvCache {
+            dtype,
+            geometry,
+            data,
+        })
+    }
+
+    /// Store rows `key`/`value` (`[n, num_kv_heads, head_size]`) at their slots, skipping -1.
+    pub fn write(
+        &mut self,
+        backend: &str,
+        key: &[f32],
+        value: &[f32],
+        slot_mapping: &[i64],
+    ) -> Result<(), BackendError> {
+        let g = self.geometry;
+        let row = g.num_kv_heads * g.head_size;
+        let invalid = |message: String| BackendError::InvalidInput {
+            backend: backend.to_string(),
+            message,
+        };
+        let want = slot_mapping
+            .len()
+            .checked_mul(row)
+            .ok_or_else(|| invalid("slot_mapping too long".into()))?;
+        if key.len() != want || value.len() != want {
+            return Err(invalid(format!(
+                "write_kv: key/value hold {}/{} values, expected {want} ([{}, {}, {}])",
+                key.len(),
+                value.len(),
+                slot_mapping.len(),
+                g.num_kv_heads,
+                g.head_size
+            )));
+        }
+        let slots = g.num_blocks * g.block_size;
+        for &s in slot_mapping {
+            if s < -1 || (s >= 0 && s as u64 >= slots as u64) {
+                return Err(invalid(format!(
+                    "write_kv: slot {s} outside the cache's {slots} slots"
+                )));
+            }
+        }
+        match &mut self.data {
+            KvData::F32(d) => scatter(d, g, key, value, slot_mapping),
+            KvData::Bf16(d) => scatter(d, g, key, value, slot_mapping),
+            KvData::F16(d) => scatter(d, g, key, value, slot_mapping),
+        }
+        Ok(())
+    }
+}
+
+fn scatter<T: KvElem>(
+    data: &mut [T],
+    g: Geometry,
+    key: &[f32],
+    value: &[f32],
+    slot_mapping: &[i64],
+) {
+    let (bs, d) = (g.block_size, g.head_size);
+    let row = g.num_kv_heads * d;
+    for (t, &slot) in slot_mapping.iter().enumerate() {
+        let Ok(slot) = usize::try_from(slot) else {
+            continue;
+        };
+        let (block, off) = (slot / bs, slot % bs);
+        for h in 0..g.num_kv_heads {
+            let src = t * row + h * d;
+            let base = g.chunk_start(block, h);
+            for i in 0..d {
+                data[base + i * bs + off] = T::from_f32(key[src + i]);
+            }
+            let v = &mut data[base + bs * d + off * d..base + bs * d + (off + 1) * d];
+            for (dst, &x) in v.iter_mut().zip(&value[src..src + d]) {
+                *dst = T::from_f32(x);
+            }
+        }
+    }
+}

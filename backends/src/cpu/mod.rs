@@ -1,0 +1,416 @@
+//! `cpu`: a native paged-attention backend in Rust, in the manner of vLLM's CPU_ATTN.
+//!
+//! - [`layout`]: the cache (per block and kv head: K transposed, then V), `write_kv`;
+//! - [`scheduler`]: tasks (kv head x sequence x query tile) and split-KV work items;
+//! - [`kernel`]: one work item (online softmax over KV tiles) and the split merge;
+//! - [`simd`]: the inner kernels at each SIMD level, chosen at run time.
+//!
+//! [`CpuSettings`] force a SIMD level, the thread count and the split policy, so tests can
+//! reach every path.
+
+mod elem;
+pub mod kernel;
+pub mod layout;
+pub mod scheduler;
+pub mod simd;
+
+use crate::{
+    cache_as, cache_as_mut, Backend, BackendError, CacheLayout, KvCache, KvWrite, StepInputs,
+    Unsupported,
+};
+use attn_reference::AttentionConfig;
+use elem::KvElem;
+use kernel::{Problem, Scratch};
+use layout::{CpuKvCache, Geometry, KvData};
+use simd::Ops;
+pub use simd::SimdLevel;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, OnceLock};
+
+const NAME: &str = "cpu";
+
+/// Steps whose estimated cost (see `scheduler`) is below this run on the calling thread
+/// alone: about 20 µs of work, less than waking a helper thread costs.
+const INLINE_COST: u64 = 12_000;
+
+/// Which SIMD level the kernels use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum SimdChoice {
+    /// The fastest level the CPU has.
+    #[default]
+    Auto,
+    /// This level; creating the backend fails when the CPU lacks it.
+    Force(SimdLevel),
+}
+
+/// When decode work items are split along the keys (flash-decoding).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum SplitKv {
+    /// When there are fewer tasks than threads.
+    #[default]
+    Auto,
+    /// Every decode task with at least two keys (to test the merge).
+    Always,
+    Never,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CpuSettings {
+    /// Worker threads; 0 means one per available core.
+    pub threads: usize,
+    pub simd: SimdChoice,
+    pub split_kv: SplitKv,
+}
+
+impl Default for CpuSettings {
+    fn default() -> Self {
+        CpuSettings {
+            threads: 0,
+            simd: SimdChoice::Auto,
+            split_kv: SplitKv::Auto,
+        }
+    }
+}
+
+pub struct CpuBackend {
+    settings: CpuSettings,
+    threads: usize,
+    level: SimdLevel,
+    /// Built on first use, so listing backends spawns no threads.
+    pool: OnceLock<Option<rayon::ThreadPool>>,
+    scratch: Vec<Mutex<Scratch>>,
+    /// Partial results of the work items, reused across calls.
+    staging: Mutex<Vec<f32>>,
+}
+
+impl CpuBackend {
+    pub fn new(settings: CpuSettings) -> Result<Self, BackendError> {
+        let threads = match settings.threads {
+            0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+            n => n,
+        };
+        let level = match settings.simd {
+            SimdChoice::Auto => SimdLevel::best(),
+            SimdChoice::Force(level) if level.is_available() => level,
+            SimdChoice::Force(level) => {
+                return Err(
+                    Unsupported::new(format!("this CPU cannot run the {level} kernels")).into(),
+                );
+            }
+        };
+        let scratch = (0..threads)
+            .map(|_| Mutex::new(Scratch::default()))
+            .collect();
+        Ok(CpuBackend {
+            settings,
+            threads,
+            level,
+            pool: OnceLock::new(),
+            scratch,
+            staging: Mutex::default(),
+        })
+    }
+
+    /// Auto settings: every core, the best SIMD level.
+    pub fn auto() -> Self {
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        CpuBackend {
+            settings: CpuSettings::default(),
+            threads,
+            level: SimdLevel::best(),
+            pool: OnceLock::new(),
+            scratch: (0..threads)
+                .map(|_| Mutex::new(Scratch::default()))
+                .collect(),
+            staging: Mutex::default(),
+        }
+    }
+
+    pub fn settings(&self) -> &CpuSettings {
+        &self.settings
+    }
+
+    pub fn simd_level(&self) -> SimdLevel {
+        self.level
+    }
+
+    pub fn threads(&self) -> usize {
+        self.threads
+    }
+
+    fn pool(&self) -> Option<&rayon::ThreadPool> {
+        self.pool
+            .get_or_init(|| {
+                (self.threads > 1)
+                    .then(|| {
+                        rayon::ThreadPoolBuilder::new()
+                            .num_threads(self.threads)
+                            .build()
+                            .ok()
+                    })
+                    .flatten()
+            })
+            .as_ref()
+    }
+
+    fn invalid(&self, message: String) -> BackendError {
+        BackendError::InvalidInput {
+            backend: NAME.into(),
+            message,
+        }
+    }
+
+    fn check_cache(
+        &self,
+        config: &AttentionConfig,
+        cache: &CpuKvCache,
+    ) -> Result<(), BackendError> {
+        let g = cache.geometry;
+        if cache.dtype != config.dtype
+            || g.num_kv_heads != config.num_kv_heads
+            || g.head_size != config.head_size
+            || g.block_size != config.block_size
+        {
+            return Err(self.invalid(format!(
+                "cache was created for {:?} {:?}, not for {config}",
+                cache.dtype, g
+            )));
+        }
+        Ok(())
+    }
+
+    fn check_step(
+        &self,
+        config: &AttentionConfig,
+        num_blocks: usize,
+        step: &StepInputs<'_>,
+    ) -> Result<(), BackendError> {
+        let (hq, d, bs) = (config.num_heads, config.head_size, config.block_size);
+        let seqs = step.seq_lens.len();
+        let qsl = step.query_start_loc;
+        if step.num_tokens.checked_mul(hq * d) != Some(step.query.len()) {
+            return Err(self.invalid(format!(
+                "query holds {} values, expected {} x {hq} x {d}",
+                step.query.len(),
+                step.num_tokens
+            )));
+        }
+        if qsl.len() != seqs + 1
+            || qsl[0] != 0
+            || qsl.windows(2).any(|w| w[0] > w[1])
+            || qsl[seqs] > step.num_tokens
+        {
+            return Err(self.invalid(format!("query_start_loc {qsl:?} is not a prefix sum of {seqs} query lengths within {} tokens", step.num_tokens)));
+        }
+        if step.block_table.len() < seqs {
+            return Err(self.invalid(format!(
+                "block_table has {} rows for {seqs} sequences",
+                step.block_table.len()
+            )));
+        }
+        for (s, &seq_len) in step.seq_lens.iter().enumerate() {
+            let q = qsl[s + 1] - qsl[s];
+            if q > seq_len {
+                return Err(self.invalid(format!(
+                    "sequence {s}: {q} query tokens but seq_len {seq_len}"
+                )));
+            }
+            let row = &step.block_table[s];
+            let need = seq_len.div_ceil(bs);
+            if row.len() < need {
+                return Err(self.invalid(format!(
+                    "sequence {s}: seq_len {seq_len} needs {need} blocks, block table row has {}",
+                    row.len()
+                )));
+            }
+            if let Some(&b) = row[..need].iter().find(|&&b| b as usize >= num_blocks) {
+                return Err(self.invalid(format!(
+                    "sequence {s}: block {b} outside the cache's {num_blocks} blocks"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    fn run<T: KvElem>(
+        &self,
+        config: &AttentionConfig,
+        cache: &[T],
+        geometry: Geometry,
+        step: &StepInputs<'_>,
+    ) -> Result<Vec<f32>, BackendError> {
+        let ops = Ops::<T>::for_level(self.level).ok_or_else(|| {
+            Unsupported::new(format!("this CPU cannot run the {} kernels", self.level))
+        })?;
+        let sched = scheduler::plan(
+            config,
+            step.query_start_loc,
+            step.seq_lens,
+            self.threads,
+            self.settings.split_kv,
+        );
+        let problem = Problem {
+            cfg: config,
+            geometry,
+            scale: config.effective_scale() as f32,
+            group: config.num_heads / config.num_kv_heads,
+            cache,
+            query: step.query,
+            seq_lens: step.seq_lens,
+            block_table: step.block_table,
+            ops: &ops,
+        };
+
+        // Each item owns a disjoint piece of the staging buffer (every item writes all of
+        // its piece, so stale contents are harmless); threads claim items largest first from
+        // a shared counter. A concurrent call on the same backend gets a buffer of its own.
+        let mut shared = self.staging.try_lock().ok();
+        let mut own = Vec::new();
+        let staging = shared.as_deref_mut().unwrap_or(&mut own);
+        if staging.len() < sched.staging_len {
+            staging.resize(sched.staging_len, 0.0);
+        }
+        let mut slots = Vec::with_capacity(sched.items.len());
+        let mut rest = &mut staging[..sched.staging_len];
+        for item in &sched.items {
+            let len = sched.tasks[item.task].split_len(geometry.head_size);
+            let (mine, tail) = rest.split_at_mut(len);
+            slots.push(Mutex::new(Some(mine)));
+            rest = tail;
+        }
+        let next = AtomicUsize::new(0);
+        let work = |thread: usize| {
+            let mut scratch = self.scratch[thread % self.scratch.len()]
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some(&idx) = sched.order.get(i) else {
+                    break;
+                };
+                let item = &sched.items[idx];
+                let slot = slots[idx].lock().unwrap_or_else(|e| e.into_inner()).take();
+                if let Some(out) = slot {
+                    kernel::run_item(
+                        &problem,
+                        &sched.tasks[item.task],
+                        item.keys.clone(),
+                        &mut scratch,
+                        out,
+                    );
+                }
+            }
+        };
+        // The calling thread works too; helpers join when they wake. Tiny steps stay on the
+        // calling thread, where waking helpers would cost more than they save.
+        let total: u64 = sched.items.iter().map(|i| i.cost).sum();
+        match self.pool() {
+            Some(pool) if sched.items.len() > 1 && total >= INLINE_COST => {
+                pool.in_place_scope(|scope| {
+                    for helper in 1..self.threads {
+                        let work = &work;
+                        scope.spawn(move |_| work(helper));
+                    }
+                    work(0);
+                });
+            }
+            _ => work(0),
+        }
+        drop(slots);
+
+        let mut output = vec![0.0f32; step.num_tokens * config.num_heads * config.head_size];
+        for task in &sched.tasks {
+            kernel::finalize_task(config, task, staging, &mut output);
+        }
+        Ok(output)
+    }
+}
+
+impl Backend for CpuBackend {
+    fn name(&self) -> &str {
+        NAME
+    }
+
+    fn supports(&self, config: &AttentionConfig) -> Result<(), Unsupported> {
+        let (hq, hkv) = (config.num_heads, config.num_kv_heads);
+        if hq == 0 || hkv == 0 || hq % hkv != 0 {
+            return Err(Unsupported::new(format!(
+                "{hq} query heads cannot share {hkv} kv heads evenly"
+            )));
+        }
+        if config.head_size == 0 || config.block_size == 0 {
+            return Err(Unsupported::new(
+                "head size and block size must be at least 1",
+            ));
+        }
+        for (name, v) in [
+            ("alibi_slopes", &config.alibi_slopes),
+            ("sinks", &config.sinks),
+        ] {
+            if let Some(v) = v {
+                if v.len() != hq {
+                    return Err(Unsupported::new(format!(
+                        "{name} has {} entries for {hq} query heads",
+                        v.len()
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn cache_layout(&self) -> CacheLayout {
+        CacheLayout {
+            shape: "[num_blocks, num_kv_heads, (K^T [head_size, block_size], V [block_size, head_size])]",
+            description: "head-major blocks, K transposed for key-vector score loads, V row-major for value FMAs; one sequential read per (block, kv head)",
+        }
+    }
+
+    fn new_cache(
+        &self,
+        config: &AttentionConfig,
+        num_blocks: usize,
+    ) -> Result<KvCache, BackendError> {
+        self.supports(config)?;
+        let geometry = Geometry {
+            num_blocks,
+            num_kv_heads: config.num_kv_heads,
+            block_size: config.block_size,
+            head_size: config.head_size,
+        };
+        let cache =
+            CpuKvCache::new(config.dtype, geometry).map_err(|message| BackendError::Failed {
+                backend: NAME.into(),
+                message,
+            })?;
+        Ok(Box::new(cache))
+    }
+
+    fn write_kv(
+        &self,
+        config: &AttentionConfig,
+        cache: &mut KvCache,
+        kv: &KvWrite<'_>,
+    ) -> Result<(), BackendError> {
+        let cache = cache_as_mut::<CpuKvCache>(NAME, cache)?;
+        self.check_cache(config, cache)?;
+        cache.write(NAME, kv.key, kv.value, kv.slot_mapping)
+    }
+
+    fn forward(
+        &self,
+        config: &AttentionConfig,
+        cache: &KvCache,
+        step: &StepInputs<'_>,
+    ) -> Result<Vec<f32>, BackendError> {
+        self.supports(config)?;
+        let cache = cache_as::<CpuKvCache>(NAME, cache)?;
+        self.check_cache(config, cache)?;
+        self.check_step(config, cache.geometry.num_blocks, step)?;
+        match &cache.data {
+            KvData::F32(d) => self.run(config, d, cache.geometry, step),
+            KvData::Bf16(d) => self.run(config, d, cache.geometry, step),
+            KvData::F16(d) => self.run(config, d, cache.geometry, step),
+        }
+    }
+}

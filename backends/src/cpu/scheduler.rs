@@ -1,0 +1,192 @@
+//! The work list of one forward call.
+//!
+//! A *task* is one kv head of one sequence over a tile of its query tokens: its rows are the
+//! tile's tokens times the query heads that share the kv head, so K/V are read once for the
+//! whole group. A task's keys are the union of what its rows may see. Decode tasks (one
+//! query token) may be split along the keys (flash-decoding): each split is a *work item*
+//! that leaves an unnormalised partial result (output rows, running max, running sum) for a
+//! log-sum-exp merge. Items are handed out largest first (by an estimate of their cost,
+//! dominated by KV length), which balances threads without knowing their speed.
+
+use super::kernel::visible_keys;
+use super::SplitKv;
+use attn_reference::AttentionConfig;
+use std::ops::Range;
+
+/// Query rows per task at most: enough to reuse each K/V tile many times in prefill, few
+/// enough that the task's query, scores and output tiles stay in L2.
+const MAX_ROWS_PER_TASK: usize = 64;
+/// Automatic splits keep at least this many keys per split, so the merge stays cheap.
+const MIN_KEYS_PER_SPLIT: usize = 256;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Task {
+    pub seq: usize,
+    pub kv_head: usize,
+    /// Index of the first query token in the step.
+    pub token0: usize,
+    /// Absolute position of the first query token.
+    pub pos0: usize,
+    pub ntok: usize,
+    /// Rows = `ntok * group`, ordered token-major: row `t * group + g` is query head
+    /// `kv_head * group + g` of token `token0 + t`.
+    pub rows: usize,
+    /// Keys any of the task's rows may see.
+    pub keys: Range<usize>,
+    pub splits: usize,
+    /// Offset of the task's partial results in the staging buffer.
+    pub staging: usize,
+}
+
+impl Task {
+    /// Staging floats per split: output rows, then running maxima, then running sums.
+    pub fn split_len(&self, head_size: usize) -> usize {
+        self.rows * (head_size + 2)
+    }
+
+    pub fn split_keys(&self, split: usize) -> Range<usize> {
+        let (k0, len) = (self.keys.start, self.keys.len());
+        k0 + len * split / self.splits..k0 + len * (split + 1) / self.splits
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WorkItem {
+    pub task: usize,
+    pub split: usize,
+    pub keys: Range<usize>,
+    pub cost: u64,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct Schedule {
+    pub tasks: Vec<Task>,
+    /// In staging order (task-major, split-minor).
+    pub items: Vec<WorkItem>,
+    /// Indices into `items`, most expensive first: the order threads take them in.
+    pub order: Vec<usize>,
+    pub staging_len: usize,
+}
+
+/// Plan the step; `query_start_loc` and `seq_lens` must already be validated.
+pub fn plan(
+    cfg: &AttentionConfig,
+    query_start_loc: &[usize],
+    seq_lens: &[usize],
+    threads: usize,
+    split: SplitKv,
+) -> Schedule {
+    let group = cfg.num_heads / cfg.num_kv_heads;
+    let tile_tokens = (MAX_ROWS_PER_TASK / group).max(1);
+    let mut tasks = Vec::new();
+    for (seq, &seq_len) in seq_lens.iter().enumerate() {
+        let (start, end) = (query_start_loc[seq], query_start_loc[seq + 1]);
+        let ctx = seq_len - (end - start);
+        let mut t = start;
+        while t < end {
+            let ntok = tile_tokens.min(end - t);
+            let pos0 = ctx + (t - start);
+            let first = visible_keys(cfg.kind, cfg.sliding_window, pos0, seq_len);
+            let last = visible_keys(cfg.kind, cfg.sliding_window, pos0 + ntok - 1, seq_len);
+            let keys = first.start.min(last.start)..first.end.max(last.end);
+            for kv_head in 0..cfg.num_kv_heads {
+                tasks.push(Task {
+                    seq,
+                    kv_head,
+                    token0: t,
+                    pos0,
+                    ntok,
+                    rows: ntok * group,
+                    keys: keys.clone(),
+                    splits: 1,
+                    staging: 0,
+                });
+            }
+            t += ntok;
+        }
+    }
+
+    let threads = threads.max(1);
+    let per_task = threads.div_ceil(tasks.len().max(1));
+    let few_tasks = tasks.len() < threads;
+    for task in tasks.iter_mut().filter(|t| t.ntok == 1) {
+        let len = task.keys.len();
+        task.splits = match split {
+            SplitKv::Never => 1,
+            SplitKv::Auto if few_tasks => per_task.min(len / MIN_KEYS_PER_SPLIT).max(1),
+            SplitKv::Auto => 1,
+            SplitKv::Always => per_task.max(2).min(len).max(1),
+        };
+    }
+
+    let mut items = Vec::new();
+    let mut staging = 0;
+    for (i, task) in tasks.iter_mut().enumerate() {
+        task.staging = staging;
+        staging += task.splits * task.split_len(cfg.head_size);
+        for split in 0..task.splits {
+            let keys = task.split_keys(split);
+            // Reading K/V dominates decode, multiply-adds dominate prefill.
+            let cost = keys.len() as u64 * (task.rows as u64 + 4) + 64;
+            items.push(WorkItem {
+                task: i,
+                split,
+                keys,
+                cost,
+            });
+        }
+    }
+    let mut order: Vec<usize> = (0..items.len()).collect();
+    order.sort_by_key(|&i| std::cmp::Reverse(items[i].cost));
+    Schedule {
+        tasks,
+        items,
+        order,
+        staging_len: staging,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use attn_reference::DType;
+
+    fn cfg() -> AttentionConfig {
+        AttentionConfig::new(8, 2, 16, 4, DType::F32)
+    }
+
+    #[test]
+    fn tasks_cover_every_token_and_kv_head_once() {
+        let s = plan(&cfg(), &[0, 1, 40, 41], &[10, 39, 5], 2, SplitKv::Never);
+        let mut seen = vec![0; 41 * 2];
+        for t in &s.tasks {
+            for tok in t.token0..t.token0 + t.ntok {
+                seen[tok * 2 + t.kv_head] += 1;
+            }
+        }
+        assert!(seen.iter().all(|&c| c == 1));
+    }
+
+    #[test]
+    fn splits_partition_the_keys() {
+        let s = plan(&cfg(), &[0, 1], &[1000], 4, SplitKv::Always);
+        for t in &s.tasks {
+            assert!(t.splits >= 2);
+            let parts: Vec<_> = (0..t.splits).map(|i| t.split_keys(i)).collect();
+            assert_eq!(parts.first().map(|r| r.start), Some(0));
+            assert_eq!(parts.last().map(|r| r.end), Some(1000));
+            assert!(parts.windows(2).all(|w| w[0].end == w[1].start));
+        }
+        let never = plan(&cfg(), &[0, 1], &[1000], 4, SplitKv::Never);
+        assert!(never.tasks.iter().all(|t| t.splits == 1));
+        let auto_one_thread = plan(&cfg(), &[0, 1], &[1000], 1, SplitKv::Auto);
+        assert!(auto_one_thread.tasks.iter().all(|t| t.splits == 1));
+    }
+
+    #[test]
+    fn order_is_most_expensive_first() {
+        let s = plan(&cfg(), &[0, 1, 2, 3], &[10, 1000, 100], 2, SplitKv::Never);
+        let costs: Vec<u64> = s.order.iter().map(|&i| s.items[i].cost).collect();
+        assert!(costs.windows(2).all(|w| w[0] >= w[1]));
+    }
+}

@@ -1,0 +1,464 @@
+//! The `cpu` backend against the f64 oracle: every SIMD level this machine has, with and
+//! without split-KV, every dtype, on small targeted cases and on the smaller upstream specs.
+
+use attn_backends::cpu::{CpuBackend, CpuSettings, SimdChoice, SimdLevel, SplitKv};
+use attn_backends::{run_case, Backend, BackendError, KvWrite, StepInputs};
+use attn_reference::{
+    build_case, build_spec_case, reference_output, spec_by_name, AttentionConfig, AttentionKind,
+    BuildOptions, Case, DType,
+};
+
+/// (atol, rtol) per dtype: |actual - expected| <= atol + rtol * |expected|.
+fn tolerance(dtype: DType) -> (f64, f64) {
+    match dtype {
+        DType::F32 => (1e-5, 1e-5),
+        DType::Bf16 => (1.6e-2, 1.6e-2),
+        DType::F16 => (2e-3, 2e-3),
+    }
+}
+
+/// Every code path: each available SIMD level, split always and never, 2 threads (and one
+/// single-threaded scalar run, which takes the no-pool path).
+fn variants() -> Vec<(String, CpuBackend)> {
+    let mut v = Vec::new();
+    for level in SimdLevel::available() {
+        for split_kv in [SplitKv::Always, SplitKv::Never] {
+            let settings = CpuSettings {
+                threads: 2,
+                simd: SimdChoice::Force(level),
+                split_kv,
+            };
+            let name = format!("{level}/split={split_kv:?}");
+            v.push((name, CpuBackend::new(settings).expect("an available level")));
+        }
+    }
+    let single = CpuSettings {
+        threads: 1,
+        simd: SimdChoice::Auto,
+        split_kv: SplitKv::Auto,
+    };
+    v.push((
+        "auto/1 thread".into(),
+        CpuBackend::new(single).expect("auto settings"),
+    ));
+    v
+}
+
+/// Compare the backend's output for `case` with `expected`; the error lists the first
+/// mismatches with position and both values.
+fn compare(case: &Case, output: &[f32], expected: &[f64]) -> Result<(), String> {
+    if let Some(i) = output.iter().position(|x| !x.is_finite()) {
+        return Err(format!("non-finite output {} at flat index {i}", output[i]));
+    }
+    let (atol, rtol) = tolerance(case.config.dtype);
+    let (hq, d) = (case.config.num_heads, case.config.head_size);
+    let mut bad = Vec::new();
+    let mut count = 0;
+    for (i, (&a, &e)) in output.iter().zip(expected).enumerate() {
+        let diff = (a as f64 - e).abs();
+        if diff > atol + rtol * e.abs() {
+            count += 1;
+            if bad.len() < 5 {
+                bad.push(format!(
+                    "  token {} head {} dim {}: got {a}, expected {e:.7}, |diff| {diff:.3e}",
+                    i / (hq * d),
+                    i / d % hq,
+                    i % d
+                ));
+            }
+        }
+    }
+    if count == 0 {
+        Ok(())
+    } else {
+        Err(format!(
+            "{count} of {} values outside (atol {atol}, rtol {rtol}):\n{}",
+            expected.len(),
+            bad.join("\n")
+        ))
+    }
+}
+
+#[track_caller]
+fn check(label: &str, case: &Case) {
+    let expected = reference_output(case);
+    let mut failures = Vec::new();
+    for (name, backend) in variants() {
+        let run = run_case(&backend, case).unwrap_or_else(|e| panic!("{label} [{name}]: {e}"));
+        if let Err(e) = compare(case, &run.output, &expected) {
+            failures.push(format!("[{name}] {e}"));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{label}: {}\n{}",
+        case.shape_summary(),
+        failures.join("\n")
+    );
+}
+
+fn config(hq: usize, hkv: usize, d: usize, bs: usize, dtype: DType) -> AttentionConfig {
+    AttentionConfig::new(hq, hkv, d, bs, dtype)
+}
+
+fn case(seq_lens: &[usize], query_lens: &[usize], cfg: AttentionConfig, seed: u64) -> Case {
+    build_case(seq_lens, query_lens, cfg, seed, &BuildOptions::default())
+}
+
+/// Decode, chunked prefill, a one-token sequence and query_len == seq_len in one batch.
+const SEQS: &[usize] = &[1, 5, 17, 40, 33];
+const QUERIES: &[usize] = &[1, 5, 3, 1, 9];
+
+#[test]
+fn mixed_batch_every_dtype() {
+    for dtype in DType::ALL {
+        check(
+            &format!("mixed {dtype}"),
+            &case(SEQS, QUERIES, config(8, 2, 16, 4, dtype), 1),
+        );
+    }
+}
+
+#[test]
+fn head_and_block_sizes() {
+    for dtype in DType::ALL {
+        for (d, bs) in [
+            (1, 1),
+            (3, 3),
+            (80, 16),
+            (128, 3),
+            (128, 32),
+            (5, 1),
+            (17, 7),
+            (64, 48),
+        ] {
+            check(
+                &format!("d={d} bs={bs} {dtype}"),
+                &case(SEQS, QUERIES, config(4, 2, d, bs, dtype), 2),
+            );
+        }
+    }
+}
+
+#[test]
+fn gqa_ratios() {
+    for dtype in DType::ALL {
+        for (hq, hkv) in [(8, 1), (9, 3), (12, 4), (6, 1), (4, 4), (32, 8), (1, 1)] {
+            check(
+                &format!("heads {hq}/{hkv} {dtype}"),
+                &case(SEQS, QUERIES, config(hq, hkv, 32, 16, dtype), 3),
+            );
+        }
+    }
+}
+
+#[test]
+fn sliding_windows_decoder_and_encoder() {
+    for dtype in DType::ALL {
+        for w in [1, 2, 3, 7, 16, 40, 41, 1000] {
+            let mut cfg = config(6, 2, 16, 4, dtype);
+            cfg.sliding_window = Some(w);
+            check(
+                &format!("decoder window {w} {dtype}"),
+                &case(SEQS, QUERIES, cfg.clone(), 4),
+            );
+            cfg.kind = AttentionKind::EncoderOnly;
+            check(
+                &format!("encoder window {w} {dtype}"),
+                &case(&[1, 7, 20, 33], &[1, 7, 20, 33], cfg, 5),
+            );
+        }
+    }
+}
+
+#[test]
+fn encoder_only() {
+    for dtype in DType::ALL {
+        let mut cfg = config(9, 3, 24, 5, dtype);
+        cfg.kind = AttentionKind::EncoderOnly;
+        check(
+            &format!("encoder {dtype}"),
+            &case(&[1, 7, 20, 70], &[1, 7, 20, 70], cfg, 6),
+        );
+    }
+}
+
+fn slopes(n: usize) -> Vec<f32> {
+    (0..n).map(|h| 2f32.powi(-(h as i32 + 1))).collect()
+}
+
+#[test]
+fn soft_cap_alibi_sinks() {
+    for dtype in DType::ALL {
+        let base = config(8, 2, 32, 8, dtype);
+        let mut soft = base.clone();
+        soft.logits_soft_cap = Some(2.0);
+        check(&format!("soft-cap {dtype}"), &case(SEQS, QUERIES, soft, 7));
+
+        let mut alibi = base.clone();
+        alibi.alibi_slopes = Some(slopes(8));
+        check(&format!("alibi {dtype}"), &case(SEQS, QUERIES, alibi, 8));
+
+        let mut sinks = base.clone();
+        sinks.sinks = Some((0..8).map(|h| h as f32 - 3.0).collect());
+        check(&format!("sinks {dtype}"), &case(SEQS, QUERIES, sinks, 9));
+
+        let mut all = base.clone();
+        all.logits_soft_cap = Some(3.0);
+        all.alibi_slopes = Some(slopes(8));
+        all.sinks = Some(vec![1.5; 8]);
+        all.sliding_window = Some(6);
+        check(
+            &format!("every feature {dtype}"),
+            &case(SEQS, QUERIES, all.clone(), 10),
+        );
+        all.kind = AttentionKind::EncoderOnly;
+        check(
+            &format!("every feature, encoder {dtype}"),
+            &case(&[3, 30], &[3, 30], all, 11),
+        );
+    }
+}
+
+#[test]
+fn padding_tokens() {
+    for dtype in DType::ALL {
+        let opts = BuildOptions {
+            padding_tokens: 5,
+            spare_blocks: 3,
+            ..BuildOptions::default()
+        };
+        let mut cfg = config(8, 2, 16, 4, dtype);
+        cfg.sliding_window = Some(3);
+        cfg.sinks = Some(vec![0.5; 8]);
+        check(
+            &format!("padding {dtype}"),
+            &build_case(SEQS, QUERIES, cfg, 12, &opts),
+        );
+    }
+}
+
+#[test]
+fn large_logits() {
+    // Scores in the hundreds: the online softmax must neither overflow nor lose the max.
+    for dtype in DType::ALL {
+        let mut cfg = config(4, 2, 16, 4, dtype);
+        cfg.scale = Some(30.0);
+        check(
+            &format!("logits in the hundreds {dtype}"),
+            &case(SEQS, QUERIES, cfg, 13),
+        );
+    }
+}
+
+/// The same case with its physical blocks numbered backwards (block 0 stays the null block).
+fn reversed_blocks(mut case: Case) -> Case {
+    let nb = case.layout.num_blocks as u32;
+    let bs = case.config.block_size as i64;
+    let flip = |b: u32| if b == 0 { 0 } else { nb - b };
+    for row in &mut case.layout.block_table {
+        for b in row.iter_mut() {
+            *b = flip(*b);
+        }
+    }
+    for s in &mut case.layout.slot_mapping {
+        if *s >= 0 {
+            *s = flip((*s / bs) as u32) as i64 * bs + *s % bs;
+        }
+    }
+    case
+}
+
+#[test]
+fn reversed_block_tables() {
+    for dtype in DType::ALL {
+        let opts = BuildOptions {
+            permute_blocks: false,
+            ..BuildOptions::default()
+        };
+        let c = reversed_blocks(build_case(
+            SEQS,
+            QUERIES,
+            config(8, 2, 16, 4, dtype),
+            14,
+            &opts,
+        ));
+        assert!(c.layout.block_table[3].windows(2).all(|w| w[0] > w[1]));
+        check(&format!("reversed blocks {dtype}"), &c);
+    }
+}
+
+#[test]
+fn upstream_small_specs() {
+    for dtype in DType::ALL {
+        for name in [
+            "small_decode",
+            "small_prefill",
+            "mixed_small",
+            "single_decode",
+        ] {
+            let spec = spec_by_name(name).expect("a named spec");
+            let c = build_spec_case(&spec, config(32, 8, 128, 16, dtype), 15);
+            check(&format!("{name} {dtype}"), &c);
+        }
+    }
+}
+
+#[test]
+fn thread_counts_agree() {
+    let c = case(
+        &[300, 7, 1],
+        &[1, 7, 1],
+        config(8, 2, 64, 16, DType::F32),
+        16,
+    );
+    let expected = reference_output(&c);
+    for threads in [1, 2, 3, 8] {
+        for split_kv in [SplitKv::Auto, SplitKv::Always] {
+            let b = CpuBackend::new(CpuSettings {
+                threads,
+                simd: SimdChoice::Auto,
+                split_kv,
+            })
+            .expect("auto");
+            let out = run_case(&b, &c).expect("runs").output;
+            compare(&c, &out, &expected)
+                .unwrap_or_else(|e| panic!("{threads} threads, {split_kv:?}: {e}"));
+        }
+    }
+}
+
+type Mutation = fn(&mut AttentionConfig);
+
+/// A comparison that cannot fail proves nothing: wrong configs must be caught.
+#[test]
+fn wrong_configs_are_caught() {
+    let mut base = config(8, 2, 16, 4, DType::Bf16);
+    base.sliding_window = Some(3);
+    let good = case(SEQS, QUERIES, base, 17);
+    let mutations: [(&str, Mutation); 7] = [
+        ("window off by one", |c| c.sliding_window = Some(4)),
+        ("no window", |c| c.sliding_window = None),
+        ("soft-cap", |c| c.logits_soft_cap = Some(0.5)),
+        ("alibi", |c| c.alibi_slopes = Some(vec![0.5; 8])),
+        ("sinks", |c| c.sinks = Some(vec![2.0; 8])),
+        ("scale", |c| c.scale = Some(0.5)),
+        ("encoder", |c| c.kind = AttentionKind::EncoderOnly),
+    ];
+    for (what, mutate) in mutations {
+        let mut wrong = good.clone();
+        mutate(&mut wrong.config);
+        let expected = reference_output(&good);
+        for (name, backend) in variants() {
+            let out = run_case(&backend, &wrong).expect("runs").output;
+            assert!(
+                compare(&good, &out, &expected).is_err(),
+                "[{name}] a backend run with {what} passed the comparison"
+            );
+        }
+    }
+    let mut nan = vec![0.0f32; 4];
+    nan[2] = f32::NAN;
+    let tiny = case(&[1], &[1], config(1, 1, 4, 1, DType::F32), 1);
+    assert!(compare(&tiny, &nan, &[0.0; 4]).is_err());
+}
+
+#[test]
+fn bad_inputs_are_errors_not_panics() {
+    let b = CpuBackend::new(CpuSettings {
+        threads: 2,
+        ..CpuSettings::default()
+    })
+    .expect("auto");
+    let cfg = config(4, 2, 8, 4, DType::F32);
+    let mut cache = b.new_cache(&cfg, 3).expect("cache");
+    let row = vec![0.0f32; 2 * 8];
+    let bad_slot = KvWrite {
+        key: &row,
+        value: &row,
+        slot_mapping: &[12],
+    };
+    assert!(matches!(
+        b.write_kv(&cfg, &mut cache, &bad_slot),
+        Err(BackendError::InvalidInput { .. })
+    ));
+    let short = KvWrite {
+        key: &row[..3],
+        value: &row,
+        slot_mapping: &[0],
+    };
+    assert!(b.write_kv(&cfg, &mut cache, &short).is_err());
+    let skip = KvWrite {
+        key: &row,
+        value: &row,
+        slot_mapping: &[-1],
+    };
+    assert!(b.write_kv(&cfg, &mut cache, &skip).is_ok());
+
+    let q = vec![0.0f32; 4 * 8];
+    let table = vec![vec![7u32]];
+    let step = StepInputs {
+        query: &q,
+        query_start_loc: &[0, 1],
+        seq_lens: &[1],
+        block_table: &table,
+        num_tokens: 1,
+    };
+    assert!(
+        b.forward(&cfg, &cache, &step).is_err(),
+        "block outside the cache"
+    );
+    let table = vec![vec![1u32]];
+    let step = StepInputs {
+        query: &q,
+        query_start_loc: &[0, 2],
+        seq_lens: &[1],
+        block_table: &table,
+        num_tokens: 1,
+    };
+    assert!(
+        b.forward(&cfg, &cache, &step).is_err(),
+        "more queries than tokens"
+    );
+    let step = StepInputs {
+        query: &q,
+        query_start_loc: &[0, 1],
+        seq_lens: &[5],
+        block_table: &table,
+        num_tokens: 1,
+    };
+    assert!(
+        b.forward(&cfg, &cache, &step).is_err(),
+        "table row too short"
+    );
+    let other = config(4, 2, 16, 4, DType::F32);
+    assert!(
+        b.forward(&other, &cache, &step).is_err(),
+        "cache of another config"
+    );
+    let uneven = config(5, 2, 8, 4, DType::F32);
+    assert!(b.supports(&uneven).is_err());
+}
+
+#[test]
+fn registered_as_cpu() {
+    assert!(attn_backends::backend_by_name("cpu").is_ok());
+}
+
+#[test]
+fn this_machine_runs_every_level_it_has() {
+    let names: Vec<String> = variants().iter().map(|(n, _)| n.clone()).collect();
+    eprintln!("variants: {names:?}");
+    for level in SimdLevel::available() {
+        assert!(
+            names.iter().any(|n| n.starts_with(level.name())),
+            "{level} is not tested"
+        );
+    }
+    if std::env::var_os("ATTN_DIFF_REQUIRE_AVX512").is_some() {
+        assert!(
+            SimdLevel::Avx512.is_available(),
+            "AVX-512 required but not detected"
+        );
+    }
+}
