@@ -8,6 +8,8 @@ use std::sync::Arc;
 pub fn all_backends() -> Vec<Arc<dyn Backend>> {
     #[allow(unused_mut)]
     let mut v: Vec<Arc<dyn Backend>> = Vec::new();
+    #[cfg(feature = "spyre")]
+    v.extend(crate::spyre::backends());
     v
 }
 
