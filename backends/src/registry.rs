@@ -11,6 +11,8 @@ pub fn all_backends() -> Vec<Arc<dyn Backend>> {
     #[allow(unused_mut)]
     let mut v: Vec<Arc<dyn Backend>> = Vec::new();
     v.push(Arc::new(crate::cpu::CpuBackend::auto()));
+    #[cfg(feature = "spyre")]
+    v.extend(crate::spyre::backends());
     v
 }
 

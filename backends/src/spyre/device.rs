@@ -1,0 +1,135 @@
+//! The device variant: the shapes and numerics a static-shape accelerator imposes, kept so
+//! their padding logic is tested on the CPU. fp16 storage only; head size a multiple of 64;
+//! one sequence at a time; its keys padded to a multiple of 256; its queries in chunks of 32
+//! rows (the last chunk padded); masking by adding -65504 (fp16's lowest finite value)
+//! rather than -inf. Padding rows are fully masked, as on the device: with a finite mask
+//! their softmax stays finite, and their rows are dropped from the output.
+
+use super::cache::SpyreCache;
+use super::mask::{alibi_distance, hidden, per_head, LogitShaping};
+use super::plan::{Group, GroupIndex};
+use super::tensors::{in_place, CPU};
+use crate::Unsupported;
+use attn_reference::{AttentionConfig, DType};
+use tch::{Kind, TchError, Tensor};
+
+/// Keys per sequence are padded to a multiple of this.
+pub(crate) const KV_MULTIPLE: usize = 256;
+/// Queries are computed in chunks of this many rows.
+pub(crate) const Q_CHUNK: usize = 32;
+/// The additive mask value for a hidden key.
+pub(crate) const MASK_VALUE: f64 = -65504.0;
+const HEAD_MULTIPLE: usize = 64;
+
+pub(crate) fn supports(c: &AttentionConfig) -> Result<(), Unsupported> {
+    if c.dtype != DType::F16 {
+        return Err(Unsupported::new(format!(
+            "spyre-device computes in fp16 only, not {}",
+            c.dtype
+        )));
+    }
+    if !c.head_size.is_multiple_of(HEAD_MULTIPLE) {
+        return Err(Unsupported::new(format!(
+            "spyre-device needs a head size that is a multiple of {HEAD_MULTIPLE}, not {}",
+            c.head_size
+        )));
+    }
+    Ok(())
+}
+
+/// Pages to gather for a sequence of `len` keys once padded to [`KV_MULTIPLE`].
+pub(crate) fn padded_pages(c: &AttentionConfig, len: usize) -> usize {
+    (len.div_ceil(KV_MULTIPLE).max(1) * KV_MULTIPLE).div_ceil(c.block_size)
+}
+
+/// Attention of a one-sequence group whose `q_max` is a multiple of [`Q_CHUNK`]:
+/// `[q_max, Hq, D]` f32 holding fp16 values.
+pub(crate) fn attend_sequence(
+    c: &AttentionConfig,
+    cache: &SpyreCache,
+    query: &Tensor,
+    g: &Group,
+    idx: &GroupIndex,
+) -> Result<Tensor, TchError> {
+    let (hq, hkv, grp, d) = (
+        c.num_heads as i64,
+        c.num_kv_heads as i64,
+        c.group_size() as i64,
+        c.head_size as i64,
+    );
+    let len = (g.len_max.div_ceil(KV_MULTIPLE).max(1) * KV_MULTIPLE) as i64;
+    debug_assert!(idx.pages * c.block_size >= len as usize);
+    let chunk = Q_CHUNK as i64;
+
+    let ids = idx.blocks.f_reshape([-1])?;
+    let kv = cache
+        .kv
+        .f_index_select(1, &ids)?
+        .f_view([2, -1, hkv, d])?
+        .f_narrow(1, 0, len)?;
+    let k = kv
+        .f_select(0, 0)?
+        .f_permute([1, 2, 0])?
+        .f_to_kind(Kind::Float)?; // [Hkv, D, len]
+    let v = kv
+        .f_select(0, 1)?
+        .f_transpose(0, 1)?
+        .f_to_kind(Kind::Float)?; // [Hkv, len, D]
+    let q = query
+        .f_index_select(0, &idx.q_rows)?
+        .f_to_kind(Kind::Half)?; // [q_max, Hq, D]
+
+    // The fp16 additive mask of the whole padded sequence; padding rows hide every key.
+    let hide = hidden(c, idx, len as usize)?
+        .f_squeeze_dim(0)? // [q_max, len]
+        .f_logical_or(&idx.q_real.f_logical_not()?.f_view([-1, 1])?)?;
+    let mask = Tensor::f_zeros(hide.size(), (Kind::Half, CPU))?.f_masked_fill(&hide, MASK_VALUE)?;
+    let distance = alibi_distance(c, idx, len as usize)?;
+    let shaping = LogitShaping::new(c, Kind::Float)?;
+    let sinks = c
+        .sinks
+        .as_deref()
+        .map(|s| per_head(c, s, Kind::Float))
+        .transpose()?;
+
+    let mut outs = Vec::with_capacity(g.q_max / Q_CHUNK);
+    for first in (0..g.q_max as i64).step_by(Q_CHUNK) {
+        let qc = q
+            .f_narrow(0, first, chunk)?
+            .f_view([chunk, hkv, grp, d])?
+            .f_permute([1, 2, 0, 3])?
+            .f_reshape([hkv, grp * chunk, d])?
+            .f_to_kind(Kind::Float)?
+            .f_mul_scalar(c.effective_scale())?;
+        let mut s = qc.f_matmul(&k)?.f_view([1, hkv, grp, chunk, len])?;
+        let dist = distance
+            .as_ref()
+            .map(|t| t.f_narrow(1, first, chunk))
+            .transpose()?;
+        shaping.apply(&mut s, dist.as_ref())?;
+        in_place(s.f_add_(&mask.f_narrow(0, first, chunk)?.f_to_kind(Kind::Float)?))?;
+
+        let mut m = s.f_amax([-1], true)?;
+        if let Some(sinks) = &sinks {
+            m = m.f_maximum(sinks)?;
+        }
+        in_place(s.f_sub_(&m))?;
+        in_place(s.f_exp_())?;
+        let mut l = s.f_sum_dim_intlist([-1i64].as_slice(), true, Kind::Float)?;
+        if let Some(sinks) = &sinks {
+            in_place(l.f_add_(&sinks.f_sub(&m)?.f_exp()?))?;
+        }
+        let o = s
+            .f_view([hkv, grp * chunk, len])?
+            .f_matmul(&v)?
+            .f_div(&l.f_view([hkv, grp * chunk, 1])?)?;
+        // The device writes fp16 activations.
+        let o = o
+            .f_to_kind(Kind::Half)?
+            .f_view([hkv, grp, chunk, d])?
+            .f_permute([2, 0, 1, 3])?
+            .f_reshape([chunk, hq, d])?;
+        outs.push(o);
+    }
+    Tensor::f_cat(&outs, 0)?.f_to_kind(Kind::Float)
+}

@@ -1,0 +1,267 @@
+//! A Spyre-style PyTorch-native paged-attention backend through `tch`: every computation is
+//! a libtorch tensor op, as a backend targeting an accelerator's PyTorch stack is written.
+//!
+//! - [`cache`]: the `[2, num_blocks, block_size, Hkv, D]` cache and its one-scatter write;
+//! - [`step`]: input checks and per-sequence facts; [`plan`]: padded groups of sequences
+//!   and their index tensors; [`mask`]: visibility and logit shaping;
+//! - the variants: [`native`] (explicit logits, online softmax over page chunks),
+//!   [`sdpa`] (`scaled_dot_product_attention`), [`device`] (static-shape fp16 mode).
+
+mod cache;
+mod device;
+mod mask;
+mod native;
+mod plan;
+mod sdpa;
+mod step;
+mod tensors;
+
+use crate::{
+    cache_as, cache_as_mut, Backend, BackendError, CacheLayout, KvCache, KvWrite, StepInputs,
+    Unsupported,
+};
+use attn_reference::{AttentionConfig, DType};
+use cache::SpyreCache;
+use plan::{group_sequences, one_per_group, output_rows, GroupCost, GroupIndex};
+use std::sync::Arc;
+use tch::{TchError, Tensor};
+use tensors::{from_f32, from_i64, init_threads, kind_of, to_host_rounded};
+
+/// Which computation a [`Spyre`] backend runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Variant {
+    /// Explicit logits with softmax and P·V accumulated in `working` precision.
+    Native { working: DType },
+    /// `scaled_dot_product_attention` with `enable_gqa`.
+    Sdpa,
+    /// fp16, static shapes: keys padded to 256, queries in chunks of 32, one sequence at a time.
+    Device,
+}
+
+/// Memory budgets of a call; the defaults bound one large_decode call well under a quarter
+/// of its KV cache. Smaller budgets exercise the chunked paths on small cases.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Budgets {
+    /// Native: bytes of gathered K/V and logits per chunk of pages.
+    pub chunk_bytes: usize,
+    /// SDPA: bytes of gathered K/V per group of sequences.
+    pub group_kv_bytes: usize,
+}
+
+impl Default for Budgets {
+    fn default() -> Self {
+        Budgets {
+            chunk_bytes: native::CHUNK_BYTES,
+            group_kv_bytes: sdpa::GROUP_KV_BYTES,
+        }
+    }
+}
+
+pub struct Spyre {
+    name: String,
+    variant: Variant,
+    budgets: Budgets,
+}
+
+/// Grouping costs (units of one query-token x key product over all heads). The overhead is
+/// the dispatch time of a group's ops; gathering and converting a K/V row costs about as
+/// much as a few query rows.
+const GROUP_OVERHEAD: usize = 1024;
+const KV_ROW_COST: usize = 4;
+
+impl Spyre {
+    /// `spyre-native`, accumulating in f32 so 16-bit inputs keep their accuracy on long
+    /// sequences.
+    pub fn native() -> Self {
+        Spyre::native_in(DType::F32)
+    }
+
+    /// The native variant with softmax and P·V in `working` precision; named
+    /// `spyre-native-<dtype>` unless the default f32.
+    pub fn native_in(working: DType) -> Self {
+        let name = if working == DType::F32 {
+            "spyre-native".to_string()
+        } else {
+            format!("spyre-native-{working}")
+        };
+        Spyre {
+            name,
+            variant: Variant::Native { working },
+            budgets: Budgets::default(),
+        }
+    }
+
+    pub fn sdpa() -> Self {
+        Spyre {
+            name: "spyre-sdpa".into(),
+            variant: Variant::Sdpa,
+            budgets: Budgets::default(),
+        }
+    }
+
+    pub fn device() -> Self {
+        Spyre {
+            name: "spyre-device".into(),
+            variant: Variant::Device,
+            budgets: Budgets::default(),
+        }
+    }
+
+    /// The same variant under other memory budgets.
+    pub fn with_budgets(mut self, budgets: Budgets) -> Self {
+        self.budgets = budgets;
+        self
+    }
+
+    pub fn variant(&self) -> Variant {
+        self.variant
+    }
+
+    fn invalid(&self, message: impl Into<String>) -> BackendError {
+        BackendError::InvalidInput {
+            backend: self.name.clone(),
+            message: message.into(),
+        }
+    }
+
+    fn failed(&self) -> impl Fn(TchError) -> BackendError + '_ {
+        move |e| BackendError::Failed {
+            backend: self.name.clone(),
+            message: e.to_string(),
+        }
+    }
+
+    fn group_cost(&self, c: &AttentionConfig) -> GroupCost {
+        let max_kv_rows = match self.variant {
+            Variant::Sdpa => {
+                let elt = kind_of(c.dtype)
+                    .elt_size_in_bytes()
+                    .max(sdpa::compute_kind(c).elt_size_in_bytes());
+                Some(self.budgets.group_kv_bytes / (2 * c.num_kv_heads * c.head_size * elt).max(1))
+            }
+            _ => None,
+        };
+        GroupCost {
+            overhead: GROUP_OVERHEAD,
+            kv_row: KV_ROW_COST,
+            max_kv_rows,
+        }
+    }
+
+    fn run(
+        &self,
+        c: &AttentionConfig,
+        cache: &SpyreCache,
+        step: &StepInputs<'_>,
+        seqs: &[step::Seq],
+    ) -> Result<Vec<f32>, TchError> {
+        let (t, hq, d) = (step.num_tokens, c.num_heads, c.head_size);
+        let groups = match self.variant {
+            Variant::Device => one_per_group(seqs, device::Q_CHUNK),
+            _ => group_sequences(seqs, &self.group_cost(c)),
+        };
+        if groups.is_empty() {
+            return Ok(vec![0.0; t * hq * d]);
+        }
+        let query = from_f32(step.query, &[t as i64, hq as i64, d as i64])?;
+        let mut outs = Vec::with_capacity(groups.len());
+        for g in &groups {
+            let pages = match self.variant {
+                Variant::Device => device::padded_pages(c, g.len_max),
+                _ => g.len_max.div_ceil(c.block_size),
+            };
+            let idx = GroupIndex::new(g, step.block_table, pages)?;
+            outs.push(match self.variant {
+                Variant::Native { working } => native::attend_group(
+                    c,
+                    cache,
+                    &query,
+                    g,
+                    &idx,
+                    kind_of(working),
+                    self.budgets.chunk_bytes,
+                )?,
+                Variant::Sdpa => {
+                    sdpa::attend_group(c, cache, &query, g, &idx, self.budgets.chunk_bytes)?
+                }
+                Variant::Device => device::attend_sequence(c, cache, &query, g, &idx)?,
+            });
+        }
+        let rows = from_i64(&output_rows(&groups, t))?;
+        let all = if outs.len() == 1 {
+            outs.pop()
+                .ok_or_else(|| TchError::Shape("no output".into()))?
+        } else {
+            Tensor::f_cat(&outs, 0)?
+        };
+        to_host_rounded(&all.f_index_select(0, &rows)?, c.dtype)
+    }
+}
+
+impl Backend for Spyre {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn supports(&self, config: &AttentionConfig) -> Result<(), Unsupported> {
+        match self.variant {
+            Variant::Device => device::supports(config),
+            Variant::Native { .. } | Variant::Sdpa => Ok(()),
+        }
+    }
+
+    fn cache_layout(&self) -> CacheLayout {
+        CacheLayout {
+            shape: "[2, num_blocks, block_size, num_kv_heads, head_size]",
+            description: "token-major pages as a PyTorch paged backend keeps them: one index_select gathers whole pages of K and V",
+        }
+    }
+
+    fn new_cache(
+        &self,
+        config: &AttentionConfig,
+        num_blocks: usize,
+    ) -> Result<KvCache, BackendError> {
+        init_threads();
+        step::check_config(config).map_err(|m| self.invalid(m))?;
+        self.supports(config)?;
+        let cache = SpyreCache::new(config, num_blocks).map_err(self.failed())?;
+        Ok(Box::new(cache))
+    }
+
+    fn write_kv(
+        &self,
+        config: &AttentionConfig,
+        cache: &mut KvCache,
+        kv: &KvWrite<'_>,
+    ) -> Result<(), BackendError> {
+        let cache = cache_as_mut::<SpyreCache>(&self.name, cache)?;
+        step::check_write(config, kv, cache.num_slots(config)).map_err(|m| self.invalid(m))?;
+        cache
+            .write(config, kv.key, kv.value, kv.slot_mapping)
+            .map_err(self.failed())
+    }
+
+    fn forward(
+        &self,
+        config: &AttentionConfig,
+        cache: &KvCache,
+        step: &StepInputs<'_>,
+    ) -> Result<Vec<f32>, BackendError> {
+        init_threads();
+        step::check_config(config).map_err(|m| self.invalid(m))?;
+        self.supports(config)?;
+        let cache = cache_as::<SpyreCache>(&self.name, cache)?;
+        let seqs = step::sequences(config, step, cache.num_blocks).map_err(|m| self.invalid(m))?;
+        self.run(config, cache, step, &seqs).map_err(self.failed())
+    }
+}
+
+/// The registered spyre variants.
+pub fn backends() -> Vec<Arc<dyn Backend>> {
+    vec![
+        Arc::new(Spyre::native()),
+        Arc::new(Spyre::sdpa()),
+        Arc::new(Spyre::device()),
+    ]
+}

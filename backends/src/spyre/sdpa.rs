@@ -1,0 +1,100 @@
+//! The SDPA variant: each group's pages gathered into `[b, Hkv, len, D]` and handed to
+//! libtorch's `scaled_dot_product_attention` with `enable_gqa` and the visibility mask.
+//!
+//! Features SDPA has no argument for are expressed around it: ALiBi becomes an additive f32
+//! mask; a sink becomes one extra key of zeros (value zeros) whose additive mask entry is the
+//! sink, so its logit is exactly the sink and it joins only the denominator. A soft-cap acts
+//! on the logits inside the softmax, which SDPA never exposes, so soft-capped configs
+//! compute their logits explicitly with the native variant's f32 path.
+
+use super::cache::SpyreCache;
+use super::mask::{alibi_distance, hidden};
+use super::native;
+use super::plan::{Group, GroupIndex};
+use super::tensors::{from_f32, in_place, kind_of, CPU};
+use attn_reference::AttentionConfig;
+use tch::{Kind, TchError, Tensor};
+
+/// Default gathered K/V bytes one group may hold; a group is split before it exceeds this (a
+/// single sequence longer than this is still gathered whole).
+pub(crate) const GROUP_KV_BYTES: usize = 32 << 20;
+
+/// The kind SDPA runs in: the cache's dtype, or f32 when the mask carries real-valued
+/// biases (ALiBi distances and sinks would lose their precision in a 16-bit mask).
+pub(crate) fn compute_kind(c: &AttentionConfig) -> Kind {
+    if c.alibi_slopes.is_some() || c.sinks.is_some() {
+        Kind::Float
+    } else {
+        kind_of(c.dtype)
+    }
+}
+
+/// Attention of one group: `[b * q_max, Hq, D]` f32.
+pub(crate) fn attend_group(
+    c: &AttentionConfig,
+    cache: &SpyreCache,
+    query: &Tensor,
+    g: &Group,
+    idx: &GroupIndex,
+    chunk_bytes: usize,
+) -> Result<Tensor, TchError> {
+    if c.logits_soft_cap.is_some() {
+        return native::attend_group(c, cache, query, g, idx, Kind::Float, chunk_bytes);
+    }
+    let (b, qm, len) = (g.b() as i64, g.q_max as i64, g.len_max as i64);
+    let (hq, hkv, d) = (
+        c.num_heads as i64,
+        c.num_kv_heads as i64,
+        c.head_size as i64,
+    );
+    let kind = compute_kind(c);
+
+    let ids = idx.blocks.f_reshape([-1])?;
+    let kv = cache
+        .kv
+        .f_index_select(1, &ids)?
+        .f_view([2, b, -1, hkv, d])?
+        .f_narrow(2, 0, len)?
+        .f_to_kind(kind)?;
+    let mut k = kv.f_select(0, 0)?.f_transpose(1, 2)?; // [b, Hkv, len, D]
+    let mut v = kv.f_select(0, 1)?.f_transpose(1, 2)?;
+    let q = query
+        .f_index_select(0, &idx.q_rows)?
+        .f_view([b, qm, hq, d])?
+        .f_transpose(1, 2)?
+        .f_to_kind(kind)?;
+    let hide = hidden(c, idx, g.len_max)?.f_unsqueeze(1)?; // [b, 1, q_max, len]
+
+    let mask = if c.alibi_slopes.is_none() && c.sinks.is_none() {
+        hide.f_logical_not()?
+    } else {
+        let mut bias = match (&c.alibi_slopes, alibi_distance(c, idx, g.len_max)?) {
+            (Some(slopes), Some(dist)) => {
+                from_f32(slopes, &[1, hq, 1, 1])?.f_mul(&dist.f_unsqueeze(1)?)?
+            }
+            _ => Tensor::f_zeros([b, 1, qm, len], (Kind::Float, CPU))?,
+        };
+        in_place(bias.f_masked_fill_(&hide, f64::NEG_INFINITY))?;
+        if let Some(sinks) = &c.sinks {
+            let zero = Tensor::f_zeros([b, hkv, 1, d], (kind, CPU))?;
+            k = Tensor::f_cat(&[&k, &zero], 2)?;
+            v = Tensor::f_cat(&[&v, &zero], 2)?;
+            let sink = from_f32(sinks, &[1, hq, 1, 1])?.f_expand([b, hq, qm, 1], false)?;
+            bias = Tensor::f_cat(&[&bias.f_expand([b, hq, qm, len], false)?, &sink], 3)?;
+        }
+        bias
+    };
+    let out = Tensor::f_scaled_dot_product_attention(
+        &q,
+        &k,
+        &v,
+        Some(&mask),
+        0.0,
+        false,
+        c.effective_scale(),
+        true,
+    )?;
+    out.f_transpose(1, 2)?
+        .f_reshape([b * qm, hq, d])?
+        .f_to_kind(Kind::Float)
+}
