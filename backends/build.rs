@@ -7,6 +7,9 @@ fn main() {
     }
     if let Some(dir) = std::env::var_os("LIBTORCH") {
         let dir = std::fs::canonicalize(&dir).unwrap_or_else(|_| dir.into());
-        println!("cargo:rustc-link-arg=-Wl,-rpath,{}", dir.join("lib").display());
+        println!(
+            "cargo:rustc-link-arg=-Wl,-rpath,{}",
+            dir.join("lib").display()
+        );
     }
 }

@@ -15,7 +15,9 @@ pub struct Unsupported {
 
 impl Unsupported {
     pub fn new(reason: impl Into<String>) -> Self {
-        Unsupported { reason: reason.into() }
+        Unsupported {
+            reason: reason.into(),
+        }
     }
 }
 
@@ -96,28 +98,49 @@ pub trait Backend: Send + Sync {
     fn cache_layout(&self) -> CacheLayout;
 
     /// A cache of `num_blocks` blocks for `config`.
-    fn new_cache(&self, config: &AttentionConfig, num_blocks: usize) -> Result<KvCache, BackendError>;
+    fn new_cache(
+        &self,
+        config: &AttentionConfig,
+        num_blocks: usize,
+    ) -> Result<KvCache, BackendError>;
 
     /// Store K/V rows at their slots (reshape-and-cache), skipping slot -1.
-    fn write_kv(&self, config: &AttentionConfig, cache: &mut KvCache, kv: &KvWrite<'_>) -> Result<(), BackendError>;
+    fn write_kv(
+        &self,
+        config: &AttentionConfig,
+        cache: &mut KvCache,
+        kv: &KvWrite<'_>,
+    ) -> Result<(), BackendError>;
 
     /// Attention for every token of the step: `[num_tokens, num_heads, head_size]`, values in
     /// the config's dtype carried as f32. Rows of padding tokens may hold anything finite.
-    fn forward(&self, config: &AttentionConfig, cache: &KvCache, step: &StepInputs<'_>) -> Result<Vec<f32>, BackendError>;
+    fn forward(
+        &self,
+        config: &AttentionConfig,
+        cache: &KvCache,
+        step: &StepInputs<'_>,
+    ) -> Result<Vec<f32>, BackendError>;
 }
 
 /// Downcast a cache to the backend's own type, with an error rather than a panic when a
 /// cache from another backend is passed in.
 pub fn cache_as<'a, T: 'static>(backend: &str, cache: &'a KvCache) -> Result<&'a T, BackendError> {
-    cache.downcast_ref::<T>().ok_or_else(|| BackendError::InvalidInput {
-        backend: backend.to_string(),
-        message: "KV cache was not created by this backend".into(),
-    })
+    cache
+        .downcast_ref::<T>()
+        .ok_or_else(|| BackendError::InvalidInput {
+            backend: backend.to_string(),
+            message: "KV cache was not created by this backend".into(),
+        })
 }
 
-pub fn cache_as_mut<'a, T: 'static>(backend: &str, cache: &'a mut KvCache) -> Result<&'a mut T, BackendError> {
-    cache.downcast_mut::<T>().ok_or_else(|| BackendError::InvalidInput {
-        backend: backend.to_string(),
-        message: "KV cache was not created by this backend".into(),
-    })
+pub fn cache_as_mut<'a, T: 'static>(
+    backend: &str,
+    cache: &'a mut KvCache,
+) -> Result<&'a mut T, BackendError> {
+    cache
+        .downcast_mut::<T>()
+        .ok_or_else(|| BackendError::InvalidInput {
+            backend: backend.to_string(),
+            message: "KV cache was not created by this backend".into(),
+        })
 }

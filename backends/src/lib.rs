@@ -11,6 +11,9 @@ pub mod run;
 #[cfg(feature = "spyre")]
 pub mod spyre;
 
-pub use backend::{cache_as, cache_as_mut, Backend, BackendError, CacheLayout, KvCache, KvWrite, StepInputs, Unsupported};
+pub use backend::{
+    cache_as, cache_as_mut, Backend, BackendError, CacheLayout, KvCache, KvWrite, StepInputs,
+    Unsupported,
+};
 pub use registry::{all_backends, backend_by_name, backend_names};
 pub use run::{run_case, CaseRun};

@@ -18,12 +18,21 @@ pub fn all_backends() -> Vec<Arc<dyn Backend>> {
 
 /// Names of every registered backend.
 pub fn backend_names() -> Vec<String> {
-    all_backends().iter().map(|b| b.name().to_string()).collect()
+    all_backends()
+        .iter()
+        .map(|b| b.name().to_string())
+        .collect()
 }
 
 /// The backend registered as `name`, or an error listing what exists.
 pub fn backend_by_name(name: &str) -> Result<Arc<dyn Backend>, String> {
-    all_backends().into_iter().find(|b| b.name() == name).ok_or_else(|| {
-        format!("unknown backend `{name}`; registered backends: {}", backend_names().join(", "))
-    })
+    all_backends()
+        .into_iter()
+        .find(|b| b.name() == name)
+        .ok_or_else(|| {
+            format!(
+                "unknown backend `{name}`; registered backends: {}",
+                backend_names().join(", ")
+            )
+        })
 }

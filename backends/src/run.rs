@@ -46,16 +46,40 @@ pub fn run_case(backend: &dyn Backend, case: &Case) -> Result<CaseRun, BackendEr
         let mut rng = InputRng::new(POISON_SEED);
         let k = rng.normal_vec(stale.len() * row, POISON_STD, config.dtype);
         let v = rng.normal_vec(stale.len() * row, POISON_STD, config.dtype);
-        backend.write_kv(config, &mut cache, &KvWrite { key: &k, value: &v, slot_mapping: &stale })?;
+        backend.write_kv(
+            config,
+            &mut cache,
+            &KvWrite {
+                key: &k,
+                value: &v,
+                slot_mapping: &stale,
+            },
+        )?;
     }
 
     let ctx_slots = case.context_slot_mapping();
     if !ctx_slots.is_empty() {
         let (k, v) = case.context_kv_flat();
-        backend.write_kv(config, &mut cache, &KvWrite { key: &k, value: &v, slot_mapping: &ctx_slots })?;
+        backend.write_kv(
+            config,
+            &mut cache,
+            &KvWrite {
+                key: &k,
+                value: &v,
+                slot_mapping: &ctx_slots,
+            },
+        )?;
     }
     let t = &case.tensors;
-    backend.write_kv(config, &mut cache, &KvWrite { key: &t.key, value: &t.value, slot_mapping: &case.layout.slot_mapping })?;
+    backend.write_kv(
+        config,
+        &mut cache,
+        &KvWrite {
+            key: &t.key,
+            value: &t.value,
+            slot_mapping: &case.layout.slot_mapping,
+        },
+    )?;
 
     let qsl = case.query_start_loc();
     let step = StepInputs {
@@ -72,8 +96,14 @@ pub fn run_case(backend: &dyn Backend, case: &Case) -> Result<CaseRun, BackendEr
     if output.len() != want {
         return Err(BackendError::Failed {
             backend: backend.name().to_string(),
-            message: format!("returned {} output values, expected {want} ([num_tokens, num_heads, head_size])", output.len()),
+            message: format!(
+                "returned {} output values, expected {want} ([num_tokens, num_heads, head_size])",
+                output.len()
+            ),
         });
     }
-    Ok(CaseRun { output, forward_time })
+    Ok(CaseRun {
+        output,
+        forward_time,
+    })
 }

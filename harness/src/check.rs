@@ -39,9 +39,17 @@ impl std::str::FromStr for Shard {
     type Err = String;
     /// `I/N` with 0 <= I < N.
     fn from_str(s: &str) -> Result<Self, String> {
-        let (i, n) = s.split_once('/').ok_or_else(|| format!("shard `{s}` must look like I/N, e.g. 0/4"))?;
-        let index: usize = i.trim().parse().map_err(|_| format!("shard index `{i}` is not a number"))?;
-        let count: usize = n.trim().parse().map_err(|_| format!("shard count `{n}` is not a number"))?;
+        let (i, n) = s
+            .split_once('/')
+            .ok_or_else(|| format!("shard `{s}` must look like I/N, e.g. 0/4"))?;
+        let index: usize = i
+            .trim()
+            .parse()
+            .map_err(|_| format!("shard index `{i}` is not a number"))?;
+        let count: usize = n
+            .trim()
+            .parse()
+            .map_err(|_| format!("shard count `{n}` is not a number"))?;
         if count == 0 || index >= count {
             return Err(format!("shard `{s}`: need 0 <= I < N"));
         }
@@ -134,14 +142,23 @@ impl CheckSummary {
 
 /// The proptest tree of property case `index`: a deterministic function of (seed, index), so
 /// shards and replays regenerate exactly the same case.
-pub fn case_tree(seed: u64, index: usize, limits: StrategyLimits) -> impl ValueTree<Value = CaseRecipe> {
+pub fn case_tree(
+    seed: u64,
+    index: usize,
+    limits: StrategyLimits,
+) -> impl ValueTree<Value = CaseRecipe> {
     let mut bytes = [0u8; 32];
     let mut rng = InputRng::new(seed ^ (index as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
     for chunk in bytes.chunks_mut(8) {
         chunk.copy_from_slice(&(rng.below(u64::MAX)).to_le_bytes());
     }
-    let mut runner = TestRunner::new_with_rng(Config::default(), TestRng::from_seed(RngAlgorithm::ChaCha, &bytes));
-    recipe(limits).new_tree(&mut runner).expect("recipe strategy never rejects")
+    let mut runner = TestRunner::new_with_rng(
+        Config::default(),
+        TestRng::from_seed(RngAlgorithm::ChaCha, &bytes),
+    );
+    recipe(limits)
+        .new_tree(&mut runner)
+        .expect("recipe strategy never rejects")
 }
 
 fn record(summary: &mut BackendSummary, outcome: &Outcome, time: Duration) {
@@ -153,7 +170,9 @@ fn record(summary: &mut BackendSummary, outcome: &Outcome, time: Duration) {
             summary.worst_abs_err = summary.worst_abs_err.max(c.max_abs_err);
             summary.worst_rel_err = summary.worst_rel_err.max(c.max_rel_err);
         }
-        Outcome::Unsupported(reason) => *summary.unsupported.entry(reason.clone()).or_default() += 1,
+        Outcome::Unsupported(reason) => {
+            *summary.unsupported.entry(reason.clone()).or_default() += 1
+        }
         Outcome::Diverged(d) => {
             summary.failed += 1;
             *summary.divergences.entry(d.kind).or_default() += 1;
@@ -169,13 +188,26 @@ fn record(summary: &mut BackendSummary, outcome: &Outcome, time: Duration) {
 pub fn shares_blocks(case: &Case) -> bool {
     let bs = case.config.block_size;
     let mut seen = std::collections::HashSet::new();
-    (0..case.num_seqs()).any(|s| (0..case.batch.seq_lens[s].div_ceil(bs)).any(|i| !seen.insert(case.layout.block_table[s][i])))
+    (0..case.num_seqs()).any(|s| {
+        (0..case.batch.seq_lens[s].div_ceil(bs))
+            .any(|i| !seen.insert(case.layout.block_table[s][i]))
+    })
 }
 
 pub fn run_check(mut opts: CheckOptions) -> CheckSummary {
-    let limits = if opts.deep { StrategyLimits::DEEP } else { StrategyLimits::DEFAULT };
-    let mut summaries: Vec<BackendSummary> =
-        opts.backends.iter().map(|b| BackendSummary { backend: b.name().to_string(), ..Default::default() }).collect();
+    let limits = if opts.deep {
+        StrategyLimits::DEEP
+    } else {
+        StrategyLimits::DEFAULT
+    };
+    let mut summaries: Vec<BackendSummary> = opts
+        .backends
+        .iter()
+        .map(|b| BackendSummary {
+            backend: b.name().to_string(),
+            ..Default::default()
+        })
+        .collect();
     let mut oracle_time = Duration::ZERO;
     let on_case = opts.on_case.take();
 
@@ -189,9 +221,9 @@ pub fn run_check(mut opts: CheckOptions) -> CheckSummary {
         let expected = reference_output(&case);
         oracle_time += t0.elapsed();
         let shared = shares_blocks(&case);
+        let tol = Tolerance::for_case(&case);
         for (backend, summary) in opts.backends.iter().zip(summaries.iter_mut()) {
             let t0 = Instant::now();
-            let tol = Tolerance::for_dtype(case.config.dtype);
             let (outcome, time) = evaluate(backend.as_ref(), &case, &expected, tol);
             record(summary, &outcome, time);
             summary.shared_block_cases += shared as usize;
@@ -202,7 +234,7 @@ pub fn run_check(mut opts: CheckOptions) -> CheckSummary {
                     let fails = |r: &CaseRecipe| {
                         let c = r.build();
                         let e = reference_output(&c);
-                        matches!(evaluate(backend.as_ref(), &c, &e, Tolerance::for_dtype(c.config.dtype)).0, Outcome::Diverged(ref d) if d.kind == kind)
+                        matches!(evaluate(backend.as_ref(), &c, &e, Tolerance::for_case(&c)).0, Outcome::Diverged(ref d) if d.kind == kind)
                     };
                     let first = shrink(&mut tree, opts.shrink, fails);
                     let second = refine(first.recipe, opts.shrink, fails);
@@ -214,14 +246,39 @@ pub fn run_check(mut opts: CheckOptions) -> CheckSummary {
                     };
                     let minimal = shrunk.recipe.build();
                     let e = reference_output(&minimal);
-                    let (out, _) = evaluate(backend.as_ref(), &minimal, &e, Tolerance::for_dtype(minimal.config.dtype));
+                    let (out, _) = evaluate(
+                        backend.as_ref(),
+                        &minimal,
+                        &e,
+                        Tolerance::for_case(&minimal),
+                    );
                     let origin = format!("property case {index} (seed {})", opts.seed);
-                    let file = format!("{}-seed{}-case{index}.json", sanitize(backend.name()), opts.seed);
+                    let file = format!(
+                        "{}-seed{}-case{index}.json",
+                        sanitize(backend.name()),
+                        opts.seed
+                    );
                     let replay = write_replay(&opts.out_dir, &file, &minimal);
                     let mut report = match out {
-                        Outcome::Diverged(d) => FailureReport::new(backend.name(), &origin, &minimal, &e, &d, replay, Some(&shrunk)),
+                        Outcome::Diverged(d) => FailureReport::new(
+                            backend.name(),
+                            &origin,
+                            &minimal,
+                            &e,
+                            &d,
+                            replay,
+                            Some(&shrunk),
+                        ),
                         // Flaky: the minimal case passed when re-run; report the original.
-                        _ => FailureReport::new(backend.name(), &origin, &case, &expected, d, replay, None),
+                        _ => FailureReport::new(
+                            backend.name(),
+                            &origin,
+                            &case,
+                            &expected,
+                            d,
+                            replay,
+                            None,
+                        ),
                     };
                     report.attach_heatmap(&opts.out_dir.join(file.replace(".json", ".png")));
                     summary.failures.push(report);
@@ -242,17 +299,33 @@ pub fn run_check(mut opts: CheckOptions) -> CheckSummary {
         oracle_time += t0.elapsed();
         for (backend, summary) in opts.backends.iter().zip(summaries.iter_mut()) {
             let t0 = Instant::now();
-            let (outcome, time) = evaluate(backend.as_ref(), &case, &expected, Tolerance::upstream());
+            let (outcome, time) =
+                evaluate(backend.as_ref(), &case, &expected, Tolerance::upstream());
             record(summary, &outcome, time);
             let (status, abs, rel) = match &outcome {
                 Outcome::Pass(c) => ("pass".to_string(), c.max_abs_err, c.max_rel_err),
                 Outcome::Unsupported(r) => (format!("unsupported: {r}"), f64::NAN, f64::NAN),
                 Outcome::Diverged(d) => {
-                    let (a, r) = d.comparison.as_ref().map_or((f64::NAN, f64::NAN), |c| (c.max_abs_err, c.max_rel_err));
+                    let (a, r) = d
+                        .comparison
+                        .as_ref()
+                        .map_or((f64::NAN, f64::NAN), |c| (c.max_abs_err, c.max_rel_err));
                     if summary.failures.len() < 8 {
-                        let file = format!("{}-{}.json", sanitize(backend.name()), uc.label().replace([' ', '/', ','], "_"));
+                        let file = format!(
+                            "{}-{}.json",
+                            sanitize(backend.name()),
+                            uc.label().replace([' ', '/', ','], "_")
+                        );
                         let replay = write_replay(&opts.out_dir, &file, &case);
-                        summary.failures.push(FailureReport::new(backend.name(), &uc.label(), &case, &expected, d, replay, None));
+                        summary.failures.push(FailureReport::new(
+                            backend.name(),
+                            &uc.label(),
+                            &case,
+                            &expected,
+                            d,
+                            replay,
+                            None,
+                        ));
                     }
                     (format!("FAIL ({})", d.kind), a, r)
                 }
@@ -283,5 +356,13 @@ pub fn run_check(mut opts: CheckOptions) -> CheckSummary {
 
 /// A backend name as a file-name component.
 pub fn sanitize(name: &str) -> String {
-    name.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' }).collect()
+    name.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
 }

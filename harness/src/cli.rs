@@ -14,7 +14,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 #[derive(Parser, Debug)]
-#[command(name = "attn-diff", version, about = "Differential correctness harness for paged-attention backends")]
+#[command(
+    name = "attn-diff",
+    version,
+    about = "Differential correctness harness for paged-attention backends"
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -96,12 +100,14 @@ pub enum Command {
 pub fn load_case(path: &std::path::Path) -> anyhow::Result<Case> {
     let name = path.display();
     if path.extension().is_some_and(|e| e == "safetensors") {
-        let meta = std::fs::metadata(path).map_err(|e| usage(format!("cannot read {name}: {e}")))?;
+        let meta =
+            std::fs::metadata(path).map_err(|e| usage(format!("cannot read {name}: {e}")))?;
         if meta.is_dir() {
             return Err(usage(format!("cannot read {name}: is a directory")));
         }
         let bytes = std::fs::read(path).map_err(|e| usage(format!("cannot read {name}: {e}")))?;
-        let (case, _) = crate::export::case_from_safetensors(&bytes).map_err(|e| usage(format!("{name}: {e}")))?;
+        let (case, _) = crate::export::case_from_safetensors(&bytes)
+            .map_err(|e| usage(format!("{name}: {e}")))?;
         return Ok(case);
     }
     Case::load(path).map_err(|e| usage(format!("{name}: {e}")))
@@ -131,14 +137,31 @@ pub fn select_backends(names: &[String]) -> anyhow::Result<Vec<Arc<dyn Backend>>
         }
         return Ok(all);
     }
-    names.iter().map(|n| backend_by_name(n.trim()).map_err(usage)).collect()
+    names
+        .iter()
+        .map(|n| backend_by_name(n.trim()).map_err(usage))
+        .collect()
 }
 
 /// Run the CLI; Ok(true) when everything passed.
 pub fn run(cli: Cli) -> anyhow::Result<bool> {
     match cli.command {
-        Command::Check { backend, cases, seed, shard, specs, upstream, deep, format, out } => {
-            let mut up = if upstream { upstream::full_suite() } else { upstream::small_suite() };
+        Command::Check {
+            backend,
+            cases,
+            seed,
+            shard,
+            specs,
+            upstream,
+            deep,
+            format,
+            out,
+        } => {
+            let mut up = if upstream {
+                upstream::full_suite()
+            } else {
+                upstream::small_suite()
+            };
             if !specs.is_empty() {
                 let named = upstream::cases_for_specs(&specs).map_err(usage)?;
                 for c in named {
@@ -151,10 +174,15 @@ pub fn run(cli: Cli) -> anyhow::Result<bool> {
             let cases = cases.unwrap_or_else(CheckOptions::default_cases);
             let progress = (format == Format::Text && std::io::stderr().is_terminal()).then(|| {
                 let bar = indicatif::ProgressBar::new(cases as u64 / shard.count as u64);
-                bar.set_style(indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} cases {elapsed}").expect("valid template"));
+                bar.set_style(
+                    indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} cases {elapsed}")
+                        .expect("valid template"),
+                );
                 bar
             });
-            let on_case = progress.clone().map(|b| Box::new(move || b.inc(1)) as Box<dyn Fn() + Send>);
+            let on_case = progress
+                .clone()
+                .map(|b| Box::new(move || b.inc(1)) as Box<dyn Fn() + Send>);
             let summary = run_check(CheckOptions {
                 backends,
                 cases,
@@ -183,8 +211,13 @@ pub fn run(cli: Cli) -> anyhow::Result<bool> {
             let mut ok = true;
             for r in replay_case(&case, &file.display().to_string(), &backends) {
                 match (&r.outcome, &r.report) {
-                    (Outcome::Pass(c), _) => println!("{}: pass (max abs {:.2e}, max rel {:.2e})", r.backend, c.max_abs_err, c.max_rel_err),
-                    (Outcome::Unsupported(why), _) => println!("{}: unsupported ({why})", r.backend),
+                    (Outcome::Pass(c), _) => println!(
+                        "{}: pass (max abs {:.2e}, max rel {:.2e})",
+                        r.backend, c.max_abs_err, c.max_rel_err
+                    ),
+                    (Outcome::Unsupported(why), _) => {
+                        println!("{}: unsupported ({why})", r.backend)
+                    }
                     (Outcome::Diverged(_), Some(rep)) => {
                         ok = false;
                         println!("{}", rep.text);
@@ -197,12 +230,28 @@ pub fn run(cli: Cli) -> anyhow::Result<bool> {
             }
             Ok(ok)
         }
-        Command::Export { spec, case, heads, head_size, dtype, block_size, window, seed, out } => {
+        Command::Export {
+            spec,
+            case,
+            heads,
+            head_size,
+            dtype,
+            block_size,
+            window,
+            seed,
+            out,
+        } => {
             let case = match (spec, case) {
                 (Some(name), _) => {
-                    let spec = attn_reference::spec_by_name(&name)
-                        .ok_or_else(|| usage(format!("unknown spec `{name}`; known specs: {}", attn_reference::specs::spec_names().join(", "))))?;
-                    let mut config = attn_reference::AttentionConfig::new(heads[0], heads[1], head_size, block_size, dtype);
+                    let spec = attn_reference::spec_by_name(&name).ok_or_else(|| {
+                        usage(format!(
+                            "unknown spec `{name}`; known specs: {}",
+                            attn_reference::specs::spec_names().join(", ")
+                        ))
+                    })?;
+                    let mut config = attn_reference::AttentionConfig::new(
+                        heads[0], heads[1], head_size, block_size, dtype,
+                    );
                     config.sliding_window = window;
                     config.kind = spec.kind;
                     // Check the config before building anything from it.
@@ -214,15 +263,26 @@ pub fn run(cli: Cli) -> anyhow::Result<bool> {
             };
             let expected = attn_reference::reference_output(&case);
             let bytes = crate::export::case_to_safetensors(&case, Some(&expected));
-            attn_reference::golden::write_atomic(&out, &bytes).map_err(|e| usage(format!("cannot write {}: {e}", out.display())))?;
-            eprintln!("wrote {} ({} bytes): {}", out.display(), bytes.len(), case.shape_summary());
+            attn_reference::golden::write_atomic(&out, &bytes)
+                .map_err(|e| usage(format!("cannot write {}: {e}", out.display())))?;
+            eprintln!(
+                "wrote {} ({} bytes): {}",
+                out.display(),
+                bytes.len(),
+                case.shape_summary()
+            );
             Ok(true)
         }
         Command::List => {
             println!("backends:");
             for b in all_backends() {
                 let layout = b.cache_layout();
-                println!("  {:<16} cache {}  ({})", b.name(), layout.shape, layout.description);
+                println!(
+                    "  {:<16} cache {}  ({})",
+                    b.name(),
+                    layout.shape,
+                    layout.description
+                );
                 for (what, cfg) in probe_configs() {
                     if let Err(u) = b.supports(&cfg) {
                         println!("  {:<16}   no {what}: {u}", "");
@@ -231,7 +291,13 @@ pub fn run(cli: Cli) -> anyhow::Result<bool> {
             }
             println!("specs:");
             for s in attn_reference::all_specs() {
-                println!("  {:<24} {:<12} seq_lens {:?} query_lens {:?}", s.name, s.kind.to_string(), s.seq_lens, s.query_lens);
+                println!(
+                    "  {:<24} {:<12} seq_lens {:?} query_lens {:?}",
+                    s.name,
+                    s.kind.to_string(),
+                    s.seq_lens,
+                    s.query_lens
+                );
             }
             Ok(true)
         }
@@ -244,15 +310,70 @@ fn probe_configs() -> Vec<(&'static str, attn_reference::AttentionConfig)> {
     let base = AttentionConfig::new(8, 2, 128, 16, DType::Bf16);
     let mut v = Vec::new();
     for dt in DType::ALL {
-        v.push((dt.name(), AttentionConfig { dtype: dt, ..base.clone() }));
+        v.push((
+            dt.name(),
+            AttentionConfig {
+                dtype: dt,
+                ..base.clone()
+            },
+        ));
     }
-    v.push(("encoder-only", AttentionConfig { kind: AttentionKind::EncoderOnly, ..base.clone() }));
-    v.push(("sliding window", AttentionConfig { sliding_window: Some(64), ..base.clone() }));
-    v.push(("soft-cap", AttentionConfig { logits_soft_cap: Some(30.0), ..base.clone() }));
-    v.push(("ALiBi", AttentionConfig { alibi_slopes: Some(vec![0.5; 8]), ..base.clone() }));
-    v.push(("sinks", AttentionConfig { sinks: Some(vec![0.0; 8]), ..base.clone() }));
-    v.push(("head size 3", AttentionConfig { head_size: 3, ..base.clone() }));
-    v.push(("block size 1", AttentionConfig { block_size: 1, ..base.clone() }));
-    v.push(("9/3 heads", AttentionConfig { num_heads: 9, num_kv_heads: 3, ..base }));
+    v.push((
+        "encoder-only",
+        AttentionConfig {
+            kind: AttentionKind::EncoderOnly,
+            ..base.clone()
+        },
+    ));
+    v.push((
+        "sliding window",
+        AttentionConfig {
+            sliding_window: Some(64),
+            ..base.clone()
+        },
+    ));
+    v.push((
+        "soft-cap",
+        AttentionConfig {
+            logits_soft_cap: Some(30.0),
+            ..base.clone()
+        },
+    ));
+    v.push((
+        "ALiBi",
+        AttentionConfig {
+            alibi_slopes: Some(vec![0.5; 8]),
+            ..base.clone()
+        },
+    ));
+    v.push((
+        "sinks",
+        AttentionConfig {
+            sinks: Some(vec![0.0; 8]),
+            ..base.clone()
+        },
+    ));
+    v.push((
+        "head size 3",
+        AttentionConfig {
+            head_size: 3,
+            ..base.clone()
+        },
+    ));
+    v.push((
+        "block size 1",
+        AttentionConfig {
+            block_size: 1,
+            ..base.clone()
+        },
+    ));
+    v.push((
+        "9/3 heads",
+        AttentionConfig {
+            num_heads: 9,
+            num_kv_heads: 3,
+            ..base
+        },
+    ));
     v
 }

@@ -29,9 +29,17 @@ pub enum TensorFileError {
     #[error("tensor `{0}` is missing")]
     MissingTensor(String),
     #[error("tensor `{name}` has dtype {actual}, expected {expected}")]
-    WrongDtype { name: String, expected: String, actual: String },
+    WrongDtype {
+        name: String,
+        expected: String,
+        actual: String,
+    },
     #[error("tensor `{name}` has shape {actual:?}, expected {expected:?}")]
-    WrongShape { name: String, expected: Vec<usize>, actual: Vec<usize> },
+    WrongShape {
+        name: String,
+        expected: Vec<usize>,
+        actual: Vec<usize>,
+    },
     #[error("the case in the file is invalid: {0}")]
     InvalidCase(#[from] attn_reference::CaseError),
 }
@@ -47,16 +55,31 @@ fn st_dtype(d: DType) -> Dtype {
 fn encode_values(d: DType, v: &[f32]) -> Vec<u8> {
     match d {
         DType::F32 => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
-        DType::Bf16 => v.iter().flat_map(|&x| half::bf16::from_f32(x).to_le_bytes()).collect(),
-        DType::F16 => v.iter().flat_map(|&x| half::f16::from_f32(x).to_le_bytes()).collect(),
+        DType::Bf16 => v
+            .iter()
+            .flat_map(|&x| half::bf16::from_f32(x).to_le_bytes())
+            .collect(),
+        DType::F16 => v
+            .iter()
+            .flat_map(|&x| half::f16::from_f32(x).to_le_bytes())
+            .collect(),
     }
 }
 
 fn decode_values(d: DType, bytes: &[u8]) -> Vec<f32> {
     match d {
-        DType::F32 => bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect(),
-        DType::Bf16 => bytes.chunks_exact(2).map(|c| half::bf16::from_le_bytes([c[0], c[1]]).to_f32()).collect(),
-        DType::F16 => bytes.chunks_exact(2).map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32()).collect(),
+        DType::F32 => bytes
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect(),
+        DType::Bf16 => bytes
+            .chunks_exact(2)
+            .map(|c| half::bf16::from_le_bytes([c[0], c[1]]).to_f32())
+            .collect(),
+        DType::F16 => bytes
+            .chunks_exact(2)
+            .map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32())
+            .collect(),
     }
 }
 
@@ -68,7 +91,9 @@ struct Owned {
 }
 
 fn ints_i32(v: impl IntoIterator<Item = usize>) -> Vec<u8> {
-    v.into_iter().flat_map(|x| (x as i32).to_le_bytes()).collect()
+    v.into_iter()
+        .flat_map(|x| (x as i32).to_le_bytes())
+        .collect()
 }
 
 /// Serialize a (valid) case, and optionally the oracle's output, to safetensors bytes.
@@ -77,92 +102,219 @@ pub fn case_to_safetensors(case: &Case, expected: Option<&[f64]>) -> Vec<u8> {
     let (t, hq, hkv, d) = (case.num_tokens(), c.num_heads, c.num_kv_heads, c.head_size);
     let b = case.num_seqs();
     let mut owned = vec![
-        Owned { name: "query".into(), dtype: st_dtype(c.dtype), shape: vec![t, hq, d], data: encode_values(c.dtype, &case.tensors.query) },
-        Owned { name: "key".into(), dtype: st_dtype(c.dtype), shape: vec![t, hkv, d], data: encode_values(c.dtype, &case.tensors.key) },
-        Owned { name: "value".into(), dtype: st_dtype(c.dtype), shape: vec![t, hkv, d], data: encode_values(c.dtype, &case.tensors.value) },
+        Owned {
+            name: "query".into(),
+            dtype: st_dtype(c.dtype),
+            shape: vec![t, hq, d],
+            data: encode_values(c.dtype, &case.tensors.query),
+        },
+        Owned {
+            name: "key".into(),
+            dtype: st_dtype(c.dtype),
+            shape: vec![t, hkv, d],
+            data: encode_values(c.dtype, &case.tensors.key),
+        },
+        Owned {
+            name: "value".into(),
+            dtype: st_dtype(c.dtype),
+            shape: vec![t, hkv, d],
+            data: encode_values(c.dtype, &case.tensors.value),
+        },
         Owned {
             name: "block_table".into(),
             dtype: Dtype::I32,
             shape: vec![b, case.max_blocks_per_seq()],
-            data: case.layout.block_table.iter().flatten().flat_map(|&x| (x as i32).to_le_bytes()).collect(),
+            data: case
+                .layout
+                .block_table
+                .iter()
+                .flatten()
+                .flat_map(|&x| (x as i32).to_le_bytes())
+                .collect(),
         },
-        Owned { name: "slot_mapping".into(), dtype: Dtype::I64, shape: vec![t], data: case.layout.slot_mapping.iter().flat_map(|x| x.to_le_bytes()).collect() },
-        Owned { name: "seq_lens".into(), dtype: Dtype::I32, shape: vec![b], data: ints_i32(case.batch.seq_lens.iter().copied()) },
-        Owned { name: "query_lens".into(), dtype: Dtype::I32, shape: vec![b], data: ints_i32(case.batch.query_lens.iter().copied()) },
-        Owned { name: "query_start_loc".into(), dtype: Dtype::I32, shape: vec![b + 1], data: ints_i32(case.query_start_loc()) },
+        Owned {
+            name: "slot_mapping".into(),
+            dtype: Dtype::I64,
+            shape: vec![t],
+            data: case
+                .layout
+                .slot_mapping
+                .iter()
+                .flat_map(|x| x.to_le_bytes())
+                .collect(),
+        },
+        Owned {
+            name: "seq_lens".into(),
+            dtype: Dtype::I32,
+            shape: vec![b],
+            data: ints_i32(case.batch.seq_lens.iter().copied()),
+        },
+        Owned {
+            name: "query_lens".into(),
+            dtype: Dtype::I32,
+            shape: vec![b],
+            data: ints_i32(case.batch.query_lens.iter().copied()),
+        },
+        Owned {
+            name: "query_start_loc".into(),
+            dtype: Dtype::I32,
+            shape: vec![b + 1],
+            data: ints_i32(case.query_start_loc()),
+        },
     ];
     for s in 0..b {
         let ctx = case.context_len(s);
         if ctx == 0 {
             continue;
         }
-        for (name, v) in [("context_key", &case.tensors.context_key[s]), ("context_value", &case.tensors.context_value[s])] {
-            owned.push(Owned { name: format!("{name}.{s}"), dtype: st_dtype(c.dtype), shape: vec![ctx, hkv, d], data: encode_values(c.dtype, v) });
+        for (name, v) in [
+            ("context_key", &case.tensors.context_key[s]),
+            ("context_value", &case.tensors.context_value[s]),
+        ] {
+            owned.push(Owned {
+                name: format!("{name}.{s}"),
+                dtype: st_dtype(c.dtype),
+                shape: vec![ctx, hkv, d],
+                data: encode_values(c.dtype, v),
+            });
         }
     }
     if let Some(e) = expected {
-        owned.push(Owned { name: "expected".into(), dtype: Dtype::F64, shape: vec![case.num_real_tokens(), hq, d], data: e.iter().flat_map(|x| x.to_le_bytes()).collect() });
+        owned.push(Owned {
+            name: "expected".into(),
+            dtype: Dtype::F64,
+            shape: vec![case.num_real_tokens(), hq, d],
+            data: e.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        });
     }
     let metadata: HashMap<String, String> = [
         ("attn_diff_format".to_string(), FORMAT_VERSION.to_string()),
-        ("config".to_string(), serde_json::to_string(&case.config).expect("config serializes")),
+        (
+            "config".to_string(),
+            serde_json::to_string(&case.config).expect("config serializes"),
+        ),
         ("num_blocks".to_string(), case.layout.num_blocks.to_string()),
-        ("num_padding_tokens".to_string(), case.batch.num_padding_tokens.to_string()),
+        (
+            "num_padding_tokens".to_string(),
+            case.batch.num_padding_tokens.to_string(),
+        ),
     ]
     .into_iter()
     .collect();
     let views: Vec<(String, TensorView<'_>)> = owned
         .iter()
-        .map(|o| (o.name.clone(), TensorView::new(o.dtype, o.shape.clone(), &o.data).expect("shape matches data by construction")))
+        .map(|o| {
+            (
+                o.name.clone(),
+                TensorView::new(o.dtype, o.shape.clone(), &o.data)
+                    .expect("shape matches data by construction"),
+            )
+        })
         .collect();
-    safetensors::serialize(views, &Some(metadata)).expect("serializing in-memory tensors cannot fail")
+    safetensors::serialize(views, &Some(metadata))
+        .expect("serializing in-memory tensors cannot fail")
 }
 
-fn tensor<'a>(st: &'a SafeTensors<'a>, name: &str, dtype: Dtype, shape: &[usize]) -> Result<safetensors::tensor::TensorView<'a>, TensorFileError> {
-    let t = st.tensor(name).map_err(|_| TensorFileError::MissingTensor(name.to_string()))?;
+fn tensor<'a>(
+    st: &'a SafeTensors<'a>,
+    name: &str,
+    dtype: Dtype,
+    shape: &[usize],
+) -> Result<safetensors::tensor::TensorView<'a>, TensorFileError> {
+    let t = st
+        .tensor(name)
+        .map_err(|_| TensorFileError::MissingTensor(name.to_string()))?;
     if t.dtype() != dtype {
-        return Err(TensorFileError::WrongDtype { name: name.into(), expected: format!("{dtype:?}"), actual: format!("{:?}", t.dtype()) });
+        return Err(TensorFileError::WrongDtype {
+            name: name.into(),
+            expected: format!("{dtype:?}"),
+            actual: format!("{:?}", t.dtype()),
+        });
     }
     if t.shape() != shape {
-        return Err(TensorFileError::WrongShape { name: name.into(), expected: shape.to_vec(), actual: t.shape().to_vec() });
+        return Err(TensorFileError::WrongShape {
+            name: name.into(),
+            expected: shape.to_vec(),
+            actual: t.shape().to_vec(),
+        });
     }
     Ok(t)
 }
 
 fn i32s(st: &SafeTensors<'_>, name: &str, shape: &[usize]) -> Result<Vec<i64>, TensorFileError> {
     let t = tensor(st, name, Dtype::I32, shape)?;
-    Ok(t.data().chunks_exact(4).map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]) as i64).collect())
+    Ok(t.data()
+        .chunks_exact(4)
+        .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]) as i64)
+        .collect())
 }
 
 fn nonneg(name: &str, v: Vec<i64>) -> Result<Vec<usize>, TensorFileError> {
     v.into_iter()
-        .map(|x| usize::try_from(x).map_err(|_| TensorFileError::BadMetadata { key: "tensor values", message: format!("`{name}` holds negative value {x}") }))
+        .map(|x| {
+            usize::try_from(x).map_err(|_| TensorFileError::BadMetadata {
+                key: "tensor values",
+                message: format!("`{name}` holds negative value {x}"),
+            })
+        })
         .collect()
 }
 
 /// Read a case written by [`case_to_safetensors`] (the `expected` tensor, if any, is returned
 /// too). Every inconsistency is a typed error; the case is validated.
 pub fn case_from_safetensors(bytes: &[u8]) -> Result<(Case, Option<Vec<f64>>), TensorFileError> {
-    let (_, meta) = SafeTensors::read_metadata(bytes).map_err(|e| TensorFileError::Format(e.to_string()))?;
+    let (_, meta) =
+        SafeTensors::read_metadata(bytes).map_err(|e| TensorFileError::Format(e.to_string()))?;
     let st = SafeTensors::deserialize(bytes).map_err(|e| TensorFileError::Format(e.to_string()))?;
     let md = meta.metadata().clone().unwrap_or_default();
     let get = |k: &'static str| md.get(k).ok_or(TensorFileError::MissingMetadata(k));
     let version = get("attn_diff_format")?;
     if version != FORMAT_VERSION {
-        return Err(TensorFileError::BadMetadata { key: "attn_diff_format", message: format!("version {version}, this attn-diff reads {FORMAT_VERSION}") });
+        return Err(TensorFileError::BadMetadata {
+            key: "attn_diff_format",
+            message: format!("version {version}, this attn-diff reads {FORMAT_VERSION}"),
+        });
     }
-    let config: AttentionConfig = serde_json::from_str(get("config")?).map_err(|e| TensorFileError::BadMetadata { key: "config", message: e.to_string() })?;
-    let parse = |k: &'static str| -> Result<usize, TensorFileError> { get(k)?.parse().map_err(|e: std::num::ParseIntError| TensorFileError::BadMetadata { key: k, message: e.to_string() }) };
+    let config: AttentionConfig =
+        serde_json::from_str(get("config")?).map_err(|e| TensorFileError::BadMetadata {
+            key: "config",
+            message: e.to_string(),
+        })?;
+    let parse = |k: &'static str| -> Result<usize, TensorFileError> {
+        get(k)?
+            .parse()
+            .map_err(|e: std::num::ParseIntError| TensorFileError::BadMetadata {
+                key: k,
+                message: e.to_string(),
+            })
+    };
     let num_blocks = parse("num_blocks")?;
     let num_padding_tokens = parse("num_padding_tokens")?;
 
-    let b = st.tensor("seq_lens").map_err(|_| TensorFileError::MissingTensor("seq_lens".into()))?.shape().first().copied().unwrap_or(0);
+    let b = st
+        .tensor("seq_lens")
+        .map_err(|_| TensorFileError::MissingTensor("seq_lens".into()))?
+        .shape()
+        .first()
+        .copied()
+        .unwrap_or(0);
     let seq_lens = nonneg("seq_lens", i32s(&st, "seq_lens", &[b])?)?;
     let query_lens = nonneg("query_lens", i32s(&st, "query_lens", &[b])?)?;
-    let t = query_lens.iter().try_fold(num_padding_tokens, |a, &q| a.checked_add(q)).ok_or(TensorFileError::BadMetadata { key: "num_padding_tokens", message: "token count overflows".into() })?;
+    let t = query_lens
+        .iter()
+        .try_fold(num_padding_tokens, |a, &q| a.checked_add(q))
+        .ok_or(TensorFileError::BadMetadata {
+            key: "num_padding_tokens",
+            message: "token count overflows".into(),
+        })?;
     let (hq, hkv, d) = (config.num_heads, config.num_kv_heads, config.head_size);
     let dt = st_dtype(config.dtype);
-    let values = |name: &str, shape: &[usize]| -> Result<Vec<f32>, TensorFileError> { Ok(decode_values(config.dtype, tensor(&st, name, dt, shape)?.data())) };
+    let values = |name: &str, shape: &[usize]| -> Result<Vec<f32>, TensorFileError> {
+        Ok(decode_values(
+            config.dtype,
+            tensor(&st, name, dt, shape)?.data(),
+        ))
+    };
     let query = values("query", &[t, hq, d])?;
     let key = values("key", &[t, hkv, d])?;
     let value = values("value", &[t, hkv, d])?;
@@ -178,23 +330,60 @@ pub fn case_from_safetensors(bytes: &[u8]) -> Result<(Case, Option<Vec<f64>>), T
             context_value.push(values(&format!("context_value.{s}"), &[ctx, hkv, d])?);
         }
     }
-    let bt = st.tensor("block_table").map_err(|_| TensorFileError::MissingTensor("block_table".into()))?;
+    let bt = st
+        .tensor("block_table")
+        .map_err(|_| TensorFileError::MissingTensor("block_table".into()))?;
     let width = bt.shape().get(1).copied().unwrap_or(0);
     let table = nonneg("block_table", i32s(&st, "block_table", &[b, width])?)?;
-    let block_table: Vec<Vec<u32>> = if width == 0 { vec![Vec::new(); b] } else { table.chunks(width).map(|r| r.iter().map(|&x| x as u32).collect()).collect() };
+    let block_table: Vec<Vec<u32>> = if width == 0 {
+        vec![Vec::new(); b]
+    } else {
+        table
+            .chunks(width)
+            .map(|r| r.iter().map(|&x| x as u32).collect())
+            .collect()
+    };
     let slots = tensor(&st, "slot_mapping", Dtype::I64, &[t])?;
-    let slot_mapping: Vec<i64> = slots.data().chunks_exact(8).map(|c| i64::from_le_bytes(c.try_into().expect("8 bytes"))).collect();
+    let slot_mapping: Vec<i64> = slots
+        .data()
+        .chunks_exact(8)
+        .map(|c| i64::from_le_bytes(c.try_into().expect("8 bytes")))
+        .collect();
     let case = Case {
         config,
-        batch: Batch { seq_lens, query_lens, num_padding_tokens },
-        layout: PagedLayout { num_blocks, block_table, slot_mapping },
-        tensors: Tensors { query, key, value, context_key, context_value },
+        batch: Batch {
+            seq_lens,
+            query_lens,
+            num_padding_tokens,
+        },
+        layout: PagedLayout {
+            num_blocks,
+            block_table,
+            slot_mapping,
+        },
+        tensors: Tensors {
+            query,
+            key,
+            value,
+            context_key,
+            context_value,
+        },
     };
     case.validate()?;
     let expected = match st.tensor("expected") {
         Ok(_) => {
-            let e = tensor(&st, "expected", Dtype::F64, &[case.num_real_tokens(), hq, d])?;
-            Some(e.data().chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().expect("8 bytes"))).collect())
+            let e = tensor(
+                &st,
+                "expected",
+                Dtype::F64,
+                &[case.num_real_tokens(), hq, d],
+            )?;
+            Some(
+                e.data()
+                    .chunks_exact(8)
+                    .map(|c| f64::from_le_bytes(c.try_into().expect("8 bytes")))
+                    .collect(),
+            )
         }
         Err(_) => None,
     };

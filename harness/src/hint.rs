@@ -16,11 +16,20 @@ struct TokenFacts {
 
 fn facts(case: &Case, t: usize) -> TokenFacts {
     let (seq, pos) = locate(case, t);
-    TokenFacts { seq, pos, context_len: case.context_len(seq), query_len: case.batch.query_lens[seq], seq_len: case.batch.seq_lens[seq] }
+    TokenFacts {
+        seq,
+        pos,
+        context_len: case.context_len(seq),
+        query_len: case.batch.query_lens[seq],
+        seq_len: case.batch.seq_lens[seq],
+    }
 }
 
 fn list(v: &BTreeSet<usize>) -> String {
-    v.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(", ")
+    v.iter()
+        .map(|x| x.to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// The hint for a failed comparison, if a pattern stands out.
@@ -32,7 +41,11 @@ pub fn hint(case: &Case, c: &Comparison) -> Option<String> {
     }
     let tokens = case.num_real_tokens();
     let bad_cells: Vec<(usize, usize)> = (0..tokens * hq)
-        .filter(|&cell| c.failed[cell * c_cfg.head_size..(cell + 1) * c_cfg.head_size].iter().any(|&f| f))
+        .filter(|&cell| {
+            c.failed[cell * c_cfg.head_size..(cell + 1) * c_cfg.head_size]
+                .iter()
+                .any(|&f| f)
+        })
         .map(|cell| (cell / hq, cell % hq))
         .collect();
     if bad_cells.is_empty() {
@@ -44,7 +57,9 @@ pub fn hint(case: &Case, c: &Comparison) -> Option<String> {
     // Heads: a partial set points at the head mapping or at one kv head's data.
     if bad_heads.len() < hq {
         let kv: BTreeSet<usize> = bad_heads.iter().map(|&h| c_cfg.kv_head_of(h)).collect();
-        let whole_groups = kv.iter().all(|&k| (0..c_cfg.group_size()).all(|g| bad_heads.contains(&(k * c_cfg.group_size() + g))));
+        let whole_groups = kv.iter().all(|&k| {
+            (0..c_cfg.group_size()).all(|g| bad_heads.contains(&(k * c_cfg.group_size() + g)))
+        });
         if c_cfg.group_size() > 1 && !whole_groups {
             return Some(format!(
                 "only heads {} diverge, not whole kv groups: check the query-head to kv-head mapping (h / (Hq/Hkv) = h / {})",
@@ -56,14 +71,22 @@ pub fn hint(case: &Case, c: &Comparison) -> Option<String> {
             return Some(format!("only the query heads of kv head(s) {} diverge: check how K/V of those kv heads are stored or read", list(&kv)));
         }
         if c_cfg.alibi_slopes.is_some() || c_cfg.sinks.is_some() {
-            return Some(format!("only heads {} diverge: check per-head parameters (ALiBi slopes, sinks)", list(&bad_heads)));
+            return Some(format!(
+                "only heads {} diverge: check per-head parameters (ALiBi slopes, sinks)",
+                list(&bad_heads)
+            ));
         }
     }
 
     let all: Vec<TokenFacts> = (0..tokens).map(|t| facts(case, t)).collect();
     let bad: Vec<&TokenFacts> = bad_tokens.iter().map(|&t| &all[t]).collect();
-    let good: Vec<&TokenFacts> = (0..tokens).filter(|t| !bad_tokens.contains(t)).map(|t| &all[t]).collect();
-    let only = |pred: &dyn Fn(&TokenFacts) -> bool| bad.iter().all(|f| pred(f)) && !good.iter().all(|f| pred(f));
+    let good: Vec<&TokenFacts> = (0..tokens)
+        .filter(|t| !bad_tokens.contains(t))
+        .map(|t| &all[t])
+        .collect();
+    let only = |pred: &dyn Fn(&TokenFacts) -> bool| {
+        bad.iter().all(|f| pred(f)) && !good.iter().all(|f| pred(f))
+    };
 
     if let Some(w) = c_cfg.sliding_window {
         let cut = |f: &TokenFacts| match c_cfg.kind {
@@ -94,11 +117,17 @@ pub fn hint(case: &Case, c: &Comparison) -> Option<String> {
     }
     let bs = c_cfg.block_size;
     if only(&|f| f.seq_len % bs != 0) {
-        return Some("only sequences whose last block is partial diverge: check the last, partial block".into());
+        return Some(
+            "only sequences whose last block is partial diverge: check the last, partial block"
+                .into(),
+        );
     }
     let seqs: BTreeSet<usize> = bad.iter().map(|f| f.seq).collect();
     if case.num_seqs() > 1 && seqs.len() < case.num_seqs() {
-        return Some(format!("only sequence(s) {} diverge: check their block-table rows and query_start_loc offsets", list(&seqs)));
+        return Some(format!(
+            "only sequence(s) {} diverge: check their block-table rows and query_start_loc offsets",
+            list(&seqs)
+        ));
     }
     Some(format!(
         "every token and head diverges: check the scale, the softmax, value gathering, or a feature applied wrongly ({})",

@@ -23,7 +23,14 @@ fn err(e: impl std::fmt::Display) -> String {
 
 /// Heat map of `errors` (`[tokens][heads]`, absolute error) relative to `allowance`: cells
 /// within tolerance are pale, beyond it they go from orange to dark red (log scale).
-pub fn heat_map(path: &Path, title: &str, errors: &[f64], tokens: usize, heads: usize, allowance: f64) -> Result<(), String> {
+pub fn heat_map(
+    path: &Path,
+    title: &str,
+    errors: &[f64],
+    tokens: usize,
+    heads: usize,
+    allowance: f64,
+) -> Result<(), String> {
     init_font();
     let cell = (640 / tokens.max(1)).clamp(4, 48) as u32;
     let w = (cell * tokens.max(1) as u32 + 140).max(360);
@@ -37,7 +44,13 @@ pub fn heat_map(path: &Path, title: &str, errors: &[f64], tokens: usize, heads: 
         .y_label_area_size(40)
         .build_cartesian_2d(0..tokens.max(1), 0..heads.max(1))
         .map_err(err)?;
-    chart.configure_mesh().disable_mesh().x_desc("token").y_desc("head").draw().map_err(err)?;
+    chart
+        .configure_mesh()
+        .disable_mesh()
+        .x_desc("token")
+        .y_desc("head")
+        .draw()
+        .map_err(err)?;
     let colour = |e: f64| -> RGBColor {
         if !e.is_finite() {
             return RGBColor(0, 0, 0);
@@ -52,20 +65,37 @@ pub fn heat_map(path: &Path, title: &str, errors: &[f64], tokens: usize, heads: 
         RGBColor((255.0 - 120.0 * t) as u8, (170.0 * (1.0 - t)) as u8, 0)
     };
     chart
-        .draw_series((0..tokens).flat_map(|t| (0..heads).map(move |h| (t, h))).map(|(t, h)| {
-            let e = errors[t * heads + h];
-            Rectangle::new([(t, h), (t + 1, h + 1)], colour(e).filled())
-        }))
+        .draw_series(
+            (0..tokens)
+                .flat_map(|t| (0..heads).map(move |h| (t, h)))
+                .map(|(t, h)| {
+                    let e = errors[t * heads + h];
+                    Rectangle::new([(t, h), (t + 1, h + 1)], colour(e).filled())
+                }),
+        )
         .map_err(err)?;
     root.present().map_err(err)
 }
 
 /// A grouped bar chart, log-scaled: one group per label, one bar per series.
-pub fn bar_chart(path: &Path, title: &str, y_desc: &str, labels: &[String], series: &[(String, Vec<f64>)]) -> Result<(), String> {
+pub fn bar_chart(
+    path: &Path,
+    title: &str,
+    y_desc: &str,
+    labels: &[String],
+    series: &[(String, Vec<f64>)],
+) -> Result<(), String> {
     init_font();
-    let values = series.iter().flat_map(|(_, v)| v.iter().copied()).filter(|v| v.is_finite() && *v > 0.0);
+    let values = series
+        .iter()
+        .flat_map(|(_, v)| v.iter().copied())
+        .filter(|v| v.is_finite() && *v > 0.0);
     let (lo, hi) = values.fold((f64::MAX, f64::MIN), |(a, b), v| (a.min(v), b.max(v)));
-    let (lo, hi) = if lo > hi { (0.01, 1.0) } else { (lo / 2.0, hi * 2.0) };
+    let (lo, hi) = if lo > hi {
+        (0.01, 1.0)
+    } else {
+        (lo / 2.0, hi * 2.0)
+    };
     let groups = labels.len().max(1);
     let width = (groups as u32 * (30 + 18 * series.len() as u32) + 160).max(640);
     let root = BitMapBackend::new(path, (width, 520)).into_drawing_area();
@@ -97,14 +127,24 @@ pub fn bar_chart(path: &Path, title: &str, y_desc: &str, labels: &[String], seri
     for (si, (name, vals)) in series.iter().enumerate() {
         let colour = Palette99::pick(si).to_rgba();
         chart
-            .draw_series(vals.iter().enumerate().filter(|(_, v)| v.is_finite() && **v > 0.0).map(|(g, &v)| {
-                let x0 = g as f64 + 0.1 + bar * si as f64;
-                Rectangle::new([(x0, lo), (x0 + bar * 0.95, v)], colour.filled())
-            }))
+            .draw_series(
+                vals.iter()
+                    .enumerate()
+                    .filter(|(_, v)| v.is_finite() && **v > 0.0)
+                    .map(|(g, &v)| {
+                        let x0 = g as f64 + 0.1 + bar * si as f64;
+                        Rectangle::new([(x0, lo), (x0 + bar * 0.95, v)], colour.filled())
+                    }),
+            )
             .map_err(err)?
             .label(name.clone())
             .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 10, y + 5)], colour.filled()));
     }
-    chart.configure_series_labels().background_style(WHITE.mix(0.8)).border_style(BLACK).draw().map_err(err)?;
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()
+        .map_err(err)?;
     root.present().map_err(err)
 }

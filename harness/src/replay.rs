@@ -16,16 +16,28 @@ pub struct ReplayResult {
 /// Run `case` on each backend; a divergence comes with its report.
 pub fn replay_case(case: &Case, origin: &str, backends: &[Arc<dyn Backend>]) -> Vec<ReplayResult> {
     let expected = reference_output(case);
-    let tol = Tolerance::for_dtype(case.config.dtype);
+    let tol = Tolerance::for_case(&case);
     backends
         .iter()
         .map(|b| {
             let (outcome, _) = evaluate(b.as_ref(), case, &expected, tol);
             let report = match &outcome {
-                Outcome::Diverged(d) => Some(FailureReport::new(b.name(), origin, case, &expected, d, Some(origin.to_string()), None)),
+                Outcome::Diverged(d) => Some(FailureReport::new(
+                    b.name(),
+                    origin,
+                    case,
+                    &expected,
+                    d,
+                    Some(origin.to_string()),
+                    None,
+                )),
                 _ => None,
             };
-            ReplayResult { backend: b.name().to_string(), outcome, report }
+            ReplayResult {
+                backend: b.name().to_string(),
+                outcome,
+                report,
+            }
         })
         .collect()
 }

@@ -83,7 +83,15 @@ pub fn write_replay(dir: &Path, file: &str, case: &Case) -> Option<String> {
 }
 
 impl FailureReport {
-    pub fn new(backend: &str, origin: &str, case: &Case, expected: &[f64], d: &Divergence, replay: Option<String>, shrunk: Option<&Shrunk>) -> Self {
+    pub fn new(
+        backend: &str,
+        origin: &str,
+        case: &Case,
+        expected: &[f64],
+        d: &Divergence,
+        replay: Option<String>,
+        shrunk: Option<&Shrunk>,
+    ) -> Self {
         let comparison = d.comparison.as_ref();
         let hint = comparison.and_then(|c| hint(case, c));
         let mut r = FailureReport {
@@ -93,7 +101,11 @@ impl FailureReport {
             message: d.message.clone(),
             size: CaseSize::of(case),
             replay,
-            shrink: shrunk.map(|s| ShrinkInfo { steps: s.steps, accepted: s.accepted, seconds: s.elapsed.as_secs_f64() }),
+            shrink: shrunk.map(|s| ShrinkInfo {
+                steps: s.steps,
+                accepted: s.accepted,
+                seconds: s.elapsed.as_secs_f64(),
+            }),
             first: comparison.and_then(|c| c.first.clone()),
             worst: comparison.and_then(|c| c.worst.clone()),
             hint,
@@ -116,7 +128,7 @@ impl FailureReport {
         }
         let tokens = self.case.num_real_tokens();
         let heads = self.case.config.num_heads;
-        let allowance = crate::compare::Tolerance::for_dtype(self.case.config.dtype).atol;
+        let allowance = crate::compare::Tolerance::for_case(&self.case).atol;
         let title = format!("{}: abs error by token and head", self.backend);
         match crate::plot::heat_map(path, &title, &self.err_map, tokens, heads, allowance) {
             Ok(()) => {
@@ -137,7 +149,11 @@ impl FailureReport {
             Some(sh) => format!(", shrunk in {:.1} s ({} steps)", sh.seconds, sh.steps),
             None => String::new(),
         };
-        let _ = writeln!(s, "── {} diverged ({}) on {}{} ──", self.backend, self.kind, self.origin, shrunk);
+        let _ = writeln!(
+            s,
+            "── {} diverged ({}) on {}{} ──",
+            self.backend, self.kind, self.origin, shrunk
+        );
         let _ = writeln!(s, "case:    {}", case.shape_summary());
         if let Some(slopes) = &case.config.alibi_slopes {
             let _ = writeln!(s, "alibi:   {slopes:?}");
@@ -179,13 +195,20 @@ impl FailureReport {
         if let (Some(c), Some(out)) = (&d.comparison, &d.output) {
             let diff = row_diff(case, expected, out, c);
             if !diff.is_empty() {
-                let _ = writeln!(s, "diff (- expected, + actual; rows token/head with mismatches):");
+                let _ = writeln!(
+                    s,
+                    "diff (- expected, + actual; rows token/head with mismatches):"
+                );
                 s.push_str(&diff);
             }
         }
         match &self.replay {
             Some(p) => {
-                let _ = writeln!(s, "replay:  attn-diff replay {p} --backend {}", self.backend);
+                let _ = writeln!(
+                    s,
+                    "replay:  attn-diff replay {p} --backend {}",
+                    self.backend
+                );
             }
             None => {
                 let _ = writeln!(s, "replay:  (no replay file written)");
@@ -201,13 +224,23 @@ impl FailureReport {
 /// (sequence, absolute position) of real token `t`.
 pub fn locate(case: &Case, t: usize) -> (usize, usize) {
     let starts = case.query_start_loc();
-    let s = (0..case.num_seqs()).find(|&s| t < starts[s + 1]).unwrap_or(0);
+    let s = (0..case.num_seqs())
+        .find(|&s| t < starts[s + 1])
+        .unwrap_or(0);
     (s, case.context_len(s) + t - starts[s])
 }
 
 fn abbreviate(rows: &[Vec<u32>], max: usize) -> String {
-    let shown: Vec<String> = rows.iter().take(max).map(|r| format!("[{}]", abbreviate_vec(r, 12).join(", "))).collect();
-    let more = if rows.len() > max { format!(", … {} more rows", rows.len() - max) } else { String::new() };
+    let shown: Vec<String> = rows
+        .iter()
+        .take(max)
+        .map(|r| format!("[{}]", abbreviate_vec(r, 12).join(", ")))
+        .collect();
+    let more = if rows.len() > max {
+        format!(", … {} more rows", rows.len() - max)
+    } else {
+        String::new()
+    };
     format!("[{}{more}]", shown.join(", "))
 }
 
@@ -231,7 +264,10 @@ fn abbreviate_flat(v: &[i64], max: usize) -> String {
 /// fixed-precision text. At most 8 rows; long rows show the 8 dims around the first mismatch.
 fn row_diff(case: &Case, expected: &[f64], actual: &[f32], c: &Comparison) -> String {
     let (hq, d) = (case.config.num_heads, case.config.head_size);
-    let rows: Vec<usize> = (0..expected.len() / d.max(1)).filter(|&r| c.failed[r * d..(r + 1) * d].iter().any(|&f| f)).take(8).collect();
+    let rows: Vec<usize> = (0..expected.len() / d.max(1))
+        .filter(|&r| c.failed[r * d..(r + 1) * d].iter().any(|&f| f))
+        .take(8)
+        .collect();
     if rows.is_empty() {
         return String::new();
     }
@@ -242,9 +278,21 @@ fn row_diff(case: &Case, expected: &[f64], actual: &[f32], c: &Comparison) -> St
         let lo = first_bad.saturating_sub(2).min(d.saturating_sub(8));
         let hi = (lo + 8).min(d);
         let label = format!("t{:<3} h{:<2} [{lo}..{hi}]", r / hq, r % hq);
-        let fmt_row = |vals: &mut dyn Iterator<Item = f64>| vals.map(|v| format!("{v:>10.5}")).collect::<Vec<_>>().join(" ");
-        let _ = writeln!(exp_text, "{label} {}", fmt_row(&mut expected[r * d + lo..r * d + hi].iter().copied()));
-        let _ = writeln!(act_text, "{label} {}", fmt_row(&mut actual[r * d + lo..r * d + hi].iter().map(|&x| x as f64)));
+        let fmt_row = |vals: &mut dyn Iterator<Item = f64>| {
+            vals.map(|v| format!("{v:>10.5}"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        let _ = writeln!(
+            exp_text,
+            "{label} {}",
+            fmt_row(&mut expected[r * d + lo..r * d + hi].iter().copied())
+        );
+        let _ = writeln!(
+            act_text,
+            "{label} {}",
+            fmt_row(&mut actual[r * d + lo..r * d + hi].iter().map(|&x| x as f64))
+        );
     }
     let diff = similar::TextDiff::from_lines(&exp_text, &act_text);
     let mut out = String::new();

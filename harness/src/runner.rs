@@ -86,7 +86,10 @@ fn install_panic_hook() {
                     .map(|s| s.to_string())
                     .or_else(|| info.payload().downcast_ref::<String>().cloned())
                     .unwrap_or_else(|| "panic with a non-string payload".into());
-                let loc = info.location().map(|l| format!(" at {}:{}", l.file(), l.line())).unwrap_or_default();
+                let loc = info
+                    .location()
+                    .map(|l| format!(" at {}:{}", l.file(), l.line()))
+                    .unwrap_or_default();
                 PANIC_MESSAGE.with(|m| *m.borrow_mut() = Some(format!("{msg}{loc}")));
             } else {
                 previous(info);
@@ -96,25 +99,49 @@ fn install_panic_hook() {
 }
 
 /// Run `backend` on a valid `case` and judge it against `expected` (the oracle's output).
-pub fn evaluate(backend: &dyn Backend, case: &Case, expected: &[f64], tol: Tolerance) -> (Outcome, Duration) {
+pub fn evaluate(
+    backend: &dyn Backend,
+    case: &Case,
+    expected: &[f64],
+    tol: Tolerance,
+) -> (Outcome, Duration) {
     install_panic_hook();
     CAPTURING.with(|c| *c.borrow_mut() = true);
     let result = catch_unwind(AssertUnwindSafe(|| run_case(backend, case)));
     CAPTURING.with(|c| *c.borrow_mut() = false);
-    let diverged = |kind, message: String| Outcome::Diverged(Divergence { kind, message, comparison: None, output: None });
+    let diverged = |kind, message: String| {
+        Outcome::Diverged(Divergence {
+            kind,
+            message,
+            comparison: None,
+            output: None,
+        })
+    };
     match result {
         Err(_) => {
-            let msg = PANIC_MESSAGE.with(|m| m.borrow_mut().take()).unwrap_or_else(|| "panicked".into());
+            let msg = PANIC_MESSAGE
+                .with(|m| m.borrow_mut().take())
+                .unwrap_or_else(|| "panicked".into());
             (diverged(DivergenceKind::Panic, msg), Duration::ZERO)
         }
         Ok(Err(BackendError::Unsupported(u))) => (Outcome::Unsupported(u.reason), Duration::ZERO),
         Ok(Err(e)) => (diverged(error_kind(&e), e.to_string()), Duration::ZERO),
         Ok(Ok(run)) => {
-            let c = compare(&run.output, expected, case.config.num_heads, case.config.head_size, tol);
+            let c = compare(
+                &run.output,
+                expected,
+                case.config.num_heads,
+                case.config.head_size,
+                tol,
+            );
             if c.passed() {
                 (Outcome::Pass(c), run.forward_time)
             } else {
-                let kind = if c.non_finite { DivergenceKind::NonFinite } else { DivergenceKind::Mismatch };
+                let kind = if c.non_finite {
+                    DivergenceKind::NonFinite
+                } else {
+                    DivergenceKind::Mismatch
+                };
                 let message = match &c.worst {
                     Some(m) => format!(
                         "{} of {} values beyond tolerance; worst at token {} head {} dim {}: expected {:.6}, got {:.6}",
@@ -128,7 +155,15 @@ pub fn evaluate(backend: &dyn Backend, case: &Case, expected: &[f64], tol: Toler
                     ),
                     None => "diverged".into(),
                 };
-                (Outcome::Diverged(Divergence { kind, message, comparison: Some(c), output: Some(run.output) }), run.forward_time)
+                (
+                    Outcome::Diverged(Divergence {
+                        kind,
+                        message,
+                        comparison: Some(c),
+                        output: Some(run.output),
+                    }),
+                    run.forward_time,
+                )
             }
         }
     }

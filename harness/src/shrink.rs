@@ -13,7 +13,10 @@ pub struct ShrinkBudget {
 
 impl Default for ShrinkBudget {
     fn default() -> Self {
-        ShrinkBudget { max_steps: 4000, max_time: Duration::from_secs(20) }
+        ShrinkBudget {
+            max_steps: 4000,
+            max_time: Duration::from_secs(20),
+        }
     }
 }
 
@@ -27,7 +30,11 @@ pub struct Shrunk {
 }
 
 /// Shrink `tree` (whose current value fails) while `fails` holds.
-pub fn shrink<T>(tree: &mut T, budget: ShrinkBudget, mut fails: impl FnMut(&CaseRecipe) -> bool) -> Shrunk
+pub fn shrink<T>(
+    tree: &mut T,
+    budget: ShrinkBudget,
+    mut fails: impl FnMut(&CaseRecipe) -> bool,
+) -> Shrunk
 where
     T: ValueTree<Value = CaseRecipe>,
 {
@@ -36,7 +43,12 @@ where
     let mut accepted = 0;
     let mut steps = 0;
     if !tree.simplify() {
-        return Shrunk { recipe: best, accepted, steps, elapsed: start.elapsed() };
+        return Shrunk {
+            recipe: best,
+            accepted,
+            steps,
+            elapsed: start.elapsed(),
+        };
     }
     while steps < budget.max_steps && start.elapsed() < budget.max_time {
         steps += 1;
@@ -51,7 +63,12 @@ where
             break;
         }
     }
-    Shrunk { recipe: best, accepted, steps, elapsed: start.elapsed() }
+    Shrunk {
+        recipe: best,
+        accepted,
+        steps,
+        elapsed: start.elapsed(),
+    }
 }
 
 /// Simpler neighbours of a recipe, most drastic first: what a person would try by hand.
@@ -113,7 +130,11 @@ fn candidates(r: &CaseRecipe) -> Vec<CaseRecipe> {
 
 /// After proptest's shrinking: greedy passes over [`candidates`] until none still fails, so
 /// components that can only shrink together (a window and a sequence length) get there.
-pub fn refine(recipe: CaseRecipe, budget: ShrinkBudget, mut fails: impl FnMut(&CaseRecipe) -> bool) -> Shrunk {
+pub fn refine(
+    recipe: CaseRecipe,
+    budget: ShrinkBudget,
+    mut fails: impl FnMut(&CaseRecipe) -> bool,
+) -> Shrunk {
     let start = Instant::now();
     let mut best = recipe;
     let mut steps = 0;
@@ -132,5 +153,10 @@ pub fn refine(recipe: CaseRecipe, budget: ShrinkBudget, mut fails: impl FnMut(&C
         }
         break;
     }
-    Shrunk { recipe: best, accepted, steps, elapsed: start.elapsed() }
+    Shrunk {
+        recipe: best,
+        accepted,
+        steps,
+        elapsed: start.elapsed(),
+    }
 }

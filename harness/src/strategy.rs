@@ -6,7 +6,9 @@
 //! block sizes, features off, no padding, sequential tables and small-integer values, so a
 //! minimal failing case reads like a hand-written one.
 
-use attn_reference::{build_case, AttentionConfig, AttentionKind, BuildOptions, Case, DType, InputRng};
+use attn_reference::{
+    build_case, AttentionConfig, AttentionKind, BuildOptions, Case, DType, InputRng,
+};
 use proptest::prelude::*;
 use serde::{Deserialize, Serialize};
 
@@ -65,14 +67,24 @@ pub struct StrategyLimits {
 
 impl StrategyLimits {
     /// Small cases: fast, and where off-by-ones are visible.
-    pub const DEFAULT: StrategyLimits = StrategyLimits { max_seqs: 8, max_context: 80, max_query: 24 };
+    pub const DEFAULT: StrategyLimits = StrategyLimits {
+        max_seqs: 8,
+        max_context: 80,
+        max_query: 24,
+    };
     /// `--deep`: bigger batches and longer sequences.
-    pub const DEEP: StrategyLimits = StrategyLimits { max_seqs: 32, max_context: 1200, max_query: 80 };
+    pub const DEEP: StrategyLimits = StrategyLimits {
+        max_seqs: 32,
+        max_context: 1200,
+        max_query: 80,
+    };
 }
 
 /// ALiBi slopes as models define them: a geometric sequence `2^(-8 (h + 1) / H)`.
 pub fn alibi_slopes(num_heads: usize) -> Vec<f32> {
-    (0..num_heads).map(|h| 2f32.powf(-8.0 * (h as f32 + 1.0) / num_heads as f32)).collect()
+    (0..num_heads)
+        .map(|h| 2f32.powf(-8.0 * (h as f32 + 1.0) / num_heads as f32))
+        .collect()
 }
 
 impl CaseRecipe {
@@ -82,7 +94,13 @@ impl CaseRecipe {
 
     pub fn config(&self) -> AttentionConfig {
         let h = self.num_heads();
-        let mut c = AttentionConfig::new(h, self.num_kv_heads, self.head_size, self.block_size, self.dtype);
+        let mut c = AttentionConfig::new(
+            h,
+            self.num_kv_heads,
+            self.head_size,
+            self.block_size,
+            self.dtype,
+        );
         c.kind = self.kind;
         c.sliding_window = self.window;
         c.logits_soft_cap = self.soft_cap;
@@ -92,7 +110,11 @@ impl CaseRecipe {
         if self.sinks {
             // Sinks around the typical logit, so they matter without swamping the keys.
             let mut rng = InputRng::new(0x51c5);
-            c.sinks = Some((0..h).map(|_| self.dtype.round((rng.normal() * 1.5) as f32)).collect());
+            c.sinks = Some(
+                (0..h)
+                    .map(|_| self.dtype.round((rng.normal() * 1.5) as f32))
+                    .collect(),
+            );
         }
         c
     }
@@ -115,7 +137,12 @@ impl CaseRecipe {
             Values::Simple(seed) => (seed, 1.0),
             Values::Normal { seed, std } => (seed, std as f64),
         };
-        let opts = BuildOptions { permute_blocks: false, spare_blocks: self.spare_blocks, padding_tokens: self.padding_tokens, std };
+        let opts = BuildOptions {
+            permute_blocks: false,
+            spare_blocks: self.spare_blocks,
+            padding_tokens: self.padding_tokens,
+            std,
+        };
         let mut case = build_case(&seq_lens, &query_lens, self.config(), seed, &opts);
         if let Values::Simple(seed) = self.values {
             simplify_values(&mut case, seed);
@@ -151,7 +178,11 @@ impl CaseRecipe {
         let physical: Vec<u32> = match self.table {
             TableOrder::Sequential | TableOrder::Interleaved => (1..num_blocks as u32).collect(),
             TableOrder::Reversed => (1..num_blocks as u32).rev().collect(),
-            TableOrder::Permuted(seed) => InputRng::new(seed).permutation(num_blocks - 1).into_iter().map(|b| b as u32 + 1).collect(),
+            TableOrder::Permuted(seed) => InputRng::new(seed)
+                .permutation(num_blocks - 1)
+                .into_iter()
+                .map(|b| b as u32 + 1)
+                .collect(),
         };
         for (n, &(s, i)) in order.iter().enumerate() {
             case.layout.block_table[s][i] = physical[n];
@@ -205,8 +236,16 @@ fn kind() -> impl Strategy<Value = AttentionKind> {
 
 /// The strategy for recipes within `limits`.
 pub fn recipe(limits: StrategyLimits) -> impl Strategy<Value = CaseRecipe> {
-    let heads = (1usize..=4, prop::sample::select(vec![1usize, 2, 3, 4, 6, 8]));
-    let shape = (head_size(), prop::sample::select(vec![1usize, 2, 3, 16, 32, 64]), prop::sample::select(DType::ALL.to_vec()), kind());
+    let heads = (
+        1usize..=4,
+        prop::sample::select(vec![1usize, 2, 3, 4, 6, 8]),
+    );
+    let shape = (
+        head_size(),
+        prop::sample::select(vec![1usize, 2, 3, 16, 32, 64]),
+        prop::sample::select(DType::ALL.to_vec()),
+        kind(),
+    );
     let seq = (
         prop_oneof![2 => 0usize..=8, 1 => 0usize..=limits.max_context],
         prop_oneof![2 => 1usize..=2, 1 => 1usize..=limits.max_query],
@@ -214,14 +253,28 @@ pub fn recipe(limits: StrategyLimits) -> impl Strategy<Value = CaseRecipe> {
     let seqs = prop::collection::vec(seq, 1..=limits.max_seqs);
     let longest = limits.max_context + limits.max_query;
     let features = (
-        prop::option::weighted(0.35, prop_oneof![2 => 1usize..=8, 1 => 1usize..=longest + 2]),
+        prop::option::weighted(
+            0.35,
+            prop_oneof![2 => 1usize..=8, 1 => 1usize..=longest + 2],
+        ),
         prop::option::weighted(0.2, prop::sample::select(vec![1.0f32, 5.0, 30.0, 50.0])),
         prop::bool::weighted(0.2),
         prop::bool::weighted(0.2),
     );
-    let layout = (prop_oneof![4 => Just(0usize), 1 => 1usize..=4], prop_oneof![1 => Just(0usize), 1 => 1usize..=6], table_order());
+    let layout = (
+        prop_oneof![4 => Just(0usize), 1 => 1usize..=4],
+        prop_oneof![1 => Just(0usize), 1 => 1usize..=6],
+        table_order(),
+    );
     (heads, shape, seqs, features, layout, values()).prop_map(
-        |((num_kv_heads, group), (head_size, block_size, dtype, kind), seqs, (window, soft_cap, alibi, sinks), (padding_tokens, spare_blocks, table), values)| CaseRecipe {
+        |(
+            (num_kv_heads, group),
+            (head_size, block_size, dtype, kind),
+            seqs,
+            (window, soft_cap, alibi, sinks),
+            (padding_tokens, spare_blocks, table),
+            values,
+        )| CaseRecipe {
             num_kv_heads,
             group,
             head_size,
@@ -285,10 +338,16 @@ mod tests {
     fn generation_covers_every_feature() {
         let mut runner = TestRunner::deterministic();
         let s = recipe(StrategyLimits::DEFAULT);
-        let rs: Vec<CaseRecipe> = (0..400).map(|_| s.new_tree(&mut runner).unwrap().current()).collect();
+        let rs: Vec<CaseRecipe> = (0..400)
+            .map(|_| s.new_tree(&mut runner).unwrap().current())
+            .collect();
         assert!(rs.iter().any(|r| r.kind == AttentionKind::EncoderOnly));
         assert!(rs.iter().any(|r| r.window == Some(1)));
-        assert!(rs.iter().any(|r| r.soft_cap.is_some() && r.alibi && r.sinks) || (rs.iter().any(|r| r.alibi) && rs.iter().any(|r| r.sinks)));
+        assert!(
+            rs.iter()
+                .any(|r| r.soft_cap.is_some() && r.alibi && r.sinks)
+                || (rs.iter().any(|r| r.alibi) && rs.iter().any(|r| r.sinks))
+        );
         assert!(rs.iter().any(|r| r.padding_tokens > 0));
         assert!(rs.iter().any(|r| r.group == 3 && r.num_kv_heads == 3));
         assert!(rs.iter().any(|r| r.head_size == 128));

@@ -13,10 +13,20 @@ fn fmt_err(x: f64) -> String {
 }
 
 fn unsupported(b: &crate::check::BackendSummary) -> String {
-    if b.unsupported.is_empty() {
-        return "0".into();
+    b.unsupported.values().sum::<usize>().to_string()
+}
+
+/// Unsupported cases per backend and reason, most frequent first, for under the table.
+fn unsupported_lines(s: &CheckSummary) -> Vec<String> {
+    let mut lines = Vec::new();
+    for b in &s.backends {
+        let mut reasons: Vec<(&String, &usize)> = b.unsupported.iter().collect();
+        reasons.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+        for (r, n) in reasons {
+            lines.push(format!("{}: {n} unsupported: {r}", b.backend));
+        }
     }
-    b.unsupported.iter().map(|(r, n)| format!("{n} ({r})")).collect::<Vec<_>>().join("; ")
+    lines
 }
 
 /// Per-backend rows: name, cases, passed, failed, unsupported, worst abs, worst rel, time, cases/s.
@@ -31,7 +41,15 @@ fn backend_rows(s: &CheckSummary) -> Vec<[String; 9]> {
                 if b.failed == 0 {
                     "0".into()
                 } else {
-                    format!("{} ({})", b.failed, b.divergences.iter().map(|(k, n)| format!("{n} {k}")).collect::<Vec<_>>().join(", "))
+                    format!(
+                        "{} ({})",
+                        b.failed,
+                        b.divergences
+                            .iter()
+                            .map(|(k, n)| format!("{n} {k}"))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )
                 },
                 unsupported(b),
                 fmt_err(b.worst_abs_err),
@@ -43,7 +61,17 @@ fn backend_rows(s: &CheckSummary) -> Vec<[String; 9]> {
         .collect()
 }
 
-const BACKEND_HEADER: [&str; 9] = ["backend", "cases", "passed", "failed", "unsupported", "worst abs", "worst rel", "time", "cases/s"];
+const BACKEND_HEADER: [&str; 9] = [
+    "backend",
+    "cases",
+    "passed",
+    "failed",
+    "unsupported",
+    "worst abs",
+    "worst rel",
+    "time",
+    "cases/s",
+];
 
 fn text_table(header: &[&str], rows: &[Vec<String>]) -> String {
     let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
@@ -53,10 +81,25 @@ fn text_table(header: &[&str], rows: &[Vec<String>]) -> String {
         }
     }
     let mut out = String::new();
-    let line = |cells: Vec<&str>| cells.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect::<Vec<_>>().join("  ").trim_end().to_string();
+    let line = |cells: Vec<&str>| {
+        cells
+            .iter()
+            .zip(&widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect::<Vec<_>>()
+            .join("  ")
+            .trim_end()
+            .to_string()
+    };
     out.push_str(&line(header.to_vec()));
     out.push('\n');
-    out.push_str(&widths.iter().map(|w| "-".repeat(*w)).collect::<Vec<_>>().join("  "));
+    out.push_str(
+        &widths
+            .iter()
+            .map(|w| "-".repeat(*w))
+            .collect::<Vec<_>>()
+            .join("  "),
+    );
     out.push('\n');
     for r in rows {
         out.push_str(&line(r.iter().map(String::as_str).collect()));
@@ -66,9 +109,20 @@ fn text_table(header: &[&str], rows: &[Vec<String>]) -> String {
 }
 
 fn md_table(header: &[&str], rows: &[Vec<String>]) -> String {
-    let mut out = format!("| {} |\n|{}\n", header.join(" | "), "---|".repeat(header.len()));
+    let mut out = format!(
+        "| {} |\n|{}\n",
+        header.join(" | "),
+        "---|".repeat(header.len())
+    );
     for r in rows {
-        let _ = writeln!(out, "| {} |", r.iter().map(|c| c.replace('|', "\\|")).collect::<Vec<_>>().join(" | "));
+        let _ = writeln!(
+            out,
+            "| {} |",
+            r.iter()
+                .map(|c| c.replace('|', "\\|"))
+                .collect::<Vec<_>>()
+                .join(" | ")
+        );
     }
     out
 }
@@ -90,11 +144,21 @@ fn upstream_rows(s: &CheckSummary) -> Vec<Vec<String>> {
         .collect()
 }
 
-const UPSTREAM_HEADER: [&str; 7] = ["backend", "test", "spec", "heads", "max abs", "max rel", "status"];
+const UPSTREAM_HEADER: [&str; 7] = [
+    "backend", "test", "spec", "heads", "max abs", "max rel", "status",
+];
 
 fn headline(s: &CheckSummary) -> String {
-    let shard = if s.shard.count > 1 { format!(", shard {}/{}", s.shard.index, s.shard.count) } else { String::new() };
-    let verdict = if s.any_divergence() { "DIVERGENCE" } else { "all passed" };
+    let shard = if s.shard.count > 1 {
+        format!(", shard {}/{}", s.shard.index, s.shard.count)
+    } else {
+        String::new()
+    };
+    let verdict = if s.any_divergence() {
+        "DIVERGENCE"
+    } else {
+        "all passed"
+    };
     format!(
         "attn-diff check: {} property case(s){} seed {}{shard}, {} upstream case(s): {verdict}",
         s.cases,
@@ -118,8 +182,15 @@ pub fn render_text(s: &CheckSummary) -> String {
     }
     let rows: Vec<Vec<String>> = backend_rows(s).into_iter().map(Vec::from).collect();
     out.push_str(&text_table(&BACKEND_HEADER, &rows));
+    for l in unsupported_lines(s) {
+        let _ = writeln!(out, "  {l}");
+    }
     let shared: usize = s.backends.first().map_or(0, |b| b.shared_block_cases);
-    let _ = writeln!(out, "oracle: {:.1}s; property cases with shared (prefix) blocks: {shared} per backend", s.oracle_seconds);
+    let _ = writeln!(
+        out,
+        "oracle: {:.1}s; property cases with shared (prefix) blocks: {shared} per backend",
+        s.oracle_seconds
+    );
     out.push_str(&headline(s));
     out.push('\n');
     out
@@ -129,6 +200,18 @@ pub fn render_markdown(s: &CheckSummary) -> String {
     let mut out = format!("### {}\n\n", headline(s));
     let rows: Vec<Vec<String>> = backend_rows(s).into_iter().map(Vec::from).collect();
     out.push_str(&md_table(&BACKEND_HEADER, &rows));
+    let lines = unsupported_lines(s);
+    if !lines.is_empty() {
+        let _ = write!(
+            out,
+            "\n<details><summary>Unsupported cases by reason</summary>\n\n{}\n</details>\n",
+            lines
+                .iter()
+                .map(|l| format!("- {l}"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+    }
     if !s.upstream.is_empty() {
         out.push_str("\n<details><summary>Upstream suite</summary>\n\n");
         out.push_str(&md_table(&UPSTREAM_HEADER, &upstream_rows(s)));
@@ -147,5 +230,6 @@ pub fn render_markdown(s: &CheckSummary) -> String {
 }
 
 pub fn render_json(s: &CheckSummary) -> String {
-    serde_json::to_string_pretty(s).unwrap_or_else(|e| format!("{{\"error\": \"cannot serialize summary: {e}\"}}"))
+    serde_json::to_string_pretty(s)
+        .unwrap_or_else(|e| format!("{{\"error\": \"cannot serialize summary: {e}\"}}"))
 }

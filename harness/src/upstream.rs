@@ -3,7 +3,9 @@
 //! tensor-parallel head configs of Llama-3-8B (head size 128), bf16, block size 16, with
 //! upstream's tolerance (atol = rtol = 1e-2).
 
-use attn_reference::specs::{self, spec_by_name, CAUSAL_TEST_SPECS, SLIDING_WINDOW_TEST_SPECS, TP_HEAD_CONFIGS};
+use attn_reference::specs::{
+    self, spec_by_name, CAUSAL_TEST_SPECS, SLIDING_WINDOW_TEST_SPECS, TP_HEAD_CONFIGS,
+};
 use attn_reference::{build_spec_case, AttentionConfig, AttentionKind, Case, DType};
 use serde::Serialize;
 
@@ -38,11 +40,23 @@ pub struct UpstreamCase {
 
 impl UpstreamCase {
     pub fn label(&self) -> String {
-        format!("upstream {} {} heads {}/{}", self.test.name(), self.spec, self.heads.0, self.heads.1)
+        format!(
+            "upstream {} {} heads {}/{}",
+            self.test.name(),
+            self.spec,
+            self.heads.0,
+            self.heads.1
+        )
     }
 
     pub fn config(&self) -> AttentionConfig {
-        let mut c = AttentionConfig::new(self.heads.0, self.heads.1, specs::UPSTREAM_HEAD_SIZE, specs::UPSTREAM_BLOCK_SIZE, DType::Bf16);
+        let mut c = AttentionConfig::new(
+            self.heads.0,
+            self.heads.1,
+            specs::UPSTREAM_HEAD_SIZE,
+            specs::UPSTREAM_BLOCK_SIZE,
+            DType::Bf16,
+        );
         if self.test == UpstreamTest::SlidingWindow {
             c.sliding_window = Some(specs::UPSTREAM_SLIDING_WINDOW);
         }
@@ -56,7 +70,9 @@ impl UpstreamCase {
 }
 
 fn at_every_tp(test: UpstreamTest, spec: &'static str) -> impl Iterator<Item = UpstreamCase> {
-    TP_HEAD_CONFIGS.iter().map(move |&heads| UpstreamCase { test, spec, heads })
+    TP_HEAD_CONFIGS
+        .iter()
+        .map(move |&heads| UpstreamCase { test, spec, heads })
 }
 
 /// The whole upstream suite: causal, sliding-window and encoder tests at every TP config.
@@ -68,7 +84,10 @@ pub fn full_suite() -> Vec<UpstreamCase> {
     for &s in SLIDING_WINDOW_TEST_SPECS {
         v.extend(at_every_tp(UpstreamTest::SlidingWindow, s));
     }
-    for spec in specs::all_specs().into_iter().filter(|s| s.kind == AttentionKind::EncoderOnly) {
+    for spec in specs::all_specs()
+        .into_iter()
+        .filter(|s| s.kind == AttentionKind::EncoderOnly)
+    {
         v.extend(at_every_tp(UpstreamTest::Encoder, spec.name));
     }
     v
@@ -78,8 +97,12 @@ pub fn full_suite() -> Vec<UpstreamCase> {
 pub fn cases_for_specs(names: &[String]) -> Result<Vec<UpstreamCase>, String> {
     let mut v = Vec::new();
     for name in names {
-        let spec = spec_by_name(name)
-            .ok_or_else(|| format!("unknown spec `{name}`; known specs: {}", specs::spec_names().join(", ")))?;
+        let spec = spec_by_name(name).ok_or_else(|| {
+            format!(
+                "unknown spec `{name}`; known specs: {}",
+                specs::spec_names().join(", ")
+            )
+        })?;
         let n = spec.name;
         if spec.kind == AttentionKind::EncoderOnly {
             v.extend(at_every_tp(UpstreamTest::Encoder, n));
@@ -96,6 +119,14 @@ pub fn cases_for_specs(names: &[String]) -> Result<Vec<UpstreamCase>, String> {
 
 /// The cheap part of the suite that `check` runs by default: the small specs.
 pub fn small_suite() -> Vec<UpstreamCase> {
-    let small = ["small_decode", "small_prefill", "mixed_small", "small_encoder_prefill"];
-    full_suite().into_iter().filter(|c| small.contains(&c.spec)).collect()
+    let small = [
+        "small_decode",
+        "small_prefill",
+        "mixed_small",
+        "small_encoder_prefill",
+    ];
+    full_suite()
+        .into_iter()
+        .filter(|c| small.contains(&c.spec))
+        .collect()
 }

@@ -4,7 +4,10 @@ use std::path::PathBuf;
 use std::process::{Command, Output};
 
 fn attn_diff(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_attn-diff")).args(args).output().expect("attn-diff runs")
+    Command::new(env!("CARGO_BIN_EXE_attn-diff"))
+        .args(args)
+        .output()
+        .expect("attn-diff runs")
 }
 
 fn stderr(o: &Output) -> String {
@@ -12,7 +15,8 @@ fn stderr(o: &Output) -> String {
 }
 
 fn valid_case() -> serde_json::Value {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../fixtures/regressions/padding_rows_and_partial_blocks.json");
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../fixtures/regressions/padding_rows_and_partial_blocks.json");
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
 
@@ -32,27 +36,90 @@ fn rejects(name: &str, edit: impl FnOnce(&mut serde_json::Value), needle: &str) 
     let o = attn_diff(&["replay", p.to_str().unwrap()]);
     let err = stderr(&o);
     assert_eq!(o.status.code(), Some(2), "{name}: {err}");
-    assert!(err.contains(needle), "{name}: expected `{needle}` in: {err}");
+    assert!(
+        err.contains(needle),
+        "{name}: expected `{needle}` in: {err}"
+    );
     assert!(!err.contains("panicked"), "{name}: {err}");
 }
 
 #[test]
 fn bad_replay_files_exit_2_naming_the_field() {
-    rejects("query_len_zero", |v| v["batch"]["query_lens"][0] = 0.into(), "batch.query_lens[0] is 0");
-    rejects("query_len_past_seq", |v| v["batch"]["query_lens"][1] = 9.into(), "batch.query_lens[1]");
-    rejects("heads_not_multiple", |v| v["config"]["num_kv_heads"] = 4.into(), "config.num_heads (6) is not a multiple of config.num_kv_heads (4)");
-    rejects("head_size_zero", |v| v["config"]["head_size"] = 0.into(), "config.head_size");
-    rejects("block_past_cache", |v| v["layout"]["block_table"][0][0] = 999.into(), "layout.block_table[0][0] = 999");
-    rejects("row_too_short", |v| v["layout"]["block_table"] = serde_json::json!([[1], [2], [3]]), "layout.block_table[0] has 1 blocks");
-    rejects("duplicate_slot", |v| v["layout"]["slot_mapping"][1] = v["layout"]["slot_mapping"][0].clone(), "layout.slot_mapping[1]");
-    rejects("slot_disagrees", |v| v["layout"]["slot_mapping"][0] = 1.into(), "layout.slot_mapping[0] = 1");
-    rejects("window_zero", |v| v["config"]["sliding_window"] = 0.into(), "config.sliding_window");
-    rejects("tensor_too_short", |v| v["tensors"]["query"].as_array_mut().unwrap().truncate(3), "tensors.query has 3 entries");
-    rejects("negative_length", |v| v["batch"]["seq_lens"][0] = (-3).into(), "invalid value: integer `-3`");
-    rejects("wrong_type", |v| v["config"]["dtype"] = "int8".into(), "unknown variant `int8`");
-    rejects("nan_as_null", |v| v["tensors"]["key"][0] = serde_json::Value::Null, "invalid type: null");
-    rejects("unknown_field", |v| v["batch"]["extra"] = 1.into(), "unknown field `extra`");
-    rejects("huge_cache", |v| v["layout"]["num_blocks"] = u64::MAX.into(), "layout.num_blocks is too large");
+    rejects(
+        "query_len_zero",
+        |v| v["batch"]["query_lens"][0] = 0.into(),
+        "batch.query_lens[0] is 0",
+    );
+    rejects(
+        "query_len_past_seq",
+        |v| v["batch"]["query_lens"][1] = 9.into(),
+        "batch.query_lens[1]",
+    );
+    rejects(
+        "heads_not_multiple",
+        |v| v["config"]["num_kv_heads"] = 4.into(),
+        "config.num_heads (6) is not a multiple of config.num_kv_heads (4)",
+    );
+    rejects(
+        "head_size_zero",
+        |v| v["config"]["head_size"] = 0.into(),
+        "config.head_size",
+    );
+    rejects(
+        "block_past_cache",
+        |v| v["layout"]["block_table"][0][0] = 999.into(),
+        "layout.block_table[0][0] = 999",
+    );
+    rejects(
+        "row_too_short",
+        |v| v["layout"]["block_table"] = serde_json::json!([[1], [2], [3]]),
+        "layout.block_table[0] has 1 blocks",
+    );
+    rejects(
+        "duplicate_slot",
+        |v| v["layout"]["slot_mapping"][1] = v["layout"]["slot_mapping"][0].clone(),
+        "layout.slot_mapping[1]",
+    );
+    rejects(
+        "slot_disagrees",
+        |v| v["layout"]["slot_mapping"][0] = 1.into(),
+        "layout.slot_mapping[0] = 1",
+    );
+    rejects(
+        "window_zero",
+        |v| v["config"]["sliding_window"] = 0.into(),
+        "config.sliding_window",
+    );
+    rejects(
+        "tensor_too_short",
+        |v| v["tensors"]["query"].as_array_mut().unwrap().truncate(3),
+        "tensors.query has 3 entries",
+    );
+    rejects(
+        "negative_length",
+        |v| v["batch"]["seq_lens"][0] = (-3).into(),
+        "invalid value: integer `-3`",
+    );
+    rejects(
+        "wrong_type",
+        |v| v["config"]["dtype"] = "int8".into(),
+        "unknown variant `int8`",
+    );
+    rejects(
+        "nan_as_null",
+        |v| v["tensors"]["key"][0] = serde_json::Value::Null,
+        "invalid type: null",
+    );
+    rejects(
+        "unknown_field",
+        |v| v["batch"]["extra"] = 1.into(),
+        "unknown field `extra`",
+    );
+    rejects(
+        "huge_cache",
+        |v| v["layout"]["num_blocks"] = u64::MAX.into(),
+        "layout.num_blocks is too large",
+    );
 }
 
 #[test]
@@ -70,18 +137,30 @@ fn unreadable_and_truncated_inputs_exit_2() {
     let p = temp_file("truncated.json", &text[..text.len() / 2]);
     let o = attn_diff(&["replay", p.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(2));
-    assert!(stderr(&o).contains("malformed case JSON at line 1"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("malformed case JSON at line 1"),
+        "{}",
+        stderr(&o)
+    );
 }
 
 #[test]
 fn unknown_names_and_bad_flags_exit_2() {
     let o = attn_diff(&["check", "--backend", "no-such-backend", "--cases", "1"]);
     assert_eq!(o.status.code(), Some(2));
-    assert!(stderr(&o).contains("unknown backend `no-such-backend`"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("unknown backend `no-such-backend`"),
+        "{}",
+        stderr(&o)
+    );
 
     let o = attn_diff(&["check", "--spec", "tiny_decode", "--cases", "1"]);
     assert_eq!(o.status.code(), Some(2));
-    assert!(stderr(&o).contains("unknown spec `tiny_decode`"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("unknown spec `tiny_decode`"),
+        "{}",
+        stderr(&o)
+    );
 
     let o = attn_diff(&["check", "--shard", "3/2"]);
     assert_eq!(o.status.code(), Some(2));

@@ -26,7 +26,11 @@ fn options(backends: Vec<Arc<dyn Backend>>, cases: u32, out: &str) -> CheckOptio
 
 #[test]
 fn a_correct_backend_passes() {
-    let s = run_check(options(vec![Arc::new(Naive::correct())], 200, "attn-diff-correct"));
+    let s = run_check(options(
+        vec![Arc::new(Naive::correct())],
+        200,
+        "attn-diff-correct",
+    ));
     let b = &s.backends[0];
     assert_eq!(b.failed, 0, "{:#?}", b.failures.first().map(|f| &f.text));
     assert_eq!(b.passed, 200);
@@ -35,10 +39,20 @@ fn a_correct_backend_passes() {
 #[test]
 fn window_off_by_one_is_caught_and_shrunk_small() {
     let start = Instant::now();
-    let bad = Naive::with("naive-window-off-by-one", Plant { window_off_by_one: true, ..Plant::default() });
+    let bad = Naive::with(
+        "naive-window-off-by-one",
+        Plant {
+            window_off_by_one: true,
+            ..Plant::default()
+        },
+    );
     let s = run_check(options(vec![Arc::new(bad)], 500, "attn-diff-window"));
     let b = &s.backends[0];
-    assert!(b.failed > 0, "planted window off-by-one survived {} cases", b.cases_run);
+    assert!(
+        b.failed > 0,
+        "planted window off-by-one survived {} cases",
+        b.cases_run
+    );
     let f = &b.failures[0];
     println!("{}", f.text);
     assert_eq!(f.kind, DivergenceKind::Mismatch);
@@ -56,27 +70,65 @@ fn window_off_by_one_is_caught_and_shrunk_small() {
 
 #[test]
 fn gqa_modulo_mapping_is_caught_with_a_head_hint() {
-    let bad = Naive::with("naive-gqa", Plant { gqa_modulo: true, ..Plant::default() });
+    let bad = Naive::with(
+        "naive-gqa",
+        Plant {
+            gqa_modulo: true,
+            ..Plant::default()
+        },
+    );
     let s = run_check(options(vec![Arc::new(bad)], 500, "attn-diff-gqa"));
     let f = &s.backends[0].failures[0];
-    assert!(f.hint.as_deref().unwrap_or("").contains("head"), "{}", f.text);
-    assert!(f.size.heads > f.size.kv_heads && f.size.kv_heads > 1, "{}", f.text);
+    assert!(
+        f.hint.as_deref().unwrap_or("").contains("head"),
+        "{}",
+        f.text
+    );
+    assert!(
+        f.size.heads > f.size.kv_heads && f.size.kv_heads > 1,
+        "{}",
+        f.text
+    );
 }
 
 #[test]
 fn a_panicking_backend_is_a_divergence_of_its_own_kind() {
-    let bad = Naive::with("naive-panics", Plant { panic_on_batches: true, ..Plant::default() });
-    let s = run_check(options(vec![Arc::new(Naive::correct()), Arc::new(bad)], 100, "attn-diff-panic"));
+    let bad = Naive::with(
+        "naive-panics",
+        Plant {
+            panic_on_batches: true,
+            ..Plant::default()
+        },
+    );
+    let s = run_check(options(
+        vec![Arc::new(Naive::correct()), Arc::new(bad)],
+        100,
+        "attn-diff-panic",
+    ));
     assert_eq!(s.backends[0].failed, 0);
     let b = &s.backends[1];
-    assert!(b.divergences.get(&DivergenceKind::Panic).copied().unwrap_or(0) > 0);
-    assert!(b.failures[0].message.contains("planted panic"), "{}", b.failures[0].message);
+    assert!(
+        b.divergences
+            .get(&DivergenceKind::Panic)
+            .copied()
+            .unwrap_or(0)
+            > 0
+    );
+    assert!(
+        b.failures[0].message.contains("planted panic"),
+        "{}",
+        b.failures[0].message
+    );
     assert_eq!(b.failures[0].size.sequences, 2);
 }
 
 #[test]
 fn shards_together_run_exactly_the_cases_of_one_run() {
-    let whole = run_check(options(vec![Arc::new(Naive::correct())], 60, "attn-diff-shard"));
+    let whole = run_check(options(
+        vec![Arc::new(Naive::correct())],
+        60,
+        "attn-diff-shard",
+    ));
     let mut sum = 0;
     let mut shared = 0;
     for i in 0..3 {

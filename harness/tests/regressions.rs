@@ -20,7 +20,10 @@ fn regression_files() -> Vec<PathBuf> {
 #[test]
 fn pinned_cases_pass_on_every_backend() {
     let files = regression_files();
-    assert!(!files.is_empty(), "fixtures/regressions has no replay files");
+    assert!(
+        !files.is_empty(),
+        "fixtures/regressions has no replay files"
+    );
     let backends = attn_backends::all_backends();
     assert!(!backends.is_empty(), "no backend registered");
     let mut failures = Vec::new();
@@ -28,7 +31,10 @@ fn pinned_cases_pass_on_every_backend() {
         let case = Case::load(f).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
         for r in replay_case(&case, &f.display().to_string(), &backends) {
             if let (Outcome::Diverged(d), rep) = (&r.outcome, &r.report) {
-                failures.push(rep.as_ref().map_or_else(|| format!("{}: {}: {}", f.display(), r.backend, d.message), |x| x.text.clone()));
+                failures.push(rep.as_ref().map_or_else(
+                    || format!("{}: {}: {}", f.display(), r.backend, d.message),
+                    |x| x.text.clone(),
+                ));
             }
         }
     }

@@ -15,13 +15,24 @@ fn run(test: UpstreamTest, spec: &'static str, heads: (usize, usize)) {
     let case = uc.build();
     let expected = reference_output(&case);
     let backends = attn_backends::all_backends();
-    assert!(!backends.is_empty(), "no backend registered: the upstream test would test nothing");
+    assert!(
+        !backends.is_empty(),
+        "no backend registered: the upstream test would test nothing"
+    );
     let mut failures = Vec::new();
     for b in &backends {
         match evaluate(b.as_ref(), &case, &expected, Tolerance::upstream()).0 {
             Outcome::Pass(_) => {}
-            Outcome::Unsupported(why) => eprintln!("{}: {} unsupported: {why}", uc.label(), b.name()),
-            Outcome::Diverged(d) => failures.push(format!("{}: {} {}: {}", uc.label(), b.name(), d.kind, d.message)),
+            Outcome::Unsupported(why) => {
+                eprintln!("{}: {} unsupported: {why}", uc.label(), b.name())
+            }
+            Outcome::Diverged(d) => failures.push(format!(
+                "{}: {} {}: {}",
+                uc.label(),
+                b.name(),
+                d.kind,
+                d.message
+            )),
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
@@ -49,7 +60,15 @@ fn causal(
 
 #[rstest]
 fn sliding_window(
-    #[values("small_decode", "small_prefill", "mixed_medium", "large_decode", "large_prefill", "mixed_large")] spec: &'static str,
+    #[values(
+        "small_decode",
+        "small_prefill",
+        "mixed_medium",
+        "large_decode",
+        "large_prefill",
+        "mixed_large"
+    )]
+    spec: &'static str,
     #[values((32, 8), (16, 4), (8, 2))] heads: (usize, usize),
 ) {
     run(UpstreamTest::SlidingWindow, spec, heads);
@@ -67,7 +86,19 @@ fn encoder(
 fn the_port_covers_upstreams_lists() {
     use attn_reference::specs::{CAUSAL_TEST_SPECS, SLIDING_WINDOW_TEST_SPECS};
     let suite = attn_harness::upstream::full_suite();
-    assert_eq!(suite.iter().filter(|c| c.test == UpstreamTest::Causal).count(), CAUSAL_TEST_SPECS.len() * 3);
-    assert_eq!(suite.iter().filter(|c| c.test == UpstreamTest::SlidingWindow).count(), SLIDING_WINDOW_TEST_SPECS.len() * 3);
+    assert_eq!(
+        suite
+            .iter()
+            .filter(|c| c.test == UpstreamTest::Causal)
+            .count(),
+        CAUSAL_TEST_SPECS.len() * 3
+    );
+    assert_eq!(
+        suite
+            .iter()
+            .filter(|c| c.test == UpstreamTest::SlidingWindow)
+            .count(),
+        SLIDING_WINDOW_TEST_SPECS.len() * 3
+    );
     assert!(!CAUSAL_TEST_SPECS.contains(&"mixed_large"));
 }

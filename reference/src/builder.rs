@@ -22,19 +22,36 @@ pub struct BuildOptions {
 
 impl Default for BuildOptions {
     fn default() -> Self {
-        BuildOptions { permute_blocks: true, spare_blocks: 0, padding_tokens: 0, std: 1.0 }
+        BuildOptions {
+            permute_blocks: true,
+            spare_blocks: 0,
+            padding_tokens: 0,
+            std: 1.0,
+        }
     }
 }
 
 /// Build the case for a named spec with a config and a seed.
 pub fn build_spec_case(spec: &BatchSpec, mut config: AttentionConfig, seed: u64) -> Case {
     config.kind = spec.kind;
-    build_case(&spec.seq_lens, &spec.query_lens, config, seed, &BuildOptions::default())
+    build_case(
+        &spec.seq_lens,
+        &spec.query_lens,
+        config,
+        seed,
+        &BuildOptions::default(),
+    )
 }
 
 /// Build a case from lengths. `seq_lens` and `query_lens` must describe a valid batch
 /// (the caller's responsibility; the result is checked with `validate` in debug builds).
-pub fn build_case(seq_lens: &[usize], query_lens: &[usize], config: AttentionConfig, seed: u64, opts: &BuildOptions) -> Case {
+pub fn build_case(
+    seq_lens: &[usize],
+    query_lens: &[usize],
+    config: AttentionConfig,
+    seed: u64,
+    opts: &BuildOptions,
+) -> Case {
     let mut rng = InputRng::new(seed);
     let bs = config.block_size;
     let row_kv = config.num_kv_heads * config.head_size;
@@ -59,7 +76,13 @@ pub fn build_case(seq_lens: &[usize], query_lens: &[usize], config: AttentionCon
     let num_blocks = 1 + used + opts.spare_blocks;
     let perm: Vec<u32> = if opts.permute_blocks {
         // perm[b] for b >= 1 is a random block in 1..num_blocks; block 0 maps to itself.
-        std::iter::once(0).chain(rng.permutation(num_blocks - 1).into_iter().map(|b| b as u32 + 1)).collect()
+        std::iter::once(0)
+            .chain(
+                rng.permutation(num_blocks - 1)
+                    .into_iter()
+                    .map(|b| b as u32 + 1),
+            )
+            .collect()
     } else {
         (0..num_blocks as u32).collect()
     };
@@ -85,9 +108,23 @@ pub fn build_case(seq_lens: &[usize], query_lens: &[usize], config: AttentionCon
 
     let case = Case {
         config,
-        batch: Batch { seq_lens: seq_lens.to_vec(), query_lens: query_lens.to_vec(), num_padding_tokens: opts.padding_tokens },
-        layout: PagedLayout { num_blocks, block_table, slot_mapping },
-        tensors: Tensors { query, key, value, context_key, context_value },
+        batch: Batch {
+            seq_lens: seq_lens.to_vec(),
+            query_lens: query_lens.to_vec(),
+            num_padding_tokens: opts.padding_tokens,
+        },
+        layout: PagedLayout {
+            num_blocks,
+            block_table,
+            slot_mapping,
+        },
+        tensors: Tensors {
+            query,
+            key,
+            value,
+            context_key,
+            context_value,
+        },
     };
     debug_assert_eq!(case.validate(), Ok(()));
     case

@@ -111,7 +111,10 @@ impl Case {
     /// Context K and V of all sequences concatenated in sequence order, matching
     /// [`Case::context_slot_mapping`].
     pub fn context_kv_flat(&self) -> (Vec<f32>, Vec<f32>) {
-        (self.tensors.context_key.concat(), self.tensors.context_value.concat())
+        (
+            self.tensors.context_key.concat(),
+            self.tensors.context_value.concat(),
+        )
     }
 
     /// Contiguous (unpaged) K and V of sequence `seq`: its context followed by its new
@@ -140,9 +143,15 @@ impl Case {
 
     /// Read, parse and validate a case file.
     pub fn load(path: &std::path::Path) -> Result<Case, CaseError> {
-        let meta = std::fs::metadata(path).map_err(|e| CaseError::Io { path: path.display().to_string(), message: e.to_string() })?;
+        let meta = std::fs::metadata(path).map_err(|e| CaseError::Io {
+            path: path.display().to_string(),
+            message: e.to_string(),
+        })?;
         if meta.is_dir() {
-            return Err(CaseError::Io { path: path.display().to_string(), message: "is a directory, expected a JSON case file".into() });
+            return Err(CaseError::Io {
+                path: path.display().to_string(),
+                message: "is a directory, expected a JSON case file".into(),
+            });
         }
         if meta.len() > crate::validate::MAX_CASE_FILE_BYTES {
             return Err(CaseError::TooLarge {
@@ -151,7 +160,10 @@ impl Case {
                 limit: crate::validate::MAX_CASE_FILE_BYTES,
             });
         }
-        let text = std::fs::read_to_string(path).map_err(|e| CaseError::Io { path: path.display().to_string(), message: e.to_string() })?;
+        let text = std::fs::read_to_string(path).map_err(|e| CaseError::Io {
+            path: path.display().to_string(),
+            message: e.to_string(),
+        })?;
         Case::from_json(&text)
     }
 
@@ -162,7 +174,11 @@ impl Case {
             self.num_seqs(),
             self.batch.seq_lens,
             self.batch.query_lens,
-            if self.batch.num_padding_tokens > 0 { format!(" + {} padding token(s)", self.batch.num_padding_tokens) } else { String::new() },
+            if self.batch.num_padding_tokens > 0 {
+                format!(" + {} padding token(s)", self.batch.num_padding_tokens)
+            } else {
+                String::new()
+            },
             self.config
         )
     }

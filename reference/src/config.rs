@@ -55,7 +55,13 @@ pub struct AttentionConfig {
 
 impl AttentionConfig {
     /// A plain causal config with no optional features.
-    pub fn new(num_heads: usize, num_kv_heads: usize, head_size: usize, block_size: usize, dtype: DType) -> Self {
+    pub fn new(
+        num_heads: usize,
+        num_kv_heads: usize,
+        head_size: usize,
+        block_size: usize,
+        dtype: DType,
+    ) -> Self {
         AttentionConfig {
             num_heads,
             num_kv_heads,

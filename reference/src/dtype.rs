@@ -81,7 +81,9 @@ impl FromStr for DType {
             "f32" | "float32" | "fp32" => Ok(DType::F32),
             "bf16" | "bfloat16" => Ok(DType::Bf16),
             "f16" | "float16" | "fp16" | "half" => Ok(DType::F16),
-            other => Err(format!("unknown dtype `{other}` (expected f32, bf16 or f16)")),
+            other => Err(format!(
+                "unknown dtype `{other}` (expected f32, bf16 or f16)"
+            )),
         }
     }
 }

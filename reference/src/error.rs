@@ -7,13 +7,26 @@ pub enum CaseError {
     #[error("cannot read {path}: {message}")]
     Io { path: String, message: String },
     #[error("malformed case JSON at line {line}, column {column}: {message}")]
-    Parse { line: usize, column: usize, message: String },
+    Parse {
+        line: usize,
+        column: usize,
+        message: String,
+    },
     #[error("{field} is too large: {size} exceeds the limit of {limit}")]
-    TooLarge { field: String, size: u64, limit: u64 },
+    TooLarge {
+        field: String,
+        size: u64,
+        limit: u64,
+    },
     #[error("{field} must be at least 1, got 0")]
     Zero { field: &'static str },
-    #[error("config.num_heads ({num_heads}) is not a multiple of config.num_kv_heads ({num_kv_heads})")]
-    HeadsNotMultiple { num_heads: usize, num_kv_heads: usize },
+    #[error(
+        "config.num_heads ({num_heads}) is not a multiple of config.num_kv_heads ({num_kv_heads})"
+    )]
+    HeadsNotMultiple {
+        num_heads: usize,
+        num_kv_heads: usize,
+    },
     #[error("config.sliding_window must be at least 1 key, got 0")]
     WindowZero,
     #[error("{field} is invalid: {reason}")]
@@ -21,35 +34,98 @@ pub enum CaseError {
     #[error("batch is empty: batch.seq_lens has no sequences")]
     EmptyBatch,
     #[error("{field} has {actual} entries, expected {expected}")]
-    LengthMismatch { field: String, expected: usize, actual: usize },
+    LengthMismatch {
+        field: String,
+        expected: usize,
+        actual: usize,
+    },
     #[error("batch.query_lens[{seq}] is 0: every sequence in a step has at least one new token")]
     QueryLenZero { seq: usize },
     #[error("batch.query_lens[{seq}] = {query_len} exceeds batch.seq_lens[{seq}] = {seq_len}")]
-    QueryLenExceedsSeqLen { seq: usize, query_len: usize, seq_len: usize },
+    QueryLenExceedsSeqLen {
+        seq: usize,
+        query_len: usize,
+        seq_len: usize,
+    },
     #[error("batch.query_lens[{seq}] = {query_len} but encoder-only attention needs query_len == seq_len ({seq_len})")]
-    EncoderNeedsFullQuery { seq: usize, query_len: usize, seq_len: usize },
+    EncoderNeedsFullQuery {
+        seq: usize,
+        query_len: usize,
+        seq_len: usize,
+    },
     #[error("layout.block_table has rows of different widths: row {seq} has {actual}, row 0 has {expected}")]
-    RaggedBlockTable { seq: usize, expected: usize, actual: usize },
+    RaggedBlockTable {
+        seq: usize,
+        expected: usize,
+        actual: usize,
+    },
     #[error("layout.block_table[{seq}] has {actual} blocks but seq_len {seq_len} needs {needed}")]
-    TableRowTooShort { seq: usize, needed: usize, actual: usize, seq_len: usize },
+    TableRowTooShort {
+        seq: usize,
+        needed: usize,
+        actual: usize,
+        seq_len: usize,
+    },
     #[error("layout.block_table[{seq}][{index}] = {block} is past the cache (layout.num_blocks = {num_blocks})")]
-    BlockOutOfRange { seq: usize, index: usize, block: u64, num_blocks: usize },
+    BlockOutOfRange {
+        seq: usize,
+        index: usize,
+        block: u64,
+        num_blocks: usize,
+    },
     #[error("layout.block_table[{seq}][{index}] is the null block 0, but holds tokens of sequence {seq}")]
     NullBlockUsed { seq: usize, index: usize },
     #[error("layout.slot_mapping[{token}] = {actual}, but the block table puts that token (sequence {seq}, position {pos}) at slot {expected}")]
-    SlotMismatch { token: usize, seq: usize, pos: usize, expected: i64, actual: i64 },
+    SlotMismatch {
+        token: usize,
+        seq: usize,
+        pos: usize,
+        expected: i64,
+        actual: i64,
+    },
     #[error("layout.slot_mapping[{token}] = {actual}: padding tokens must have slot -1")]
     PaddingSlot { token: usize, actual: i64 },
     #[error("slot {slot} is used twice: by {first} and by {second}")]
-    SlotCollision { slot: i64, first: String, second: String },
+    SlotCollision {
+        slot: i64,
+        first: String,
+        second: String,
+    },
     #[error("block {block} is shared by sequences {seq_a} and {seq_b} (logical block {index}) but its contents differ at {field}")]
-    SharedBlockDiffers { block: u32, seq_a: usize, seq_b: usize, index: usize, field: &'static str },
+    SharedBlockDiffers {
+        block: u32,
+        seq_a: usize,
+        seq_b: usize,
+        index: usize,
+        field: &'static str,
+    },
     #[error("block {block} is shared by sequences {seq_a} and {seq_b} but is not a full context block of both (logical blocks {index_a} and {index_b})")]
-    SharedBlockNotFullContext { block: u32, seq_a: usize, seq_b: usize, index_a: usize, index_b: usize },
+    SharedBlockNotFullContext {
+        block: u32,
+        seq_a: usize,
+        seq_b: usize,
+        index_a: usize,
+        index_b: usize,
+    },
     #[error("layout.slot_mapping[{token}] = {slot} writes a new token of sequence {seq} into block {block}, which sequence {other} shares as context")]
-    NewTokenInSharedBlock { token: usize, seq: usize, other: usize, block: u32, slot: i64 },
+    NewTokenInSharedBlock {
+        token: usize,
+        seq: usize,
+        other: usize,
+        block: u32,
+        slot: i64,
+    },
     #[error("{field} has a non-finite value {value} at index {index}")]
-    NonFinite { field: String, index: usize, value: f32 },
+    NonFinite {
+        field: String,
+        index: usize,
+        value: f32,
+    },
     #[error("{field}[{index}] = {value} is not representable in {dtype}")]
-    NotRepresentable { field: String, index: usize, value: f32, dtype: crate::DType },
+    NotRepresentable {
+        field: String,
+        index: usize,
+        value: f32,
+        dtype: crate::DType,
+    },
 }

@@ -47,7 +47,14 @@ impl Digest {
     pub fn of(values: &[f64]) -> Digest {
         let sum = values.iter().sum();
         let l2 = values.iter().map(|x| x * x).sum::<f64>().sqrt();
-        Digest { sum, l2, samples: sample_indices(values.len()).into_iter().map(|i| (i, values[i])).collect() }
+        Digest {
+            sum,
+            l2,
+            samples: sample_indices(values.len())
+                .into_iter()
+                .map(|i| (i, values[i]))
+                .collect(),
+        }
     }
 }
 
@@ -70,7 +77,13 @@ fn close(a: f64, b: f64) -> bool {
 
 /// The golden config for a spec.
 pub fn golden_config(spec: &BatchSpec) -> AttentionConfig {
-    let mut c = AttentionConfig::new(GOLDEN_HEADS.0, GOLDEN_HEADS.1, specs::UPSTREAM_HEAD_SIZE, specs::UPSTREAM_BLOCK_SIZE, GOLDEN_DTYPE);
+    let mut c = AttentionConfig::new(
+        GOLDEN_HEADS.0,
+        GOLDEN_HEADS.1,
+        specs::UPSTREAM_HEAD_SIZE,
+        specs::UPSTREAM_BLOCK_SIZE,
+        GOLDEN_DTYPE,
+    );
     c.kind = spec.kind;
     c
 }
@@ -97,24 +110,42 @@ impl GoldenFixture {
     /// difference.
     pub fn check(&self, fresh: &GoldenFixture) -> Result<(), String> {
         if self.spec != fresh.spec || self.seed != fresh.seed || self.config != fresh.config {
-            return Err(format!("fixture {} describes a different case (spec, seed or config changed)", self.spec));
+            return Err(format!(
+                "fixture {} describes a different case (spec, seed or config changed)",
+                self.spec
+            ));
         }
-        if self.seq_lens != fresh.seq_lens || self.query_lens != fresh.query_lens || self.output_len != fresh.output_len {
+        if self.seq_lens != fresh.seq_lens
+            || self.query_lens != fresh.query_lens
+            || self.output_len != fresh.output_len
+        {
             return Err(format!("fixture {}: batch shape changed", self.spec));
         }
         if let (Some(a), Some(b)) = (&self.output, &fresh.output) {
             if let Some(i) = (0..a.len()).find(|&i| !close(a[i], b[i])) {
-                return Err(format!("fixture {}: output[{i}] is {} but the oracle now gives {}", self.spec, a[i], b[i]));
+                return Err(format!(
+                    "fixture {}: output[{i}] is {} but the oracle now gives {}",
+                    self.spec, a[i], b[i]
+                ));
             }
         } else if self.output.is_some() != fresh.output.is_some() {
-            return Err(format!("fixture {}: stored output presence changed", self.spec));
+            return Err(format!(
+                "fixture {}: stored output presence changed",
+                self.spec
+            ));
         }
         let (a, b) = (&self.digest, &fresh.digest);
         if !close(a.sum, b.sum) {
-            return Err(format!("fixture {}: output sum {} but the oracle now gives {}", self.spec, a.sum, b.sum));
+            return Err(format!(
+                "fixture {}: output sum {} but the oracle now gives {}",
+                self.spec, a.sum, b.sum
+            ));
         }
         if !close(a.l2, b.l2) {
-            return Err(format!("fixture {}: output L2 norm {} but the oracle now gives {}", self.spec, a.l2, b.l2));
+            return Err(format!(
+                "fixture {}: output L2 norm {} but the oracle now gives {}",
+                self.spec, a.l2, b.l2
+            ));
         }
         if a.samples.len() != b.samples.len() {
             return Err(format!("fixture {}: sample count changed", self.spec));
@@ -129,8 +160,10 @@ impl GoldenFixture {
 
     /// Load a fixture file with a message naming the file on any problem.
     pub fn load(path: &Path) -> Result<GoldenFixture, String> {
-        let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read fixture {}: {e}", path.display()))?;
-        serde_json::from_str(&text).map_err(|e| format!("malformed fixture {}: {e}", path.display()))
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read fixture {}: {e}", path.display()))?;
+        serde_json::from_str(&text)
+            .map_err(|e| format!("malformed fixture {}: {e}", path.display()))
     }
 }
 
@@ -147,9 +180,15 @@ pub fn update_requested() -> bool {
 /// renamed over the target, so a reader never sees half a file and an interrupted write
 /// leaves the old one.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir)?;
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "out".into());
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "out".into());
     let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
     let result = (|| {
         let mut f = std::fs::File::create(&tmp)?;
@@ -174,4 +213,3 @@ pub fn write_all_fixtures(dir: &Path) -> std::io::Result<Vec<String>> {
     }
     Ok(written)
 }
-

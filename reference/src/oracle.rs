@@ -11,7 +11,12 @@ use crate::{AttentionKind, Case};
 use rayon::prelude::*;
 
 /// The visible key range `lo..=hi` of the query at position `p` in a sequence of `seq_len`.
-pub fn visible_keys(kind: AttentionKind, window: Option<usize>, p: usize, seq_len: usize) -> (usize, usize) {
+pub fn visible_keys(
+    kind: AttentionKind,
+    window: Option<usize>,
+    p: usize,
+    seq_len: usize,
+) -> (usize, usize) {
     match kind {
         AttentionKind::Decoder => {
             let lo = window.map_or(0, |w| (p + 1).saturating_sub(w));
@@ -58,44 +63,54 @@ pub fn reference_output(case: &Case) -> Vec<f64> {
         let k: Vec<f64> = k32.iter().map(|&x| x as f64).collect();
         let v: Vec<f64> = v32.iter().map(|&x| x as f64).collect();
         let rows = &mut out[starts[s] * hq * d..starts[s + 1] * hq * d];
-        rows.par_chunks_mut(hq * d).enumerate().for_each(|(j, token_out)| {
-            let token = starts[s] + j;
-            let p = ctx + j;
-            let (lo, hi) = visible_keys(c.kind, c.sliding_window, p, seq_len);
-            let mut logits = vec![0.0f64; hi + 1 - lo];
-            for h in 0..hq {
-                let kvh = h / group;
-                let q: Vec<f64> = case.tensors.query[(token * hq + h) * d..(token * hq + h + 1) * d].iter().map(|&x| x as f64).collect();
-                for (i, key) in (lo..=hi).enumerate() {
-                    let krow = &k[(key * hkv + kvh) * d..(key * hkv + kvh + 1) * d];
-                    let mut l = scale * dot(&q, krow);
-                    if let Some(cap) = c.logits_soft_cap {
-                        let cap = cap as f64;
-                        l = cap * (l / cap).tanh();
+        rows.par_chunks_mut(hq * d)
+            .enumerate()
+            .for_each(|(j, token_out)| {
+                let token = starts[s] + j;
+                let p = ctx + j;
+                let (lo, hi) = visible_keys(c.kind, c.sliding_window, p, seq_len);
+                let mut logits = vec![0.0f64; hi + 1 - lo];
+                for h in 0..hq {
+                    let kvh = h / group;
+                    let q: Vec<f64> = case.tensors.query
+                        [(token * hq + h) * d..(token * hq + h + 1) * d]
+                        .iter()
+                        .map(|&x| x as f64)
+                        .collect();
+                    for (i, key) in (lo..=hi).enumerate() {
+                        let krow = &k[(key * hkv + kvh) * d..(key * hkv + kvh + 1) * d];
+                        let mut l = scale * dot(&q, krow);
+                        if let Some(cap) = c.logits_soft_cap {
+                            let cap = cap as f64;
+                            l = cap * (l / cap).tanh();
+                        }
+                        if let Some(slopes) = &c.alibi_slopes {
+                            l += slopes[h] as f64 * (key as f64 - p as f64);
+                        }
+                        logits[i] = l;
                     }
-                    if let Some(slopes) = &c.alibi_slopes {
-                        l += slopes[h] as f64 * (key as f64 - p as f64);
+                    let sink = c.sinks.as_ref().map(|s| s[h] as f64);
+                    let m = logits
+                        .iter()
+                        .copied()
+                        .chain(sink)
+                        .fold(f64::NEG_INFINITY, f64::max);
+                    let mut denom = sink.map_or(0.0, |s| (s - m).exp());
+                    let o = &mut token_out[h * d..(h + 1) * d];
+                    o.fill(0.0);
+                    for (i, key) in (lo..=hi).enumerate() {
+                        let w = (logits[i] - m).exp();
+                        denom += w;
+                        let vrow = &v[(key * hkv + kvh) * d..(key * hkv + kvh + 1) * d];
+                        for (acc, &x) in o.iter_mut().zip(vrow) {
+                            *acc += w * x;
+                        }
                     }
-                    logits[i] = l;
-                }
-                let sink = c.sinks.as_ref().map(|s| s[h] as f64);
-                let m = logits.iter().copied().chain(sink).fold(f64::NEG_INFINITY, f64::max);
-                let mut denom = sink.map_or(0.0, |s| (s - m).exp());
-                let o = &mut token_out[h * d..(h + 1) * d];
-                o.fill(0.0);
-                for (i, key) in (lo..=hi).enumerate() {
-                    let w = (logits[i] - m).exp();
-                    denom += w;
-                    let vrow = &v[(key * hkv + kvh) * d..(key * hkv + kvh + 1) * d];
-                    for (acc, &x) in o.iter_mut().zip(vrow) {
-                        *acc += w * x;
+                    for acc in o.iter_mut() {
+                        *acc /= denom;
                     }
                 }
-                for acc in o.iter_mut() {
-                    *acc /= denom;
-                }
-            }
-        });
+            });
     }
     out
 }

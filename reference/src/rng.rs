@@ -16,7 +16,10 @@ pub struct InputRng {
 
 impl InputRng {
     pub fn new(seed: u64) -> Self {
-        InputRng { rng: ChaCha8Rng::seed_from_u64(seed), spare: None }
+        InputRng {
+            rng: ChaCha8Rng::seed_from_u64(seed),
+            spare: None,
+        }
     }
 
     /// Uniform in `[0, 1)` with 53 random bits.
@@ -52,7 +55,9 @@ impl InputRng {
 
     /// `n` normal values times `std`, rounded to `dtype`.
     pub fn normal_vec(&mut self, n: usize, std: f64, dtype: DType) -> Vec<f32> {
-        (0..n).map(|_| dtype.round((self.normal() * std) as f32)).collect()
+        (0..n)
+            .map(|_| dtype.round((self.normal() * std) as f32))
+            .collect()
     }
 
     /// A uniformly random permutation of `0..n` (Fisher–Yates).
@@ -82,8 +87,14 @@ mod tests {
     #[test]
     fn stream_is_pinned() {
         // Golden fixtures depend on this exact stream: a change here is a breaking change.
-        assert_eq!(InputRng::new(0).normal_vec(3, 1.0, DType::Bf16), vec![-1.5390625, 0.33398438, 1.4375]);
-        assert_eq!(InputRng::new(42).permutation(10), vec![1, 5, 9, 6, 3, 2, 0, 8, 4, 7]);
+        assert_eq!(
+            InputRng::new(0).normal_vec(3, 1.0, DType::Bf16),
+            vec![-1.5390625, 0.33398438, 1.4375]
+        );
+        assert_eq!(
+            InputRng::new(42).permutation(10),
+            vec![1, 5, 9, 6, 3, 2, 0, 8, 4, 7]
+        );
     }
 
     #[test]

@@ -12,11 +12,21 @@ pub struct BatchSpec {
 }
 
 fn spec(name: &'static str, seq_lens: Vec<usize>, query_lens: Vec<usize>) -> BatchSpec {
-    BatchSpec { name, seq_lens, query_lens, kind: AttentionKind::Decoder }
+    BatchSpec {
+        name,
+        seq_lens,
+        query_lens,
+        kind: AttentionKind::Decoder,
+    }
 }
 
 fn encoder(name: &'static str, seq_lens: Vec<usize>) -> BatchSpec {
-    BatchSpec { name, query_lens: seq_lens.clone(), seq_lens, kind: AttentionKind::EncoderOnly }
+    BatchSpec {
+        name,
+        query_lens: seq_lens.clone(),
+        seq_lens,
+        kind: AttentionKind::EncoderOnly,
+    }
 }
 
 /// Every named spec, in upstream's order.
@@ -25,12 +35,24 @@ pub fn all_specs() -> Vec<BatchSpec> {
         spec("small_decode", vec![32, 40], vec![1, 1]),
         spec("small_prefill", vec![32, 40], vec![8, 8]),
         spec("mixed_small", vec![32, 40, 48, 56], vec![1, 1, 5, 5]),
-        spec("medium_decode", vec![128, 256, 512, 1024, 128, 256, 512, 1024], vec![1; 8]),
+        spec(
+            "medium_decode",
+            vec![128, 256, 512, 1024, 128, 256, 512, 1024],
+            vec![1; 8],
+        ),
         spec("medium_prefill", vec![256, 512, 1024, 2048], vec![16; 4]),
-        spec("mixed_medium", vec![512, 1024, 2048, 512, 1024, 2048], vec![1, 1, 1, 7, 7, 7]),
+        spec(
+            "mixed_medium",
+            vec![512, 1024, 2048, 512, 1024, 2048],
+            vec![1, 1, 1, 7, 7, 7],
+        ),
         spec("large_decode", vec![2048; 32], vec![1; 32]),
         spec("large_prefill", vec![4096; 8], vec![32; 8]),
-        spec("mixed_large", vec![1024, 2048, 4096, 1024, 2048, 4096], vec![1, 1, 1, 32, 32, 32]),
+        spec(
+            "mixed_large",
+            vec![1024, 2048, 4096, 1024, 2048, 4096],
+            vec![1, 1, 1, 32, 32, 32],
+        ),
         spec("single_decode", vec![1024], vec![1]),
         spec("single_prefill", vec![1024], vec![64]),
         encoder("small_encoder_prefill", vec![32, 64, 128, 256]),
@@ -61,8 +83,14 @@ pub const CAUSAL_TEST_SPECS: &[&str] = &[
 ];
 
 /// Specs upstream's sliding-window test runs.
-pub const SLIDING_WINDOW_TEST_SPECS: &[&str] =
-    &["small_decode", "small_prefill", "mixed_medium", "large_decode", "large_prefill", "mixed_large"];
+pub const SLIDING_WINDOW_TEST_SPECS: &[&str] = &[
+    "small_decode",
+    "small_prefill",
+    "mixed_medium",
+    "large_decode",
+    "large_prefill",
+    "mixed_large",
+];
 
 /// The window upstream's sliding-window test uses.
 pub const UPSTREAM_SLIDING_WINDOW: usize = 2047;

@@ -26,26 +26,48 @@ fn nonzero(v: usize, field: &'static str) -> Result<(), CaseError> {
 
 fn at_most(v: usize, limit: usize, field: &str) -> Result<(), CaseError> {
     if v > limit {
-        Err(CaseError::TooLarge { field: field.to_string(), size: v as u64, limit: limit as u64 })
+        Err(CaseError::TooLarge {
+            field: field.to_string(),
+            size: v as u64,
+            limit: limit as u64,
+        })
     } else {
         Ok(())
     }
 }
 
-fn expect_len(field: impl Into<String>, expected: Option<usize>, actual: usize) -> Result<(), CaseError> {
+fn expect_len(
+    field: impl Into<String>,
+    expected: Option<usize>,
+    actual: usize,
+) -> Result<(), CaseError> {
     match expected {
         Some(e) if e == actual => Ok(()),
-        Some(e) => Err(CaseError::LengthMismatch { field: field.into(), expected: e, actual }),
-        None => Err(CaseError::TooLarge { field: field.into(), size: u64::MAX, limit: usize::MAX as u64 }),
+        Some(e) => Err(CaseError::LengthMismatch {
+            field: field.into(),
+            expected: e,
+            actual,
+        }),
+        None => Err(CaseError::TooLarge {
+            field: field.into(),
+            size: u64::MAX,
+            limit: usize::MAX as u64,
+        }),
     }
 }
 
 fn finite_param(v: f32, field: String, positive: bool) -> Result<(), CaseError> {
     if !v.is_finite() {
-        return Err(CaseError::InvalidParam { field, reason: format!("{v} is not finite") });
+        return Err(CaseError::InvalidParam {
+            field,
+            reason: format!("{v} is not finite"),
+        });
     }
     if positive && v <= 0.0 {
-        return Err(CaseError::InvalidParam { field, reason: format!("{v} must be > 0") });
+        return Err(CaseError::InvalidParam {
+            field,
+            reason: format!("{v} must be > 0"),
+        });
     }
     Ok(())
 }
@@ -53,10 +75,19 @@ fn finite_param(v: f32, field: String, positive: bool) -> Result<(), CaseError> 
 fn check_values(field: &str, values: &[f32], dtype: crate::DType) -> Result<(), CaseError> {
     for (i, &v) in values.iter().enumerate() {
         if !v.is_finite() {
-            return Err(CaseError::NonFinite { field: field.to_string(), index: i, value: v });
+            return Err(CaseError::NonFinite {
+                field: field.to_string(),
+                index: i,
+                value: v,
+            });
         }
         if !dtype.represents(v) {
-            return Err(CaseError::NotRepresentable { field: field.to_string(), index: i, value: v, dtype });
+            return Err(CaseError::NotRepresentable {
+                field: field.to_string(),
+                index: i,
+                value: v,
+                dtype,
+            });
         }
     }
     Ok(())
@@ -74,7 +105,11 @@ struct Owner {
 impl std::fmt::Display for Owner {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self.token {
-            Some(t) => write!(f, "sequence {} position {} (new token, layout.slot_mapping[{t}])", self.seq, self.pos),
+            Some(t) => write!(
+                f,
+                "sequence {} position {} (new token, layout.slot_mapping[{t}])",
+                self.seq, self.pos
+            ),
             None => write!(f, "sequence {} position {} (context)", self.seq, self.pos),
         }
     }
@@ -106,7 +141,10 @@ impl crate::AttentionConfig {
         at_most(c.head_size, MAX_DIM, "config.head_size")?;
         at_most(c.block_size, MAX_DIM, "config.block_size")?;
         if c.num_heads % c.num_kv_heads != 0 {
-            return Err(CaseError::HeadsNotMultiple { num_heads: c.num_heads, num_kv_heads: c.num_kv_heads });
+            return Err(CaseError::HeadsNotMultiple {
+                num_heads: c.num_heads,
+                num_kv_heads: c.num_kv_heads,
+            });
         }
         if c.sliding_window == Some(0) {
             return Err(CaseError::WindowZero);
@@ -117,7 +155,10 @@ impl crate::AttentionConfig {
         if let Some(cap) = c.logits_soft_cap {
             finite_param(cap, "config.logits_soft_cap".into(), true)?;
         }
-        for (name, v) in [("config.alibi_slopes", &c.alibi_slopes), ("config.sinks", &c.sinks)] {
+        for (name, v) in [
+            ("config.alibi_slopes", &c.alibi_slopes),
+            ("config.sinks", &c.sinks),
+        ] {
             if let Some(v) = v {
                 expect_len(name, Some(c.num_heads), v.len())?;
                 for (h, &x) in v.iter().enumerate() {
@@ -143,10 +184,18 @@ impl Case {
                 return Err(CaseError::QueryLenZero { seq: s });
             }
             if q > l {
-                return Err(CaseError::QueryLenExceedsSeqLen { seq: s, query_len: q, seq_len: l });
+                return Err(CaseError::QueryLenExceedsSeqLen {
+                    seq: s,
+                    query_len: q,
+                    seq_len: l,
+                });
             }
             if c.kind == AttentionKind::EncoderOnly && q != l {
-                return Err(CaseError::EncoderNeedsFullQuery { seq: s, query_len: q, seq_len: l });
+                return Err(CaseError::EncoderNeedsFullQuery {
+                    seq: s,
+                    query_len: q,
+                    seq_len: l,
+                });
             }
         }
         // Lengths of tensors in memory bound every count below, so no loop runs away.
@@ -154,22 +203,50 @@ impl Case {
             .query_lens
             .iter()
             .try_fold(b.num_padding_tokens, |acc, &q| acc.checked_add(q))
-            .ok_or_else(|| CaseError::TooLarge { field: "batch.query_lens".into(), size: u64::MAX, limit: usize::MAX as u64 })?;
+            .ok_or_else(|| CaseError::TooLarge {
+                field: "batch.query_lens".into(),
+                size: u64::MAX,
+                limit: usize::MAX as u64,
+            })?;
         let q_row = c.num_heads.checked_mul(c.head_size);
         let kv_row = c.num_kv_heads.checked_mul(c.head_size);
         let t = &self.tensors;
-        expect_len("tensors.query", q_row.and_then(|r| r.checked_mul(tokens)), t.query.len())?;
-        expect_len("tensors.key", kv_row.and_then(|r| r.checked_mul(tokens)), t.key.len())?;
-        expect_len("tensors.value", kv_row.and_then(|r| r.checked_mul(tokens)), t.value.len())?;
+        expect_len(
+            "tensors.query",
+            q_row.and_then(|r| r.checked_mul(tokens)),
+            t.query.len(),
+        )?;
+        expect_len(
+            "tensors.key",
+            kv_row.and_then(|r| r.checked_mul(tokens)),
+            t.key.len(),
+        )?;
+        expect_len(
+            "tensors.value",
+            kv_row.and_then(|r| r.checked_mul(tokens)),
+            t.value.len(),
+        )?;
         expect_len("tensors.context_key", Some(n), t.context_key.len())?;
         expect_len("tensors.context_value", Some(n), t.context_value.len())?;
         for s in 0..n {
             let ctx = b.seq_lens[s] - b.query_lens[s];
             let want = kv_row.and_then(|r| r.checked_mul(ctx));
-            expect_len(format!("tensors.context_key[{s}]"), want, t.context_key[s].len())?;
-            expect_len(format!("tensors.context_value[{s}]"), want, t.context_value[s].len())?;
+            expect_len(
+                format!("tensors.context_key[{s}]"),
+                want,
+                t.context_key[s].len(),
+            )?;
+            expect_len(
+                format!("tensors.context_value[{s}]"),
+                want,
+                t.context_value[s].len(),
+            )?;
         }
-        expect_len("layout.slot_mapping", Some(tokens), self.layout.slot_mapping.len())?;
+        expect_len(
+            "layout.slot_mapping",
+            Some(tokens),
+            self.layout.slot_mapping.len(),
+        )?;
         Ok(())
     }
 
@@ -183,16 +260,30 @@ impl Case {
         let width = l.block_table[0].len();
         for (s, row) in l.block_table.iter().enumerate() {
             if row.len() != width {
-                return Err(CaseError::RaggedBlockTable { seq: s, expected: width, actual: row.len() });
+                return Err(CaseError::RaggedBlockTable {
+                    seq: s,
+                    expected: width,
+                    actual: row.len(),
+                });
             }
             let seq_len = self.batch.seq_lens[s];
             let needed = seq_len.div_ceil(bs);
             if row.len() < needed {
-                return Err(CaseError::TableRowTooShort { seq: s, needed, actual: row.len(), seq_len });
+                return Err(CaseError::TableRowTooShort {
+                    seq: s,
+                    needed,
+                    actual: row.len(),
+                    seq_len,
+                });
             }
             for (i, &blk) in row.iter().enumerate() {
                 if blk as usize >= l.num_blocks {
-                    return Err(CaseError::BlockOutOfRange { seq: s, index: i, block: blk as u64, num_blocks: l.num_blocks });
+                    return Err(CaseError::BlockOutOfRange {
+                        seq: s,
+                        index: i,
+                        block: blk as u64,
+                        num_blocks: l.num_blocks,
+                    });
                 }
                 if i < needed && blk == 0 {
                     return Err(CaseError::NullBlockUsed { seq: s, index: i });
@@ -209,7 +300,13 @@ impl Case {
                 let expected = self.slot_of(s, ctx + j);
                 let actual = l.slot_mapping[token];
                 if actual != expected {
-                    return Err(CaseError::SlotMismatch { token, seq: s, pos: ctx + j, expected, actual });
+                    return Err(CaseError::SlotMismatch {
+                        token,
+                        seq: s,
+                        pos: ctx + j,
+                        expected,
+                        actual,
+                    });
                 }
             }
         }
@@ -249,7 +346,11 @@ impl Case {
                 let owner = |seq: usize, idx: usize, off: usize| {
                     let pos = idx * bs + off;
                     let c = self.context_len(seq);
-                    Owner { seq, pos, token: (pos >= c).then(|| starts[seq] + pos - c) }
+                    Owner {
+                        seq,
+                        pos,
+                        token: (pos >= c).then(|| starts[seq] + pos - c),
+                    }
                 };
                 for off in 0..len0.min(len1) {
                     let a = owner(s0, i0, off);
@@ -258,30 +359,64 @@ impl Case {
                     match (a.token, b.token) {
                         (None, None) => continue,
                         (Some(_), Some(_)) => {
-                            return Err(CaseError::SlotCollision { slot, first: a.to_string(), second: b.to_string() })
+                            return Err(CaseError::SlotCollision {
+                                slot,
+                                first: a.to_string(),
+                                second: b.to_string(),
+                            })
                         }
                         (Some(t), None) | (None, Some(t)) => {
                             let (writer, other) = if a.token.is_some() { (a, b) } else { (b, a) };
-                            return Err(CaseError::NewTokenInSharedBlock { token: t, seq: writer.seq, other: other.seq, block: blk, slot });
+                            return Err(CaseError::NewTokenInSharedBlock {
+                                token: t,
+                                seq: writer.seq,
+                                other: other.seq,
+                                block: blk,
+                                slot,
+                            });
                         }
                     }
                 }
-                return Err(CaseError::SharedBlockNotFullContext { block: blk, seq_a: s0, seq_b: s, index_a: i0, index_b: i });
+                return Err(CaseError::SharedBlockNotFullContext {
+                    block: blk,
+                    seq_a: s0,
+                    seq_b: s,
+                    index_a: i0,
+                    index_b: i,
+                });
             }
         }
         Ok(())
     }
 
-    fn compare_shared_block(&self, blk: u32, (s0, i0): (usize, usize), (s1, i1): (usize, usize)) -> Result<(), CaseError> {
+    fn compare_shared_block(
+        &self,
+        blk: u32,
+        (s0, i0): (usize, usize),
+        (s1, i1): (usize, usize),
+    ) -> Result<(), CaseError> {
         let bs = self.config.block_size;
         let row = self.config.num_kv_heads * self.config.head_size;
         let t = &self.tensors;
-        for (field, a, b) in [("K", &t.context_key[s0], &t.context_key[s1]), ("V", &t.context_value[s0], &t.context_value[s1])] {
+        for (field, a, b) in [
+            ("K", &t.context_key[s0], &t.context_key[s1]),
+            ("V", &t.context_value[s0], &t.context_value[s1]),
+        ] {
             let a = &a[i0 * bs * row..(i0 + 1) * bs * row];
             let b = &b[i1 * bs * row..(i1 + 1) * bs * row];
             if a != b {
-                let name = if field == "K" { "tensors.context_key" } else { "tensors.context_value" };
-                return Err(CaseError::SharedBlockDiffers { block: blk, seq_a: s0, seq_b: s1, index: i1, field: name });
+                let name = if field == "K" {
+                    "tensors.context_key"
+                } else {
+                    "tensors.context_value"
+                };
+                return Err(CaseError::SharedBlockDiffers {
+                    block: blk,
+                    seq_a: s0,
+                    seq_b: s1,
+                    index: i1,
+                    field: name,
+                });
             }
         }
         Ok(())
@@ -295,7 +430,11 @@ impl Case {
         check_values("tensors.value", &t.value, dt)?;
         for s in 0..self.num_seqs() {
             check_values(&format!("tensors.context_key[{s}]"), &t.context_key[s], dt)?;
-            check_values(&format!("tensors.context_value[{s}]"), &t.context_value[s], dt)?;
+            check_values(
+                &format!("tensors.context_value[{s}]"),
+                &t.context_value[s],
+                dt,
+            )?;
         }
         Ok(())
     }

@@ -2,7 +2,9 @@
 //! `UPDATE_GOLDEN=1 cargo test -p attn-reference --test golden` (or `cargo xtask fixtures`)
 //! rewrites them, never under CI.
 
-use attn_reference::golden::{compute_fixture, fixture_path, update_requested, write_atomic, GoldenFixture};
+use attn_reference::golden::{
+    compute_fixture, fixture_path, update_requested, write_atomic, GoldenFixture,
+};
 use attn_reference::specs::all_specs;
 use std::path::PathBuf;
 
@@ -32,19 +34,25 @@ fn oracle_matches_golden_fixtures() {
             Err(e) => failures.push(format!("{e} (regenerate with `cargo xtask fixtures`)")),
         }
     }
-    assert!(failures.is_empty(), "golden fixtures disagree with the oracle:\n{}", failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "golden fixtures disagree with the oracle:\n{}",
+        failures.join("\n")
+    );
 }
 
 #[test]
 fn a_one_element_change_is_caught_by_the_digest() {
     let spec = attn_reference::spec_by_name("large_decode").unwrap();
-    let stored = GoldenFixture::load(&fixture_path(&golden_dir(), spec.name)).expect("fixture present");
+    let stored =
+        GoldenFixture::load(&fixture_path(&golden_dir(), spec.name)).expect("fixture present");
     assert!(stored.output.is_none(), "large specs are stored as digests");
     // Recompute, change one element far from any sample, and re-digest.
     let config = attn_reference::golden::golden_config(&spec);
     let case = attn_reference::build_spec_case(&spec, config, stored.seed);
     let mut out = attn_reference::reference_output(&case);
-    let sampled: std::collections::HashSet<usize> = stored.digest.samples.iter().map(|s| s.0).collect();
+    let sampled: std::collections::HashSet<usize> =
+        stored.digest.samples.iter().map(|s| s.0).collect();
     let i = (0..out.len()).find(|i| !sampled.contains(i)).unwrap();
     out[i] += 1e-6;
     let mut changed = stored.clone();
@@ -54,6 +62,9 @@ fn a_one_element_change_is_caught_by_the_digest() {
 
 #[test]
 fn fixtures_stay_small() {
-    let total: u64 = std::fs::read_dir(golden_dir()).unwrap().map(|e| e.unwrap().metadata().unwrap().len()).sum();
+    let total: u64 = std::fs::read_dir(golden_dir())
+        .unwrap()
+        .map(|e| e.unwrap().metadata().unwrap().len())
+        .sum();
     assert!(total < 5 << 20, "fixtures take {total} bytes, over 5 MB");
 }

@@ -1,6 +1,8 @@
 //! The oracle against hand-computed answers and invariants that any correct attention obeys.
 
-use attn_reference::{build_case, reference_output, AttentionConfig, AttentionKind, BuildOptions, Case, DType};
+use attn_reference::{
+    build_case, reference_output, AttentionConfig, AttentionKind, BuildOptions, Case, DType,
+};
 use proptest::prelude::*;
 
 fn cfg(hq: usize, hkv: usize, d: usize, bs: usize) -> AttentionConfig {
@@ -21,14 +23,22 @@ fn out_row(case: &Case, out: &[f64], token: usize, head: usize) -> Vec<f64> {
 fn kv_row(case: &Case, seq: usize, pos: usize, h: usize) -> (Vec<f64>, Vec<f64>) {
     let (k, v) = case.contiguous_kv(seq);
     let (hkv, d) = (case.config.num_kv_heads, case.config.head_size);
-    let r = |t: &[f32]| t[(pos * hkv + h) * d..(pos * hkv + h + 1) * d].iter().map(|&x| x as f64).collect();
+    let r = |t: &[f32]| {
+        t[(pos * hkv + h) * d..(pos * hkv + h + 1) * d]
+            .iter()
+            .map(|&x| x as f64)
+            .collect()
+    };
     (r(&k), r(&v))
 }
 
 fn assert_close(a: &[f64], b: &[f64], tol: f64) {
     assert_eq!(a.len(), b.len());
     for (i, (x, y)) in a.iter().zip(b).enumerate() {
-        assert!((x - y).abs() <= tol * (1.0 + y.abs()), "element {i}: {x} vs {y}");
+        assert!(
+            (x - y).abs() <= tol * (1.0 + y.abs()),
+            "element {i}: {x} vs {y}"
+        );
     }
 }
 
@@ -180,7 +190,9 @@ fn soft_cap_applies_before_alibi() {
     let l0 = 2.0 * (dot(&k0) / 2.0).tanh() + 0.75 * (0.0 - 1.0);
     let l1 = 2.0 * (dot(&k1) / 2.0).tanh();
     let (w0, w1) = (l0.exp(), l1.exp());
-    let want: Vec<f64> = (0..2).map(|i| (w0 * v0[i] + w1 * v1[i]) / (w0 + w1)).collect();
+    let want: Vec<f64> = (0..2)
+        .map(|i| (w0 * v0[i] + w1 * v1[i]) / (w0 + w1))
+        .collect();
     assert_close(&out_row(&c, &out, 0, 0), &want, 1e-14);
 }
 
@@ -198,7 +210,10 @@ fn zero_alibi_slopes_equal_no_alibi_and_gqa_maps_heads_by_division() {
             row[d..].iter_mut().for_each(|x| *x = 9.0);
         }
     }
-    for t in [&mut poisoned.tensors.context_key[0], &mut poisoned.tensors.context_value[0]] {
+    for t in [
+        &mut poisoned.tensors.context_key[0],
+        &mut poisoned.tensors.context_value[0],
+    ] {
         for row in t.chunks_mut(d * hkv) {
             row[d..].iter_mut().for_each(|x| *x = 9.0);
         }
@@ -207,7 +222,11 @@ fn zero_alibi_slopes_equal_no_alibi_and_gqa_maps_heads_by_division() {
     let b = reference_output(&poisoned);
     for tok in 0..4 {
         for h in 0..3 {
-            assert_close(&out_row(&base, &b, tok, h), &out_row(&base, &a, tok, h), 0.0);
+            assert_close(
+                &out_row(&base, &b, tok, h),
+                &out_row(&base, &a, tok, h),
+                0.0,
+            );
         }
         assert_ne!(out_row(&base, &b, tok, 3), out_row(&base, &a, tok, 3));
     }
@@ -237,16 +256,32 @@ fn causal_mask_uses_the_context_offset() {
 
 #[test]
 fn logits_in_the_hundreds_stay_finite() {
-    let opts = BuildOptions { std: 30.0, ..BuildOptions::default() };
+    let opts = BuildOptions {
+        std: 30.0,
+        ..BuildOptions::default()
+    };
     let c = build_case(&[40, 7], &[5, 7], cfg(4, 1, 16, 8), 12, &opts);
     assert!(reference_output(&c).iter().all(|x| x.is_finite()));
 }
 
 fn small_config() -> impl Strategy<Value = AttentionConfig> {
-    (1usize..4, prop::sample::select(vec![1usize, 2, 3]), 1usize..9, 1usize..6, any::<bool>(), prop::option::of(1usize..8), any::<bool>(), any::<bool>())
+    (
+        1usize..4,
+        prop::sample::select(vec![1usize, 2, 3]),
+        1usize..9,
+        1usize..6,
+        any::<bool>(),
+        prop::option::of(1usize..8),
+        any::<bool>(),
+        any::<bool>(),
+    )
         .prop_map(|(hkv, g, d, bs, enc, w, alibi, sinks)| {
             let mut c = AttentionConfig::new(hkv * g, hkv, d, bs, DType::F32);
-            c.kind = if enc { AttentionKind::EncoderOnly } else { AttentionKind::Decoder };
+            c.kind = if enc {
+                AttentionKind::EncoderOnly
+            } else {
+                AttentionKind::Decoder
+            };
             c.sliding_window = w;
             if alibi {
                 c.alibi_slopes = Some((0..hkv * g).map(|h| 0.5f32.powi(h as i32 + 1)).collect());
@@ -259,11 +294,20 @@ fn small_config() -> impl Strategy<Value = AttentionConfig> {
 }
 
 fn small_case() -> impl Strategy<Value = Case> {
-    (small_config(), prop::collection::vec((1usize..12, 1usize..12), 1..4), any::<u64>()).prop_map(|(c, lens, seed)| {
-        let seq_lens: Vec<usize> = lens.iter().map(|&(a, b)| a.max(b)).collect();
-        let query_lens: Vec<usize> = if c.kind == AttentionKind::EncoderOnly { seq_lens.clone() } else { lens.iter().map(|&(a, b)| a.min(b)).collect() };
-        build_case(&seq_lens, &query_lens, c, seed, &BuildOptions::default())
-    })
+    (
+        small_config(),
+        prop::collection::vec((1usize..12, 1usize..12), 1..4),
+        any::<u64>(),
+    )
+        .prop_map(|(c, lens, seed)| {
+            let seq_lens: Vec<usize> = lens.iter().map(|&(a, b)| a.max(b)).collect();
+            let query_lens: Vec<usize> = if c.kind == AttentionKind::EncoderOnly {
+                seq_lens.clone()
+            } else {
+                lens.iter().map(|&(a, b)| a.min(b)).collect()
+            };
+            build_case(&seq_lens, &query_lens, c, seed, &BuildOptions::default())
+        })
 }
 
 proptest! {

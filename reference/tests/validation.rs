@@ -1,13 +1,24 @@
 //! One test per validation error: each malformed case gives its own typed error naming the
 //! field, never a panic.
 
-use attn_reference::{build_case, AttentionConfig, AttentionKind, BuildOptions, Case, CaseError, DType};
+use attn_reference::{
+    build_case, AttentionConfig, AttentionKind, BuildOptions, Case, CaseError, DType,
+};
 
 /// Two sequences: seq 0 has 3 context + 2 new tokens (blocks of 2: 3 blocks), seq 1 has
 /// 3 new tokens (2 blocks); 4 query heads over 2 kv heads, head size 4.
 fn base() -> Case {
     let c = AttentionConfig::new(4, 2, 4, 2, DType::Bf16);
-    let case = build_case(&[5, 3], &[2, 3], c, 1, &BuildOptions { padding_tokens: 1, ..BuildOptions::default() });
+    let case = build_case(
+        &[5, 3],
+        &[2, 3],
+        c,
+        1,
+        &BuildOptions {
+            padding_tokens: 1,
+            ..BuildOptions::default()
+        },
+    );
     assert_eq!(case.validate(), Ok(()));
     case
 }
@@ -20,36 +31,83 @@ fn err(f: impl FnOnce(&mut Case)) -> CaseError {
 
 #[test]
 fn query_len_zero() {
-    assert_eq!(err(|c| c.batch.query_lens[1] = 0), CaseError::QueryLenZero { seq: 1 });
+    assert_eq!(
+        err(|c| c.batch.query_lens[1] = 0),
+        CaseError::QueryLenZero { seq: 1 }
+    );
 }
 
 #[test]
 fn query_len_past_seq_len() {
-    assert_eq!(err(|c| c.batch.query_lens[1] = 4), CaseError::QueryLenExceedsSeqLen { seq: 1, query_len: 4, seq_len: 3 });
+    assert_eq!(
+        err(|c| c.batch.query_lens[1] = 4),
+        CaseError::QueryLenExceedsSeqLen {
+            seq: 1,
+            query_len: 4,
+            seq_len: 3
+        }
+    );
 }
 
 #[test]
 fn heads_not_a_multiple() {
-    assert_eq!(err(|c| c.config.num_kv_heads = 3), CaseError::HeadsNotMultiple { num_heads: 4, num_kv_heads: 3 });
+    assert_eq!(
+        err(|c| c.config.num_kv_heads = 3),
+        CaseError::HeadsNotMultiple {
+            num_heads: 4,
+            num_kv_heads: 3
+        }
+    );
 }
 
 #[test]
 fn zero_sizes_name_their_field() {
-    assert_eq!(err(|c| c.config.head_size = 0), CaseError::Zero { field: "config.head_size" });
-    assert_eq!(err(|c| c.config.block_size = 0), CaseError::Zero { field: "config.block_size" });
-    assert_eq!(err(|c| c.config.num_heads = 0), CaseError::Zero { field: "config.num_heads" });
-    assert_eq!(err(|c| c.config.num_kv_heads = 0), CaseError::Zero { field: "config.num_kv_heads" });
+    assert_eq!(
+        err(|c| c.config.head_size = 0),
+        CaseError::Zero {
+            field: "config.head_size"
+        }
+    );
+    assert_eq!(
+        err(|c| c.config.block_size = 0),
+        CaseError::Zero {
+            field: "config.block_size"
+        }
+    );
+    assert_eq!(
+        err(|c| c.config.num_heads = 0),
+        CaseError::Zero {
+            field: "config.num_heads"
+        }
+    );
+    assert_eq!(
+        err(|c| c.config.num_kv_heads = 0),
+        CaseError::Zero {
+            field: "config.num_kv_heads"
+        }
+    );
 }
 
 #[test]
 fn window_zero() {
-    assert_eq!(err(|c| c.config.sliding_window = Some(0)), CaseError::WindowZero);
+    assert_eq!(
+        err(|c| c.config.sliding_window = Some(0)),
+        CaseError::WindowZero
+    );
 }
 
 #[test]
 fn block_id_past_the_cache() {
     let e = err(|c| c.layout.block_table[1][1] = 99);
-    assert_eq!(e, CaseError::BlockOutOfRange { seq: 1, index: 1, block: 99, num_blocks: 6 });
+    assert_eq!(
+        e,
+        CaseError::BlockOutOfRange {
+            seq: 1,
+            index: 1,
+            block: 99,
+            num_blocks: 6
+        }
+    );
     assert!(e.to_string().contains("layout.block_table[1][1]"));
 }
 
@@ -60,28 +118,63 @@ fn table_row_too_short() {
             row.truncate(1);
         }
     });
-    assert_eq!(e, CaseError::TableRowTooShort { seq: 0, needed: 3, actual: 1, seq_len: 5 });
+    assert_eq!(
+        e,
+        CaseError::TableRowTooShort {
+            seq: 0,
+            needed: 3,
+            actual: 1,
+            seq_len: 5
+        }
+    );
 }
 
 #[test]
 fn ragged_table() {
-    assert_eq!(err(|c| c.layout.block_table[1].push(0)), CaseError::RaggedBlockTable { seq: 1, expected: 3, actual: 4 });
+    assert_eq!(
+        err(|c| c.layout.block_table[1].push(0)),
+        CaseError::RaggedBlockTable {
+            seq: 1,
+            expected: 3,
+            actual: 4
+        }
+    );
 }
 
 #[test]
 fn null_block_holding_tokens() {
-    assert_eq!(err(|c| c.layout.block_table[0][0] = 0), CaseError::NullBlockUsed { seq: 0, index: 0 });
+    assert_eq!(
+        err(|c| c.layout.block_table[0][0] = 0),
+        CaseError::NullBlockUsed { seq: 0, index: 0 }
+    );
 }
 
 #[test]
 fn slot_disagrees_with_table() {
     let e = err(|c| c.layout.slot_mapping[0] += 1);
-    assert!(matches!(e, CaseError::SlotMismatch { token: 0, seq: 0, pos: 3, .. }), "{e:?}");
+    assert!(
+        matches!(
+            e,
+            CaseError::SlotMismatch {
+                token: 0,
+                seq: 0,
+                pos: 3,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
 }
 
 #[test]
 fn padding_token_with_a_slot() {
-    assert_eq!(err(|c| c.layout.slot_mapping[5] = 3), CaseError::PaddingSlot { token: 5, actual: 3 });
+    assert_eq!(
+        err(|c| c.layout.slot_mapping[5] = 3),
+        CaseError::PaddingSlot {
+            token: 5,
+            actual: 3
+        }
+    );
 }
 
 #[test]
@@ -93,49 +186,124 @@ fn two_live_tokens_on_one_slot() {
         c.layout.block_table[1][0] = shared;
         let bs = 2;
         for j in 0..3 {
-            c.layout.slot_mapping[2 + j] = c.layout.block_table[1][j / bs] as i64 * bs as i64 + (j % bs) as i64;
+            c.layout.slot_mapping[2 + j] =
+                c.layout.block_table[1][j / bs] as i64 * bs as i64 + (j % bs) as i64;
         }
     });
     assert!(matches!(e, CaseError::SlotCollision { .. }), "{e:?}");
-    assert!(e.to_string().contains("sequence 0 position 4") && e.to_string().contains("sequence 1 position 0"), "{e}");
+    assert!(
+        e.to_string().contains("sequence 0 position 4")
+            && e.to_string().contains("sequence 1 position 0"),
+        "{e}"
+    );
 }
 
 #[test]
 fn non_finite_inputs() {
-    assert_eq!(err(|c| c.tensors.query[7] = f32::NAN).to_string(), "tensors.query has a non-finite value NaN at index 7");
-    assert!(matches!(err(|c| c.tensors.context_value[0][2] = f32::INFINITY), CaseError::NonFinite { ref field, index: 2, .. } if field == "tensors.context_value[0]"));
+    assert_eq!(
+        err(|c| c.tensors.query[7] = f32::NAN).to_string(),
+        "tensors.query has a non-finite value NaN at index 7"
+    );
+    assert!(
+        matches!(err(|c| c.tensors.context_value[0][2] = f32::INFINITY), CaseError::NonFinite { ref field, index: 2, .. } if field == "tensors.context_value[0]")
+    );
 }
 
 #[test]
 fn values_not_representable_in_the_dtype() {
     let e = err(|c| c.tensors.key[0] = 0.1);
-    assert!(matches!(e, CaseError::NotRepresentable { ref field, index: 0, dtype: DType::Bf16, .. } if field == "tensors.key"), "{e:?}");
+    assert!(
+        matches!(e, CaseError::NotRepresentable { ref field, index: 0, dtype: DType::Bf16, .. } if field == "tensors.key"),
+        "{e:?}"
+    );
 }
 
 #[test]
 fn tensor_lengths_disagree_with_shapes() {
-    assert_eq!(err(|c| { c.tensors.query.pop(); }), CaseError::LengthMismatch { field: "tensors.query".into(), expected: 6 * 16, actual: 6 * 16 - 1 });
-    assert_eq!(err(|c| { c.tensors.context_key[0].push(0.0); }), CaseError::LengthMismatch { field: "tensors.context_key[0]".into(), expected: 24, actual: 25 });
-    assert_eq!(err(|c| { c.layout.slot_mapping.pop(); }), CaseError::LengthMismatch { field: "layout.slot_mapping".into(), expected: 6, actual: 5 });
-    assert_eq!(err(|c| { c.batch.query_lens.pop(); }), CaseError::LengthMismatch { field: "batch.query_lens".into(), expected: 2, actual: 1 });
+    assert_eq!(
+        err(|c| {
+            c.tensors.query.pop();
+        }),
+        CaseError::LengthMismatch {
+            field: "tensors.query".into(),
+            expected: 6 * 16,
+            actual: 6 * 16 - 1
+        }
+    );
+    assert_eq!(
+        err(|c| {
+            c.tensors.context_key[0].push(0.0);
+        }),
+        CaseError::LengthMismatch {
+            field: "tensors.context_key[0]".into(),
+            expected: 24,
+            actual: 25
+        }
+    );
+    assert_eq!(
+        err(|c| {
+            c.layout.slot_mapping.pop();
+        }),
+        CaseError::LengthMismatch {
+            field: "layout.slot_mapping".into(),
+            expected: 6,
+            actual: 5
+        }
+    );
+    assert_eq!(
+        err(|c| {
+            c.batch.query_lens.pop();
+        }),
+        CaseError::LengthMismatch {
+            field: "batch.query_lens".into(),
+            expected: 2,
+            actual: 1
+        }
+    );
 }
 
 #[test]
 fn empty_batch() {
-    assert_eq!(err(|c| { c.batch.seq_lens.clear(); c.batch.query_lens.clear(); }), CaseError::EmptyBatch);
+    assert_eq!(
+        err(|c| {
+            c.batch.seq_lens.clear();
+            c.batch.query_lens.clear();
+        }),
+        CaseError::EmptyBatch
+    );
 }
 
 #[test]
 fn encoder_needs_query_equal_to_sequence() {
-    assert_eq!(err(|c| c.config.kind = AttentionKind::EncoderOnly), CaseError::EncoderNeedsFullQuery { seq: 0, query_len: 2, seq_len: 5 });
+    assert_eq!(
+        err(|c| c.config.kind = AttentionKind::EncoderOnly),
+        CaseError::EncoderNeedsFullQuery {
+            seq: 0,
+            query_len: 2,
+            seq_len: 5
+        }
+    );
 }
 
 #[test]
 fn bad_parameters() {
-    assert!(matches!(err(|c| c.config.scale = Some(f32::NAN)), CaseError::InvalidParam { ref field, .. } if field == "config.scale"));
-    assert!(matches!(err(|c| c.config.logits_soft_cap = Some(0.0)), CaseError::InvalidParam { ref field, .. } if field == "config.logits_soft_cap"));
-    assert_eq!(err(|c| c.config.alibi_slopes = Some(vec![0.5; 3])), CaseError::LengthMismatch { field: "config.alibi_slopes".into(), expected: 4, actual: 3 });
-    assert!(matches!(err(|c| c.config.sinks = Some(vec![0.0, 1.0, f32::INFINITY, 0.0])), CaseError::InvalidParam { ref field, .. } if field == "config.sinks[2]"));
+    assert!(
+        matches!(err(|c| c.config.scale = Some(f32::NAN)), CaseError::InvalidParam { ref field, .. } if field == "config.scale")
+    );
+    assert!(
+        matches!(err(|c| c.config.logits_soft_cap = Some(0.0)), CaseError::InvalidParam { ref field, .. } if field == "config.logits_soft_cap")
+    );
+    assert_eq!(
+        err(|c| c.config.alibi_slopes = Some(vec![0.5; 3])),
+        CaseError::LengthMismatch {
+            field: "config.alibi_slopes".into(),
+            expected: 4,
+            actual: 3
+        }
+    );
+    assert!(
+        matches!(err(|c| c.config.sinks = Some(vec![0.0, 1.0, f32::INFINITY, 0.0])), CaseError::InvalidParam { ref field, .. } if field == "config.sinks[2]")
+    );
 }
 
 #[test]
@@ -148,13 +316,22 @@ fn lengths_that_overflow_when_multiplied() {
         c.batch.query_lens[0] = usize::MAX / 4;
     });
     // Whatever the first complaint is, it is an error about sizes, not a panic or an allocation.
-    assert!(matches!(e, CaseError::TooLarge { .. } | CaseError::LengthMismatch { .. }), "{e:?}");
+    assert!(
+        matches!(
+            e,
+            CaseError::TooLarge { .. } | CaseError::LengthMismatch { .. }
+        ),
+        "{e:?}"
+    );
 }
 
 #[test]
 fn huge_cache_is_refused_before_anything_is_allocated() {
     let e = err(|c| c.layout.num_blocks = usize::MAX);
-    assert!(matches!(e, CaseError::TooLarge { ref field, .. } if field == "layout.num_blocks"), "{e:?}");
+    assert!(
+        matches!(e, CaseError::TooLarge { ref field, .. } if field == "layout.num_blocks"),
+        "{e:?}"
+    );
 }
 
 #[test]
@@ -180,7 +357,10 @@ fn a_case_round_trips_through_json() {
 fn loading_a_directory_or_missing_file_is_an_io_error() {
     let dir = std::env::temp_dir();
     assert!(matches!(Case::load(&dir), Err(CaseError::Io { .. })));
-    assert!(matches!(Case::load(std::path::Path::new("/nonexistent/case.json")), Err(CaseError::Io { .. })));
+    assert!(matches!(
+        Case::load(std::path::Path::new("/nonexistent/case.json")),
+        Err(CaseError::Io { .. })
+    ));
 }
 
 mod prefix_sharing {
@@ -210,7 +390,19 @@ mod prefix_sharing {
         let mut c = shared();
         c.tensors.context_value[1][1] += 1.0;
         let e = c.validate().unwrap_err();
-        assert!(matches!(e, CaseError::SharedBlockDiffers { seq_a: 0, seq_b: 1, index: 0, field: "tensors.context_value", .. }), "{e:?}");
+        assert!(
+            matches!(
+                e,
+                CaseError::SharedBlockDiffers {
+                    seq_a: 0,
+                    seq_b: 1,
+                    index: 0,
+                    field: "tensors.context_value",
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
     }
 
     #[test]
@@ -225,6 +417,16 @@ mod prefix_sharing {
         c.layout.slot_mapping[2] = b * 2;
         c.layout.slot_mapping[3] = b * 2 + 1;
         let e = c.validate().unwrap_err();
-        assert!(matches!(e, CaseError::NewTokenInSharedBlock { seq: 1, other: 0, .. }), "{e:?}");
+        assert!(
+            matches!(
+                e,
+                CaseError::NewTokenInSharedBlock {
+                    seq: 1,
+                    other: 0,
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
     }
 }

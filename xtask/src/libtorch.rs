@@ -18,9 +18,18 @@ pub const VERSION: &str = "2.13.0";
 
 /// Pinned wheels with their sha256, so a download is verified before use.
 const WHEELS: &[(&str, &str)] = &[
-    ("torch==2.13.0", "60fcdcb2f3876e21146cb4524ef06397d727ca9ad5f020818547e25075fe3cb7"),
-    ("nvidia-cuda-runtime==13.0.96", "7f82250d7782aa23b6cfe765ecc7db554bd3c2870c43f3d1821f1d18aebf0548"),
-    ("nvidia-cuda-cupti==13.0.85", "4eb01c08e859bf924d222250d2e8f8b8ff6d3db4721288cf35d14252a4d933c8"),
+    (
+        "torch==2.13.0",
+        "60fcdcb2f3876e21146cb4524ef06397d727ca9ad5f020818547e25075fe3cb7",
+    ),
+    (
+        "nvidia-cuda-runtime==13.0.96",
+        "7f82250d7782aa23b6cfe765ecc7db554bd3c2870c43f3d1821f1d18aebf0548",
+    ),
+    (
+        "nvidia-cuda-cupti==13.0.85",
+        "4eb01c08e859bf924d222250d2e8f8b8ff6d3db4721288cf35d14252a4d933c8",
+    ),
 ];
 
 /// Files taken from the wheels into `lib/` (besides `torch/include/`).
@@ -34,7 +43,10 @@ const LIBS: &[&str] = &[
 
 pub fn repo_root() -> PathBuf {
     // xtask lives in <root>/xtask.
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask has a parent").to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask has a parent")
+        .to_path_buf()
 }
 
 fn cache_root() -> Result<PathBuf, String> {
@@ -44,20 +56,29 @@ fn cache_root() -> Result<PathBuf, String> {
     if let Some(dir) = std::env::var_os("XDG_CACHE_HOME") {
         return Ok(PathBuf::from(dir).join("attn-diff"));
     }
-    let home = std::env::var_os("HOME").ok_or("neither ATTN_DIFF_CACHE, XDG_CACHE_HOME nor HOME is set")?;
+    let home = std::env::var_os("HOME")
+        .ok_or("neither ATTN_DIFF_CACHE, XDG_CACHE_HOME nor HOME is set")?;
     Ok(PathBuf::from(home).join(".cache").join("attn-diff"))
 }
 
 /// A complete install has the marker, the headers and every library.
 fn is_complete(dir: &Path) -> bool {
     fs::read_to_string(dir.join("build-version")).is_ok_and(|v| v.trim() == VERSION)
-        && dir.join("include/torch/csrc/api/include/torch/torch.h").is_file()
+        && dir
+            .join("include/torch/csrc/api/include/torch/torch.h")
+            .is_file()
         && dir.join("lib/libtorch.so").is_file()
-        && LIBS.iter().all(|l| dir.join("lib").join(Path::new(l).file_name().unwrap()).is_file())
+        && LIBS.iter().all(|l| {
+            dir.join("lib")
+                .join(Path::new(l).file_name().unwrap())
+                .is_file()
+        })
 }
 
 fn run(cmd: &mut Command, what: &str) -> Result<(), String> {
-    let status = cmd.status().map_err(|e| format!("{what}: cannot start {:?}: {e}", cmd.get_program()))?;
+    let status = cmd
+        .status()
+        .map_err(|e| format!("{what}: cannot start {:?}: {e}", cmd.get_program()))?;
     if status.success() {
         Ok(())
     } else {
@@ -66,7 +87,12 @@ fn run(cmd: &mut Command, what: &str) -> Result<(), String> {
 }
 
 fn require_tools() -> Result<(), String> {
-    let ok = |prog: &str, args: &[&str]| Command::new(prog).args(args).output().is_ok_and(|o| o.status.success());
+    let ok = |prog: &str, args: &[&str]| {
+        Command::new(prog)
+            .args(args)
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
     if !ok("python3", &["--version"]) {
         return Err("python3 is required to download libtorch from PyPI; install it (Debian: apt-get install python3)".into());
     }
@@ -86,28 +112,45 @@ fn require_tools() -> Result<(), String> {
 fn download(wheels: &Path, work: &Path) -> Result<(), String> {
     fs::create_dir_all(wheels).map_err(|e| format!("cannot create {}: {e}", wheels.display()))?;
     let req = work.join("requirements.txt");
-    let text: String = WHEELS.iter().map(|(spec, sha)| format!("{spec} --hash=sha256:{sha}\n")).collect();
+    let text: String = WHEELS
+        .iter()
+        .map(|(spec, sha)| format!("{spec} --hash=sha256:{sha}\n"))
+        .collect();
     fs::write(&req, text).map_err(|e| format!("cannot write {}: {e}", req.display()))?;
-    eprintln!("xtask: downloading libtorch {VERSION} wheels from PyPI (about 540 MB, reused afterwards)");
+    eprintln!(
+        "xtask: downloading libtorch {VERSION} wheels from PyPI (about 540 MB, reused afterwards)"
+    );
     run(
-        Command::new("python3").args(["-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--require-hashes"]).args([
-            // The torch wheel is manylinux_2_28, the CUDA runtime ones older tags.
-            "--platform",
-            "manylinux_2_28_x86_64",
-            "--platform",
-            "manylinux_2_25_x86_64",
-            "--platform",
-            "manylinux_2_17_x86_64",
-            "--python-version",
-            "3.11",
-            "--implementation",
-            "cp",
-            "--abi",
-            "cp311",
-            "--disable-pip-version-check",
-            "--quiet",
-            "-d",
-        ]).arg(wheels).arg("-r").arg(&req),
+        Command::new("python3")
+            .args([
+                "-m",
+                "pip",
+                "download",
+                "--no-deps",
+                "--only-binary=:all:",
+                "--require-hashes",
+            ])
+            .args([
+                // The torch wheel is manylinux_2_28, the CUDA runtime ones older tags.
+                "--platform",
+                "manylinux_2_28_x86_64",
+                "--platform",
+                "manylinux_2_25_x86_64",
+                "--platform",
+                "manylinux_2_17_x86_64",
+                "--python-version",
+                "3.11",
+                "--implementation",
+                "cp",
+                "--abi",
+                "cp311",
+                "--disable-pip-version-check",
+                "--quiet",
+                "-d",
+            ])
+            .arg(wheels)
+            .arg("-r")
+            .arg(&req),
         "pip download of the torch wheels (is PyPI reachable?)",
     )
 }
@@ -140,28 +183,48 @@ fn assemble(wheels: &Path, tmp: &Path) -> Result<(), String> {
         .map_err(|e| format!("cannot list {}: {e}", wheels.display()))?
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| {
-            let n = p.file_name().unwrap_or_default().to_string_lossy().into_owned();
+            let n = p
+                .file_name()
+                .unwrap_or_default()
+                .to_string_lossy()
+                .into_owned();
             n.ends_with(".whl")
-                && (n.starts_with("torch-2.13.0-") || n.starts_with("nvidia_cuda_runtime-13.0.96-") || n.starts_with("nvidia_cuda_cupti-13.0.85-"))
+                && (n.starts_with("torch-2.13.0-")
+                    || n.starts_with("nvidia_cuda_runtime-13.0.96-")
+                    || n.starts_with("nvidia_cuda_cupti-13.0.85-"))
         })
         .collect();
     files.sort();
     eprintln!("xtask: extracting headers and CPU libraries");
     run(
-        Command::new("python3").arg("-c").arg(EXTRACT_PY).arg(tmp).arg(LIBS.join(",")).args(&files),
+        Command::new("python3")
+            .arg("-c")
+            .arg(EXTRACT_PY)
+            .arg(tmp)
+            .arg(LIBS.join(","))
+            .args(&files),
         "extracting the wheels",
     )?;
     // The stand-in libtorch.so: no code, just a dependency on the CPU libraries.
     let lib = tmp.join("lib");
     let empty = tmp.join("standin.c");
-    fs::write(&empty, "/* libtorch.so stand-in: depends on libtorch_cpu and libc10 only */\n").map_err(|e| e.to_string())?;
+    fs::write(
+        &empty,
+        "/* libtorch.so stand-in: depends on libtorch_cpu and libc10 only */\n",
+    )
+    .map_err(|e| e.to_string())?;
     run(
         Command::new("cc")
             .args(["-shared", "-fPIC", "-o"])
             .arg(lib.join("libtorch.so"))
             .arg(&empty)
             .arg(format!("-L{}", lib.display()))
-            .args(["-Wl,--no-as-needed", "-ltorch_cpu", "-lc10", "-Wl,-rpath,$ORIGIN"]),
+            .args([
+                "-Wl,--no-as-needed",
+                "-ltorch_cpu",
+                "-lc10",
+                "-Wl,-rpath,$ORIGIN",
+            ]),
         "building the libtorch.so stand-in",
     )?;
     fs::remove_file(&empty).map_err(|e| e.to_string())?;
@@ -171,7 +234,10 @@ fn assemble(wheels: &Path, tmp: &Path) -> Result<(), String> {
     if let Ok(out) = out {
         let text = String::from_utf8_lossy(&out.stdout);
         if let Some(line) = text.lines().find(|l| l.contains("not found")) {
-            return Err(format!("assembled libtorch is missing a library: {}", line.trim()));
+            return Err(format!(
+                "assembled libtorch is missing a library: {}",
+                line.trim()
+            ));
         }
     }
     if !is_complete(tmp) {
@@ -186,7 +252,8 @@ fn link(target: &Path) -> Result<(), String> {
     let link = root.join(".libtorch");
     let tmp = root.join(format!(".libtorch.tmp-{}", std::process::id()));
     let _ = fs::remove_file(&tmp);
-    std::os::unix::fs::symlink(target, &tmp).map_err(|e| format!("cannot create symlink {}: {e}", tmp.display()))?;
+    std::os::unix::fs::symlink(target, &tmp)
+        .map_err(|e| format!("cannot create symlink {}: {e}", tmp.display()))?;
     fs::rename(&tmp, &link).map_err(|e| format!("cannot replace {}: {e}", link.display()))
 }
 
@@ -196,18 +263,22 @@ pub fn setup() -> Result<PathBuf, String> {
     let dest = root.join(format!("libtorch-{VERSION}"));
     if !is_complete(&dest) {
         require_tools()?;
-        fs::create_dir_all(&root).map_err(|e| format!("cannot create cache {}: {e}", root.display()))?;
+        fs::create_dir_all(&root)
+            .map_err(|e| format!("cannot create cache {}: {e}", root.display()))?;
         let tmp = root.join(format!(".libtorch-{VERSION}.tmp-{}", std::process::id()));
         let _ = fs::remove_dir_all(&tmp);
         fs::create_dir_all(&tmp).map_err(|e| format!("cannot create {}: {e}", tmp.display()))?;
-        let result = download(&root.join("wheels"), &tmp).and_then(|_| assemble(&root.join("wheels"), &tmp));
+        let result =
+            download(&root.join("wheels"), &tmp).and_then(|_| assemble(&root.join("wheels"), &tmp));
         let result = result.and_then(|_| {
             let _ = fs::remove_file(tmp.join("requirements.txt"));
             if dest.exists() {
                 // A half-made or stale entry from an older layout: replace it.
-                fs::remove_dir_all(&dest).map_err(|e| format!("cannot remove stale {}: {e}", dest.display()))?;
+                fs::remove_dir_all(&dest)
+                    .map_err(|e| format!("cannot remove stale {}: {e}", dest.display()))?;
             }
-            fs::rename(&tmp, &dest).map_err(|e| format!("cannot move libtorch into {}: {e}", dest.display()))
+            fs::rename(&tmp, &dest)
+                .map_err(|e| format!("cannot move libtorch into {}: {e}", dest.display()))
         });
         if let Err(e) = result {
             let _ = fs::remove_dir_all(&tmp);

@@ -47,7 +47,18 @@ fn run() -> Result<(), String> {
         "setup" => libtorch::setup().map(|_| ()),
         "check" => {
             libtorch::setup()?;
-            cargo(&["run", "--package", "attn-harness", "--bin", "attn-diff", "--", "check"], rest)
+            cargo(
+                &[
+                    "run",
+                    "--package",
+                    "attn-harness",
+                    "--bin",
+                    "attn-diff",
+                    "--",
+                    "check",
+                ],
+                rest,
+            )
         }
         "test" => {
             libtorch::setup()?;

@@ -2,7 +2,10 @@
 //! that plant bugs. Not registered anywhere.
 #![allow(dead_code)]
 
-use attn_backends::{cache_as, cache_as_mut, Backend, BackendError, CacheLayout, KvCache, KvWrite, StepInputs, Unsupported};
+use attn_backends::{
+    cache_as, cache_as_mut, Backend, BackendError, CacheLayout, KvCache, KvWrite, StepInputs,
+    Unsupported,
+};
 use attn_reference::{AttentionConfig, AttentionKind};
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -22,10 +25,16 @@ pub struct Naive {
 
 impl Naive {
     pub fn correct() -> Self {
-        Naive { name: "naive".into(), plant: Plant::default() }
+        Naive {
+            name: "naive".into(),
+            plant: Plant::default(),
+        }
     }
     pub fn with(name: &str, plant: Plant) -> Self {
-        Naive { name: name.into(), plant }
+        Naive {
+            name: name.into(),
+            plant,
+        }
     }
 }
 
@@ -42,13 +51,24 @@ impl Backend for Naive {
         Ok(())
     }
     fn cache_layout(&self) -> CacheLayout {
-        CacheLayout { shape: "[num_blocks * block_size, num_kv_heads, head_size] x2", description: "flat slots" }
+        CacheLayout {
+            shape: "[num_blocks * block_size, num_kv_heads, head_size] x2",
+            description: "flat slots",
+        }
     }
     fn new_cache(&self, c: &AttentionConfig, num_blocks: usize) -> Result<KvCache, BackendError> {
         let n = num_blocks * c.block_size * c.num_kv_heads * c.head_size;
-        Ok(Box::new(Cache { k: vec![0.0; n], v: vec![0.0; n] }))
+        Ok(Box::new(Cache {
+            k: vec![0.0; n],
+            v: vec![0.0; n],
+        }))
     }
-    fn write_kv(&self, c: &AttentionConfig, cache: &mut KvCache, kv: &KvWrite<'_>) -> Result<(), BackendError> {
+    fn write_kv(
+        &self,
+        c: &AttentionConfig,
+        cache: &mut KvCache,
+        kv: &KvWrite<'_>,
+    ) -> Result<(), BackendError> {
         let cache = cache_as_mut::<Cache>(&self.name, cache)?;
         let row = c.num_kv_heads * c.head_size;
         for (t, &slot) in kv.slot_mapping.iter().enumerate() {
@@ -61,7 +81,12 @@ impl Backend for Naive {
         }
         Ok(())
     }
-    fn forward(&self, c: &AttentionConfig, cache: &KvCache, step: &StepInputs<'_>) -> Result<Vec<f32>, BackendError> {
+    fn forward(
+        &self,
+        c: &AttentionConfig,
+        cache: &KvCache,
+        step: &StepInputs<'_>,
+    ) -> Result<Vec<f32>, BackendError> {
         let cache = cache_as::<Cache>(&self.name, cache)?;
         if self.plant.panic_on_batches && step.seq_lens.len() > 1 {
             panic!("planted panic on a batch of {}", step.seq_lens.len());
@@ -74,19 +99,31 @@ impl Backend for Naive {
             let ctx = len - (q1 - q0);
             for t in q0..q1 {
                 let p = ctx + t - q0;
-                let (mut lo, mut hi) = attn_reference::oracle::visible_keys(c.kind, c.sliding_window, p, len);
-                if self.plant.window_off_by_one && c.sliding_window.is_some() && c.kind == AttentionKind::Decoder {
+                let (mut lo, mut hi) =
+                    attn_reference::oracle::visible_keys(c.kind, c.sliding_window, p, len);
+                if self.plant.window_off_by_one
+                    && c.sliding_window.is_some()
+                    && c.kind == AttentionKind::Decoder
+                {
                     lo = lo.saturating_sub(1);
                 }
                 hi = hi.min(len - 1);
                 for h in 0..hq {
-                    let kvh = if self.plant.gqa_modulo { h % hkv } else { h / (hq / hkv) };
+                    let kvh = if self.plant.gqa_modulo {
+                        h % hkv
+                    } else {
+                        h / (hq / hkv)
+                    };
                     let q = &step.query[(t * hq + h) * d..(t * hq + h + 1) * d];
                     let slot = |k: usize| step.block_table[s][k / bs] as usize * bs + k % bs;
                     let mut logits: Vec<f64> = (lo..=hi)
                         .map(|k| {
                             let kr = &cache.k[(slot(k) * hkv + kvh) * d..][..d];
-                            let mut l = c.effective_scale() * q.iter().zip(kr).map(|(a, b)| *a as f64 * *b as f64).sum::<f64>();
+                            let mut l = c.effective_scale()
+                                * q.iter()
+                                    .zip(kr)
+                                    .map(|(a, b)| *a as f64 * *b as f64)
+                                    .sum::<f64>();
                             if let Some(cap) = c.logits_soft_cap {
                                 l = cap as f64 * (l / cap as f64).tanh();
                             }
@@ -97,11 +134,19 @@ impl Backend for Naive {
                         })
                         .collect();
                     let sink = c.sinks.as_ref().map(|x| x[h] as f64);
-                    let m = logits.iter().copied().chain(sink).fold(f64::NEG_INFINITY, f64::max);
+                    let m = logits
+                        .iter()
+                        .copied()
+                        .chain(sink)
+                        .fold(f64::NEG_INFINITY, f64::max);
                     logits.iter_mut().for_each(|l| *l = (*l - m).exp());
-                    let denom: f64 = logits.iter().sum::<f64>() + sink.map_or(0.0, |x| (x - m).exp());
+                    let denom: f64 =
+                        logits.iter().sum::<f64>() + sink.map_or(0.0, |x| (x - m).exp());
                     for i in 0..d {
-                        let acc: f64 = (lo..=hi).zip(&logits).map(|(k, w)| w * cache.v[(slot(k) * hkv + kvh) * d + i] as f64).sum();
+                        let acc: f64 = (lo..=hi)
+                            .zip(&logits)
+                            .map(|(k, w)| w * cache.v[(slot(k) * hkv + kvh) * d + i] as f64)
+                            .sum();
                         out[(t * hq + h) * d + i] = c.dtype.round((acc / denom) as f32);
                     }
                 }
