@@ -47,7 +47,7 @@ impl Tolerance {
     /// `δ * max|v|`. With logits in the hundreds (large inputs) that exceeds the f32
     /// tolerance although nothing is wrong, so the absolute tolerance grows by
     /// `16 * eps_f32 * L * V`, with `L = scale * max‖q‖ * max‖k‖` bounding |logit| and
-    /// `V = max|v|`. For unit-normal inputs this term is ~1e-6 and changes nothing; a real bug
+    /// `V = max|v|`. For unit-normal inputs this term is ~1e-5 (f32 only notices); a real bug
     /// moves outputs by O(0.1 V) and stays far outside it.
     pub fn for_case(case: &attn_reference::Case) -> Self {
         let base = Tolerance::for_dtype(case.config.dtype);
@@ -238,7 +238,7 @@ mod tests {
         use attn_reference::{build_case, AttentionConfig, BuildOptions};
         let c = AttentionConfig::new(2, 1, 8, 4, DType::F32);
         let unit = build_case(&[9], &[2], c.clone(), 1, &BuildOptions::default());
-        assert!(Tolerance::for_case(&unit).atol < 2e-5);
+        assert!(Tolerance::for_case(&unit).atol < 5e-5);
         let big = build_case(
             &[9],
             &[2],
@@ -250,7 +250,7 @@ mod tests {
             },
         );
         let t = Tolerance::for_case(&big).atol;
-        assert!(t > 1e-4 && t < 2e-2, "{t}");
+        assert!(t > 1e-4 && t < 5e-2, "{t}");
     }
 
     #[test]

@@ -99,6 +99,15 @@ fn candidates(r: &CaseRecipe) -> Vec<CaseRecipe> {
             push(&|c| c.seqs[i] = (ctx + q - 1, 1));
         }
     }
+    push(&|c| c.share = None);
+    if let Some(sh) = r.share {
+        push(&|c| {
+            c.share = Some(crate::strategy::Share {
+                group: 2,
+                blocks: 1.max(sh.blocks - 1),
+            })
+        });
+    }
     push(&|c| c.soft_cap = None);
     push(&|c| c.alibi = false);
     push(&|c| c.sinks = false);

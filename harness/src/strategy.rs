@@ -7,7 +7,7 @@
 //! minimal failing case reads like a hand-written one.
 
 use attn_reference::{
-    build_case, AttentionConfig, AttentionKind, BuildOptions, Case, DType, InputRng,
+    build_case, AttentionConfig, AttentionKind, BuildOptions, Case, DType, InputRng, SharedPrefix,
 };
 use proptest::prelude::*;
 use serde::{Deserialize, Serialize};
@@ -55,6 +55,16 @@ pub struct CaseRecipe {
     pub spare_blocks: usize,
     pub table: TableOrder,
     pub values: Values,
+    /// Prefix sharing: the first `group` sequences share their first `blocks` full context
+    /// blocks (decoder only; their contexts are lengthened to hold them).
+    #[serde(default)]
+    pub share: Option<Share>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Share {
+    pub group: usize,
+    pub blocks: usize,
 }
 
 /// Size limits of generated cases.
@@ -119,12 +129,31 @@ impl CaseRecipe {
         c
     }
 
+    /// The sharing group actually applied: at least two sequences, decoder only.
+    pub fn sharing(&self) -> Option<SharedPrefix> {
+        let share = self.share?;
+        let n = share.group.min(self.seqs.len());
+        (self.kind == AttentionKind::Decoder && n >= 2 && share.blocks >= 1).then(|| SharedPrefix {
+            seqs: (0..n).collect(),
+            blocks: share.blocks,
+        })
+    }
+
     /// (seq_lens, query_lens) as the batch sees them.
     pub fn lens(&self) -> (Vec<usize>, Vec<usize>) {
+        let shared = self.sharing();
         self.seqs
             .iter()
-            .map(|&(ctx, q)| match self.kind {
-                AttentionKind::Decoder => (ctx + q, q),
+            .enumerate()
+            .map(|(s, &(ctx, q))| match self.kind {
+                AttentionKind::Decoder => {
+                    let min_ctx = shared
+                        .as_ref()
+                        .filter(|g| g.seqs.contains(&s))
+                        .map_or(0, |g| g.blocks * self.block_size);
+                    let ctx = ctx.max(min_ctx);
+                    (ctx + q, q)
+                }
                 AttentionKind::EncoderOnly => (q, q),
             })
             .unzip()
@@ -142,10 +171,11 @@ impl CaseRecipe {
             spare_blocks: self.spare_blocks,
             padding_tokens: self.padding_tokens,
             std,
+            shared_prefixes: self.sharing().into_iter().collect(),
         };
         let mut case = build_case(&seq_lens, &query_lens, self.config(), seed, &opts);
         if let Values::Simple(seed) = self.values {
-            simplify_values(&mut case, seed);
+            simplify_values(&mut case, seed, self.sharing().as_ref());
         }
         self.lay_out_blocks(&mut case);
         debug_assert_eq!(case.validate(), Ok(()), "{self:?}");
@@ -155,6 +185,13 @@ impl CaseRecipe {
     fn lay_out_blocks(&self, case: &mut Case) {
         let bs = self.block_size;
         let blocks: Vec<usize> = case.batch.seq_lens.iter().map(|l| l.div_ceil(bs)).collect();
+        let sharing = self.sharing();
+        // Blocks of sharing members that reuse the leader's physical block get no id of their own.
+        let reused = |s: usize, i: usize| {
+            sharing
+                .as_ref()
+                .is_some_and(|g| s != g.seqs[0] && g.seqs.contains(&s) && i < g.blocks)
+        };
         let num_blocks = case.layout.num_blocks;
         // Order in which (seq, logical block) pairs receive physical ids 1, 2, ...
         let mut order: Vec<(usize, usize)> = Vec::new();
@@ -184,8 +221,16 @@ impl CaseRecipe {
                 .map(|b| b as u32 + 1)
                 .collect(),
         };
+        order.retain(|&(s, i)| !reused(s, i));
         for (n, &(s, i)) in order.iter().enumerate() {
             case.layout.block_table[s][i] = physical[n];
+        }
+        if let Some(g) = &sharing {
+            for &m in &g.seqs[1..] {
+                for i in 0..g.blocks {
+                    case.layout.block_table[m][i] = case.layout.block_table[g.seqs[0]][i];
+                }
+            }
         }
         let starts = case.query_start_loc();
         for s in 0..case.num_seqs() {
@@ -197,8 +242,9 @@ impl CaseRecipe {
     }
 }
 
-/// Replace every tensor value with a small integer in [-2, 2] (exact in every dtype).
-fn simplify_values(case: &mut Case, seed: u64) {
+/// Replace every tensor value with a small integer in [-2, 2] (exact in every dtype),
+/// keeping shared prefix tokens identical.
+fn simplify_values(case: &mut Case, seed: u64, sharing: Option<&SharedPrefix>) {
     let mut rng = InputRng::new(seed ^ 0x5151);
     let mut fill = |v: &mut Vec<f32>| v.iter_mut().for_each(|x| *x = rng.below(5) as f32 - 2.0);
     let t = &mut case.tensors;
@@ -207,6 +253,18 @@ fn simplify_values(case: &mut Case, seed: u64) {
     fill(&mut t.value);
     t.context_key.iter_mut().for_each(&mut fill);
     t.context_value.iter_mut().for_each(&mut fill);
+    if let Some(g) = sharing {
+        let n =
+            g.blocks * case.config.block_size * case.config.num_kv_heads * case.config.head_size;
+        let (k, v) = (
+            t.context_key[g.seqs[0]][..n].to_vec(),
+            t.context_value[g.seqs[0]][..n].to_vec(),
+        );
+        for &m in &g.seqs[1..] {
+            t.context_key[m][..n].copy_from_slice(&k);
+            t.context_value[m][..n].copy_from_slice(&v);
+        }
+    }
 }
 
 fn head_size() -> impl Strategy<Value = usize> {
@@ -265,6 +323,10 @@ pub fn recipe(limits: StrategyLimits) -> impl Strategy<Value = CaseRecipe> {
         prop_oneof![4 => Just(0usize), 1 => 1usize..=4],
         prop_oneof![1 => Just(0usize), 1 => 1usize..=6],
         table_order(),
+        prop::option::weighted(
+            0.15,
+            (2usize..=4, 1usize..=3).prop_map(|(group, blocks)| Share { group, blocks }),
+        ),
     );
     (heads, shape, seqs, features, layout, values()).prop_map(
         |(
@@ -272,7 +334,7 @@ pub fn recipe(limits: StrategyLimits) -> impl Strategy<Value = CaseRecipe> {
             (head_size, block_size, dtype, kind),
             seqs,
             (window, soft_cap, alibi, sinks),
-            (padding_tokens, spare_blocks, table),
+            (padding_tokens, spare_blocks, table, share),
             values,
         )| CaseRecipe {
             num_kv_heads,
@@ -290,6 +352,7 @@ pub fn recipe(limits: StrategyLimits) -> impl Strategy<Value = CaseRecipe> {
             spare_blocks,
             table,
             values,
+            share,
         },
     )
 }
@@ -297,6 +360,7 @@ pub fn recipe(limits: StrategyLimits) -> impl Strategy<Value = CaseRecipe> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::strategy::ValueTree;
     use proptest::test_runner::TestRunner;
 
     proptest! {
@@ -326,12 +390,19 @@ mod tests {
             spare_blocks: 0,
             table: TableOrder::Sequential,
             values: Values::Simple(1),
+            share: None,
         };
         assert_eq!(r.build().layout.block_table, vec![vec![1, 2], vec![3, 4]]);
         r.table = TableOrder::Reversed;
         assert_eq!(r.build().layout.block_table, vec![vec![4, 3], vec![2, 1]]);
         r.table = TableOrder::Interleaved;
         assert_eq!(r.build().layout.block_table, vec![vec![1, 3], vec![2, 4]]);
+        r.table = TableOrder::Sequential;
+        r.share = Some(Share {
+            group: 2,
+            blocks: 1,
+        });
+        assert_eq!(r.build().layout.block_table, vec![vec![1, 2], vec![1, 3]]);
     }
 
     #[test]
@@ -349,6 +420,7 @@ mod tests {
                 || (rs.iter().any(|r| r.alibi) && rs.iter().any(|r| r.sinks))
         );
         assert!(rs.iter().any(|r| r.padding_tokens > 0));
+        assert!(rs.iter().any(|r| crate::check::shares_blocks(&r.build())));
         assert!(rs.iter().any(|r| r.group == 3 && r.num_kv_heads == 3));
         assert!(rs.iter().any(|r| r.head_size == 128));
         assert!(rs.iter().any(|r| matches!(r.values, Values::Simple(_))));

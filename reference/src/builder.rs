@@ -5,8 +5,21 @@
 //! block-table rows are padded with the null block to the longest row; slot_mapping places the
 //! new tokens through the table. Every tensor comes from one seeded [`InputRng`] in a fixed
 //! order: per sequence context K then context V, then query, new K and new V of all tokens.
+//!
+//! Prefix sharing (as prefix caching produces): a group of sequences can share their first
+//! `blocks` full context blocks. Members then hold the first member's K/V for those tokens and
+//! their block-table rows name the same physical blocks.
 
 use crate::{AttentionConfig, Batch, BatchSpec, Case, InputRng, PagedLayout, Tensors};
+
+/// Sequences that share the physical blocks of their first `blocks` logical blocks.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SharedPrefix {
+    /// Indices of the sharing sequences; the first one's data is the shared data.
+    pub seqs: Vec<usize>,
+    /// Full context blocks shared (each member needs `blocks * block_size <= context_len`).
+    pub blocks: usize,
+}
 
 #[derive(Clone, Debug)]
 pub struct BuildOptions {
@@ -18,6 +31,8 @@ pub struct BuildOptions {
     pub padding_tokens: usize,
     /// Standard deviation of the generated values.
     pub std: f64,
+    /// Prefix-sharing groups (disjoint).
+    pub shared_prefixes: Vec<SharedPrefix>,
 }
 
 impl Default for BuildOptions {
@@ -27,6 +42,7 @@ impl Default for BuildOptions {
             spare_blocks: 0,
             padding_tokens: 0,
             std: 1.0,
+            shared_prefixes: Vec::new(),
         }
     }
 }
@@ -43,8 +59,9 @@ pub fn build_spec_case(spec: &BatchSpec, mut config: AttentionConfig, seed: u64)
     )
 }
 
-/// Build a case from lengths. `seq_lens` and `query_lens` must describe a valid batch
-/// (the caller's responsibility; the result is checked with `validate` in debug builds).
+/// Build a case from lengths. `seq_lens`, `query_lens` and the sharing groups must describe a
+/// valid batch (the caller's responsibility; the result is checked with `validate` in debug
+/// builds).
 pub fn build_case(
     seq_lens: &[usize],
     query_lens: &[usize],
@@ -70,9 +87,31 @@ pub fn build_case(
     let key = rng.normal_vec(tokens * row_kv, opts.std, dt);
     let value = rng.normal_vec(tokens * row_kv, opts.std, dt);
 
-    // Logical layout: consecutive blocks from 1.
+    // Shared tokens hold the first member's data; remember which logical blocks reuse whose.
     let blocks_per_seq: Vec<usize> = seq_lens.iter().map(|l| l.div_ceil(bs)).collect();
-    let used: usize = blocks_per_seq.iter().sum();
+    let mut reuse: Vec<Vec<Option<usize>>> =
+        blocks_per_seq.iter().map(|&n| vec![None; n]).collect();
+    for group in &opts.shared_prefixes {
+        let Some((&leader, members)) = group.seqs.split_first() else {
+            continue;
+        };
+        let n = group.blocks * bs * row_kv;
+        for &m in members {
+            let (k, v) = (
+                context_key[leader][..n].to_vec(),
+                context_value[leader][..n].to_vec(),
+            );
+            context_key[m][..n].copy_from_slice(&k);
+            context_value[m][..n].copy_from_slice(&v);
+            for slot in reuse[m].iter_mut().take(group.blocks) {
+                *slot = Some(leader);
+            }
+        }
+    }
+
+    // Logical layout: consecutive blocks from 1, shared blocks taken from their leader.
+    let used = blocks_per_seq.iter().sum::<usize>()
+        - reuse.iter().flatten().filter(|r| r.is_some()).count();
     let num_blocks = 1 + used + opts.spare_blocks;
     let perm: Vec<u32> = if opts.permute_blocks {
         // perm[b] for b >= 1 is a random block in 1..num_blocks; block 0 maps to itself.
@@ -88,15 +127,21 @@ pub fn build_case(
     };
     let width = blocks_per_seq.iter().copied().max().unwrap_or(0);
     let mut next = 1usize;
-    let block_table: Vec<Vec<u32>> = blocks_per_seq
-        .iter()
-        .map(|&nb| {
-            let mut row: Vec<u32> = (next..next + nb).map(|b| perm[b]).collect();
-            next += nb;
-            row.resize(width, 0);
-            row
-        })
-        .collect();
+    let mut block_table: Vec<Vec<u32>> = Vec::with_capacity(seq_lens.len());
+    for (s, &nb) in blocks_per_seq.iter().enumerate() {
+        let mut row = Vec::with_capacity(width);
+        for i in 0..nb {
+            match reuse[s][i] {
+                Some(leader) => row.push(block_table[leader][i]),
+                None => {
+                    row.push(perm[next]);
+                    next += 1;
+                }
+            }
+        }
+        row.resize(width, 0);
+        block_table.push(row);
+    }
 
     let mut slot_mapping = Vec::with_capacity(tokens);
     for (s, (&l, &q)) in seq_lens.iter().zip(query_lens).enumerate() {

@@ -107,6 +107,14 @@ pub enum CaseError {
         index_a: usize,
         index_b: usize,
     },
+    #[error("block {block} is shared by sequences {seq_a} and {seq_b} at logical blocks {index_a} and {index_b}: shared blocks must be a common prefix (same logical blocks from 0)")]
+    SharedBlockNotPrefix {
+        block: u32,
+        seq_a: usize,
+        seq_b: usize,
+        index_a: usize,
+        index_b: usize,
+    },
     #[error("layout.slot_mapping[{token}] = {slot} writes a new token of sequence {seq} into block {block}, which sequence {other} shares as context")]
     NewTokenInSharedBlock {
         token: usize,

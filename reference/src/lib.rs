@@ -19,7 +19,7 @@ pub mod rng;
 pub mod specs;
 mod validate;
 
-pub use builder::{build_case, build_spec_case, BuildOptions};
+pub use builder::{build_case, build_spec_case, BuildOptions, SharedPrefix};
 pub use case::{Batch, Case, PagedLayout, Tensors};
 pub use config::{AttentionConfig, AttentionKind};
 pub use dtype::DType;

@@ -336,6 +336,20 @@ impl Case {
                 };
                 let full_ctx = |seq: usize, idx: usize| (idx + 1) * bs <= self.context_len(seq);
                 if full_ctx(s0, i0) && full_ctx(s, i) {
+                    // Prefix sharing: the same logical block, and every block before it shared too.
+                    let prefix = i0 == i
+                        && (0..i).all(|j| {
+                            self.layout.block_table[s0][j] == self.layout.block_table[s][j]
+                        });
+                    if !prefix {
+                        return Err(CaseError::SharedBlockNotPrefix {
+                            block: blk,
+                            seq_a: s0,
+                            seq_b: s,
+                            index_a: i0,
+                            index_b: i,
+                        });
+                    }
                     self.compare_shared_block(blk, (s0, i0), (s, i))?;
                     continue;
                 }

@@ -430,3 +430,55 @@ mod prefix_sharing {
         );
     }
 }
+
+mod prefix_builder {
+    use super::*;
+    use attn_reference::SharedPrefix;
+
+    #[test]
+    fn the_builder_makes_valid_sharing_batches() {
+        let c = AttentionConfig::new(4, 2, 3, 2, DType::Bf16);
+        let opts = BuildOptions {
+            shared_prefixes: vec![SharedPrefix {
+                seqs: vec![0, 2, 3],
+                blocks: 2,
+            }],
+            spare_blocks: 2,
+            ..Default::default()
+        };
+        let case = build_case(&[9, 3, 6, 5], &[2, 3, 1, 1], c, 5, &opts);
+        assert_eq!(case.validate(), Ok(()));
+        let t = &case.layout.block_table;
+        assert_eq!(&t[0][..2], &t[2][..2]);
+        assert_eq!(&t[0][..2], &t[3][..2]);
+        assert_ne!(t[0][2], t[2][2]);
+        // 5 + 2 + 3 + 3 logical blocks, 4 of them reused, 2 spare, plus the null block.
+        assert_eq!(case.layout.num_blocks, 1 + 13 - 4 + 2);
+    }
+
+    #[test]
+    fn sharing_at_another_logical_position_is_not_a_prefix() {
+        let c = AttentionConfig::new(2, 1, 2, 2, DType::F32);
+        let mut case = build_case(&[6, 6], &[2, 2], c, 3, &BuildOptions::default());
+        // Seq 1's block 1 is seq 0's block 0 (same data), but not at the same position.
+        case.layout.block_table[1][1] = case.layout.block_table[0][0];
+        let head = case.tensors.context_key[0][..4].to_vec();
+        case.tensors.context_key[1][4..8].copy_from_slice(&head);
+        let head = case.tensors.context_value[0][..4].to_vec();
+        case.tensors.context_value[1][4..8].copy_from_slice(&head);
+        let e = case.validate().unwrap_err();
+        assert!(
+            matches!(
+                e,
+                CaseError::SharedBlockNotPrefix {
+                    seq_a: 0,
+                    seq_b: 1,
+                    index_a: 0,
+                    index_b: 1,
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+    }
+}
