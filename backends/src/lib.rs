@@ -6,6 +6,8 @@
 
 mod backend;
 pub mod cpu;
+#[cfg(feature = "mutants")]
+pub mod mutants;
 pub mod registry;
 pub mod run;
 #[cfg(feature = "spyre")]

@@ -16,6 +16,16 @@ pub fn all_backends() -> Vec<Arc<dyn Backend>> {
     v
 }
 
+/// Every registered backend, plus the mutants when the `mutants` feature is on (they are
+/// looked up by name but not part of [`all_backends`], so `check` tests real backends).
+pub fn lookup_pool() -> Vec<Arc<dyn Backend>> {
+    #[allow(unused_mut)]
+    let mut v = all_backends();
+    #[cfg(feature = "mutants")]
+    v.extend(crate::mutants::all_mutants());
+    v
+}
+
 /// Names of every registered backend.
 pub fn backend_names() -> Vec<String> {
     all_backends()

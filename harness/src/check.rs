@@ -98,6 +98,8 @@ pub struct BackendSummary {
     pub wall_seconds: f64,
     /// Property cases whose batch shares KV blocks between sequences.
     pub shared_block_cases: usize,
+    /// Cases run up to and including the first divergence.
+    pub first_divergence_at: Option<usize>,
     pub failures: Vec<FailureReport>,
 }
 
@@ -175,6 +177,7 @@ fn record(summary: &mut BackendSummary, outcome: &Outcome, time: Duration) {
         }
         Outcome::Diverged(d) => {
             summary.failed += 1;
+            summary.first_divergence_at.get_or_insert(summary.cases_run);
             *summary.divergences.entry(d.kind).or_default() += 1;
             if let Some(c) = &d.comparison {
                 summary.worst_abs_err = summary.worst_abs_err.max(c.max_abs_err);

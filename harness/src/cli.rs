@@ -94,6 +94,24 @@ pub enum Command {
     },
     /// Backends with what each supports, and the named specs.
     List,
+    /// Every mutant (deliberately wrong backend) through the property runner and through the
+    /// upstream suite alone: what each catches.
+    #[cfg(feature = "mutants")]
+    Mutants {
+        /// Property cases per mutant (default: the check's default budget).
+        #[arg(long)]
+        cases: Option<u32>,
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Run the upstream suite at every TP head config (default: only 8/2, the cheapest;
+        /// the others hold the same specs with more heads).
+        #[arg(long)]
+        upstream_all_heads: bool,
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
+        #[arg(long, default_value = "target/attn-diff/mutants")]
+        out: PathBuf,
+    },
 }
 
 /// Load a case from a replay file: JSON, or a safetensors file written by `export`.
@@ -272,6 +290,32 @@ pub fn run(cli: Cli) -> anyhow::Result<bool> {
                 case.shape_summary()
             );
             Ok(true)
+        }
+        #[cfg(feature = "mutants")]
+        Command::Mutants {
+            cases,
+            seed,
+            upstream_all_heads,
+            format,
+            out,
+        } => {
+            let suite: Vec<_> = upstream::full_suite()
+                .into_iter()
+                .filter(|c| upstream_all_heads || c.heads == (8, 2))
+                .collect();
+            let summary = crate::mutants::run_mutants(
+                cases.unwrap_or_else(CheckOptions::default_cases),
+                seed,
+                &suite,
+                out,
+            );
+            let text = match format {
+                Format::Text => crate::mutants::render_text(&summary),
+                Format::Markdown => crate::mutants::render_markdown(&summary),
+                Format::Json => serde_json::to_string_pretty(&summary).unwrap_or_default(),
+            };
+            println!("{text}");
+            Ok(summary.all_killed())
         }
         Command::List => {
             println!("backends:");

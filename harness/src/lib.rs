@@ -10,6 +10,8 @@ pub mod cli;
 pub mod compare;
 pub mod export;
 pub mod hint;
+#[cfg(feature = "mutants")]
+pub mod mutants;
 pub mod plot;
 pub mod replay;
 pub mod report;

@@ -371,7 +371,13 @@ fn the_oracle_needs_nothing_for_prefix_sharing() {
     // The oracle reads contiguous K/V, so a batch whose sequences share prefix blocks gives
     // the same output as the same tensors with every block private.
     let c = AttentionConfig::new(4, 2, 8, 4, DType::Bf16);
-    let shared = BuildOptions { shared_prefixes: vec![attn_reference::SharedPrefix { seqs: vec![0, 1], blocks: 2 }], ..BuildOptions::default() };
+    let shared = BuildOptions {
+        shared_prefixes: vec![attn_reference::SharedPrefix {
+            seqs: vec![0, 1],
+            blocks: 2,
+        }],
+        ..BuildOptions::default()
+    };
     let a = build_case(&[13, 10, 5], &[2, 1, 5], c.clone(), 4, &shared);
     let mut b = build_case(&[13, 10, 5], &[2, 1, 5], c, 4, &BuildOptions::default());
     b.tensors = a.tensors.clone();

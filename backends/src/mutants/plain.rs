@@ -1,0 +1,302 @@
+//! A small scalar paged-attention kernel with one bug switched on: the shape of `cpu`'s
+//! split-KV path (two KV splits, each an online softmax, merged by log-sum-exp), written
+//! plainly so each bug is a one-line change a reader can find by its `Bug` variant.
+
+use crate::{
+    cache_as, cache_as_mut, Backend, BackendError, CacheLayout, KvCache, KvWrite, StepInputs,
+    Unsupported,
+};
+use attn_reference::{AttentionConfig, AttentionKind};
+use std::collections::HashMap;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Bug {
+    /// The correct kernel (the control).
+    None,
+    DecoderWindowEncoderConvention,
+    SlotBlockBoundary,
+    CausalOffsetQueryLen,
+    SoftmaxNoMax,
+    SinkInNumerator,
+    SoftCapAfterAlibi,
+    PaddingRowNan,
+    LowPrecisionAccumulation,
+    SplitMergeDropsRescale,
+    LastPartialBlockIgnored,
+    SharedBlockGatheredOnce,
+}
+
+pub struct PlainBackend {
+    name: String,
+    bug: Bug,
+}
+
+impl PlainBackend {
+    pub fn new(name: &str, bug: Bug) -> Self {
+        PlainBackend {
+            name: name.to_string(),
+            bug,
+        }
+    }
+}
+
+/// K and V per slot: `[num_slots, num_kv_heads, head_size]` each.
+struct SlotCache {
+    k: Vec<f32>,
+    v: Vec<f32>,
+}
+
+/// Running softmax state of one split.
+#[derive(Clone)]
+struct Partial {
+    max: f32,
+    sum: f32,
+    acc: Vec<f32>,
+}
+
+impl Backend for PlainBackend {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn supports(&self, _: &AttentionConfig) -> Result<(), Unsupported> {
+        Ok(())
+    }
+
+    fn cache_layout(&self) -> CacheLayout {
+        CacheLayout {
+            shape: "[num_blocks * block_size, num_kv_heads, head_size] for K and for V",
+            description: "one row per slot, the simplest paged layout",
+        }
+    }
+
+    fn new_cache(&self, c: &AttentionConfig, num_blocks: usize) -> Result<KvCache, BackendError> {
+        let n = num_blocks * c.block_size * c.num_kv_heads * c.head_size;
+        Ok(Box::new(SlotCache {
+            k: vec![0.0; n],
+            v: vec![0.0; n],
+        }))
+    }
+
+    fn write_kv(
+        &self,
+        c: &AttentionConfig,
+        cache: &mut KvCache,
+        kv: &KvWrite<'_>,
+    ) -> Result<(), BackendError> {
+        let cache = cache_as_mut::<SlotCache>(&self.name, cache)?;
+        let row = c.num_kv_heads * c.head_size;
+        let slots = cache.k.len() / row.max(1);
+        for (t, &slot) in kv.slot_mapping.iter().enumerate() {
+            if slot < 0 {
+                continue;
+            }
+            let s = slot as usize;
+            if s >= slots {
+                return Err(BackendError::InvalidInput {
+                    backend: self.name.clone(),
+                    message: format!("slot {slot} past the cache ({slots} slots)"),
+                });
+            }
+            cache.k[s * row..(s + 1) * row].copy_from_slice(&kv.key[t * row..(t + 1) * row]);
+            cache.v[s * row..(s + 1) * row].copy_from_slice(&kv.value[t * row..(t + 1) * row]);
+        }
+        Ok(())
+    }
+
+    fn forward(
+        &self,
+        c: &AttentionConfig,
+        cache: &KvCache,
+        step: &StepInputs<'_>,
+    ) -> Result<Vec<f32>, BackendError> {
+        let cache = cache_as::<SlotCache>(&self.name, cache)?;
+        let (hq, hkv, d, bs) = (c.num_heads, c.num_kv_heads, c.head_size, c.block_size);
+        let group = hq / hkv;
+        let scale = c.effective_scale() as f32;
+        let round = |x: f32| {
+            if self.bug == Bug::LowPrecisionAccumulation {
+                c.dtype.round(x)
+            } else {
+                x
+            }
+        };
+        let mut out = vec![0.0f32; step.num_tokens * hq * d];
+        // Which sequence first gathered each physical block (for the gather-once bug).
+        let mut owner: HashMap<u32, usize> = HashMap::new();
+        let zeros = vec![0.0f32; d];
+
+        for s in 0..step.seq_lens.len() {
+            let (q0, q1) = (step.query_start_loc[s], step.query_start_loc[s + 1]);
+            let seq_len = step.seq_lens[s];
+            let query_len = q1 - q0;
+            let ctx = seq_len - query_len;
+            let row = &step.block_table[s];
+            for i in 0..seq_len.div_ceil(bs) {
+                owner.entry(row[i]).or_insert(s);
+            }
+            for t in q0..q1 {
+                let p = ctx + t - q0;
+                let p_mask = if self.bug == Bug::CausalOffsetQueryLen {
+                    (query_len + t - q0).min(seq_len - 1)
+                } else {
+                    p
+                };
+                let (mut lo, mut hi) =
+                    attn_reference::oracle::visible_keys(c.kind, c.sliding_window, p_mask, seq_len);
+                if self.bug == Bug::DecoderWindowEncoderConvention
+                    && c.kind == AttentionKind::Decoder
+                {
+                    if let Some(w) = c.sliding_window {
+                        lo = (p + 1).saturating_sub(w);
+                        hi = (p + w - 1).min(seq_len - 1);
+                    }
+                }
+                let mut keys: Vec<usize> = (lo..=hi).collect();
+                if self.bug == Bug::LastPartialBlockIgnored && seq_len % bs != 0 {
+                    keys.retain(|&k| k < seq_len / bs * bs);
+                }
+                let slot = |k: usize| {
+                    let block = if self.bug == Bug::SlotBlockBoundary && k % bs == 0 && k > 0 {
+                        (k - 1) / bs
+                    } else {
+                        k / bs
+                    };
+                    row[block] as usize * bs + k % bs
+                };
+                for h in 0..hq {
+                    let kvh = h / group;
+                    let q = &step.query[(t * hq + h) * d..][..d];
+                    let (kc, vc, zeros, owner) = (&cache.k, &cache.v, &zeros, &owner);
+                    let read = move |value: bool, k: usize| -> &[f32] {
+                        let buf = if value { vc } else { kc };
+                        let blk = row[k / bs];
+                        if self.bug == Bug::SharedBlockGatheredOnce
+                            && owner.get(&blk).is_some_and(|&o| o != s)
+                        {
+                            return zeros;
+                        }
+                        &buf[(slot(k) * hkv + kvh) * d..][..d]
+                    };
+                    let logit = |k: usize| {
+                        let kr = read(false, k);
+                        let mut l = scale * q.iter().zip(kr).map(|(a, b)| a * b).sum::<f32>();
+                        let alibi = c
+                            .alibi_slopes
+                            .as_ref()
+                            .map_or(0.0, |a| a[h] * (k as f32 - p as f32));
+                        match (self.bug, c.logits_soft_cap) {
+                            (Bug::SoftCapAfterAlibi, Some(cap)) => {
+                                l = cap * ((l + alibi) / cap).tanh()
+                            }
+                            (_, Some(cap)) => l = cap * (l / cap).tanh() + alibi,
+                            (_, None) => l += alibi,
+                        }
+                        l
+                    };
+                    // Two splits over the visible keys, each an online softmax.
+                    let mid = keys.len() / 2;
+                    let split = |ks: &[usize]| {
+                        let mut part = Partial {
+                            max: f32::NEG_INFINITY,
+                            sum: 0.0,
+                            acc: vec![0.0; d],
+                        };
+                        for &k in ks {
+                            let l = logit(k);
+                            let m = if self.bug == Bug::SoftmaxNoMax {
+                                0.0
+                            } else {
+                                part.max.max(l)
+                            };
+                            let rescale =
+                                if part.max == f32::NEG_INFINITY || self.bug == Bug::SoftmaxNoMax {
+                                    1.0
+                                } else {
+                                    (part.max - m).exp()
+                                };
+                            let w = (l - m).exp();
+                            let vr = read(true, k);
+                            part.sum = round(part.sum * rescale + w);
+                            for (a, v) in part.acc.iter_mut().zip(vr) {
+                                *a = round(*a * rescale + w * v);
+                            }
+                            part.max = m;
+                        }
+                        part
+                    };
+                    let (a, b) = (split(&keys[..mid]), split(&keys[mid..]));
+                    let sink = c.sinks.as_ref().map(|x| x[h]);
+                    let m = a.max.max(b.max).max(sink.unwrap_or(f32::NEG_INFINITY));
+                    let fa = if a.max == f32::NEG_INFINITY {
+                        0.0
+                    } else {
+                        (a.max - m).exp()
+                    };
+                    let fb = if b.max == f32::NEG_INFINITY {
+                        0.0
+                    } else if self.bug == Bug::SplitMergeDropsRescale {
+                        1.0
+                    } else {
+                        (b.max - m).exp()
+                    };
+                    let ws = sink.map_or(0.0, |x| (x - m).exp());
+                    let denom = a.sum * fa + b.sum * fb + ws;
+                    let o = &mut out[(t * hq + h) * d..][..d];
+                    for i in 0..d {
+                        let mut num = a.acc[i] * fa + b.acc[i] * fb;
+                        if self.bug == Bug::SinkInNumerator {
+                            num += ws;
+                        }
+                        o[i] = c.dtype.round(num / denom);
+                    }
+                }
+            }
+        }
+        let real = step.query_start_loc.last().copied().unwrap_or(0);
+        if self.bug == Bug::PaddingRowNan && step.num_tokens > real && real > 0 {
+            // A padding row sees no key: 0 / 0. A tile-wide epilogue then mixes it into the
+            // last real row (0 * NaN is NaN).
+            let row = hq * d;
+            for i in 0..row {
+                let pad = 0.0f32 / 0.0;
+                out[real * row + i] = pad;
+                out[(real - 1) * row + i] += 0.0 * pad;
+            }
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::run_case;
+    use attn_reference::{build_case, reference_output, BuildOptions, DType};
+
+    #[test]
+    fn the_control_kernel_is_correct() {
+        let mut c = AttentionConfig::new(6, 2, 5, 3, DType::F32);
+        c.sliding_window = Some(4);
+        c.alibi_slopes = Some(vec![0.5, 0.25, 0.125, 0.1, 0.05, 0.01]);
+        c.sinks = Some(vec![0.0, 1.0, -1.0, 0.5, 0.0, 2.0]);
+        c.logits_soft_cap = Some(5.0);
+        let case = build_case(
+            &[9, 4, 1],
+            &[3, 4, 1],
+            c,
+            2,
+            &BuildOptions {
+                padding_tokens: 2,
+                ..Default::default()
+            },
+        );
+        let out = run_case(&PlainBackend::new("plain", Bug::None), &case)
+            .unwrap()
+            .output;
+        let exp = reference_output(&case);
+        for (a, e) in out.iter().zip(&exp) {
+            assert!((*a as f64 - e).abs() < 1e-5, "{a} vs {e}");
+        }
+    }
+}
