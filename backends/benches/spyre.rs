@@ -1,10 +1,13 @@
 //! One forward call of each spyre variant on upstream specs at Llama-3-8B shapes (32 q heads,
 //! 8 kv heads, head size 128, block 32, bf16, 2 threads): median time over repetitions and
-//! the peak memory the call adds, next to the KV cache's size.
+//! the peak memory the first call adds, next to the KV cache's size.
 //!
-//! `cargo bench -p attn-backends --bench spyre [-- SPEC...]`. Peak memory is read from the
-//! kernel's high-water mark (reset before each call), so run with
-//! `MALLOC_MMAP_THRESHOLD_=65536` to make large frees visible to it.
+//! `OMP_WAIT_POLICY=PASSIVE cargo bench -p attn-backends --bench spyre [-- SPEC...]`.
+//! On a machine whose cores other processes also use, libgomp's spinning workers make
+//! medians 10-100x noisier without the passive policy. Peak memory comes from the kernel's
+//! high-water mark (reset before the call); only with `MALLOC_MMAP_THRESHOLD_=65536` do
+//! large frees show in it, and that setting slows the timings, so read the two from
+//! separate runs.
 
 use attn_backends::spyre::Spyre;
 use attn_backends::{Backend, KvCache, KvWrite, StepInputs};
