@@ -487,3 +487,26 @@ fn malformed_steps_are_errors_not_panics() {
         Err(BackendError::InvalidInput { .. })
     ));
 }
+
+/// The larger upstream specs, causal and with upstream's window of 2047 (slow in debug
+/// builds: `cargo test --test spyre -- --ignored`).
+#[test]
+#[ignore]
+fn upstream_large_specs_bf16() {
+    for name in [
+        "medium_decode",
+        "medium_prefill",
+        "mixed_medium",
+        "large_decode",
+        "large_prefill",
+        "mixed_large",
+        "single_prefill",
+    ] {
+        for window in [None, Some(2047)] {
+            let mut c = upstream(name, DType::Bf16);
+            c.config.sliding_window = window;
+            check(&Spyre::native(), &c);
+            check(&Spyre::sdpa(), &c);
+        }
+    }
+}

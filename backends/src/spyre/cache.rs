@@ -27,6 +27,17 @@ impl SpyreCache {
         Ok(SpyreCache { kv, num_blocks })
     }
 
+    /// K pages, `[num_blocks, block_size, Hkv, D]`: gathering along the leading dim is a
+    /// row copy, where gathering along dim 1 of `kv` takes libtorch's slow generic path.
+    pub fn keys(&self) -> Result<Tensor, TchError> {
+        self.kv.f_select(0, 0)
+    }
+
+    /// V pages, `[num_blocks, block_size, Hkv, D]`.
+    pub fn values(&self) -> Result<Tensor, TchError> {
+        self.kv.f_select(0, 1)
+    }
+
     pub fn num_slots(&self, config: &AttentionConfig) -> usize {
         self.num_blocks * config.block_size
     }

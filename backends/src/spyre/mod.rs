@@ -158,7 +158,10 @@ impl Spyre {
         let (t, hq, d) = (step.num_tokens, c.num_heads, c.head_size);
         let groups = match self.variant {
             Variant::Device => one_per_group(seqs, device::Q_CHUNK),
-            _ => group_sequences(seqs, &self.group_cost(c)),
+            // One sequence at a time: its token-major pages then feed the matmuls as strided
+            // views, where a padded batch would force a per-head copy of every page.
+            Variant::Native { .. } => one_per_group(seqs, 1),
+            Variant::Sdpa => group_sequences(seqs, &self.group_cost(c)),
         };
         if groups.is_empty() {
             return Ok(vec![0.0; t * hq * d]);

@@ -14,7 +14,7 @@ use attn_reference::AttentionConfig;
 use tch::{Kind, TchError, Tensor};
 
 /// Default bytes of gathered K/V (storage and working copies) and logits one chunk may occupy.
-pub(crate) const CHUNK_BYTES: usize = 8 << 20;
+pub(crate) const CHUNK_BYTES: usize = 32 << 20;
 
 /// A floor for the running max: finite in every working kind, so a row whose first chunk is
 /// fully masked computes `exp(-inf - floor) = 0` instead of `exp(-inf + inf) = NaN`.
@@ -108,13 +108,20 @@ pub(crate) fn attend_group(
             .blocks
             .f_narrow(1, first_page as i64, n)?
             .f_reshape([-1])?;
-        let kv = cache
-            .kv
-            .f_index_select(1, &ids)?
-            .f_view([2, b, len, hkv, d])?
+        // Token-major pages viewed per kv head without a copy: with one sequence per group
+        // the matmuls take these strided views as they are.
+        let k = cache
+            .keys()?
+            .f_index_select(0, &ids)?
+            .f_view([b, len, hkv, d])?
             .f_to_kind(work)?;
-        let k = kv.f_select(0, 0)?.f_permute([0, 2, 3, 1])?; // [b, Hkv, D, len]
-        let v = kv.f_select(0, 1)?.f_permute([0, 2, 1, 3])?; // [b, Hkv, len, D]
+        let v = cache
+            .values()?
+            .f_index_select(0, &ids)?
+            .f_view([b, len, hkv, d])?
+            .f_to_kind(work)?;
+        let k = k.f_permute([0, 2, 3, 1])?; // [b, Hkv, D, len]
+        let v = v.f_permute([0, 2, 1, 3])?; // [b, Hkv, len, D]
 
         let mut s = q.f_matmul(&k)?.f_view([b, hkv, grp, qm, len])?;
         let dist = distance

@@ -1,5 +1,10 @@
-//! The SDPA variant: each group's pages gathered into `[b, Hkv, len, D]` and handed to
-//! libtorch's `scaled_dot_product_attention` with `enable_gqa` and the visibility mask.
+//! The SDPA variant: each group's pages gathered into `[b, Hkv, len, D]` views and handed
+//! to libtorch's `scaled_dot_product_attention` with the visibility mask.
+//!
+//! GQA folds the group of query heads into the query rows (`[b, Hkv, G * q, D]` against
+//! each kv head's keys) instead of passing `enable_gqa`: libtorch 2.13's CPU SDPA serves
+//! `enable_gqa` from its math path, which copies K/V per query head and ran 8x slower on
+//! large_decode; the fold gives the same result with the fused kernel and no K/V copies.
 //!
 //! Features SDPA has no argument for are expressed around it: ALiBi becomes an additive f32
 //! mask; a sink becomes one extra key of zeros (value zeros) whose additive mask entry is the
@@ -8,15 +13,15 @@
 //! compute their logits explicitly with the native variant's f32 path.
 
 use super::cache::SpyreCache;
-use super::mask::{alibi_distance, hidden};
+use super::mask::{alibi_distance, hidden, per_head};
 use super::native;
 use super::plan::{Group, GroupIndex};
-use super::tensors::{from_f32, in_place, kind_of, CPU};
+use super::tensors::{in_place, kind_of, CPU};
 use attn_reference::AttentionConfig;
 use tch::{Kind, TchError, Tensor};
 
-/// Default gathered K/V bytes one group may hold; a group is split before it exceeds this (a
-/// single sequence longer than this is still gathered whole).
+/// Default gathered K/V bytes one group may hold; a group is split before it exceeds this
+/// (a single sequence longer than this is still gathered whole).
 pub(crate) const GROUP_KV_BYTES: usize = 32 << 20;
 
 /// The kind SDPA runs in: the cache's dtype, or f32 when the mask carries real-valued
@@ -42,47 +47,57 @@ pub(crate) fn attend_group(
         return native::attend_group(c, cache, query, g, idx, Kind::Float, chunk_bytes);
     }
     let (b, qm, len) = (g.b() as i64, g.q_max as i64, g.len_max as i64);
-    let (hq, hkv, d) = (
-        c.num_heads as i64,
+    let (hkv, grp, d) = (
         c.num_kv_heads as i64,
+        c.group_size() as i64,
         c.head_size as i64,
     );
+    let rows = grp * qm;
     let kind = compute_kind(c);
 
     let ids = idx.blocks.f_reshape([-1])?;
-    let kv = cache
-        .kv
-        .f_index_select(1, &ids)?
-        .f_view([2, b, -1, hkv, d])?
-        .f_narrow(2, 0, len)?
-        .f_to_kind(kind)?;
-    let mut k = kv.f_select(0, 0)?.f_transpose(1, 2)?; // [b, Hkv, len, D]
-    let mut v = kv.f_select(0, 1)?.f_transpose(1, 2)?;
+    let gather = |pages: Tensor| -> Result<Tensor, TchError> {
+        pages
+            .f_index_select(0, &ids)?
+            .f_view([b, -1, hkv, d])?
+            .f_narrow(1, 0, len)?
+            .f_to_kind(kind)?
+            .f_transpose(1, 2) // [b, Hkv, len, D], strided
+    };
+    let mut k = gather(cache.keys()?)?;
+    let mut v = gather(cache.values()?)?;
     let q = query
         .f_index_select(0, &idx.q_rows)?
-        .f_view([b, qm, hq, d])?
-        .f_transpose(1, 2)?
+        .f_view([b, qm, hkv, grp, d])?
+        .f_permute([0, 2, 3, 1, 4])?
+        .f_reshape([b, hkv, rows, d])?
         .f_to_kind(kind)?;
-    let hide = hidden(c, idx, g.len_max)?.f_unsqueeze(1)?; // [b, 1, q_max, len]
+    // [b, 1, 1, q_max, len]: the same for every head.
+    let hide = hidden(c, idx, g.len_max)?.f_unsqueeze(1)?.f_unsqueeze(1)?;
 
     let mask = if c.alibi_slopes.is_none() && c.sinks.is_none() {
         hide.f_logical_not()?
+            .f_expand([b, 1, grp, qm, len], false)?
+            .f_reshape([b, 1, rows, len])?
     } else {
         let mut bias = match (&c.alibi_slopes, alibi_distance(c, idx, g.len_max)?) {
             (Some(slopes), Some(dist)) => {
-                from_f32(slopes, &[1, hq, 1, 1])?.f_mul(&dist.f_unsqueeze(1)?)?
+                per_head(c, slopes, Kind::Float)?.f_mul(&dist.f_unsqueeze(1)?.f_unsqueeze(1)?)?
             }
-            _ => Tensor::f_zeros([b, 1, qm, len], (Kind::Float, CPU))?,
+            _ => Tensor::f_zeros([b, 1, 1, qm, len], (Kind::Float, CPU))?,
         };
         in_place(bias.f_masked_fill_(&hide, f64::NEG_INFINITY))?;
+        let mut keys = len;
         if let Some(sinks) = &c.sinks {
             let zero = Tensor::f_zeros([b, hkv, 1, d], (kind, CPU))?;
             k = Tensor::f_cat(&[&k, &zero], 2)?;
             v = Tensor::f_cat(&[&v, &zero], 2)?;
-            let sink = from_f32(sinks, &[1, hq, 1, 1])?.f_expand([b, hq, qm, 1], false)?;
-            bias = Tensor::f_cat(&[&bias.f_expand([b, hq, qm, len], false)?, &sink], 3)?;
+            let sink = per_head(c, sinks, Kind::Float)?.f_expand([b, hkv, grp, qm, 1], false)?;
+            bias = Tensor::f_cat(&[&bias.f_expand([b, hkv, grp, qm, len], false)?, &sink], 4)?;
+            keys += 1;
         }
-        bias
+        bias.f_expand([b, hkv, grp, qm, keys], false)?
+            .f_reshape([b, hkv, rows, keys])?
     };
     let out = Tensor::f_scaled_dot_product_attention(
         &q,
@@ -92,9 +107,10 @@ pub(crate) fn attend_group(
         0.0,
         false,
         c.effective_scale(),
-        true,
+        false,
     )?;
-    out.f_transpose(1, 2)?
-        .f_reshape([b * qm, hq, d])?
+    out.f_view([b, hkv, grp, qm, d])?
+        .f_permute([0, 3, 1, 2, 4])?
+        .f_reshape([b * qm, hkv * grp, d])?
         .f_to_kind(Kind::Float)
 }

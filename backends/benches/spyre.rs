@@ -1,0 +1,136 @@
+//! One forward call of each spyre variant on upstream specs at Llama-3-8B shapes (32 q heads,
+//! 8 kv heads, head size 128, block 32, bf16, 2 threads): median time over repetitions and
+//! the peak memory the first call adds, next to the KV cache's size.
+//!
+//! `OMP_WAIT_POLICY=PASSIVE cargo bench -p attn-backends --bench spyre [-- SPEC...]`.
+//! On a machine whose cores other processes also use, libgomp's spinning workers make
+//! medians 10-100x noisier without the passive policy. Peak memory comes from the kernel's
+//! high-water mark (reset before the call); only with `MALLOC_MMAP_THRESHOLD_=65536` do
+//! large frees show in it, and that setting slows the timings, so read the two from
+//! separate runs.
+
+use attn_backends::spyre::Spyre;
+use attn_backends::{Backend, KvCache, KvWrite, StepInputs};
+use attn_reference::{build_spec_case, spec_by_name, AttentionConfig, Case, DType};
+use std::time::Instant;
+
+const SPECS: [&str; 11] = [
+    "small_decode",
+    "small_prefill",
+    "mixed_small",
+    "medium_decode",
+    "medium_prefill",
+    "mixed_medium",
+    "large_decode",
+    "large_prefill",
+    "mixed_large",
+    "single_decode",
+    "single_prefill",
+];
+
+fn status_kib(field: &str) -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = s.lines().find(|l| l.starts_with(field))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// Reset the peak-RSS counter to the current RSS; false where the kernel does not allow it.
+fn reset_peak() -> bool {
+    std::fs::write("/proc/self/clear_refs", "5").is_ok()
+}
+
+fn prepare(b: &dyn Backend, case: &Case) -> KvCache {
+    let mut cache = b
+        .new_cache(&case.config, case.layout.num_blocks)
+        .expect("cache");
+    let (k, v) = case.context_kv_flat();
+    let ctx = case.context_slot_mapping();
+    b.write_kv(
+        &case.config,
+        &mut cache,
+        &KvWrite {
+            key: &k,
+            value: &v,
+            slot_mapping: &ctx,
+        },
+    )
+    .expect("context");
+    let t = &case.tensors;
+    b.write_kv(
+        &case.config,
+        &mut cache,
+        &KvWrite {
+            key: &t.key,
+            value: &t.value,
+            slot_mapping: &case.layout.slot_mapping,
+        },
+    )
+    .expect("new tokens");
+    cache
+}
+
+fn main() {
+    let wanted: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
+    let config = AttentionConfig::new(32, 8, 128, 32, DType::Bf16);
+    let variants = [Spyre::native(), Spyre::sdpa()];
+    println!(
+        "spec            variant        median_ms   min_ms  reps  peak_extra_MiB  kv_cache_MiB"
+    );
+    for name in SPECS
+        .iter()
+        .filter(|n| wanted.is_empty() || wanted.iter().any(|w| w == *n))
+    {
+        let case = build_spec_case(&spec_by_name(name).expect("spec"), config.clone(), 7);
+        let kv_bytes = 2
+            * case.layout.num_blocks
+            * config.block_size
+            * config.num_kv_heads
+            * config.head_size
+            * config.dtype.size_bytes();
+        let qsl = case.query_start_loc();
+        let step = StepInputs {
+            query: &case.tensors.query,
+            query_start_loc: &qsl,
+            seq_lens: &case.batch.seq_lens,
+            block_table: &case.layout.block_table,
+            num_tokens: case.num_tokens(),
+        };
+        for b in &variants {
+            let cache = prepare(b, &case);
+            // Peak memory of the first call, before any warm-up.
+            let can_reset = reset_peak();
+            let base = status_kib("VmRSS:").unwrap_or(0);
+            let out = b.forward(&config, &cache, &step).expect("forward");
+            let peak = status_kib("VmHWM:").unwrap_or(0);
+            drop(out);
+            let peak_mib = if can_reset {
+                format!("{:.1}", peak.saturating_sub(base) as f64 / 1024.0)
+            } else {
+                "n/a".into()
+            };
+
+            let start = Instant::now();
+            let mut times = Vec::new();
+            while times.len() < 5 || (start.elapsed().as_secs_f64() < 2.0 && times.len() < 200) {
+                let t0 = Instant::now();
+                let out = b.forward(&config, &cache, &step).expect("forward");
+                times.push(t0.elapsed().as_secs_f64() * 1e3);
+                std::hint::black_box(out);
+            }
+            times.sort_by(f64::total_cmp);
+            println!(
+                "{:<15} {:<13} {:>10.3} {:>8.3} {:>5} {:>15} {:>13.1}",
+                name,
+                b.name(),
+                times[times.len() / 2],
+                times[0],
+                times.len(),
+                peak_mib,
+                kv_bytes as f64 / (1 << 20) as f64
+            );
+        }
+    }
+}
