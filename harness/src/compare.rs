@@ -143,7 +143,7 @@ pub fn compare(
     tol: Tolerance,
 ) -> Comparison {
     let row = heads * head_size;
-    let real_tokens = if row == 0 { 0 } else { expected.len() / row };
+    let real_tokens = expected.len().checked_div(row).unwrap_or(0);
     let mut c = Comparison {
         max_abs_err: 0.0,
         max_rel_err: 0.0,

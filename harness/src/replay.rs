@@ -16,7 +16,7 @@ pub struct ReplayResult {
 /// Run `case` on each backend; a divergence comes with its report.
 pub fn replay_case(case: &Case, origin: &str, backends: &[Arc<dyn Backend>]) -> Vec<ReplayResult> {
     let expected = reference_output(case);
-    let tol = Tolerance::for_case(&case);
+    let tol = Tolerance::for_case(case);
     backends
         .iter()
         .map(|b| {

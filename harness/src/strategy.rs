@@ -233,10 +233,10 @@ impl CaseRecipe {
             }
         }
         let starts = case.query_start_loc();
-        for s in 0..case.num_seqs() {
+        for (s, &start) in starts.iter().take(case.num_seqs()).enumerate() {
             let ctx = case.context_len(s);
             for j in 0..case.batch.query_lens[s] {
-                case.layout.slot_mapping[starts[s] + j] = case.slot_of(s, ctx + j);
+                case.layout.slot_mapping[start + j] = case.slot_of(s, ctx + j);
             }
         }
     }

@@ -140,7 +140,7 @@ impl crate::AttentionConfig {
         at_most(c.num_heads, MAX_HEADS, "config.num_heads")?;
         at_most(c.head_size, MAX_DIM, "config.head_size")?;
         at_most(c.block_size, MAX_DIM, "config.block_size")?;
-        if c.num_heads % c.num_kv_heads != 0 {
+        if !c.num_heads.is_multiple_of(c.num_kv_heads) {
             return Err(CaseError::HeadsNotMultiple {
                 num_heads: c.num_heads,
                 num_kv_heads: c.num_kv_heads,
@@ -293,10 +293,10 @@ impl Case {
 
         // Every new token's slot must be where the table puts it; padding tokens write nowhere.
         let starts = self.query_start_loc();
-        for s in 0..n {
+        for (s, &start) in starts.iter().take(n).enumerate() {
             let ctx = self.context_len(s);
             for j in 0..self.batch.query_lens[s] {
-                let token = starts[s] + j;
+                let token = start + j;
                 let expected = self.slot_of(s, ctx + j);
                 let actual = l.slot_mapping[token];
                 if actual != expected {

@@ -132,8 +132,8 @@ impl Backend for PlainBackend {
             let query_len = q1 - q0;
             let ctx = seq_len - query_len;
             let row = &step.block_table[s];
-            for i in 0..seq_len.div_ceil(bs) {
-                owner.entry(row[i]).or_insert(s);
+            for &blk in &row[..seq_len.div_ceil(bs)] {
+                owner.entry(blk).or_insert(s);
             }
             for t in q0..q1 {
                 let p = ctx + t - q0;
@@ -153,15 +153,16 @@ impl Backend for PlainBackend {
                     }
                 }
                 let mut keys: Vec<usize> = (lo..=hi).collect();
-                if self.bug == Bug::LastPartialBlockIgnored && seq_len % bs != 0 {
+                if self.bug == Bug::LastPartialBlockIgnored && !seq_len.is_multiple_of(bs) {
                     keys.retain(|&k| k < seq_len / bs * bs);
                 }
                 let slot = |k: usize| {
-                    let block = if self.bug == Bug::SlotBlockBoundary && k % bs == 0 && k > 0 {
-                        (k - 1) / bs
-                    } else {
-                        k / bs
-                    };
+                    let block =
+                        if self.bug == Bug::SlotBlockBoundary && k.is_multiple_of(bs) && k > 0 {
+                            (k - 1) / bs
+                        } else {
+                            k / bs
+                        };
                     row[block] as usize * bs + k % bs
                 };
                 for h in 0..hq {
@@ -243,12 +244,12 @@ impl Backend for PlainBackend {
                     let ws = sink.map_or(0.0, |x| (x - m).exp());
                     let denom = a.sum * fa + b.sum * fb + ws;
                     let o = &mut out[(t * hq + h) * d..][..d];
-                    for i in 0..d {
+                    for (i, o) in o.iter_mut().enumerate() {
                         let mut num = a.acc[i] * fa + b.acc[i] * fb;
                         if self.bug == Bug::SinkInNumerator {
                             num += ws;
                         }
-                        o[i] = c.dtype.round(num / denom);
+                        *o = c.dtype.round(num / denom);
                     }
                 }
             }
@@ -259,7 +260,7 @@ impl Backend for PlainBackend {
             // last real row (0 * NaN is NaN).
             let row = hq * d;
             for i in 0..row {
-                let pad = 0.0f32 / 0.0;
+                let pad = f32::NAN;
                 out[real * row + i] = pad;
                 out[(real - 1) * row + i] += 0.0 * pad;
             }

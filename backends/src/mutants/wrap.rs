@@ -156,11 +156,11 @@ impl Backend for WrappedMutant {
                 let bs = config.block_size;
                 let n = step.seq_lens.len();
                 let mut table = step.block_table.to_vec();
-                for s in 0..n {
+                for (s, row) in table.iter_mut().enumerate() {
                     let last = step.seq_lens[s].div_ceil(bs) - 1;
                     let next = &step.block_table[(s + 1) % n];
                     if n > 1 && next.get(last).is_some_and(|&b| b != 0) {
-                        table[s][last] = next[last];
+                        row[last] = next[last];
                     }
                 }
                 self.inner.forward(
