@@ -92,6 +92,38 @@ pub enum Command {
         #[arg(long)]
         out: PathBuf,
     },
+    /// Time one attention call per backend and upstream spec, side by side.
+    Bench {
+        /// Comma-separated backend names (default: every registered backend).
+        #[arg(long, value_delimiter = ',')]
+        backend: Vec<String>,
+        /// Upstream specs to time (default: every decoder spec).
+        #[arg(long = "spec")]
+        specs: Vec<String>,
+        #[arg(long, default_value = "bf16")]
+        dtype: attn_reference::DType,
+        #[arg(long, default_value_t = 32)]
+        block_size: usize,
+        /// Query heads and kv heads, e.g. 32,8.
+        #[arg(long, value_delimiter = ',', num_args = 2, default_values_t = [32usize, 8])]
+        heads: Vec<usize>,
+        #[arg(long, default_value_t = 128)]
+        head_size: usize,
+        /// Worker threads of every backend (default: the machine's cores).
+        #[arg(long)]
+        threads: Option<usize>,
+        /// Timed calls per backend and spec (after one warm-up call).
+        #[arg(long, default_value_t = 20)]
+        reps: usize,
+        /// Backend the others are compared with (default: the first one).
+        #[arg(long)]
+        baseline: Option<String>,
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
+        /// Write a bar chart of the times (PNG).
+        #[arg(long)]
+        plot: Option<PathBuf>,
+    },
     /// Backends with what each supports, and the named specs.
     List,
     /// Every mutant (deliberately wrong backend) through the property runner and through the
@@ -316,6 +348,54 @@ pub fn run(cli: Cli) -> anyhow::Result<bool> {
             };
             println!("{text}");
             Ok(summary.all_killed())
+        }
+        Command::Bench { backend, specs, dtype, block_size, heads, head_size, threads, reps, baseline, format, plot } => {
+            let mut config = attn_reference::AttentionConfig::new(heads[0], heads[1], head_size, block_size, dtype);
+            config.validate().map_err(|e| usage(e.to_string()))?;
+            config.kind = attn_reference::AttentionKind::Decoder;
+            let specs: Vec<attn_reference::BatchSpec> = if specs.is_empty() {
+                attn_reference::all_specs().into_iter().filter(|s| s.kind == attn_reference::AttentionKind::Decoder).collect()
+            } else {
+                specs
+                    .iter()
+                    .map(|n| attn_reference::spec_by_name(n).ok_or_else(|| usage(format!("unknown spec `{n}`; known specs: {}", attn_reference::specs::spec_names().join(", ")))))
+                    .collect::<anyhow::Result<_>>()?
+            };
+            let names: Vec<String> = if backend.is_empty() { attn_backends::backend_names() } else { backend };
+            let backends = names
+                .iter()
+                .map(|n| attn_backends::registry::backend_with_threads(n.trim(), threads).map_err(usage))
+                .collect::<anyhow::Result<Vec<_>>>()?;
+            if reps == 0 {
+                return Err(usage("--reps must be at least 1"));
+            }
+            if let Some(b) = &baseline {
+                if !names.contains(b) {
+                    return Err(usage(format!("baseline `{b}` is not among the benchmarked backends ({})", names.join(", "))));
+                }
+            }
+            let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+            let opts = crate::bench::BenchOptions {
+                backends,
+                specs,
+                config,
+                reps,
+                threads: threads.unwrap_or(cores),
+                baseline: baseline.or_else(|| names.first().cloned()),
+                seed: upstream::UPSTREAM_SEED,
+            };
+            let summary = crate::bench::run_bench(&opts);
+            let text = match format {
+                Format::Text => crate::bench::render_text(&summary),
+                Format::Markdown => crate::bench::render_markdown(&summary),
+                Format::Json => serde_json::to_string_pretty(&summary).unwrap_or_default(),
+            };
+            println!("{text}");
+            if let Some(path) = plot {
+                crate::bench::plot(&summary, &path).map_err(|e| usage(format!("cannot draw {}: {e}", path.display())))?;
+                eprintln!("wrote {}", path.display());
+            }
+            Ok(summary.rows.iter().all(|r| !r.status.starts_with("WRONG") && !r.status.starts_with("error")))
         }
         Command::List => {
             println!("backends:");

@@ -5,6 +5,7 @@
 //! backend ([`runner`]), shrinking ([`shrink`]), reports ([`report`], [`hint`]), the upstream
 //! suite ([`upstream`]), the check command's loop ([`check`]) and its summaries ([`summary`]).
 
+pub mod bench;
 pub mod check;
 pub mod cli;
 pub mod compare;

@@ -15,6 +15,7 @@ mod plan;
 mod sdpa;
 mod step;
 mod tensors;
+pub use tensors::set_threads;
 
 use crate::{
     cache_as, cache_as_mut, Backend, BackendError, CacheLayout, KvCache, KvWrite, StepInputs,

@@ -18,6 +18,12 @@ pub(crate) fn init_threads() {
     ONCE.call_once(|| tch::set_num_threads(TORCH_THREADS));
 }
 
+/// Use `n` intra-op threads from now on (a benchmark's `--threads`).
+pub fn set_threads(n: usize) {
+    init_threads();
+    tch::set_num_threads(n.max(1) as i32);
+}
+
 pub(crate) fn kind_of(dtype: DType) -> Kind {
     match dtype {
         DType::F32 => Kind::Float,

@@ -1,0 +1,306 @@
+//! `attn-diff bench`: the time of one attention call per backend and upstream spec, measured
+//! side by side in one run (backends interleaved A B A B ... so machine drift hits all alike),
+//! with the machine's streaming read bandwidth measured in the same run as the physical limit
+//! beside each decode number, and each backend's output checked against the oracle once per
+//! spec (a fast wrong backend is reported as wrong, not fast).
+
+use crate::compare::{compare, Tolerance};
+use attn_backends::{Backend, BackendError, KvCache, KvWrite, StepInputs};
+use attn_reference::{build_spec_case, reference_output, AttentionConfig, BatchSpec, Case};
+use serde::Serialize;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+pub struct BenchOptions {
+    pub backends: Vec<Arc<dyn Backend>>,
+    pub specs: Vec<BatchSpec>,
+    /// Config the specs run at (its kind is taken from each spec).
+    pub config: AttentionConfig,
+    pub reps: usize,
+    pub threads: usize,
+    pub baseline: Option<String>,
+    pub seed: u64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct BenchRow {
+    pub backend: String,
+    pub spec: String,
+    /// `ok`, `WRONG (…)`, `unsupported: …` or `error: …`.
+    pub status: String,
+    pub median_ms: f64,
+    pub min_ms: f64,
+    pub tokens_per_s: f64,
+    /// KV bytes the call must read (every visible K and V once) per second of median time.
+    pub kv_gb_per_s: f64,
+    /// `kv_gb_per_s` over the measured read bandwidth (decode specs are bandwidth-bound).
+    pub fraction_of_bandwidth: f64,
+    /// Peak resident memory added by one call, MiB.
+    pub peak_extra_mib: f64,
+    /// median / baseline's median on the same spec.
+    pub ratio_to_baseline: Option<f64>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct BenchSummary {
+    pub threads: usize,
+    pub reps: usize,
+    pub dtype: String,
+    pub heads: (usize, usize),
+    pub head_size: usize,
+    pub block_size: usize,
+    pub read_bandwidth_gb_per_s: f64,
+    pub baseline: Option<String>,
+    pub rows: Vec<BenchRow>,
+}
+
+/// Bytes of K and V a call reads: every key position of every sequence, once per kv head.
+pub fn kv_bytes(case: &Case) -> f64 {
+    let c = &case.config;
+    let keys: usize = case.batch.seq_lens.iter().sum();
+    (keys * c.num_kv_heads * c.head_size * 2 * c.dtype.size_bytes()) as f64
+}
+
+/// Best-of-3 streaming read bandwidth over a 1 GiB buffer with `threads` threads, GB/s.
+pub fn measure_read_bandwidth(threads: usize) -> f64 {
+    let words = (1usize << 30) / 8;
+    let buf: Vec<u64> = (0..words as u64).collect();
+    let chunk = words.div_ceil(threads.max(1));
+    let mut best = 0.0f64;
+    for _ in 0..3 {
+        let start = Instant::now();
+        let total: u64 = std::thread::scope(|s| {
+            let handles: Vec<_> = buf.chunks(chunk).map(|c| s.spawn(move || c.iter().fold(0u64, |a, &x| a.wrapping_add(x)))).collect();
+            handles.into_iter().map(|h| h.join().unwrap_or(0)).fold(0u64, u64::wrapping_add)
+        });
+        std::hint::black_box(total);
+        best = best.max((words * 8) as f64 / start.elapsed().as_secs_f64() / 1e9);
+    }
+    best
+}
+
+/// Resident memory now and its high-water mark since the last reset, in bytes (Linux).
+fn rss() -> Option<(u64, u64)> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let field = |name: &str| -> Option<u64> {
+        let line = status.lines().find(|l| l.starts_with(name))?;
+        line.split_whitespace().nth(1)?.parse::<u64>().ok().map(|kb| kb * 1024)
+    };
+    Some((field("VmRSS:")?, field("VmHWM:")?))
+}
+
+/// Peak resident memory one call adds: freed heap memory is returned to the OS first (so the
+/// call's allocations must fault in fresh pages), then the high-water mark is reset.
+fn peak_extra_bytes(call: impl FnOnce()) -> Option<f64> {
+    // SAFETY: malloc_trim only releases free heap memory back to the OS.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+    std::fs::write("/proc/self/clear_refs", "5").ok()?;
+    let (before, _) = rss()?;
+    call();
+    let (_, peak) = rss()?;
+    Some(peak.saturating_sub(before) as f64)
+}
+
+struct Prepared {
+    backend: Arc<dyn Backend>,
+    cache: KvCache,
+    times: Vec<Duration>,
+    status: String,
+    peak: f64,
+}
+
+fn prepare(backend: &Arc<dyn Backend>, case: &Case) -> Result<KvCache, BackendError> {
+    let c = &case.config;
+    backend.supports(c)?;
+    let mut cache = backend.new_cache(c, case.layout.num_blocks)?;
+    let (k, v) = case.context_kv_flat();
+    let ctx_slots = case.context_slot_mapping();
+    backend.write_kv(c, &mut cache, &KvWrite { key: &k, value: &v, slot_mapping: &ctx_slots })?;
+    let t = &case.tensors;
+    backend.write_kv(c, &mut cache, &KvWrite { key: &t.key, value: &t.value, slot_mapping: &case.layout.slot_mapping })?;
+    Ok(cache)
+}
+
+fn median(v: &mut [Duration]) -> Duration {
+    v.sort();
+    if v.is_empty() {
+        Duration::ZERO
+    } else {
+        v[v.len() / 2]
+    }
+}
+
+pub fn run_bench(opts: &BenchOptions) -> BenchSummary {
+    let bandwidth = measure_read_bandwidth(opts.threads);
+    let mut rows = Vec::new();
+    for spec in &opts.specs {
+        let case = build_spec_case(spec, opts.config.clone(), opts.seed);
+        let expected = reference_output(&case);
+        let tol = Tolerance::for_case(&case);
+        let qsl = case.query_start_loc();
+        let step = StepInputs {
+            query: &case.tensors.query,
+            query_start_loc: &qsl,
+            seq_lens: &case.batch.seq_lens,
+            block_table: &case.layout.block_table,
+            num_tokens: case.num_tokens(),
+        };
+        let mut prepared: Vec<Prepared> = opts
+            .backends
+            .iter()
+            .map(|b| match prepare(b, &case) {
+                Ok(cache) => Prepared { backend: b.clone(), cache, times: Vec::new(), status: "ok".into(), peak: f64::NAN },
+                Err(BackendError::Unsupported(u)) => Prepared { backend: b.clone(), cache: Box::new(()), times: Vec::new(), status: format!("unsupported: {u}"), peak: f64::NAN },
+                Err(e) => Prepared { backend: b.clone(), cache: Box::new(()), times: Vec::new(), status: format!("error: {e}"), peak: f64::NAN },
+            })
+            .collect();
+        // Warm-up call: correctness against the oracle and the memory high-water mark.
+        for p in prepared.iter_mut().filter(|p| p.status == "ok") {
+            let mut result = None;
+            let peak = peak_extra_bytes(|| result = Some(p.backend.forward(&case.config, &p.cache, &step)));
+            p.peak = peak.unwrap_or(f64::NAN);
+            match result {
+                Some(Ok(out)) => {
+                    let cmp = compare(&out, &expected, case.config.num_heads, case.config.head_size, tol);
+                    if !cmp.passed() {
+                        p.status = format!("WRONG ({} values off, max abs err {:.2e})", cmp.mismatch_count, cmp.max_abs_err);
+                    }
+                }
+                Some(Err(e)) => p.status = format!("error: {e}"),
+                None => p.status = "error: no result".into(),
+            }
+        }
+        // Timed calls, interleaved across backends.
+        for _ in 0..opts.reps {
+            for p in prepared.iter_mut().filter(|p| p.status == "ok" || p.status.starts_with("WRONG")) {
+                let start = Instant::now();
+                let out = p.backend.forward(&case.config, &p.cache, &step);
+                p.times.push(start.elapsed());
+                std::hint::black_box(out.ok());
+            }
+        }
+        let decode = case.batch.query_lens.iter().all(|&q| q == 1);
+        let mut spec_rows: Vec<BenchRow> = prepared
+            .iter_mut()
+            .map(|p| {
+                let min = p.times.iter().min().copied().unwrap_or_default();
+                let med = median(&mut p.times);
+                let secs = med.as_secs_f64();
+                let gbs = if secs > 0.0 { kv_bytes(&case) / secs / 1e9 } else { f64::NAN };
+                BenchRow {
+                    backend: p.backend.name().to_string(),
+                    spec: spec.name.to_string(),
+                    status: p.status.clone(),
+                    median_ms: if p.times.is_empty() { f64::NAN } else { secs * 1e3 },
+                    min_ms: if p.times.is_empty() { f64::NAN } else { min.as_secs_f64() * 1e3 },
+                    tokens_per_s: if secs > 0.0 { case.num_real_tokens() as f64 / secs } else { f64::NAN },
+                    kv_gb_per_s: gbs,
+                    fraction_of_bandwidth: if decode { gbs / bandwidth } else { f64::NAN },
+                    peak_extra_mib: p.peak / (1 << 20) as f64,
+                    ratio_to_baseline: None,
+                }
+            })
+            .collect();
+        if let Some(base) = opts.baseline.as_ref().and_then(|b| spec_rows.iter().find(|r| &r.backend == b).map(|r| r.median_ms)) {
+            for r in spec_rows.iter_mut() {
+                r.ratio_to_baseline = (base.is_finite() && r.median_ms.is_finite()).then(|| r.median_ms / base);
+            }
+        }
+        rows.extend(spec_rows);
+    }
+    BenchSummary {
+        threads: opts.threads,
+        reps: opts.reps,
+        dtype: opts.config.dtype.to_string(),
+        heads: (opts.config.num_heads, opts.config.num_kv_heads),
+        head_size: opts.config.head_size,
+        block_size: opts.config.block_size,
+        read_bandwidth_gb_per_s: bandwidth,
+        baseline: opts.baseline.clone(),
+        rows,
+    }
+}
+
+fn num(x: f64, digits: usize) -> String {
+    if x.is_finite() {
+        format!("{x:.digits$}")
+    } else {
+        "-".into()
+    }
+}
+
+const HEADER: [&str; 10] = ["backend", "spec", "median ms", "min ms", "tokens/s", "KV GB/s", "of bandwidth", "peak extra MiB", "vs baseline", "status"];
+
+fn table_rows(s: &BenchSummary) -> Vec<Vec<String>> {
+    s.rows
+        .iter()
+        .map(|r| {
+            vec![
+                r.backend.clone(),
+                r.spec.clone(),
+                num(r.median_ms, 3),
+                num(r.min_ms, 3),
+                num(r.tokens_per_s, 0),
+                num(r.kv_gb_per_s, 1),
+                if r.fraction_of_bandwidth.is_finite() { format!("{:.0}%", 100.0 * r.fraction_of_bandwidth) } else { "-".into() },
+                num(r.peak_extra_mib, 1),
+                r.ratio_to_baseline.map_or("-".into(), |x| format!("{x:.2}x")),
+                r.status.clone(),
+            ]
+        })
+        .collect()
+}
+
+fn headline(s: &BenchSummary) -> String {
+    format!(
+        "attn-diff bench: {} heads {}/{}, head size {}, block size {}, {} thread(s), median of {} reps; measured read bandwidth {:.1} GB/s",
+        s.dtype, s.heads.0, s.heads.1, s.head_size, s.block_size, s.threads, s.reps, s.read_bandwidth_gb_per_s
+    )
+}
+
+pub fn render_text(s: &BenchSummary) -> String {
+    let rows = table_rows(s);
+    let mut widths: Vec<usize> = HEADER.iter().map(|h| h.len()).collect();
+    for r in &rows {
+        for (w, c) in widths.iter_mut().zip(r) {
+            *w = (*w).max(c.chars().count());
+        }
+    }
+    let fmt = |cells: Vec<&str>| cells.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect::<Vec<_>>().join("  ").trim_end().to_string();
+    let mut out = format!("{}\n{}\n", headline(s), fmt(HEADER.to_vec()));
+    for r in &rows {
+        out.push_str(&fmt(r.iter().map(String::as_str).collect()));
+        out.push('\n');
+    }
+    out
+}
+
+pub fn render_markdown(s: &BenchSummary) -> String {
+    let mut out = format!("{}\n\n| {} |\n|{}\n", headline(s), HEADER.join(" | "), "---|".repeat(HEADER.len()));
+    for r in table_rows(s) {
+        out.push_str(&format!("| {} |\n", r.join(" | ")));
+    }
+    out
+}
+
+/// Bar chart of median time per spec per backend (log scale).
+pub fn plot(s: &BenchSummary, path: &std::path::Path) -> Result<(), String> {
+    let mut specs: Vec<String> = Vec::new();
+    let mut backends: Vec<String> = Vec::new();
+    for r in &s.rows {
+        if !specs.contains(&r.spec) {
+            specs.push(r.spec.clone());
+        }
+        if !backends.contains(&r.backend) {
+            backends.push(r.backend.clone());
+        }
+    }
+    let series: Vec<(String, Vec<f64>)> = backends
+        .iter()
+        .map(|b| (b.clone(), specs.iter().map(|sp| s.rows.iter().find(|r| &r.backend == b && &r.spec == sp && r.status == "ok").map_or(f64::NAN, |r| r.median_ms)).collect()))
+        .collect();
+    let title = format!("median time of one call, {} {}/{} d{} bs{}, {} thread(s)", s.dtype, s.heads.0, s.heads.1, s.head_size, s.block_size, s.threads);
+    crate::plot::bar_chart(path, &title, "ms (log scale)", &specs, &series)
+}
