@@ -15,9 +15,12 @@ use attn_reference::{AttentionConfig, AttentionKind, DType};
 use half::{f16, slice::HalfFloatSliceExt};
 use std::ops::Range;
 
-/// Keys per KV tile (rounded down to whole blocks when blocks are smaller): scores of 64
-/// rows for one tile are 64 KiB, well inside L2.
-pub const TILE_KEYS: usize = 256;
+/// Keys per KV tile per query row of the task, within [`MIN_TILE_KEYS`, `MAX_TILE_KEYS`]:
+/// decode (few rows) is fastest with small tiles, whose values are still in L1 when `pv`
+/// reads them; prefill (many rows) with large ones, which amortise the softmax bookkeeping.
+const TILE_KEYS_PER_ROW: usize = 8;
+const MIN_TILE_KEYS: usize = 32;
+const MAX_TILE_KEYS: usize = 512;
 
 /// How far ahead of the block being read the next one is prefetched: a few tens of KiB in
 /// flight per thread hide DRAM latency; much more only evicts what is still needed.
@@ -69,12 +72,13 @@ fn grow<T: Clone>(v: &mut Vec<T>, len: usize, fill: T) {
     }
 }
 
-/// Tile width for a block size: whole blocks when they fit, `TILE_KEYS` otherwise.
-pub fn tile_keys(block_size: usize) -> usize {
-    if block_size <= TILE_KEYS {
-        TILE_KEYS / block_size * block_size
+/// Tile width for a task of `rows` rows: whole blocks when they fit.
+pub fn tile_keys(block_size: usize, rows: usize) -> usize {
+    let target = (rows * TILE_KEYS_PER_ROW).clamp(MIN_TILE_KEYS, MAX_TILE_KEYS);
+    if block_size <= target {
+        target / block_size * block_size
     } else {
-        TILE_KEYS
+        target
     }
 }
 
@@ -90,7 +94,7 @@ pub fn run_item<T: KvElem>(
     let g = pb.geometry;
     let (d, bs, group, rows) = (g.head_size, g.block_size, pb.group, task.rows);
     let hq = pb.cfg.num_heads;
-    let lds = tile_keys(bs);
+    let lds = tile_keys(bs, rows);
     let seq_len = pb.seq_lens[task.seq];
     grow(&mut sc.q, rows * d, 0.0);
     grow(&mut sc.s, rows * lds, 0.0);
@@ -318,9 +322,11 @@ mod tests {
 
     #[test]
     fn tiles_are_whole_blocks() {
-        assert_eq!(tile_keys(16), 256);
-        assert_eq!(tile_keys(3), 255);
-        assert_eq!(tile_keys(1), 256);
-        assert_eq!(tile_keys(1000), 256);
+        assert_eq!(tile_keys(16, 4), 32);
+        assert_eq!(tile_keys(32, 64), 512);
+        assert_eq!(tile_keys(3, 32), 255);
+        assert_eq!(tile_keys(1, 1), 32);
+        assert_eq!(tile_keys(1000, 64), 512);
+        assert_eq!(tile_keys(48, 4), 32);
     }
 }
