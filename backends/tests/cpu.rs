@@ -331,6 +331,37 @@ fn thread_counts_agree() {
 
 type Mutation = fn(&mut AttentionConfig);
 
+#[test]
+fn concurrent_calls_on_one_backend_agree() {
+    let b = CpuBackend::new(CpuSettings {
+        threads: 2,
+        ..CpuSettings::default()
+    })
+    .expect("auto");
+    let cases: Vec<Case> = (0..4)
+        .map(|i| {
+            case(
+                &[200, 9, 1],
+                &[1, 9, 1],
+                config(8, 2, 64, 16, DType::Bf16),
+                30 + i,
+            )
+        })
+        .collect();
+    std::thread::scope(|scope| {
+        for c in &cases {
+            let b = &b;
+            scope.spawn(move || {
+                let expected = reference_output(c);
+                for _ in 0..20 {
+                    let out = run_case(b, c).expect("runs").output;
+                    compare(c, &out, &expected).unwrap_or_else(|e| panic!("concurrent call: {e}"));
+                }
+            });
+        }
+    });
+}
+
 /// A comparison that cannot fail proves nothing: wrong configs must be caught.
 #[test]
 fn wrong_configs_are_caught() {
