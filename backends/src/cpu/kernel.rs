@@ -10,8 +10,9 @@
 use super::elem::KvElem;
 use super::layout::Geometry;
 use super::scheduler::Task;
-use super::simd::{Ops, PvArgs, QkArgs};
+use super::simd::{Ops, PvArgs, QkArgs, QkBf16Args};
 use attn_reference::{AttentionConfig, AttentionKind, DType};
+use half::bf16;
 use half::{f16, slice::HalfFloatSliceExt};
 use std::ops::Range;
 
@@ -25,6 +26,9 @@ const MAX_TILE_KEYS: usize = 512;
 /// How far ahead of the block being read the next one is prefetched: a few tens of KiB in
 /// flight per thread hide DRAM latency; much more only evicts what is still needed.
 const PREFETCH_BYTES: usize = 32 * 1024;
+
+/// Tasks with at least this many rows use the bf16 pair-dot score kernel where it exists.
+const PAIR_MIN_ROWS: usize = 12;
 
 /// The keys the query at position `p` may see, as a half-open range.
 pub fn visible_keys(
@@ -64,6 +68,9 @@ pub struct Scratch {
     m: Vec<f32>,
     l: Vec<f32>,
     vis: Vec<Range<usize>>,
+    /// Query rows as bf16 pairs and keys regrouped likewise, for `qk_bf16`.
+    q2: Vec<u32>,
+    packed: Vec<u32>,
 }
 
 fn grow<T: Clone>(v: &mut Vec<T>, len: usize, fill: T) {
@@ -112,6 +119,24 @@ pub fn run_item<T: KvElem>(
         }
         sc.vis[r] = visible_keys(pb.cfg.kind, pb.cfg.sliding_window, task.pos0 + t, seq_len);
     }
+    // bf16 pair dot products pay off once enough rows share each regrouped block.
+    let qk_bf16 = pb.ops.qk_bf16.filter(|_| rows >= PAIR_MIN_ROWS);
+    let dp = d.div_ceil(2);
+    if qk_bf16.is_some() {
+        grow(&mut sc.q2, rows * dp, 0);
+        grow(&mut sc.packed, dp * bs, 0);
+        for r in 0..rows {
+            let (t, h) = (r / group, task.kv_head * group + r % group);
+            let src = &pb.query[((task.token0 + t) * hq + h) * d..][..d];
+            for (p, pair) in sc.q2[r * dp..(r + 1) * dp].iter_mut().enumerate() {
+                let half = |i: usize| {
+                    src.get(i)
+                        .map_or(0, |&x| bf16::from_f32(x).to_bits() as u32)
+                };
+                *pair = half(2 * p) | half(2 * p + 1) << 16;
+            }
+        }
+    }
     sc.o[..rows * d].fill(0.0);
     sc.m[..rows].fill(f32::NEG_INFINITY);
     sc.l[..rows].fill(0.0);
@@ -141,19 +166,36 @@ pub fn run_item<T: KvElem>(
             // computed on; block tables scatter blocks where no hardware prefetcher follows.
             let far = key + n + (ahead - 1) * bs;
             let next: &[T] = if far < keys.end { chunk(far).0 } else { &[] };
-            (pb.ops.qk)(QkArgs {
-                q: &sc.q,
-                rows,
-                d,
-                kt: &kv[..bs * d],
-                prefetch: next,
-                bs,
-                j0,
-                n,
-                s: &mut sc.s,
-                lds,
-                c0: key - a,
-            });
+            match (qk_bf16, T::as_bf16(kv)) {
+                (Some(qk_bf16), Some(kv)) => qk_bf16(QkBf16Args {
+                    q2: &sc.q2,
+                    rows,
+                    d,
+                    kt: &kv[..bs * d],
+                    bs,
+                    j0,
+                    n,
+                    s: &mut sc.s,
+                    lds,
+                    c0: key - a,
+                    scale: pb.scale,
+                    packed: &mut sc.packed,
+                    prefetch: T::as_bf16(next).unwrap_or_default(),
+                }),
+                _ => (pb.ops.qk)(QkArgs {
+                    q: &sc.q,
+                    rows,
+                    d,
+                    kt: &kv[..bs * d],
+                    prefetch: next,
+                    bs,
+                    j0,
+                    n,
+                    s: &mut sc.s,
+                    lds,
+                    c0: key - a,
+                }),
+            }
             key += n;
         }
 
