@@ -147,12 +147,28 @@ unsafe fn qk_rows<T: KvElem, const R: usize>(t: Tile<T>, pf: &mut Prefetch) {
                 }
             }
         } else {
-            for i in 0..d {
+            // One key vector: even and odd dimensions go to separate accumulators, so each
+            // row still has two independent FMA chains (block size 16 and tails).
+            let mut i = 0;
+            while i + 1 < d {
                 pf.step();
+                pf.step();
+                let k0 = load(kt.wrapping_add(i * bs + j), m0);
+                let k1 = load(kt.wrapping_add((i + 1) * bs + j), m0);
+                for r in 0..R {
+                    acc0[r] = _mm512_fmadd_ps(_mm512_set1_ps(*q.add(r * d + i)), k0, acc0[r]);
+                    acc1[r] = _mm512_fmadd_ps(_mm512_set1_ps(*q.add(r * d + i + 1)), k1, acc1[r]);
+                }
+                i += 2;
+            }
+            if i < d {
                 let k0 = load(kt.wrapping_add(i * bs + j), m0);
                 for r in 0..R {
                     acc0[r] = _mm512_fmadd_ps(_mm512_set1_ps(*q.add(r * d + i)), k0, acc0[r]);
                 }
+            }
+            for r in 0..R {
+                acc0[r] = _mm512_add_ps(acc0[r], acc1[r]);
             }
         }
         for r in 0..R {

@@ -131,12 +131,20 @@ unsafe fn qk_rows<const R: usize>(t: Tile) {
                 }
             }
         } else {
+            // One key vector: alternate accumulators keep two independent chains per row.
             for p in 0..dp {
                 let k0 = bh(_mm512_maskz_loadu_epi32(m0, packed.wrapping_add(p * n + j)));
                 for r in 0..R {
                     let qv = bh(_mm512_set1_epi32(*q2.add(r * dp + p) as i32));
-                    acc0[r] = _mm512_dpbf16_ps(acc0[r], k0, qv);
+                    if p % 2 == 0 {
+                        acc0[r] = _mm512_dpbf16_ps(acc0[r], k0, qv);
+                    } else {
+                        acc1[r] = _mm512_dpbf16_ps(acc1[r], k0, qv);
+                    }
                 }
+            }
+            for r in 0..R {
+                acc0[r] = _mm512_add_ps(acc0[r], acc1[r]);
             }
         }
         for r in 0..R {
