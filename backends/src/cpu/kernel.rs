@@ -3,7 +3,8 @@
 //!
 //! Per KV tile: scores for every row (`qk`, block by block through the block table), then
 //! soft-cap, ALiBi and the visibility mask, then per row the running max/sum update (output
-//! rescaled only when the max grows), then the weighted values (`pv`). Everything is f32.
+//! rescaled only when the max grows), then the weighted values (`pv`). Accumulation is f32
+//! throughout (bf16 prefill scores may come from exact bf16 products via `qk_bf16`).
 //! The item leaves unnormalised rows with their max and sum; [`finalize_task`] merges the
 //! splits of a task (log-sum-exp), adds the sink and writes the rounded output.
 
@@ -12,8 +13,7 @@ use super::layout::Geometry;
 use super::scheduler::Task;
 use super::simd::{Ops, PvArgs, QkArgs, QkBf16Args};
 use attn_reference::{AttentionConfig, AttentionKind, DType};
-use half::bf16;
-use half::{f16, slice::HalfFloatSliceExt};
+use half::{bf16, f16, slice::HalfFloatSliceExt};
 use std::ops::Range;
 
 /// Keys per KV tile per query row of the task, within [`MIN_TILE_KEYS`, `MAX_TILE_KEYS`]:
