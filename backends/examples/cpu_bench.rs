@@ -31,8 +31,9 @@ fn main() -> Result<(), String> {
         .map_err(|e| format!("--threads: {e}"))?;
     let reps: usize = arg(&args, "--reps")
         .unwrap_or("11".into())
-        .parse()
-        .map_err(|e| format!("--reps: {e}"))?;
+        .parse::<usize>()
+        .map_err(|e| format!("--reps: {e}"))?
+        .max(1);
     let simd = match arg(&args, "--simd") {
         Some(s) => SimdChoice::Force(s.parse::<SimdLevel>()?),
         None => SimdChoice::Auto,

@@ -7,6 +7,7 @@ use attn_reference::{
     build_case, build_spec_case, reference_output, spec_by_name, AttentionConfig, AttentionKind,
     BuildOptions, Case, DType,
 };
+use proptest::prelude::*;
 
 /// (atol, rtol) per dtype: |actual - expected| <= atol + rtol * |expected|.
 fn tolerance(dtype: DType) -> (f64, f64) {
@@ -330,6 +331,37 @@ fn thread_counts_agree() {
 
 type Mutation = fn(&mut AttentionConfig);
 
+#[test]
+fn concurrent_calls_on_one_backend_agree() {
+    let b = CpuBackend::new(CpuSettings {
+        threads: 2,
+        ..CpuSettings::default()
+    })
+    .expect("auto");
+    let cases: Vec<Case> = (0..4)
+        .map(|i| {
+            case(
+                &[200, 9, 1],
+                &[1, 9, 1],
+                config(8, 2, 64, 16, DType::Bf16),
+                30 + i,
+            )
+        })
+        .collect();
+    std::thread::scope(|scope| {
+        for c in &cases {
+            let b = &b;
+            scope.spawn(move || {
+                let expected = reference_output(c);
+                for _ in 0..20 {
+                    let out = run_case(b, c).expect("runs").output;
+                    compare(c, &out, &expected).unwrap_or_else(|e| panic!("concurrent call: {e}"));
+                }
+            });
+        }
+    });
+}
+
 /// A comparison that cannot fail proves nothing: wrong configs must be caught.
 #[test]
 fn wrong_configs_are_caught() {
@@ -460,5 +492,79 @@ fn this_machine_runs_every_level_it_has() {
             SimdLevel::Avx512.is_available(),
             "AVX-512 required but not detected"
         );
+    }
+}
+
+/// Random configs and batches: every feature combination the fixed cases above do not name.
+fn random_case() -> impl Strategy<Value = Case> {
+    let heads = (1usize..=3, 1usize..=4).prop_map(|(kv, g)| (kv * g, kv));
+    let dims = (
+        prop::sample::select(vec![1usize, 2, 3, 7, 16, 31, 64, 80, 128]),
+        prop::sample::select(vec![1usize, 2, 3, 5, 8, 16, 32, 33]),
+    );
+    let features = (
+        prop::sample::select(DType::ALL.to_vec()),
+        any::<bool>(),
+        prop::option::of(1usize..=24),
+        prop::option::of(prop::sample::select(vec![1.0f32, 5.0, 30.0])),
+        any::<bool>(),
+        any::<bool>(),
+    );
+    let batch = (
+        prop::collection::vec((1usize..=70, 0.0f64..=1.0), 1..=4),
+        0usize..=3,
+        any::<u64>(),
+    );
+    (heads, dims, features, batch).prop_map(
+        |(
+            (hq, hkv),
+            (d, bs),
+            (dtype, encoder, window, cap, alibi, sinks),
+            (seqs, padding, seed),
+        )| {
+            let mut cfg = AttentionConfig::new(hq, hkv, d, bs, dtype);
+            if encoder {
+                cfg.kind = AttentionKind::EncoderOnly;
+            }
+            cfg.sliding_window = window;
+            cfg.logits_soft_cap = cap;
+            cfg.alibi_slopes = alibi.then(|| slopes(hq));
+            cfg.sinks = sinks.then(|| (0..hq).map(|h| h as f32 * 0.7 - 1.0).collect());
+            let seq_lens: Vec<usize> = seqs.iter().map(|s| s.0).collect();
+            let query_lens: Vec<usize> = seqs
+                .iter()
+                .map(|&(l, f)| {
+                    if encoder {
+                        l
+                    } else {
+                        ((l as f64 * f).ceil() as usize).clamp(1, l)
+                    }
+                })
+                .collect();
+            let opts = BuildOptions {
+                padding_tokens: padding,
+                spare_blocks: 1,
+                ..BuildOptions::default()
+            };
+            build_case(&seq_lens, &query_lens, cfg, seed, &opts)
+        },
+    )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: std::env::var("PROPTEST_CASES").ok().and_then(|s| s.parse().ok()).unwrap_or(48),
+        ..ProptestConfig::default()
+    })]
+
+    #[test]
+    fn random_cases_match_the_oracle(case in random_case()) {
+        let expected = reference_output(&case);
+        for (name, backend) in variants() {
+            let out = run_case(&backend, &case).map_err(|e| TestCaseError::fail(format!("[{name}] {e}")))?.output;
+            if let Err(e) = compare(&case, &out, &expected) {
+                return Err(TestCaseError::fail(format!("[{name}] {}\n{e}", case.shape_summary())));
+            }
+        }
     }
 }

@@ -14,6 +14,11 @@ pub trait KvElem: Copy + Send + Sync + 'static {
     const KIND: ElemKind;
     fn from_f32(x: f32) -> Self;
     fn to_f32(self) -> f32;
+    /// The slice as bf16, for kernels that only exist for bf16.
+    fn as_bf16(data: &[Self]) -> Option<&[bf16]> {
+        let _ = data;
+        None
+    }
 }
 
 impl KvElem for f32 {
@@ -37,6 +42,9 @@ impl KvElem for bf16 {
     #[inline(always)]
     fn to_f32(self) -> f32 {
         bf16::to_f32(self)
+    }
+    fn as_bf16(data: &[Self]) -> Option<&[bf16]> {
+        Some(data)
     }
 }
 

@@ -3,25 +3,32 @@
 //!
 //! Per KV tile: scores for every row (`qk`, block by block through the block table), then
 //! soft-cap, ALiBi and the visibility mask, then per row the running max/sum update (output
-//! rescaled only when the max grows), then the weighted values (`pv`). Everything is f32.
+//! rescaled only when the max grows), then the weighted values (`pv`). Accumulation is f32
+//! throughout (bf16 prefill scores may come from exact bf16 products via `qk_bf16`).
 //! The item leaves unnormalised rows with their max and sum; [`finalize_task`] merges the
 //! splits of a task (log-sum-exp), adds the sink and writes the rounded output.
 
 use super::elem::KvElem;
 use super::layout::Geometry;
 use super::scheduler::Task;
-use super::simd::{Ops, PvArgs, QkArgs};
+use super::simd::{Ops, PvArgs, QkArgs, QkBf16Args};
 use attn_reference::{AttentionConfig, AttentionKind, DType};
-use half::{f16, slice::HalfFloatSliceExt};
+use half::{bf16, f16, slice::HalfFloatSliceExt};
 use std::ops::Range;
 
-/// Keys per KV tile (rounded down to whole blocks when blocks are smaller): scores of 64
-/// rows for one tile are 64 KiB, well inside L2.
-pub const TILE_KEYS: usize = 256;
+/// Keys per KV tile per query row of the task, within [`MIN_TILE_KEYS`, `MAX_TILE_KEYS`]:
+/// decode (few rows) is fastest with small tiles, whose values are still in L1 when `pv`
+/// reads them; prefill (many rows) with large ones, which amortise the softmax bookkeeping.
+const TILE_KEYS_PER_ROW: usize = 8;
+const MIN_TILE_KEYS: usize = 32;
+const MAX_TILE_KEYS: usize = 512;
 
 /// How far ahead of the block being read the next one is prefetched: a few tens of KiB in
 /// flight per thread hide DRAM latency; much more only evicts what is still needed.
 const PREFETCH_BYTES: usize = 32 * 1024;
+
+/// Tasks with at least this many rows use the bf16 pair-dot score kernel where it exists.
+const PAIR_MIN_ROWS: usize = 12;
 
 /// The keys the query at position `p` may see, as a half-open range.
 pub fn visible_keys(
@@ -61,6 +68,9 @@ pub struct Scratch {
     m: Vec<f32>,
     l: Vec<f32>,
     vis: Vec<Range<usize>>,
+    /// Query rows as bf16 pairs and keys regrouped likewise, for `qk_bf16`.
+    q2: Vec<u32>,
+    packed: Vec<u32>,
 }
 
 fn grow<T: Clone>(v: &mut Vec<T>, len: usize, fill: T) {
@@ -69,12 +79,13 @@ fn grow<T: Clone>(v: &mut Vec<T>, len: usize, fill: T) {
     }
 }
 
-/// Tile width for a block size: whole blocks when they fit, `TILE_KEYS` otherwise.
-pub fn tile_keys(block_size: usize) -> usize {
-    if block_size <= TILE_KEYS {
-        TILE_KEYS / block_size * block_size
+/// Tile width for a task of `rows` rows: whole blocks when they fit.
+pub fn tile_keys(block_size: usize, rows: usize) -> usize {
+    let target = (rows * TILE_KEYS_PER_ROW).clamp(MIN_TILE_KEYS, MAX_TILE_KEYS);
+    if block_size <= target {
+        target / block_size * block_size
     } else {
-        TILE_KEYS
+        target
     }
 }
 
@@ -90,7 +101,7 @@ pub fn run_item<T: KvElem>(
     let g = pb.geometry;
     let (d, bs, group, rows) = (g.head_size, g.block_size, pb.group, task.rows);
     let hq = pb.cfg.num_heads;
-    let lds = tile_keys(bs);
+    let lds = tile_keys(bs, rows);
     let seq_len = pb.seq_lens[task.seq];
     grow(&mut sc.q, rows * d, 0.0);
     grow(&mut sc.s, rows * lds, 0.0);
@@ -107,6 +118,24 @@ pub fn run_item<T: KvElem>(
             *dst = x * pb.scale;
         }
         sc.vis[r] = visible_keys(pb.cfg.kind, pb.cfg.sliding_window, task.pos0 + t, seq_len);
+    }
+    // bf16 pair dot products pay off once enough rows share each regrouped block.
+    let qk_bf16 = pb.ops.qk_bf16.filter(|_| rows >= PAIR_MIN_ROWS);
+    let dp = d.div_ceil(2);
+    if qk_bf16.is_some() {
+        grow(&mut sc.q2, rows * dp, 0);
+        grow(&mut sc.packed, dp * bs, 0);
+        for r in 0..rows {
+            let (t, h) = (r / group, task.kv_head * group + r % group);
+            let src = &pb.query[((task.token0 + t) * hq + h) * d..][..d];
+            for (p, pair) in sc.q2[r * dp..(r + 1) * dp].iter_mut().enumerate() {
+                let half = |i: usize| {
+                    src.get(i)
+                        .map_or(0, |&x| bf16::from_f32(x).to_bits() as u32)
+                };
+                *pair = half(2 * p) | half(2 * p + 1) << 16;
+            }
+        }
     }
     sc.o[..rows * d].fill(0.0);
     sc.m[..rows].fill(f32::NEG_INFINITY);
@@ -137,19 +166,36 @@ pub fn run_item<T: KvElem>(
             // computed on; block tables scatter blocks where no hardware prefetcher follows.
             let far = key + n + (ahead - 1) * bs;
             let next: &[T] = if far < keys.end { chunk(far).0 } else { &[] };
-            (pb.ops.qk)(QkArgs {
-                q: &sc.q,
-                rows,
-                d,
-                kt: &kv[..bs * d],
-                prefetch: next,
-                bs,
-                j0,
-                n,
-                s: &mut sc.s,
-                lds,
-                c0: key - a,
-            });
+            match (qk_bf16, T::as_bf16(kv)) {
+                (Some(qk_bf16), Some(kv)) => qk_bf16(QkBf16Args {
+                    q2: &sc.q2,
+                    rows,
+                    d,
+                    kt: &kv[..bs * d],
+                    bs,
+                    j0,
+                    n,
+                    s: &mut sc.s,
+                    lds,
+                    c0: key - a,
+                    scale: pb.scale,
+                    packed: &mut sc.packed,
+                    prefetch: T::as_bf16(next).unwrap_or_default(),
+                }),
+                _ => (pb.ops.qk)(QkArgs {
+                    q: &sc.q,
+                    rows,
+                    d,
+                    kt: &kv[..bs * d],
+                    prefetch: next,
+                    bs,
+                    j0,
+                    n,
+                    s: &mut sc.s,
+                    lds,
+                    c0: key - a,
+                }),
+            }
             key += n;
         }
 
@@ -318,9 +364,11 @@ mod tests {
 
     #[test]
     fn tiles_are_whole_blocks() {
-        assert_eq!(tile_keys(16), 256);
-        assert_eq!(tile_keys(3), 255);
-        assert_eq!(tile_keys(1), 256);
-        assert_eq!(tile_keys(1000), 256);
+        assert_eq!(tile_keys(16, 4), 32);
+        assert_eq!(tile_keys(32, 64), 512);
+        assert_eq!(tile_keys(3, 32), 255);
+        assert_eq!(tile_keys(1, 1), 32);
+        assert_eq!(tile_keys(1000, 64), 512);
+        assert_eq!(tile_keys(48, 4), 32);
     }
 }

@@ -76,7 +76,8 @@ pub struct CpuBackend {
     settings: CpuSettings,
     threads: usize,
     level: SimdLevel,
-    /// Built on first use, so listing backends spawns no threads.
+    /// `threads - 1` helpers (the calling thread is the other worker), built on first use
+    /// so listing backends spawns no threads.
     pool: OnceLock<Option<rayon::ThreadPool>>,
     scratch: Vec<Mutex<Scratch>>,
     /// Partial results of the work items, reused across calls.
@@ -98,26 +99,20 @@ impl CpuBackend {
                 );
             }
         };
-        let scratch = (0..threads)
-            .map(|_| Mutex::new(Scratch::default()))
-            .collect();
-        Ok(CpuBackend {
-            settings,
-            threads,
-            level,
-            pool: OnceLock::new(),
-            scratch,
-            staging: Mutex::default(),
-        })
+        Ok(Self::with(settings, threads, level))
     }
 
     /// Auto settings: every core, the best SIMD level.
     pub fn auto() -> Self {
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        Self::with(CpuSettings::default(), threads, SimdLevel::best())
+    }
+
+    fn with(settings: CpuSettings, threads: usize, level: SimdLevel) -> Self {
         CpuBackend {
-            settings: CpuSettings::default(),
+            settings,
             threads,
-            level: SimdLevel::best(),
+            level,
             pool: OnceLock::new(),
             scratch: (0..threads)
                 .map(|_| Mutex::new(Scratch::default()))
@@ -144,7 +139,7 @@ impl CpuBackend {
                 (self.threads > 1)
                     .then(|| {
                         rayon::ThreadPoolBuilder::new()
-                            .num_threads(self.threads)
+                            .num_threads(self.threads - 1)
                             .build()
                             .ok()
                     })
@@ -188,7 +183,11 @@ impl CpuBackend {
         let (hq, d, bs) = (config.num_heads, config.head_size, config.block_size);
         let seqs = step.seq_lens.len();
         let qsl = step.query_start_loc;
-        if step.num_tokens.checked_mul(hq * d) != Some(step.query.len()) {
+        if hq
+            .checked_mul(d)
+            .and_then(|row| row.checked_mul(step.num_tokens))
+            != Some(step.query.len())
+        {
             return Err(self.invalid(format!(
                 "query holds {} values, expected {} x {hq} x {d}",
                 step.query.len(),

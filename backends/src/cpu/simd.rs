@@ -13,6 +13,8 @@ mod scalar;
 mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
+#[cfg(target_arch = "x86_64")]
+mod avx512bf16;
 
 /// Ask the CPU to start loading `data` into cache (at most `MAX_PREFETCH_BYTES` of it), so
 /// the next cache block streams in while the current one is computed on. Block tables send
@@ -43,10 +45,18 @@ pub enum SimdLevel {
     Avx2,
     /// AVX-512 F/BW/VL, 16 lanes, masked tails.
     Avx512,
+    /// AVX-512 plus `vdpbf16ps`: bf16 scores of many-row tasks as bf16 pair dot products
+    /// (exact products, f32 sums); everything else as `Avx512`.
+    Avx512Bf16,
 }
 
 impl SimdLevel {
-    pub const ALL: [SimdLevel; 3] = [SimdLevel::Scalar, SimdLevel::Avx2, SimdLevel::Avx512];
+    pub const ALL: [SimdLevel; 4] = [
+        SimdLevel::Scalar,
+        SimdLevel::Avx2,
+        SimdLevel::Avx512,
+        SimdLevel::Avx512Bf16,
+    ];
 
     /// Whether this CPU can run the level.
     pub fn is_available(self) -> bool {
@@ -56,6 +66,8 @@ impl SimdLevel {
             SimdLevel::Avx2 => avx2::detected(),
             #[cfg(target_arch = "x86_64")]
             SimdLevel::Avx512 => avx512::detected(),
+            #[cfg(target_arch = "x86_64")]
+            SimdLevel::Avx512Bf16 => avx512bf16::detected(),
             #[cfg(not(target_arch = "x86_64"))]
             _ => false,
         }
@@ -82,6 +94,7 @@ impl SimdLevel {
             SimdLevel::Scalar => "scalar",
             SimdLevel::Avx2 => "avx2",
             SimdLevel::Avx512 => "avx512",
+            SimdLevel::Avx512Bf16 => "avx512bf16",
         }
     }
 }
@@ -98,7 +111,9 @@ impl FromStr for SimdLevel {
         SimdLevel::ALL
             .into_iter()
             .find(|l| l.name().eq_ignore_ascii_case(s))
-            .ok_or_else(|| format!("unknown SIMD level `{s}` (expected scalar, avx2 or avx512)"))
+            .ok_or_else(|| {
+                format!("unknown SIMD level `{s}` (expected scalar, avx2, avx512 or avx512bf16)")
+            })
     }
 }
 
@@ -138,6 +153,53 @@ impl<T> QkArgs<'_, T> {
         assert!(
             self.rows == 0 || self.s.len() >= (self.rows - 1) * self.lds + self.c0 + self.n,
             "qk: score tile too short"
+        );
+    }
+}
+
+/// `s[r * lds + c0 + j] = scale * sum_i q[r][i] * kt[i * bs + j0 + j]` with the query rows
+/// given as bf16 pairs: `q2[r * dp + p]` holds dimension `2p` in its low and `2p + 1` in its
+/// high half (0 past `d`), `dp = ceil(d / 2)`. `packed` is scratch for the keys regrouped
+/// the same way (at least `dp * n`).
+pub struct QkBf16Args<'a> {
+    pub q2: &'a [u32],
+    pub rows: usize,
+    pub d: usize,
+    pub kt: &'a [half::bf16],
+    pub bs: usize,
+    pub j0: usize,
+    pub n: usize,
+    pub s: &'a mut [f32],
+    pub lds: usize,
+    pub c0: usize,
+    pub scale: f32,
+    pub packed: &'a mut [u32],
+    pub prefetch: &'a [half::bf16],
+}
+
+impl QkBf16Args<'_> {
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    fn check(&self) {
+        let dp = self.d.div_ceil(2);
+        assert!(
+            self.q2.len() >= self.rows * dp,
+            "qk_bf16: query tile too short"
+        );
+        assert!(
+            self.kt.len() >= self.d * self.bs && self.j0 + self.n <= self.bs,
+            "qk_bf16: keys outside the block"
+        );
+        assert!(
+            self.c0 + self.n <= self.lds,
+            "qk_bf16: columns outside the score row"
+        );
+        assert!(
+            self.rows == 0 || self.s.len() >= (self.rows - 1) * self.lds + self.c0 + self.n,
+            "qk_bf16: score tile too short"
+        );
+        assert!(
+            self.packed.len() >= dp * self.n,
+            "qk_bf16: packing scratch too short"
         );
     }
 }
@@ -188,6 +250,8 @@ pub struct Ops<T> {
     pub exp_sum: fn(&mut [f32], f32) -> f32,
     /// `x *= a` in place.
     pub scale: fn(&mut [f32], f32),
+    /// Scores from bf16 pairs, where the level has them and the cache is bf16.
+    pub qk_bf16: Option<fn(QkBf16Args<'_>)>,
 }
 
 impl<T: KvElem> Ops<T> {
@@ -198,7 +262,9 @@ impl<T: KvElem> Ops<T> {
             #[cfg(target_arch = "x86_64")]
             SimdLevel::Avx2 => avx2::ops(),
             #[cfg(target_arch = "x86_64")]
-            SimdLevel::Avx512 => avx512::ops(),
+            SimdLevel::Avx512 => avx512::ops(false),
+            #[cfg(target_arch = "x86_64")]
+            SimdLevel::Avx512Bf16 => avx512::ops(avx512bf16::detected()),
             #[cfg(not(target_arch = "x86_64"))]
             _ => None,
         }

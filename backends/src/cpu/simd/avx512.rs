@@ -17,20 +17,31 @@ pub fn detected() -> bool {
 
 /// The table is only handed out on a CPU with the features, which is what makes the safe
 /// wrappers below sound.
-pub fn ops<T: KvElem>() -> Option<Ops<T>> {
+/// With `bf16_dot` (a CPU with avx512bf16), bf16 caches also get the pair-dot score kernel.
+pub fn ops<T: KvElem>(bf16_dot: bool) -> Option<Ops<T>> {
+    let bf16_dot = bf16_dot && T::KIND == ElemKind::Bf16;
     detected().then_some(Ops {
-        level: SimdLevel::Avx512,
+        level: if bf16_dot {
+            SimdLevel::Avx512Bf16
+        } else {
+            SimdLevel::Avx512
+        },
         qk: qk::<T>,
         pv: pv::<T>,
         max,
         exp_sum,
         scale,
+        qk_bf16: if bf16_dot {
+            Some(super::avx512bf16::qk)
+        } else {
+            None
+        },
     })
 }
 
 /// Lanes `0..k` set (all 16 for `k >= 16`).
 #[inline(always)]
-fn lanes(k: usize) -> __mmask16 {
+pub(super) fn lanes(k: usize) -> __mmask16 {
     if k >= 16 {
         0xffff
     } else {
@@ -136,12 +147,28 @@ unsafe fn qk_rows<T: KvElem, const R: usize>(t: Tile<T>, pf: &mut Prefetch) {
                 }
             }
         } else {
-            for i in 0..d {
+            // One key vector: even and odd dimensions go to separate accumulators, so each
+            // row still has two independent FMA chains (block size 16 and tails).
+            let mut i = 0;
+            while i + 1 < d {
                 pf.step();
+                pf.step();
+                let k0 = load(kt.wrapping_add(i * bs + j), m0);
+                let k1 = load(kt.wrapping_add((i + 1) * bs + j), m0);
+                for r in 0..R {
+                    acc0[r] = _mm512_fmadd_ps(_mm512_set1_ps(*q.add(r * d + i)), k0, acc0[r]);
+                    acc1[r] = _mm512_fmadd_ps(_mm512_set1_ps(*q.add(r * d + i + 1)), k1, acc1[r]);
+                }
+                i += 2;
+            }
+            if i < d {
                 let k0 = load(kt.wrapping_add(i * bs + j), m0);
                 for r in 0..R {
                     acc0[r] = _mm512_fmadd_ps(_mm512_set1_ps(*q.add(r * d + i)), k0, acc0[r]);
                 }
+            }
+            for r in 0..R {
+                acc0[r] = _mm512_add_ps(acc0[r], acc1[r]);
             }
         }
         for r in 0..R {
@@ -157,14 +184,14 @@ unsafe fn qk_rows<T: KvElem, const R: usize>(t: Tile<T>, pf: &mut Prefetch) {
 
 /// Cache lines of a region to prefetch, a fixed number per loop step.
 #[derive(Clone, Copy)]
-struct Prefetch {
+pub(super) struct Prefetch {
     next: *const i8,
     end: *const i8,
     per_step: usize,
 }
 
 impl Prefetch {
-    fn new<T>(data: &[T], steps: usize) -> Prefetch {
+    pub(super) fn new<T>(data: &[T], steps: usize) -> Prefetch {
         let bytes = std::mem::size_of_val(data);
         let lines = bytes.div_ceil(64);
         let next = data.as_ptr() as *const i8;
@@ -176,7 +203,7 @@ impl Prefetch {
     }
 
     #[inline(always)]
-    fn step(&mut self) {
+    pub(super) fn step(&mut self) {
         for _ in 0..self.per_step {
             if self.next >= self.end {
                 return;
