@@ -107,7 +107,10 @@ impl Options {
     }
 
     fn get(&self, name: &str) -> Option<String> {
-        self.values.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone())
+        self.values
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
     }
 
     fn required(&self, name: &'static str) -> Result<String, CliError> {
@@ -166,7 +169,10 @@ pub fn parse_args(args: &[String], env_comment: Option<String>) -> Result<Comman
             };
             Ok(Command::Plan {
                 out: PathBuf::from(o.required("--out")?),
-                comment: o.get("--comment").or(env_comment).ok_or(CliError::NoComment)?,
+                comment: o
+                    .get("--comment")
+                    .or(env_comment)
+                    .ok_or(CliError::NoComment)?,
                 gate,
                 pr: o.number("--pr")?,
                 sha: o.get("--sha"),
@@ -186,7 +192,13 @@ pub fn parse_args(args: &[String], env_comment: Option<String>) -> Result<Comman
             let o = Options::parse(
                 rest,
                 &[],
-                &["--request", "--shards", "--out", "--replay-artifact", "--run-url"],
+                &[
+                    "--request",
+                    "--shards",
+                    "--out",
+                    "--replay-artifact",
+                    "--run-url",
+                ],
             )?;
             Ok(Command::Report {
                 request: PathBuf::from(o.required("--request")?),
@@ -214,16 +226,33 @@ mod tests {
     #[test]
     fn plan_takes_the_comment_from_the_environment() {
         let c = parse_args(
-            &args(&["plan", "--out", "o", "--allowlist", "l", "--author", "a", "--association", "OWNER", "--pr", "5"]),
+            &args(&[
+                "plan",
+                "--out",
+                "o",
+                "--allowlist",
+                "l",
+                "--author",
+                "a",
+                "--association",
+                "OWNER",
+                "--pr",
+                "5",
+            ]),
             Some("bot:test".into()),
         )
         .unwrap();
-        assert!(matches!(c, Command::Plan { ref comment, pr: Some(5), gate: GateArgs::Comment { .. }, .. } if comment == "bot:test"));
+        assert!(
+            matches!(c, Command::Plan { ref comment, pr: Some(5), gate: GateArgs::Comment { .. }, .. } if comment == "bot:test")
+        );
     }
 
     #[test]
     fn plan_needs_one_gate() {
-        let e = parse_args(&args(&["plan", "--out", "o", "--local", "--author", "a"]), Some("x".into()));
+        let e = parse_args(
+            &args(&["plan", "--out", "o", "--local", "--author", "a"]),
+            Some("x".into()),
+        );
         assert_eq!(e, Err(CliError::Gate));
         let e = parse_args(&args(&["plan", "--out", "o"]), Some("x".into()));
         assert_eq!(e, Err(CliError::Gate));
@@ -234,10 +263,19 @@ mod tests {
     #[test]
     fn bad_arguments() {
         assert_eq!(parse_args(&[], None), Err(CliError::NoCommand));
-        assert_eq!(parse_args(&args(&["x"]), None), Err(CliError::UnknownCommand("x".into())));
         assert_eq!(
-            parse_args(&args(&["shard", "--index", "a", "--request", "r", "--shards", "s"]), None),
-            Err(CliError::NotANumber { option: "--index".into(), value: "a".into() })
+            parse_args(&args(&["x"]), None),
+            Err(CliError::UnknownCommand("x".into()))
+        );
+        assert_eq!(
+            parse_args(
+                &args(&["shard", "--index", "a", "--request", "r", "--shards", "s"]),
+                None
+            ),
+            Err(CliError::NotANumber {
+                option: "--index".into(),
+                value: "a".into()
+            })
         );
         assert_eq!(
             parse_args(&args(&["shard", "--index"]), None),

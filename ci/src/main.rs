@@ -42,10 +42,11 @@ fn execute(command: Command) -> Result<u8, RunError> {
                     author,
                     association,
                 } => {
-                    let text = std::fs::read_to_string(&allowlist).map_err(|source| RunError::Read {
-                        path: allowlist.clone(),
-                        source,
-                    })?;
+                    let text =
+                        std::fs::read_to_string(&allowlist).map_err(|source| RunError::Read {
+                            path: allowlist.clone(),
+                            source,
+                        })?;
                     Gate::Comment {
                         allowlist: AllowList::parse(&text)?,
                         author,
@@ -114,7 +115,12 @@ fn execute(command: Command) -> Result<u8, RunError> {
             let reply = out.join(run::REPLY_FILE);
             match std::fs::read_to_string(&reply) {
                 Ok(text) => println!("{text}"),
-                Err(source) => return Err(RunError::Read { path: reply, source }),
+                Err(source) => {
+                    return Err(RunError::Read {
+                        path: reply,
+                        source,
+                    })
+                }
             }
             Ok(match outcome {
                 Report::Passed => 0,

@@ -32,7 +32,9 @@ pub enum MergeError {
         found: String,
         expected: String,
     },
-    #[error("upstream row `{status}` of {backend} is neither `pass`, `unsupported: …` nor `FAIL (…)`")]
+    #[error(
+        "upstream row `{status}` of {backend} is neither `pass`, `unsupported: …` nor `FAIL (…)`"
+    )]
     UnknownUpstreamStatus { backend: String, status: String },
     #[error("shard {index}: {backend}'s counts are smaller than its upstream rows account for")]
     Inconsistent { index: usize, backend: String },
@@ -72,7 +74,12 @@ fn take(n: &mut usize, index: usize, backend: &str) -> Result<(), MergeError> {
     Ok(())
 }
 
-fn take_key(map: &mut BTreeMap<String, usize>, key: &str, index: usize, backend: &str) -> Result<(), MergeError> {
+fn take_key(
+    map: &mut BTreeMap<String, usize>,
+    key: &str,
+    index: usize,
+    backend: &str,
+) -> Result<(), MergeError> {
     let n = map.get_mut(key).ok_or_else(|| MergeError::Inconsistent {
         index,
         backend: backend.to_string(),
@@ -96,7 +103,9 @@ fn property_part(
         take(&mut p.cases_run, index, name)?;
         match outcome(row)? {
             UpstreamOutcome::Pass => take(&mut p.passed, index, name)?,
-            UpstreamOutcome::Unsupported(reason) => take_key(&mut p.unsupported, &reason, index, name)?,
+            UpstreamOutcome::Unsupported(reason) => {
+                take_key(&mut p.unsupported, &reason, index, name)?
+            }
             UpstreamOutcome::Failed(kind) => {
                 take(&mut p.failed, index, name)?;
                 take_key(&mut p.divergences, &kind, index, name)?;
@@ -150,7 +159,12 @@ fn check_agree(
 fn upstream_keys(s: &CheckSummary) -> String {
     s.upstream
         .iter()
-        .map(|r| format!("{}:{}:{}:{}/{}", r.backend, r.test, r.spec, r.heads.0, r.heads.1))
+        .map(|r| {
+            format!(
+                "{}:{}:{}:{}/{}",
+                r.backend, r.test, r.spec, r.heads.0, r.heads.1
+            )
+        })
         .collect::<Vec<_>>()
         .join(",")
 }
@@ -210,4 +224,132 @@ pub fn merge(mut shards: Vec<CheckSummary>) -> Result<CheckSummary, MergeError> 
     }
     whole.shard = Shard { index: 0, count: 1 };
     Ok(whole)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::summary::{BackendSummary, CheckSummary, UpstreamRow};
+
+    fn shard(index: usize, count: usize, passed: usize, upstream: &[&str]) -> CheckSummary {
+        let rows: Vec<UpstreamRow> = upstream
+            .iter()
+            .enumerate()
+            .map(|(i, status)| UpstreamRow {
+                backend: "cpu".into(),
+                test: "causal".into(),
+                spec: format!("spec{i}"),
+                heads: (8, 2),
+                status: status.to_string(),
+                max_abs_err: f64::NAN,
+                max_rel_err: f64::NAN,
+            })
+            .collect();
+        let mut b = BackendSummary {
+            backend: "cpu".into(),
+            cases_run: passed,
+            passed,
+            failed: 0,
+            unsupported: BTreeMap::new(),
+            divergences: BTreeMap::new(),
+            worst_abs_err: 0.0,
+            worst_rel_err: 0.0,
+            backend_seconds: 1.0,
+            wall_seconds: 1.0,
+            shared_block_cases: 0,
+            failures: vec![],
+        };
+        for r in &rows {
+            b.cases_run += 1;
+            match outcome(r).expect("valid status") {
+                UpstreamOutcome::Pass => b.passed += 1,
+                UpstreamOutcome::Unsupported(x) => *b.unsupported.entry(x).or_default() += 1,
+                UpstreamOutcome::Failed(k) => {
+                    b.failed += 1;
+                    *b.divergences.entry(k).or_default() += 1;
+                }
+            }
+        }
+        CheckSummary {
+            seed: 1,
+            cases: 10,
+            shard: Shard { index, count },
+            deep: false,
+            oracle_seconds: 0.5,
+            backends: vec![b],
+            upstream: rows,
+        }
+    }
+
+    const UP: [&str; 3] = ["pass", "unsupported: no fp8", "FAIL (non-finite)"];
+
+    #[test]
+    fn upstream_outcomes_are_counted_once() {
+        let m = merge(vec![shard(1, 2, 4, &UP), shard(0, 2, 5, &UP)]).unwrap();
+        let b = &m.backends[0];
+        assert_eq!((b.cases_run, b.passed, b.failed), (9 + 3, 9 + 1, 1));
+        assert_eq!(b.unsupported.get("no fp8"), Some(&1));
+        assert_eq!(b.divergences.get("non_finite"), Some(&1));
+        assert_eq!(m.upstream.len(), 3);
+        assert_eq!(m.shard, Shard { index: 0, count: 1 });
+        assert_eq!(b.wall_seconds, 2.0);
+    }
+
+    #[test]
+    fn the_shard_set_must_be_whole() {
+        assert_eq!(merge(vec![]), Err(MergeError::NoShards));
+        assert_eq!(
+            merge(vec![shard(0, 3, 1, &[]), shard(2, 3, 1, &[])]),
+            Err(MergeError::MissingShard { index: 1, count: 3 })
+        );
+        assert_eq!(
+            merge(vec![shard(0, 2, 1, &[])]),
+            Err(MergeError::MissingShard { index: 1, count: 2 })
+        );
+        assert_eq!(
+            merge(vec![shard(0, 2, 1, &[]), shard(0, 2, 1, &[])]),
+            Err(MergeError::DuplicateShard { index: 0 })
+        );
+        assert!(matches!(
+            merge(vec![shard(0, 2, 1, &[]), shard(1, 3, 1, &[])]),
+            Err(MergeError::ForeignShard { .. })
+        ));
+    }
+
+    #[test]
+    fn shards_of_different_runs_do_not_merge() {
+        let mut other = shard(1, 2, 1, &[]);
+        other.seed = 2;
+        assert!(matches!(
+            merge(vec![shard(0, 2, 1, &[]), other]),
+            Err(MergeError::Disagree { field: "seed", .. })
+        ));
+        assert!(matches!(
+            merge(vec![shard(0, 2, 1, &UP), shard(1, 2, 1, &UP[..2])]),
+            Err(MergeError::Disagree {
+                field: "upstream cases",
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn an_unknown_status_is_an_error() {
+        let mut s = shard(0, 1, 1, &["pass"]);
+        s.upstream[0].status = "skipped".into();
+        assert!(matches!(
+            merge(vec![s]),
+            Err(MergeError::UnknownUpstreamStatus { .. })
+        ));
+    }
+
+    #[test]
+    fn counts_smaller_than_the_upstream_rows_are_inconsistent() {
+        let mut s = shard(1, 2, 0, &UP);
+        s.backends[0].passed = 0;
+        assert!(matches!(
+            merge(vec![shard(0, 2, 0, &UP), s]),
+            Err(MergeError::Inconsistent { index: 1, .. })
+        ));
+    }
 }

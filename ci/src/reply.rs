@@ -87,7 +87,11 @@ impl Verdict {
 fn code(s: &str) -> String {
     let longest = longest_run(s, '`');
     let ticks = "`".repeat(longest + 1);
-    let pad = if s.starts_with('`') || s.ends_with('`') { " " } else { "" };
+    let pad = if s.starts_with('`') || s.ends_with('`') {
+        " "
+    } else {
+        ""
+    };
     format!("{ticks}{pad}{s}{pad}{ticks}")
 }
 
@@ -132,7 +136,11 @@ fn failed_cell(b: &BackendSummary) -> String {
     if b.failed == 0 {
         return "0".into();
     }
-    let kinds: Vec<String> = b.divergences.iter().map(|(k, n)| format!("{n} {k}")).collect();
+    let kinds: Vec<String> = b
+        .divergences
+        .iter()
+        .map(|(k, n)| format!("{n} {k}"))
+        .collect();
     format!("{} ({})", b.failed, kinds.join(", "))
 }
 
@@ -176,7 +184,11 @@ pub fn all_ok(s: &CheckSummary) -> bool {
 /// The reply to a request that ran.
 pub fn render_reply(req: &BotRequest, s: &CheckSummary, ctx: &ReplyContext) -> String {
     let mut out = String::new();
-    let verdict = if all_ok(s) { "all passed" } else { "DIVERGENCE" };
+    let verdict = if all_ok(s) {
+        "all passed"
+    } else {
+        "DIVERGENCE"
+    };
     let _ = writeln!(out, "### attn-diff: {verdict}\n");
     let _ = writeln!(out, "{}\n", code(&req.canonical()));
     let upstream_cases = s.upstream.len() / s.backends.len().max(1);
@@ -266,7 +278,10 @@ pub fn status_of(s: &CheckSummary) -> Status {
     if bad.is_empty() {
         Status::new(
             State::Success,
-            format!("{} backend(s), {cases} case runs: all passed", s.backends.len()),
+            format!(
+                "{} backend(s), {cases} case runs: all passed",
+                s.backends.len()
+            ),
         )
     } else {
         Status::new(State::Failure, format!("diverged: {}", bad.join(", ")))
@@ -297,7 +312,10 @@ pub fn render_error_reply(req: &BotRequest, what: &str, ctx: &ReplyContext) -> S
 
 /// The commit status of a run that broke.
 pub fn error_status(what: &str) -> Status {
-    Status::new(State::Error, what.lines().next().unwrap_or(what).to_string())
+    Status::new(
+        State::Error,
+        what.lines().next().unwrap_or(what).to_string(),
+    )
 }
 
 #[cfg(test)]
@@ -333,6 +351,9 @@ mod tests {
         let s = error_status(&"x".repeat(500));
         assert_eq!(s.description.len(), 140);
         assert_eq!(s.context, "attn-diff/bot");
-        assert_eq!(serde_json::to_string(&State::Failure).unwrap(), "\"failure\"");
+        assert_eq!(
+            serde_json::to_string(&State::Failure).unwrap(),
+            "\"failure\""
+        );
     }
 }

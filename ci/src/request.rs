@@ -151,7 +151,11 @@ pub enum ParseError {
         word: String,
     },
     #[error("{key} names `{name}` twice")]
-    DuplicateName { key: Key, name: String, word: String },
+    DuplicateName {
+        key: Key,
+        name: String,
+        word: String,
+    },
     #[error("{key} names {count} entries; at most {max}")]
     TooMany {
         key: Key,
@@ -235,9 +239,11 @@ pub fn parse(comment: &str) -> Result<BotRequest, ParseError> {
     let mut mutant_words: Vec<(String, String)> = Vec::new();
     for word in words {
         let shown = echo(word);
-        let (k, value) = word.split_once('=').ok_or_else(|| ParseError::NotKeyValue {
-            word: shown.clone(),
-        })?;
+        let (k, value) = word
+            .split_once('=')
+            .ok_or_else(|| ParseError::NotKeyValue {
+                word: shown.clone(),
+            })?;
         let key = Key::from_name(k).ok_or_else(|| ParseError::UnknownKey {
             key: echo(k),
             word: shown.clone(),
@@ -432,9 +438,13 @@ mod tests {
 
     #[test]
     fn canonical_form_parses_back_to_the_same_request() {
-        let r = parse("bot:test SHARDS=2 SEED=0 BACKENDS=cpu MUTANTS=1 SPECS=small_decode").unwrap();
+        let r =
+            parse("bot:test SHARDS=2 SEED=0 BACKENDS=cpu MUTANTS=1 SPECS=small_decode").unwrap();
         assert_eq!(parse(&r.canonical()).unwrap(), r);
-        assert_eq!(parse(&BotRequest::default().canonical()).unwrap(), BotRequest::default());
+        assert_eq!(
+            parse(&BotRequest::default().canonical()).unwrap(),
+            BotRequest::default()
+        );
     }
 
     #[test]
@@ -475,15 +485,24 @@ mod tests {
             ("bot:test CASES=-5", "CASES=-5"),
             ("bot:test CASES=0", "CASES=0"),
             ("bot:test CASES=100001", "CASES=100001"),
-            ("bot:test SEED=18446744073709551616", "SEED=18446744073709551616"),
+            (
+                "bot:test SEED=18446744073709551616",
+                "SEED=18446744073709551616",
+            ),
             ("bot:test SHARDS=9", "SHARDS=9"),
             ("bot:test DEEP=yes", "DEEP=yes"),
             ("bot:test MUTANTS=2", "MUTANTS=2"),
-            ("bot:test BACKENDS=cpu,,spyre-sdpa", "BACKENDS=cpu,,spyre-sdpa"),
+            (
+                "bot:test BACKENDS=cpu,,spyre-sdpa",
+                "BACKENDS=cpu,,spyre-sdpa",
+            ),
             ("bot:test BACKENDS=cpu,cpu", "BACKENDS=cpu,cpu"),
             ("bot:test BACKENDS=cuda", "BACKENDS=cuda"),
             ("bot:test BACKENDS=mutant:x", "BACKENDS=mutant:x"),
-            ("bot:test MUTANTS=1 BACKENDS=mutant:a;rm", "BACKENDS=mutant:a;rm"),
+            (
+                "bot:test MUTANTS=1 BACKENDS=mutant:a;rm",
+                "BACKENDS=mutant:a;rm",
+            ),
             ("bot:test SPECS=huge_decode", "SPECS=huge_decode"),
             ("bot:test CASES=3 SHARDS=4", "SHARDS=4"),
             ("bot:test CASES=10 $(reboot)", "$(reboot)"),
@@ -497,7 +516,12 @@ mod tests {
     fn errors_are_typed() {
         assert!(matches!(
             err("bot:test CASES=0"),
-            ParseError::OutOfRange { key: Key::Cases, min: 1, max: 100_000, .. }
+            ParseError::OutOfRange {
+                key: Key::Cases,
+                min: 1,
+                max: 100_000,
+                ..
+            }
         ));
         assert!(matches!(
             err("bot:test SEED=abc"),
@@ -519,10 +543,7 @@ mod tests {
             err("bot:test BACKENDS=mutant:x"),
             ParseError::MutantWithoutFlag { .. }
         ));
-        let many = format!(
-            "bot:test SPECS={}",
-            vec!["small_decode"; 17].join(",")
-        );
+        let many = format!("bot:test SPECS={}", vec!["small_decode"; 17].join(","));
         assert!(matches!(err(&many), ParseError::TooMany { count: 17, .. }));
     }
 

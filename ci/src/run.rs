@@ -286,7 +286,12 @@ pub enum Report {
     Broken,
 }
 
-fn copy_artifacts(merged: &CheckSummary, shards: &Path, count: u32, out: &Path) -> Result<(), RunError> {
+fn copy_artifacts(
+    merged: &CheckSummary,
+    shards: &Path,
+    count: u32,
+    out: &Path,
+) -> Result<(), RunError> {
     let dest = out.join(REPLAY_DIR);
     let files = merged
         .backends
@@ -341,7 +346,9 @@ pub fn report(
         }
     }
     let merged = if problems.is_empty() {
-        merge(summaries).map_err(|e| problems.push(format!("merging the shards: {e}"))).ok()
+        merge(summaries)
+            .map_err(|e| problems.push(format!("merging the shards: {e}")))
+            .ok()
     } else {
         None
     };

@@ -16,7 +16,10 @@ fn a_real_summary_round_trips() {
         seed: 3,
         shard: Shard { index: 1, count: 2 },
         deep: false,
-        upstream: attn_harness::upstream::small_suite().into_iter().take(2).collect(),
+        upstream: attn_harness::upstream::small_suite()
+            .into_iter()
+            .take(2)
+            .collect(),
         out_dir: dir.clone(),
         shrink: ShrinkBudget::default(),
         on_case: None,

@@ -7,6 +7,7 @@ use attn_backends::{
     Backend, BackendError, CacheLayout, KvCache, KvWrite, StepInputs, Unsupported,
 };
 use attn_ci::merge::merge;
+use attn_ci::reply::{render_reply, status_of, ReplyContext, State};
 use attn_ci::summary::CheckSummary;
 use attn_harness::check::{run_check, CheckOptions, Shard};
 use attn_harness::shrink::ShrinkBudget;
@@ -32,13 +33,27 @@ impl Backend for Faulty {
     fn cache_layout(&self) -> CacheLayout {
         self.0.cache_layout()
     }
-    fn new_cache(&self, config: &AttentionConfig, num_blocks: usize) -> Result<KvCache, BackendError> {
+    fn new_cache(
+        &self,
+        config: &AttentionConfig,
+        num_blocks: usize,
+    ) -> Result<KvCache, BackendError> {
         self.0.new_cache(config, num_blocks)
     }
-    fn write_kv(&self, config: &AttentionConfig, cache: &mut KvCache, kv: &KvWrite<'_>) -> Result<(), BackendError> {
+    fn write_kv(
+        &self,
+        config: &AttentionConfig,
+        cache: &mut KvCache,
+        kv: &KvWrite<'_>,
+    ) -> Result<(), BackendError> {
         self.0.write_kv(config, cache, kv)
     }
-    fn forward(&self, config: &AttentionConfig, cache: &KvCache, step: &StepInputs<'_>) -> Result<Vec<f32>, BackendError> {
+    fn forward(
+        &self,
+        config: &AttentionConfig,
+        cache: &KvCache,
+        step: &StepInputs<'_>,
+    ) -> Result<Vec<f32>, BackendError> {
         let mut out = self.0.forward(config, cache, step)?;
         if step.seq_lens.len() > 1 {
             if let Some(x) = out.first_mut() {
@@ -79,7 +94,13 @@ fn counts(s: &CheckSummary) -> Vec<String> {
         .map(|b| {
             format!(
                 "{}: run {} passed {} failed {} {:?} unsupported {:?} shared {}",
-                b.backend, b.cases_run, b.passed, b.failed, b.divergences, b.unsupported, b.shared_block_cases
+                b.backend,
+                b.cases_run,
+                b.passed,
+                b.failed,
+                b.divergences,
+                b.unsupported,
+                b.shared_block_cases
             )
         })
         .collect()
@@ -91,7 +112,12 @@ fn three_shards_merged_equal_one_run() {
     let whole = run(Shard::ALL, &dir.join("whole"));
     let shards: Vec<CheckSummary> = (0..3)
         .rev() // any order
-        .map(|i| run(Shard { index: i, count: 3 }, &dir.join(format!("shard-{i}"))))
+        .map(|i| {
+            run(
+                Shard { index: i, count: 3 },
+                &dir.join(format!("shard-{i}")),
+            )
+        })
         .collect();
     let merged = merge(shards).expect("shards of one run merge");
 
@@ -101,13 +127,44 @@ fn three_shards_merged_equal_one_run() {
     assert_eq!((merged.seed, merged.cases), (whole.seed, whole.cases));
     // The run exercised what the merge must get right.
     let faulty = &whole.backends[1];
-    assert!(faulty.failed > 0 && !faulty.unsupported.is_empty(), "{:?}", counts(&whole));
-    assert!(whole.upstream.len() == 2 * 3, "small_decode at three head configs, two backends");
+    assert!(
+        faulty.failed > 0 && !faulty.unsupported.is_empty(),
+        "{:?}",
+        counts(&whole)
+    );
+    assert!(
+        !whole.upstream.is_empty(),
+        "upstream rows, which every shard runs"
+    );
     // Each shard's first failure is kept once; the upstream failures are not repeated.
-    let origins: Vec<&str> = merged.backends[1].failures.iter().map(|f| f.origin.as_str()).collect();
+    let origins: Vec<&str> = merged.backends[1]
+        .failures
+        .iter()
+        .map(|f| f.origin.as_str())
+        .collect();
     let mut unique = origins.clone();
     unique.dedup();
     assert_eq!(origins.len(), unique.len());
     assert!(merged.backends[1].failures.len() >= whole.backends[1].failures.len());
+
+    // The reply: the table, and each minimal failing case collapsed with its replay file.
+    let req = attn_ci::request::parse("bot:test BACKENDS=cpu CASES=60 SEED=11 SHARDS=3").unwrap();
+    let ctx = ReplyContext {
+        replay_artifact: "attn-diff-replays".into(),
+        run_url: None,
+    };
+    let reply = render_reply(&req, &merged, &ctx);
+    assert!(reply.starts_with("### attn-diff: DIVERGENCE"), "{reply}");
+    assert!(reply.contains("| cpu | pass | "), "{reply}");
+    assert!(reply.contains("| faulty | **DIVERGED** | "), "{reply}");
+    assert!(
+        reply.contains("<details><summary>faulty: mismatch on property case"),
+        "{reply}"
+    );
+    assert!(
+        reply.contains("in artifact `attn-diff-replays`: `attn-diff replay faulty-seed11-case"),
+        "{reply}"
+    );
+    assert_eq!(status_of(&merged).state, State::Failure);
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -10,7 +10,15 @@ const USAGE: &str = "usage: cargo xtask bot --comment 'bot:test KEY=VALUE…' [-
 
 fn attn_bot(args: &[&str]) -> Result<i32, String> {
     let status = cargo_command()
-        .args(["run", "--quiet", "--package", "attn-ci", "--bin", "attn-bot", "--"])
+        .args([
+            "run",
+            "--quiet",
+            "--package",
+            "attn-ci",
+            "--bin",
+            "attn-bot",
+            "--",
+        ])
         .args(args)
         .current_dir(libtorch::repo_root())
         .status()
@@ -27,7 +35,8 @@ fn output(text: &str, key: &str) -> Option<String> {
 }
 
 fn path(p: &Path) -> Result<&str, String> {
-    p.to_str().ok_or_else(|| format!("{} is not UTF-8", p.display()))
+    p.to_str()
+        .ok_or_else(|| format!("{} is not UTF-8", p.display()))
 }
 
 pub fn run(args: &[String]) -> Result<(), String> {
@@ -44,7 +53,8 @@ pub fn run(args: &[String]) -> Result<(), String> {
     let comment = comment.ok_or(USAGE)?;
     // A fresh folder: a stale shard summary must not leak into this report.
     if out.exists() {
-        std::fs::remove_dir_all(&out).map_err(|e| format!("cannot clear {}: {e}", out.display()))?;
+        std::fs::remove_dir_all(&out)
+            .map_err(|e| format!("cannot clear {}: {e}", out.display()))?;
     }
     let request_dir = out.join("request");
     let outputs = out.join("outputs.txt");
@@ -61,7 +71,8 @@ pub fn run(args: &[String]) -> Result<(), String> {
     if code != 0 {
         return Err(format!("attn-bot plan failed (exit {code})"));
     }
-    let outputs = std::fs::read_to_string(&outputs).map_err(|e| format!("cannot read plan outputs: {e}"))?;
+    let outputs =
+        std::fs::read_to_string(&outputs).map_err(|e| format!("cannot read plan outputs: {e}"))?;
     if output(&outputs, "run").as_deref() != Some("true") {
         // The usage reply (or nothing, for a comment not addressed to the bot).
         match std::fs::read_to_string(request_dir.join("reply.md")) {

