@@ -45,7 +45,7 @@ impl AllowList {
 
     pub fn allows(&self, login: &str) -> bool {
         let login = login.to_ascii_lowercase();
-        self.logins.iter().any(|l| *l == login)
+        self.logins.contains(&login)
     }
 }
 
