@@ -65,7 +65,7 @@ fn execute(command: Command) -> Result<u8, RunError> {
                 &out,
             )?;
             let outputs = run::github_outputs(&file);
-            print!("{outputs}");
+            eprint!("{outputs}");
             if let Some(path) = github_output {
                 use std::io::Write;
                 std::fs::OpenOptions::new()
