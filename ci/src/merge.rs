@@ -1,0 +1,355 @@
+//! N shard summaries of one run merged into the summary of the whole run.
+//!
+//! Shard I of N runs the property cases whose index is I mod N, so their counts add up. The
+//! upstream cases are not sharded: every shard runs all of them, and their outcomes are in
+//! every shard's counts. The merge keeps one copy: it counts each shard's property cases
+//! (its counts less its upstream rows' outcomes) and the first shard's upstream rows once.
+//! Times add up (machine time, upstream included); worst errors take the maximum; failures
+//! are kept once per (backend, origin), in shard order.
+
+use crate::summary::{BackendSummary, CheckSummary, Shard, UpstreamRow};
+use std::collections::BTreeMap;
+use thiserror::Error;
+
+#[derive(Debug, Error, PartialEq)]
+pub enum MergeError {
+    #[error("no shard summaries to merge")]
+    NoShards,
+    #[error("shard {index}/{count} does not belong to a run of {expected} shard(s)")]
+    ForeignShard {
+        index: usize,
+        count: usize,
+        expected: usize,
+    },
+    #[error("shard {index} appears twice")]
+    DuplicateShard { index: usize },
+    #[error("shard {index} of {count} is missing")]
+    MissingShard { index: usize, count: usize },
+    #[error("shard {index} has {field} {found}, shard 0 has {expected}")]
+    Disagree {
+        index: usize,
+        field: &'static str,
+        found: String,
+        expected: String,
+    },
+    #[error(
+        "upstream row `{status}` of {backend} is neither `pass`, `unsupported: …` nor `FAIL (…)`"
+    )]
+    UnknownUpstreamStatus { backend: String, status: String },
+    #[error("shard {index}: {backend}'s counts are smaller than its upstream rows account for")]
+    Inconsistent { index: usize, backend: String },
+}
+
+/// What one upstream row added to its backend's counts.
+enum UpstreamOutcome {
+    Pass,
+    Unsupported(String),
+    Failed(String),
+}
+
+fn outcome(row: &UpstreamRow) -> Result<UpstreamOutcome, MergeError> {
+    let s = row.status.as_str();
+    if s == "pass" {
+        return Ok(UpstreamOutcome::Pass);
+    }
+    if let Some(reason) = s.strip_prefix("unsupported: ") {
+        return Ok(UpstreamOutcome::Unsupported(reason.to_string()));
+    }
+    if let Some(kind) = s.strip_prefix("FAIL (").and_then(|k| k.strip_suffix(')')) {
+        // The status shows a kind as it displays (`non-finite`); the counts key it as it
+        // serializes (`non_finite`).
+        return Ok(UpstreamOutcome::Failed(kind.replace(['-', ' '], "_")));
+    }
+    Err(MergeError::UnknownUpstreamStatus {
+        backend: row.backend.clone(),
+        status: row.status.clone(),
+    })
+}
+
+fn take(n: &mut usize, index: usize, backend: &str) -> Result<(), MergeError> {
+    *n = n.checked_sub(1).ok_or_else(|| MergeError::Inconsistent {
+        index,
+        backend: backend.to_string(),
+    })?;
+    Ok(())
+}
+
+fn take_key(
+    map: &mut BTreeMap<String, usize>,
+    key: &str,
+    index: usize,
+    backend: &str,
+) -> Result<(), MergeError> {
+    let n = map.get_mut(key).ok_or_else(|| MergeError::Inconsistent {
+        index,
+        backend: backend.to_string(),
+    })?;
+    take(n, index, backend)?;
+    if *n == 0 {
+        map.remove(key);
+    }
+    Ok(())
+}
+
+/// A shard's backend summary less the outcomes of its upstream rows: its property cases.
+fn property_part(
+    b: &BackendSummary,
+    upstream: &[UpstreamRow],
+    index: usize,
+) -> Result<BackendSummary, MergeError> {
+    let mut p = b.clone();
+    let name = b.backend.as_str();
+    for row in upstream.iter().filter(|r| r.backend == b.backend) {
+        take(&mut p.cases_run, index, name)?;
+        match outcome(row)? {
+            UpstreamOutcome::Pass => take(&mut p.passed, index, name)?,
+            UpstreamOutcome::Unsupported(reason) => {
+                take_key(&mut p.unsupported, &reason, index, name)?
+            }
+            UpstreamOutcome::Failed(kind) => {
+                take(&mut p.failed, index, name)?;
+                take_key(&mut p.divergences, &kind, index, name)?;
+            }
+        }
+    }
+    Ok(p)
+}
+
+fn add(into: &mut BackendSummary, part: BackendSummary) {
+    into.cases_run += part.cases_run;
+    into.passed += part.passed;
+    into.failed += part.failed;
+    for (k, n) in part.unsupported {
+        *into.unsupported.entry(k).or_default() += n;
+    }
+    for (k, n) in part.divergences {
+        *into.divergences.entry(k).or_default() += n;
+    }
+    into.worst_abs_err = into.worst_abs_err.max(part.worst_abs_err);
+    into.worst_rel_err = into.worst_rel_err.max(part.worst_rel_err);
+    into.backend_seconds += part.backend_seconds;
+    into.wall_seconds += part.wall_seconds;
+    into.shared_block_cases += part.shared_block_cases;
+    for f in part.failures {
+        if !into.failures.iter().any(|g| g.origin == f.origin) {
+            into.failures.push(f);
+        }
+    }
+}
+
+fn check_agree(
+    index: usize,
+    field: &'static str,
+    found: impl ToString,
+    expected: impl ToString,
+) -> Result<(), MergeError> {
+    let (found, expected) = (found.to_string(), expected.to_string());
+    if found == expected {
+        Ok(())
+    } else {
+        Err(MergeError::Disagree {
+            index,
+            field,
+            found,
+            expected,
+        })
+    }
+}
+
+fn upstream_keys(s: &CheckSummary) -> String {
+    s.upstream
+        .iter()
+        .map(|r| {
+            format!(
+                "{}:{}:{}:{}/{}",
+                r.backend, r.test, r.spec, r.heads.0, r.heads.1
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// Merge the summaries of every shard of one run (in any order) into the whole run's.
+pub fn merge(mut shards: Vec<CheckSummary>) -> Result<CheckSummary, MergeError> {
+    let count = shards.first().ok_or(MergeError::NoShards)?.shard.count;
+    for s in &shards {
+        if s.shard.count != count || s.shard.index >= count {
+            return Err(MergeError::ForeignShard {
+                index: s.shard.index,
+                count: s.shard.count,
+                expected: count,
+            });
+        }
+    }
+    shards.sort_by_key(|s| s.shard.index);
+    for (i, s) in shards.iter().enumerate() {
+        if s.shard.index < i {
+            return Err(MergeError::DuplicateShard {
+                index: s.shard.index,
+            });
+        }
+        if s.shard.index > i {
+            return Err(MergeError::MissingShard { index: i, count });
+        }
+    }
+    if shards.len() < count {
+        return Err(MergeError::MissingShard {
+            index: shards.len(),
+            count,
+        });
+    }
+
+    let mut shards = shards.into_iter();
+    let Some(mut whole) = shards.next() else {
+        return Err(MergeError::NoShards);
+    };
+    let names: Vec<String> = whole.backends.iter().map(|b| b.backend.clone()).collect();
+    let up_keys = upstream_keys(&whole);
+    // Validate shard 0's upstream statuses too, so a bad one is reported whatever N is.
+    for row in &whole.upstream {
+        outcome(row)?;
+    }
+    for s in shards {
+        let i = s.shard.index;
+        check_agree(i, "seed", s.seed, whole.seed)?;
+        check_agree(i, "cases", s.cases, whole.cases)?;
+        check_agree(i, "deep", s.deep, whole.deep)?;
+        let theirs: Vec<String> = s.backends.iter().map(|b| b.backend.clone()).collect();
+        check_agree(i, "backends", theirs.join(","), names.join(","))?;
+        check_agree(i, "upstream cases", upstream_keys(&s), &up_keys)?;
+        whole.oracle_seconds += s.oracle_seconds;
+        for (into, b) in whole.backends.iter_mut().zip(&s.backends) {
+            add(into, property_part(b, &s.upstream, i)?);
+        }
+    }
+    whole.shard = Shard { index: 0, count: 1 };
+    Ok(whole)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::summary::{BackendSummary, CheckSummary, UpstreamRow};
+
+    fn shard(index: usize, count: usize, passed: usize, upstream: &[&str]) -> CheckSummary {
+        let rows: Vec<UpstreamRow> = upstream
+            .iter()
+            .enumerate()
+            .map(|(i, status)| UpstreamRow {
+                backend: "cpu".into(),
+                test: "causal".into(),
+                spec: format!("spec{i}"),
+                heads: (8, 2),
+                status: status.to_string(),
+                max_abs_err: f64::NAN,
+                max_rel_err: f64::NAN,
+            })
+            .collect();
+        let mut b = BackendSummary {
+            backend: "cpu".into(),
+            cases_run: passed,
+            passed,
+            failed: 0,
+            unsupported: BTreeMap::new(),
+            divergences: BTreeMap::new(),
+            worst_abs_err: 0.0,
+            worst_rel_err: 0.0,
+            backend_seconds: 1.0,
+            wall_seconds: 1.0,
+            shared_block_cases: 0,
+            failures: vec![],
+        };
+        for r in &rows {
+            b.cases_run += 1;
+            match outcome(r).expect("valid status") {
+                UpstreamOutcome::Pass => b.passed += 1,
+                UpstreamOutcome::Unsupported(x) => *b.unsupported.entry(x).or_default() += 1,
+                UpstreamOutcome::Failed(k) => {
+                    b.failed += 1;
+                    *b.divergences.entry(k).or_default() += 1;
+                }
+            }
+        }
+        CheckSummary {
+            seed: 1,
+            cases: 10,
+            shard: Shard { index, count },
+            deep: false,
+            oracle_seconds: 0.5,
+            backends: vec![b],
+            upstream: rows,
+        }
+    }
+
+    const UP: [&str; 3] = ["pass", "unsupported: no fp8", "FAIL (non-finite)"];
+
+    #[test]
+    fn upstream_outcomes_are_counted_once() {
+        let m = merge(vec![shard(1, 2, 4, &UP), shard(0, 2, 5, &UP)]).unwrap();
+        let b = &m.backends[0];
+        assert_eq!((b.cases_run, b.passed, b.failed), (9 + 3, 9 + 1, 1));
+        assert_eq!(b.unsupported.get("no fp8"), Some(&1));
+        assert_eq!(b.divergences.get("non_finite"), Some(&1));
+        assert_eq!(m.upstream.len(), 3);
+        assert_eq!(m.shard, Shard { index: 0, count: 1 });
+        assert_eq!(b.wall_seconds, 2.0);
+    }
+
+    #[test]
+    fn the_shard_set_must_be_whole() {
+        assert_eq!(merge(vec![]), Err(MergeError::NoShards));
+        assert_eq!(
+            merge(vec![shard(0, 3, 1, &[]), shard(2, 3, 1, &[])]),
+            Err(MergeError::MissingShard { index: 1, count: 3 })
+        );
+        assert_eq!(
+            merge(vec![shard(0, 2, 1, &[])]),
+            Err(MergeError::MissingShard { index: 1, count: 2 })
+        );
+        assert_eq!(
+            merge(vec![shard(0, 2, 1, &[]), shard(0, 2, 1, &[])]),
+            Err(MergeError::DuplicateShard { index: 0 })
+        );
+        assert!(matches!(
+            merge(vec![shard(0, 2, 1, &[]), shard(1, 3, 1, &[])]),
+            Err(MergeError::ForeignShard { .. })
+        ));
+    }
+
+    #[test]
+    fn shards_of_different_runs_do_not_merge() {
+        let mut other = shard(1, 2, 1, &[]);
+        other.seed = 2;
+        assert!(matches!(
+            merge(vec![shard(0, 2, 1, &[]), other]),
+            Err(MergeError::Disagree { field: "seed", .. })
+        ));
+        assert!(matches!(
+            merge(vec![shard(0, 2, 1, &UP), shard(1, 2, 1, &UP[..2])]),
+            Err(MergeError::Disagree {
+                field: "upstream cases",
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn an_unknown_status_is_an_error() {
+        let mut s = shard(0, 1, 1, &["pass"]);
+        s.upstream[0].status = "skipped".into();
+        assert!(matches!(
+            merge(vec![s]),
+            Err(MergeError::UnknownUpstreamStatus { .. })
+        ));
+    }
+
+    #[test]
+    fn counts_smaller_than_the_upstream_rows_are_inconsistent() {
+        let mut s = shard(1, 2, 0, &UP);
+        s.backends[0].passed = 0;
+        assert!(matches!(
+            merge(vec![shard(0, 2, 0, &UP), s]),
+            Err(MergeError::Inconsistent { index: 1, .. })
+        ));
+    }
+}

@@ -1,0 +1,359 @@
+//! What the bot posts: the markdown reply to a request (per-backend table, each minimal
+//! failing case in a collapsed section naming its replay artifact), the usage reply to a
+//! comment it cannot parse, and the commit status.
+//!
+//! Nothing of the comment's own text is echoed but the offending word, in a code span; a
+//! request is shown in its canonical form.
+
+use crate::catalog::is_mutant;
+use crate::request::{BotRequest, ParseError, USAGE};
+use crate::summary::{BackendSummary, CheckSummary, FailureReport};
+use serde::{Deserialize, Serialize};
+use std::fmt::Write;
+
+/// The commit status context the bot sets.
+pub const STATUS_CONTEXT: &str = "attn-diff/bot";
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum State {
+    Success,
+    Failure,
+    Error,
+}
+
+/// A commit status as the posting workflow sets it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Status {
+    pub state: State,
+    pub description: String,
+    pub context: String,
+}
+
+impl Status {
+    fn new(state: State, description: String) -> Status {
+        // GitHub cuts a status description at 140 characters.
+        let description: String = description.chars().take(140).collect();
+        Status {
+            state,
+            description,
+            context: STATUS_CONTEXT.to_string(),
+        }
+    }
+}
+
+/// Where the reply points for files: the artifact holding the replay files, and the run.
+#[derive(Clone, Debug, Default)]
+pub struct ReplyContext {
+    pub replay_artifact: String,
+    pub run_url: Option<String>,
+}
+
+/// A backend's verdict: a real backend passes by agreeing with the oracle, a mutant by
+/// diverging from it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    Pass,
+    Diverged,
+    Caught,
+    Survived,
+}
+
+impl Verdict {
+    pub fn of(b: &BackendSummary) -> Verdict {
+        match (is_mutant(&b.backend), b.failed > 0) {
+            (false, false) => Verdict::Pass,
+            (false, true) => Verdict::Diverged,
+            (true, true) => Verdict::Caught,
+            (true, false) => Verdict::Survived,
+        }
+    }
+
+    pub fn ok(self) -> bool {
+        matches!(self, Verdict::Pass | Verdict::Caught)
+    }
+
+    fn label(self) -> &'static str {
+        match self {
+            Verdict::Pass => "pass",
+            Verdict::Diverged => "**DIVERGED**",
+            Verdict::Caught => "caught (mutant)",
+            Verdict::Survived => "**SURVIVED** (mutant)",
+        }
+    }
+}
+
+/// Code span holding `s` whatever backticks it contains.
+fn code(s: &str) -> String {
+    let longest = longest_run(s, '`');
+    let ticks = "`".repeat(longest + 1);
+    let pad = if s.starts_with('`') || s.ends_with('`') {
+        " "
+    } else {
+        ""
+    };
+    format!("{ticks}{pad}{s}{pad}{ticks}")
+}
+
+fn longest_run(s: &str, c: char) -> usize {
+    let (mut best, mut run) = (0, 0);
+    for x in s.chars() {
+        run = if x == c { run + 1 } else { 0 };
+        best = best.max(run);
+    }
+    best
+}
+
+/// A fenced block holding `s` whatever fences it contains.
+fn fenced(s: &str, lang: &str) -> String {
+    let fence = "`".repeat(longest_run(s, '`').max(2) + 1);
+    let nl = if s.ends_with('\n') { "" } else { "\n" };
+    format!("{fence}{lang}\n{s}{nl}{fence}\n")
+}
+
+/// Text for a table cell or a summary line: no pipes, no newlines, no HTML.
+fn cell(s: &str) -> String {
+    s.replace('|', "\\|")
+        .replace(['\n', '\r'], " ")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}
+
+fn err(x: f64) -> String {
+    if x.is_nan() {
+        "-".into()
+    } else {
+        format!("{x:.2e}")
+    }
+}
+
+/// The file name of a replay path (its folder is the shard's, not the artifact's).
+fn file_name(path: &str) -> &str {
+    path.rsplit(['/', '\\']).next().unwrap_or(path)
+}
+
+fn failed_cell(b: &BackendSummary) -> String {
+    if b.failed == 0 {
+        return "0".into();
+    }
+    let kinds: Vec<String> = b
+        .divergences
+        .iter()
+        .map(|(k, n)| format!("{n} {k}"))
+        .collect();
+    format!("{} ({})", b.failed, kinds.join(", "))
+}
+
+fn failure_section(f: &FailureReport, ctx: &ReplyContext) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "<details><summary>{}: {} on {} ({} seq, {} tokens, {} heads, head size {})</summary>\n",
+        cell(&f.backend),
+        cell(&f.kind),
+        cell(&f.origin),
+        f.size.sequences,
+        f.size.tokens,
+        f.size.heads,
+        f.size.head_size
+    );
+    out.push_str(&fenced(&f.text, "text"));
+    match &f.replay {
+        Some(path) => {
+            let name = file_name(path);
+            let _ = writeln!(
+                out,
+                "\nreplay file {} in artifact {}: `attn-diff replay {} --backend {}`",
+                code(name),
+                code(&ctx.replay_artifact),
+                name,
+                f.backend
+            );
+        }
+        None => out.push_str("\n(no replay file was written)\n"),
+    }
+    out.push_str("</details>\n");
+    out
+}
+
+/// Whether the run as a whole is good: every real backend agreed, every mutant was caught.
+pub fn all_ok(s: &CheckSummary) -> bool {
+    s.backends.iter().all(|b| Verdict::of(b).ok())
+}
+
+/// The reply to a request that ran.
+pub fn render_reply(req: &BotRequest, s: &CheckSummary, ctx: &ReplyContext) -> String {
+    let mut out = String::new();
+    let verdict = if all_ok(s) {
+        "all passed"
+    } else {
+        "DIVERGENCE"
+    };
+    let _ = writeln!(out, "### attn-diff: {verdict}\n");
+    let _ = writeln!(out, "{}\n", code(&req.canonical()));
+    let upstream_cases = s.upstream.len() / s.backends.len().max(1);
+    let _ = writeln!(
+        out,
+        "{} property case(s){} over {} shard(s), seed {}, and {} upstream case(s) per backend.\n",
+        s.cases,
+        if s.deep { " (deep)" } else { "" },
+        req.shards,
+        s.seed,
+        upstream_cases
+    );
+    out.push_str("| backend | verdict | cases | passed | failed | unsupported | worst abs | worst rel | time |\n");
+    out.push_str("|---|---|---|---|---|---|---|---|---|\n");
+    for b in &s.backends {
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {:.1}s |",
+            cell(&b.backend),
+            Verdict::of(b).label(),
+            b.cases_run,
+            b.passed,
+            cell(&failed_cell(b)),
+            b.unsupported.values().sum::<usize>(),
+            err(b.worst_abs_err),
+            err(b.worst_rel_err),
+            b.wall_seconds
+        );
+    }
+    let reasons: Vec<String> = s
+        .backends
+        .iter()
+        .flat_map(|b| {
+            b.unsupported
+                .iter()
+                .map(move |(r, n)| format!("- {}: {n} unsupported: {}", cell(&b.backend), cell(r)))
+        })
+        .collect();
+    if !reasons.is_empty() {
+        let _ = write!(
+            out,
+            "\n<details><summary>Unsupported cases by reason</summary>\n\n{}\n</details>\n",
+            reasons.join("\n")
+        );
+    }
+    if !s.upstream.is_empty() {
+        out.push_str("\n<details><summary>Upstream suite</summary>\n\n");
+        out.push_str("| backend | test | spec | heads | max abs | max rel | status |\n|---|---|---|---|---|---|---|\n");
+        for u in &s.upstream {
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} | {}/{} | {} | {} | {} |",
+                cell(&u.backend),
+                cell(&u.test),
+                cell(&u.spec),
+                u.heads.0,
+                u.heads.1,
+                err(u.max_abs_err),
+                err(u.max_rel_err),
+                cell(&u.status)
+            );
+        }
+        out.push_str("\n</details>\n");
+    }
+    let failures: Vec<&FailureReport> = s.backends.iter().flat_map(|b| &b.failures).collect();
+    if !failures.is_empty() {
+        let _ = writeln!(out, "\n#### Minimal failing cases\n");
+        for f in failures {
+            out.push_str(&failure_section(f, ctx));
+        }
+    }
+    if let Some(url) = &ctx.run_url {
+        let _ = writeln!(out, "\n[workflow run]({url})");
+    }
+    out
+}
+
+/// The commit status of a request that ran.
+pub fn status_of(s: &CheckSummary) -> Status {
+    let bad: Vec<String> = s
+        .backends
+        .iter()
+        .filter(|b| !Verdict::of(b).ok())
+        .map(|b| b.backend.clone())
+        .collect();
+    let cases: usize = s.backends.iter().map(|b| b.cases_run).sum();
+    if bad.is_empty() {
+        Status::new(
+            State::Success,
+            format!(
+                "{} backend(s), {cases} case runs: all passed",
+                s.backends.len()
+            ),
+        )
+    } else {
+        Status::new(State::Failure, format!("diverged: {}", bad.join(", ")))
+    }
+}
+
+/// The reply to a comment the bot cannot parse.
+pub fn render_usage_reply(e: &ParseError) -> String {
+    format!(
+        "### attn-diff: cannot run this request\n\n{e}; offending word: {}\n\nNothing was run. Usage:\n\n{}",
+        code(e.offending_word()),
+        fenced(USAGE, "text")
+    )
+}
+
+/// The reply when the run itself broke (a shard produced no summary, the merge failed).
+pub fn render_error_reply(req: &BotRequest, what: &str, ctx: &ReplyContext) -> String {
+    let mut out = format!(
+        "### attn-diff: the run failed\n\n{}\n\n{}",
+        code(&req.canonical()),
+        fenced(what, "text")
+    );
+    if let Some(url) = &ctx.run_url {
+        let _ = writeln!(out, "\n[workflow run]({url})");
+    }
+    out
+}
+
+/// The commit status of a run that broke.
+pub fn error_status(what: &str) -> Status {
+    Status::new(
+        State::Error,
+        what.lines().next().unwrap_or(what).to_string(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::request::parse;
+
+    #[test]
+    fn code_spans_survive_backticks() {
+        assert_eq!(code("a"), "`a`");
+        assert_eq!(code("a`b"), "``a`b``");
+        assert_eq!(code("`x"), "`` `x ``");
+        assert_eq!(fenced("```\nx", "text"), "````text\n```\nx\n````\n");
+    }
+
+    #[test]
+    fn usage_reply_names_the_word_and_runs_nothing() {
+        let e = parse("bot:test CASES=0").unwrap_err();
+        let r = render_usage_reply(&e);
+        assert!(r.contains("offending word: `CASES=0`"), "{r}");
+        assert!(r.contains("CASES=0 is out of range 1..=100000"));
+        assert!(r.contains("Nothing was run"));
+        assert!(r.contains("BACKENDS=a,b,..."));
+    }
+
+    #[test]
+    fn cells_cannot_break_the_table_or_inject_html() {
+        assert_eq!(cell("a|b\n<img>"), "a\\|b &lt;img&gt;");
+    }
+
+    #[test]
+    fn statuses_are_short() {
+        let s = error_status(&"x".repeat(500));
+        assert_eq!(s.description.len(), 140);
+        assert_eq!(s.context, "attn-diff/bot");
+        assert_eq!(
+            serde_json::to_string(&State::Failure).unwrap(),
+            "\"failure\""
+        );
+    }
+}

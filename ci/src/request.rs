@@ -1,0 +1,568 @@
+//! The `bot:test` comment grammar: a pull-request comment becomes a typed [`BotRequest`] or a
+//! [`ParseError`] that names the offending word.
+//!
+//! ```text
+//! bot:test [KEY=VALUE]...
+//! ```
+//!
+//! Only the comment's first line is read; words are separated by whitespace; keys are
+//! upper-case and may appear once. See [`USAGE`] for the keys and their ranges.
+
+use crate::catalog;
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use thiserror::Error;
+
+/// The word a comment must start with.
+pub const COMMAND: &str = "bot:test";
+
+/// Property cases per request: at least one, at most this many.
+pub const MAX_CASES: u32 = 100_000;
+/// Property cases when the comment names none (as `attn-diff check`).
+pub const DEFAULT_CASES: u32 = 500;
+/// Shards (runners) per request: at least one, at most this many.
+pub const MAX_SHARDS: u32 = 8;
+/// Upstream specs one request may name.
+pub const MAX_SPECS: usize = 16;
+/// Backends one request may name.
+pub const MAX_BACKENDS: usize = 16;
+/// Longest word echoed back in a reply (longer ones are cut).
+const MAX_ECHO: usize = 64;
+
+/// The usage text every rejected comment gets.
+pub const USAGE: &str = "\
+bot:test [KEY=VALUE]...
+
+  BACKENDS=a,b,...  backends to run (default: every registered backend)
+                    known: cpu, spyre-native, spyre-sdpa, spyre-device; mutant:<name> with MUTANTS=1
+  CASES=N           property cases, 1..=100000 (default 500)
+  SPECS=a,b,...     upstream specs to run besides the small suite (at most 16)
+  SEED=N            case seed, 0..=18446744073709551615 (default 1)
+  DEEP=0|1          bigger batches and longer sequences (default 0)
+  SHARDS=N          runners to split the cases over, 1..=8 and at most CASES (default 1)
+  MUTANTS=0|1       build the deliberately wrong backends too; every mutant must diverge (default 0)
+
+example: bot:test BACKENDS=cpu,spyre-sdpa CASES=20000 SPECS=large_decode,mixed_medium SEED=7 DEEP=1 SHARDS=4";
+
+/// What a `bot:test` comment asks for, every field checked.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BotRequest {
+    /// Backend names; empty means every registered backend.
+    pub backends: Vec<String>,
+    pub cases: u32,
+    pub specs: Vec<String>,
+    pub seed: u64,
+    pub deep: bool,
+    pub shards: u32,
+    pub mutants: bool,
+}
+
+impl Default for BotRequest {
+    fn default() -> Self {
+        BotRequest {
+            backends: Vec::new(),
+            cases: DEFAULT_CASES,
+            specs: Vec::new(),
+            seed: 1,
+            deep: false,
+            shards: 1,
+            mutants: false,
+        }
+    }
+}
+
+/// The keys of the grammar.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Key {
+    Backends,
+    Cases,
+    Specs,
+    Seed,
+    Deep,
+    Shards,
+    Mutants,
+}
+
+impl Key {
+    pub const ALL: [Key; 7] = [
+        Key::Backends,
+        Key::Cases,
+        Key::Specs,
+        Key::Seed,
+        Key::Deep,
+        Key::Shards,
+        Key::Mutants,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Key::Backends => "BACKENDS",
+            Key::Cases => "CASES",
+            Key::Specs => "SPECS",
+            Key::Seed => "SEED",
+            Key::Deep => "DEEP",
+            Key::Shards => "SHARDS",
+            Key::Mutants => "MUTANTS",
+        }
+    }
+
+    fn from_name(name: &str) -> Option<Key> {
+        Key::ALL.into_iter().find(|k| k.name() == name)
+    }
+}
+
+impl fmt::Display for Key {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Why a comment was rejected; every variant carries the word to point at.
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+pub enum ParseError {
+    #[error("the comment does not start with `{COMMAND}`")]
+    NotACommand { word: String },
+    #[error("`{word}` is not KEY=VALUE")]
+    NotKeyValue { word: String },
+    #[error("unknown key `{key}` (keys: BACKENDS, CASES, SPECS, SEED, DEEP, SHARDS, MUTANTS)")]
+    UnknownKey { key: String, word: String },
+    #[error("{key} is given twice")]
+    DuplicateKey { key: Key, word: String },
+    #[error("{key} has an empty value")]
+    EmptyValue { key: Key, word: String },
+    #[error("{key}=`{value}` is not a whole number")]
+    NotANumber {
+        key: Key,
+        value: String,
+        word: String,
+    },
+    #[error("{key}={value} is out of range {min}..={max}")]
+    OutOfRange {
+        key: Key,
+        value: String,
+        min: u64,
+        max: u64,
+        word: String,
+    },
+    #[error("{key}=`{value}` must be 0 or 1")]
+    NotAFlag {
+        key: Key,
+        value: String,
+        word: String,
+    },
+    #[error("{key} names `{name}` twice")]
+    DuplicateName {
+        key: Key,
+        name: String,
+        word: String,
+    },
+    #[error("{key} names {count} entries; at most {max}")]
+    TooMany {
+        key: Key,
+        count: usize,
+        max: usize,
+        word: String,
+    },
+    #[error("unknown backend `{name}` (known: {})", catalog::BACKENDS.join(", "))]
+    UnknownBackend { name: String, word: String },
+    #[error("`{name}` is a mutant: add MUTANTS=1 to build the mutants")]
+    MutantWithoutFlag { name: String, word: String },
+    #[error("`{name}` is not a valid mutant name (letters, digits, `-` and `_`)")]
+    BadMutantName { name: String, word: String },
+    #[error("unknown spec `{name}` (known: {})", attn_reference::specs::spec_names().join(", "))]
+    UnknownSpec { name: String, word: String },
+    #[error("SHARDS={shards} is more than CASES={cases}")]
+    ShardsExceedCases {
+        shards: u32,
+        cases: u32,
+        word: String,
+    },
+}
+
+impl ParseError {
+    /// The word of the comment the error is about.
+    pub fn offending_word(&self) -> &str {
+        match self {
+            ParseError::NotACommand { word }
+            | ParseError::NotKeyValue { word }
+            | ParseError::UnknownKey { word, .. }
+            | ParseError::DuplicateKey { word, .. }
+            | ParseError::EmptyValue { word, .. }
+            | ParseError::NotANumber { word, .. }
+            | ParseError::OutOfRange { word, .. }
+            | ParseError::NotAFlag { word, .. }
+            | ParseError::DuplicateName { word, .. }
+            | ParseError::TooMany { word, .. }
+            | ParseError::UnknownBackend { word, .. }
+            | ParseError::MutantWithoutFlag { word, .. }
+            | ParseError::BadMutantName { word, .. }
+            | ParseError::UnknownSpec { word, .. }
+            | ParseError::ShardsExceedCases { word, .. } => word,
+        }
+    }
+}
+
+/// A word cut to a length fit to echo back.
+fn echo(word: &str) -> String {
+    if word.chars().count() <= MAX_ECHO {
+        word.to_string()
+    } else {
+        let cut: String = word.chars().take(MAX_ECHO).collect();
+        format!("{cut}…")
+    }
+}
+
+/// Whether `comment` is addressed to the bot at all (its first word is `bot:test`); anything
+/// else is not for the bot and gets no reply.
+pub fn is_bot_command(comment: &str) -> bool {
+    first_line(comment).split_whitespace().next() == Some(COMMAND)
+}
+
+fn first_line(comment: &str) -> &str {
+    comment.trim_start().lines().next().unwrap_or("")
+}
+
+/// Parse a comment into a request.
+pub fn parse(comment: &str) -> Result<BotRequest, ParseError> {
+    let mut words = first_line(comment).split_whitespace();
+    match words.next() {
+        Some(COMMAND) => {}
+        other => {
+            return Err(ParseError::NotACommand {
+                word: echo(other.unwrap_or("")),
+            })
+        }
+    }
+    let mut req = BotRequest::default();
+    let mut seen: Vec<Key> = Vec::new();
+    let mut shards_word = String::new();
+    let mut mutant_words: Vec<(String, String)> = Vec::new();
+    for word in words {
+        let shown = echo(word);
+        let (k, value) = word
+            .split_once('=')
+            .ok_or_else(|| ParseError::NotKeyValue {
+                word: shown.clone(),
+            })?;
+        let key = Key::from_name(k).ok_or_else(|| ParseError::UnknownKey {
+            key: echo(k),
+            word: shown.clone(),
+        })?;
+        if seen.contains(&key) {
+            return Err(ParseError::DuplicateKey { key, word: shown });
+        }
+        seen.push(key);
+        if value.is_empty() {
+            return Err(ParseError::EmptyValue { key, word: shown });
+        }
+        match key {
+            Key::Cases => req.cases = number(key, value, 1, MAX_CASES as u64, &shown)? as u32,
+            Key::Seed => req.seed = number(key, value, 0, u64::MAX, &shown)?,
+            Key::Shards => {
+                req.shards = number(key, value, 1, MAX_SHARDS as u64, &shown)? as u32;
+                shards_word = shown;
+            }
+            Key::Deep => req.deep = flag(key, value, &shown)?,
+            Key::Mutants => req.mutants = flag(key, value, &shown)?,
+            Key::Specs => {
+                let names = list(key, value, MAX_SPECS, &shown)?;
+                let known = attn_reference::specs::spec_names();
+                if let Some(bad) = names.iter().find(|n| !known.contains(&n.as_str())) {
+                    return Err(ParseError::UnknownSpec {
+                        name: echo(bad),
+                        word: shown,
+                    });
+                }
+                req.specs = names;
+            }
+            Key::Backends => {
+                let names = list(key, value, MAX_BACKENDS, &shown)?;
+                for name in &names {
+                    if let Some(mutant) = name.strip_prefix(catalog::MUTANT_PREFIX) {
+                        if !catalog::is_valid_mutant_name(mutant) {
+                            return Err(ParseError::BadMutantName {
+                                name: echo(name),
+                                word: shown,
+                            });
+                        }
+                        mutant_words.push((name.clone(), shown.clone()));
+                    } else if !catalog::BACKENDS.contains(&name.as_str()) {
+                        return Err(ParseError::UnknownBackend {
+                            name: echo(name),
+                            word: shown,
+                        });
+                    }
+                }
+                req.backends = names;
+            }
+        }
+    }
+    // Checks across keys, once every key is known.
+    if !req.mutants {
+        if let Some((name, word)) = mutant_words.into_iter().next() {
+            return Err(ParseError::MutantWithoutFlag {
+                name: echo(&name),
+                word,
+            });
+        }
+    }
+    if req.shards > req.cases {
+        return Err(ParseError::ShardsExceedCases {
+            shards: req.shards,
+            cases: req.cases,
+            word: shards_word,
+        });
+    }
+    Ok(req)
+}
+
+fn number(key: Key, value: &str, min: u64, max: u64, word: &str) -> Result<u64, ParseError> {
+    if !value.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(ParseError::NotANumber {
+            key,
+            value: echo(value),
+            word: word.to_string(),
+        });
+    }
+    let out_of_range = || ParseError::OutOfRange {
+        key,
+        value: echo(value),
+        min,
+        max,
+        word: word.to_string(),
+    };
+    // All digits: the only parse failure left is overflow.
+    let n: u64 = value.parse().map_err(|_| out_of_range())?;
+    if n < min || n > max {
+        return Err(out_of_range());
+    }
+    Ok(n)
+}
+
+fn flag(key: Key, value: &str, word: &str) -> Result<bool, ParseError> {
+    match value {
+        "0" => Ok(false),
+        "1" => Ok(true),
+        _ => Err(ParseError::NotAFlag {
+            key,
+            value: echo(value),
+            word: word.to_string(),
+        }),
+    }
+}
+
+fn list(key: Key, value: &str, max: usize, word: &str) -> Result<Vec<String>, ParseError> {
+    let names: Vec<String> = value.split(',').map(str::to_string).collect();
+    if names.iter().any(String::is_empty) {
+        return Err(ParseError::EmptyValue {
+            key,
+            word: word.to_string(),
+        });
+    }
+    if names.len() > max {
+        return Err(ParseError::TooMany {
+            key,
+            count: names.len(),
+            max,
+            word: word.to_string(),
+        });
+    }
+    for (i, n) in names.iter().enumerate() {
+        if names[..i].contains(n) {
+            return Err(ParseError::DuplicateName {
+                key,
+                name: echo(n),
+                word: word.to_string(),
+            });
+        }
+    }
+    Ok(names)
+}
+
+impl BotRequest {
+    /// The request written back as a canonical comment (every key, fixed order): what the
+    /// replies echo instead of the comment's own text.
+    pub fn canonical(&self) -> String {
+        let mut s = String::from(COMMAND);
+        if !self.backends.is_empty() {
+            s.push_str(&format!(" BACKENDS={}", self.backends.join(",")));
+        }
+        s.push_str(&format!(" CASES={}", self.cases));
+        if !self.specs.is_empty() {
+            s.push_str(&format!(" SPECS={}", self.specs.join(",")));
+        }
+        s.push_str(&format!(
+            " SEED={} DEEP={} SHARDS={} MUTANTS={}",
+            self.seed, self.deep as u8, self.shards, self.mutants as u8
+        ));
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn err(comment: &str) -> ParseError {
+        parse(comment).expect_err(comment)
+    }
+
+    #[test]
+    fn the_issue_example_parses() {
+        let r = parse("bot:test BACKENDS=cpu,spyre-sdpa CASES=20000 SPECS=large_decode,mixed_medium SEED=7 DEEP=1 SHARDS=4 MUTANTS=1").unwrap();
+        assert_eq!(
+            r,
+            BotRequest {
+                backends: vec!["cpu".into(), "spyre-sdpa".into()],
+                cases: 20000,
+                specs: vec!["large_decode".into(), "mixed_medium".into()],
+                seed: 7,
+                deep: true,
+                shards: 4,
+                mutants: true,
+            }
+        );
+    }
+
+    #[test]
+    fn bare_command_takes_the_defaults() {
+        assert_eq!(parse("bot:test").unwrap(), BotRequest::default());
+        assert_eq!(parse("  bot:test  \r\n").unwrap(), BotRequest::default());
+    }
+
+    #[test]
+    fn only_the_first_line_is_read() {
+        let r = parse("bot:test CASES=10\nthis line explains why CASES=oops").unwrap();
+        assert_eq!(r.cases, 10);
+    }
+
+    #[test]
+    fn canonical_form_parses_back_to_the_same_request() {
+        let r =
+            parse("bot:test SHARDS=2 SEED=0 BACKENDS=cpu MUTANTS=1 SPECS=small_decode").unwrap();
+        assert_eq!(parse(&r.canonical()).unwrap(), r);
+        assert_eq!(
+            parse(&BotRequest::default().canonical()).unwrap(),
+            BotRequest::default()
+        );
+    }
+
+    #[test]
+    fn ranges_have_inclusive_ends() {
+        assert_eq!(parse("bot:test CASES=1").unwrap().cases, 1);
+        assert_eq!(parse("bot:test CASES=100000 SHARDS=8").unwrap().shards, 8);
+        assert_eq!(
+            parse("bot:test SEED=18446744073709551615").unwrap().seed,
+            u64::MAX
+        );
+    }
+
+    #[test]
+    fn mutants_are_accepted_by_syntax_with_the_flag() {
+        let r = parse("bot:test MUTANTS=1 BACKENDS=cpu,mutant:window-off-by-one").unwrap();
+        assert_eq!(r.backends[1], "mutant:window-off-by-one");
+    }
+
+    #[test]
+    fn not_a_command() {
+        let e = err("please bot:test");
+        assert!(matches!(e, ParseError::NotACommand { .. }));
+        assert_eq!(e.offending_word(), "please");
+        assert_eq!(err("bot:testing").offending_word(), "bot:testing");
+        assert!(!is_bot_command("bot:testing CASES=1"));
+        assert!(is_bot_command("bot:test CASES=x"));
+    }
+
+    #[test]
+    fn bad_words_name_themselves() {
+        let cases: &[(&str, &str)] = &[
+            ("bot:test CASES", "CASES"),
+            ("bot:test cases=10", "cases=10"),
+            ("bot:test BACKEND=cpu", "BACKEND=cpu"),
+            ("bot:test CASES=10 CASES=20", "CASES=20"),
+            ("bot:test CASES=", "CASES="),
+            ("bot:test CASES=1e4", "CASES=1e4"),
+            ("bot:test CASES=-5", "CASES=-5"),
+            ("bot:test CASES=0", "CASES=0"),
+            ("bot:test CASES=100001", "CASES=100001"),
+            (
+                "bot:test SEED=18446744073709551616",
+                "SEED=18446744073709551616",
+            ),
+            ("bot:test SHARDS=9", "SHARDS=9"),
+            ("bot:test DEEP=yes", "DEEP=yes"),
+            ("bot:test MUTANTS=2", "MUTANTS=2"),
+            (
+                "bot:test BACKENDS=cpu,,spyre-sdpa",
+                "BACKENDS=cpu,,spyre-sdpa",
+            ),
+            ("bot:test BACKENDS=cpu,cpu", "BACKENDS=cpu,cpu"),
+            ("bot:test BACKENDS=cuda", "BACKENDS=cuda"),
+            ("bot:test BACKENDS=mutant:x", "BACKENDS=mutant:x"),
+            (
+                "bot:test MUTANTS=1 BACKENDS=mutant:a;rm",
+                "BACKENDS=mutant:a;rm",
+            ),
+            ("bot:test SPECS=huge_decode", "SPECS=huge_decode"),
+            ("bot:test CASES=3 SHARDS=4", "SHARDS=4"),
+            ("bot:test CASES=10 $(reboot)", "$(reboot)"),
+        ];
+        for (comment, word) in cases {
+            assert_eq!(err(comment).offending_word(), *word, "{comment}");
+        }
+    }
+
+    #[test]
+    fn errors_are_typed() {
+        assert!(matches!(
+            err("bot:test CASES=0"),
+            ParseError::OutOfRange {
+                key: Key::Cases,
+                min: 1,
+                max: 100_000,
+                ..
+            }
+        ));
+        assert!(matches!(
+            err("bot:test SEED=abc"),
+            ParseError::NotANumber { key: Key::Seed, .. }
+        ));
+        assert!(matches!(
+            err("bot:test BACKENDS=cuda"),
+            ParseError::UnknownBackend { ref name, .. } if name == "cuda"
+        ));
+        assert!(matches!(
+            err("bot:test SPECS=nope"),
+            ParseError::UnknownSpec { ref name, .. } if name == "nope"
+        ));
+        assert!(matches!(
+            err("bot:test FOO=1"),
+            ParseError::UnknownKey { ref key, .. } if key == "FOO"
+        ));
+        assert!(matches!(
+            err("bot:test BACKENDS=mutant:x"),
+            ParseError::MutantWithoutFlag { .. }
+        ));
+        let many = format!("bot:test SPECS={}", vec!["small_decode"; 17].join(","));
+        assert!(matches!(err(&many), ParseError::TooMany { count: 17, .. }));
+    }
+
+    #[test]
+    fn long_words_are_cut_in_errors() {
+        let long = format!("bot:test X{}=1", "A".repeat(500));
+        let e = err(&long);
+        assert!(e.offending_word().chars().count() <= MAX_ECHO + 1);
+        assert!(e.to_string().len() < 300);
+    }
+
+    #[test]
+    fn messages_say_what_is_wrong() {
+        assert_eq!(
+            err("bot:test CASES=0").to_string(),
+            "CASES=0 is out of range 1..=100000"
+        );
+        assert!(err("bot:test BACKENDS=cuda")
+            .to_string()
+            .contains("known: cpu, spyre-native, spyre-sdpa, spyre-device"));
+    }
+}

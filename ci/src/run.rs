@@ -1,0 +1,370 @@
+//! The bot's three steps over files, as the workflow's jobs and `cargo xtask bot` run them:
+//!
+//! 1. [`plan`]: the comment (gated by association and allow-list) becomes `request.json`, and
+//!    `reply.md` when it is refused or cannot be parsed; nothing runs then.
+//! 2. [`shard`]: shard I runs `attn-diff check --shard I/N --format json` through cargo and
+//!    leaves `shard-I/summary.json` and its replay files (or `shard-I/error.txt`).
+//! 3. [`report`]: every shard's summary merged; `summary.json`, `reply.md`, `status.json` and
+//!    the replay files of the minimal failing cases, flat, in one folder.
+
+use crate::allowlist::{authorized, AllowList};
+use crate::merge::merge;
+use crate::plan::{cargo_run_args, check_args, REPLAY_DIR, SUMMARY_FILE};
+use crate::reply::{
+    error_status, render_error_reply, render_reply, render_usage_reply, status_of, ReplyContext,
+    Verdict,
+};
+use crate::request::{is_bot_command, parse, BotRequest};
+use crate::summary::CheckSummary;
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use thiserror::Error;
+
+pub const REQUEST_FILE: &str = "request.json";
+pub const REPLY_FILE: &str = "reply.md";
+pub const STATUS_FILE: &str = "status.json";
+pub const ERROR_FILE: &str = "error.txt";
+
+/// Lines of a failed shard's stderr kept for the reply.
+const STDERR_LINES: usize = 30;
+
+#[derive(Debug, Error)]
+pub enum RunError {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot write {path}: {source}")]
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path} is not valid: {source}")]
+    Json {
+        path: PathBuf,
+        source: serde_json::Error,
+    },
+    #[error("{0}")]
+    AllowList(#[from] crate::allowlist::AllowListError),
+    #[error("the request was {0:?}, so there is nothing to run")]
+    NotRunnable(Outcome),
+    #[error("shard {index} is not one of the request's {count} shard(s)")]
+    ShardIndex { index: u32, count: u32 },
+    #[error("cannot run {program}: {source}")]
+    Spawn {
+        program: String,
+        source: std::io::Error,
+    },
+    #[error("shard {index}: attn-diff exited with {code}:\n{stderr}")]
+    Shard {
+        index: u32,
+        code: String,
+        stderr: String,
+    },
+}
+
+/// What became of a comment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Outcome {
+    /// Parsed and authorized: the shards run.
+    Run,
+    /// Addressed to the bot but not parseable: the usage reply, nothing runs.
+    Rejected,
+    /// From someone the bot does not run for: a short reply, nothing runs.
+    Refused,
+    /// Not addressed to the bot: no reply.
+    Ignored,
+}
+
+/// `request.json`: the outcome, the parsed request, and where the reply goes (as the
+/// workflow's trusted step resolved it).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RequestFile {
+    pub outcome: Outcome,
+    pub request: Option<BotRequest>,
+    pub pr: Option<u64>,
+    pub sha: Option<String>,
+    pub comment_id: Option<u64>,
+    pub author: Option<String>,
+}
+
+/// Who may run the bot.
+pub enum Gate {
+    /// A local run (`cargo xtask bot`): no one to check.
+    Local,
+    /// From a comment: the author's association and the allow-list both must let them.
+    Comment {
+        allowlist: AllowList,
+        author: String,
+        association: String,
+    },
+}
+
+pub struct PlanInput {
+    pub comment: String,
+    pub gate: Gate,
+    pub pr: Option<u64>,
+    pub sha: Option<String>,
+    pub comment_id: Option<u64>,
+}
+
+fn write(path: &Path, text: &str) -> Result<(), RunError> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(|source| RunError::Write {
+            path: dir.to_path_buf(),
+            source,
+        })?;
+    }
+    std::fs::write(path, text).map_err(|source| RunError::Write {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+fn read(path: &Path) -> Result<String, RunError> {
+    std::fs::read_to_string(path).map_err(|source| RunError::Read {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+fn to_json<T: Serialize>(v: &T) -> String {
+    serde_json::to_string_pretty(v).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
+}
+
+/// Step 1: decide what the comment asks for and write `request.json` (and `reply.md`).
+pub fn plan(input: PlanInput, out: &Path) -> Result<RequestFile, RunError> {
+    let author = match &input.gate {
+        Gate::Local => None,
+        Gate::Comment { author, .. } => Some(author.clone()),
+    };
+    let mut file = RequestFile {
+        outcome: Outcome::Ignored,
+        request: None,
+        pr: input.pr,
+        sha: input.sha,
+        comment_id: input.comment_id,
+        author,
+    };
+    let mut reply = None;
+    if is_bot_command(&input.comment) {
+        let allowed = match &input.gate {
+            Gate::Local => true,
+            Gate::Comment {
+                allowlist,
+                author,
+                association,
+            } => authorized(allowlist, author, association),
+        };
+        if !allowed {
+            file.outcome = Outcome::Refused;
+            reply = Some(
+                "### attn-diff: not run\n\nThe bot runs only for the repository's owners, members \
+                 and collaborators listed in `.github/bot-allowlist.txt`.\n"
+                    .to_string(),
+            );
+        } else {
+            match parse(&input.comment) {
+                Ok(req) => {
+                    file.outcome = Outcome::Run;
+                    file.request = Some(req);
+                }
+                Err(e) => {
+                    file.outcome = Outcome::Rejected;
+                    reply = Some(render_usage_reply(&e));
+                }
+            }
+        }
+    }
+    write(&out.join(REQUEST_FILE), &to_json(&file))?;
+    if let Some(text) = reply {
+        write(&out.join(REPLY_FILE), &text)?;
+    }
+    Ok(file)
+}
+
+/// The step outputs a workflow reads (`key=value` lines for `$GITHUB_OUTPUT`).
+pub fn github_outputs(file: &RequestFile) -> String {
+    let (run, matrix, shards) = match (&file.outcome, &file.request) {
+        (Outcome::Run, Some(r)) => (true, crate::plan::matrix_json(r), r.shards),
+        _ => (false, "[]".to_string(), 0),
+    };
+    let post = !matches!(file.outcome, Outcome::Ignored);
+    format!("run={run}\npost={post}\nshards={shards}\nmatrix={matrix}\n")
+}
+
+pub fn load_request(path: &Path) -> Result<RequestFile, RunError> {
+    serde_json::from_str(&read(path)?).map_err(|source| RunError::Json {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+fn runnable(file: &RequestFile) -> Result<&BotRequest, RunError> {
+    match (&file.outcome, &file.request) {
+        (Outcome::Run, Some(r)) => Ok(r),
+        (o, _) => Err(RunError::NotRunnable(*o)),
+    }
+}
+
+/// The folder of shard `index` under `shards`.
+pub fn shard_dir(shards: &Path, index: u32) -> PathBuf {
+    shards.join(format!("shard-{index}"))
+}
+
+fn tail(text: &str, lines: usize) -> String {
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+/// Step 2: run shard `index` with `cargo` in `root`, leaving its summary (or error) in
+/// `shard_dir(shards, index)`. Ok(true) when every backend's verdict is good.
+pub fn shard(
+    file: &RequestFile,
+    index: u32,
+    shards: &Path,
+    cargo: &str,
+    root: &Path,
+) -> Result<bool, RunError> {
+    let req = runnable(file)?;
+    if index >= req.shards {
+        return Err(RunError::ShardIndex {
+            index,
+            count: req.shards,
+        });
+    }
+    let dir = shard_dir(shards, index);
+    std::fs::create_dir_all(&dir).map_err(|source| RunError::Write {
+        path: dir.clone(),
+        source,
+    })?;
+    let mut args = cargo_run_args(req);
+    args.extend(check_args(req, index, &dir));
+    eprintln!("shard {index}/{}: {cargo} {}", req.shards, args.join(" "));
+    let output = Command::new(cargo)
+        .args(&args)
+        .current_dir(root)
+        .output()
+        .map_err(|source| RunError::Spawn {
+            program: cargo.to_string(),
+            source,
+        })?;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    eprint!("{stderr}");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    // attn-diff: 0 agreed, 1 diverged (both with a summary), anything else is an error.
+    let summary = match output.status.code() {
+        Some(0 | 1) => CheckSummary::from_json(&stdout).ok(),
+        _ => None,
+    };
+    let Some(summary) = summary else {
+        let code = output
+            .status
+            .code()
+            .map_or_else(|| "a signal".to_string(), |c| format!("code {c}"));
+        let err = RunError::Shard {
+            index,
+            code,
+            stderr: tail(&stderr, STDERR_LINES),
+        };
+        write(&dir.join(ERROR_FILE), &err.to_string())?;
+        return Err(err);
+    };
+    write(&dir.join(SUMMARY_FILE), &stdout)?;
+    Ok(summary.backends.iter().all(|b| Verdict::of(b).ok()))
+}
+
+/// How a report came out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Report {
+    Passed,
+    Diverged,
+    /// A shard or the merge failed: the reply says what.
+    Broken,
+}
+
+fn copy_artifacts(
+    merged: &CheckSummary,
+    shards: &Path,
+    count: u32,
+    out: &Path,
+) -> Result<(), RunError> {
+    let dest = out.join(REPLAY_DIR);
+    let files = merged
+        .backends
+        .iter()
+        .flat_map(|b| &b.failures)
+        .flat_map(|f| [f.replay.as_deref(), f.heatmap.as_deref()])
+        .flatten();
+    for path in files {
+        let Some(name) = Path::new(path).file_name() else {
+            continue;
+        };
+        let found = (0..count)
+            .map(|i| shard_dir(shards, i).join(REPLAY_DIR).join(name))
+            .find(|p| p.is_file());
+        if let Some(src) = found {
+            std::fs::create_dir_all(&dest).map_err(|source| RunError::Write {
+                path: dest.clone(),
+                source,
+            })?;
+            std::fs::copy(&src, dest.join(name)).map_err(|source| RunError::Write {
+                path: dest.join(name),
+                source,
+            })?;
+        }
+    }
+    Ok(())
+}
+
+/// Step 3: merge the shards' summaries under `shards` and write the reply, the status, the
+/// merged summary and the replay files to `out`.
+pub fn report(
+    file: &RequestFile,
+    shards: &Path,
+    out: &Path,
+    ctx: &ReplyContext,
+) -> Result<Report, RunError> {
+    let req = runnable(file)?;
+    let mut summaries = Vec::new();
+    let mut problems = Vec::new();
+    for i in 0..req.shards {
+        let dir = shard_dir(shards, i);
+        let path = dir.join(SUMMARY_FILE);
+        if path.is_file() {
+            match CheckSummary::from_json(&read(&path)?) {
+                Ok(s) => summaries.push(s),
+                Err(e) => problems.push(format!("shard {i}: {} is not valid: {e}", path.display())),
+            }
+        } else if let Ok(text) = std::fs::read_to_string(dir.join(ERROR_FILE)) {
+            problems.push(text);
+        } else {
+            problems.push(format!("shard {i}: no summary (its job did not finish)"));
+        }
+    }
+    let merged = if problems.is_empty() {
+        merge(summaries)
+            .map_err(|e| problems.push(format!("merging the shards: {e}")))
+            .ok()
+    } else {
+        None
+    };
+    let Some(merged) = merged else {
+        let what = problems.join("\n\n");
+        write(&out.join(REPLY_FILE), &render_error_reply(req, &what, ctx))?;
+        write(&out.join(STATUS_FILE), &to_json(&error_status(&what)))?;
+        return Ok(Report::Broken);
+    };
+    copy_artifacts(&merged, shards, req.shards, out)?;
+    write(&out.join(SUMMARY_FILE), &merged.to_json())?;
+    write(&out.join(REPLY_FILE), &render_reply(req, &merged, ctx))?;
+    write(&out.join(STATUS_FILE), &to_json(&status_of(&merged)))?;
+    Ok(if crate::reply::all_ok(&merged) {
+        Report::Passed
+    } else {
+        Report::Diverged
+    })
+}

