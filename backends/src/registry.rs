@@ -49,13 +49,21 @@ pub fn backend_by_name(name: &str) -> Result<Arc<dyn Backend>, String> {
 
 /// The backend `name` set to use `threads` worker threads (None: its default), for
 /// benchmarks that compare backends at equal thread counts.
-pub fn backend_with_threads(name: &str, threads: Option<usize>) -> Result<Arc<dyn Backend>, String> {
+pub fn backend_with_threads(
+    name: &str,
+    threads: Option<usize>,
+) -> Result<Arc<dyn Backend>, String> {
     let Some(n) = threads else {
         return backend_by_name(name);
     };
     if name == "cpu" {
-        let settings = crate::cpu::CpuSettings { threads: n, ..Default::default() };
-        return crate::cpu::CpuBackend::new(settings).map(|b| Arc::new(b) as Arc<dyn Backend>).map_err(|e| e.to_string());
+        let settings = crate::cpu::CpuSettings {
+            threads: n,
+            ..Default::default()
+        };
+        return crate::cpu::CpuBackend::new(settings)
+            .map(|b| Arc::new(b) as Arc<dyn Backend>)
+            .map_err(|e| e.to_string());
     }
     #[cfg(feature = "spyre")]
     if name.starts_with("spyre") {

@@ -70,8 +70,14 @@ pub fn measure_read_bandwidth(threads: usize) -> f64 {
     for _ in 0..3 {
         let start = Instant::now();
         let total: u64 = std::thread::scope(|s| {
-            let handles: Vec<_> = buf.chunks(chunk).map(|c| s.spawn(move || c.iter().fold(0u64, |a, &x| a.wrapping_add(x)))).collect();
-            handles.into_iter().map(|h| h.join().unwrap_or(0)).fold(0u64, u64::wrapping_add)
+            let handles: Vec<_> = buf
+                .chunks(chunk)
+                .map(|c| s.spawn(move || c.iter().fold(0u64, |a, &x| a.wrapping_add(x))))
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().unwrap_or(0))
+                .fold(0u64, u64::wrapping_add)
         });
         std::hint::black_box(total);
         best = best.max((words * 8) as f64 / start.elapsed().as_secs_f64() / 1e9);
@@ -84,7 +90,11 @@ fn rss() -> Option<(u64, u64)> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
     let field = |name: &str| -> Option<u64> {
         let line = status.lines().find(|l| l.starts_with(name))?;
-        line.split_whitespace().nth(1)?.parse::<u64>().ok().map(|kb| kb * 1024)
+        line.split_whitespace()
+            .nth(1)?
+            .parse::<u64>()
+            .ok()
+            .map(|kb| kb * 1024)
     };
     Some((field("VmRSS:")?, field("VmHWM:")?))
 }
@@ -117,9 +127,25 @@ fn prepare(backend: &Arc<dyn Backend>, case: &Case) -> Result<KvCache, BackendEr
     let mut cache = backend.new_cache(c, case.layout.num_blocks)?;
     let (k, v) = case.context_kv_flat();
     let ctx_slots = case.context_slot_mapping();
-    backend.write_kv(c, &mut cache, &KvWrite { key: &k, value: &v, slot_mapping: &ctx_slots })?;
+    backend.write_kv(
+        c,
+        &mut cache,
+        &KvWrite {
+            key: &k,
+            value: &v,
+            slot_mapping: &ctx_slots,
+        },
+    )?;
     let t = &case.tensors;
-    backend.write_kv(c, &mut cache, &KvWrite { key: &t.key, value: &t.value, slot_mapping: &case.layout.slot_mapping })?;
+    backend.write_kv(
+        c,
+        &mut cache,
+        &KvWrite {
+            key: &t.key,
+            value: &t.value,
+            slot_mapping: &case.layout.slot_mapping,
+        },
+    )?;
     Ok(cache)
 }
 
@@ -151,21 +177,50 @@ pub fn run_bench(opts: &BenchOptions) -> BenchSummary {
             .backends
             .iter()
             .map(|b| match prepare(b, &case) {
-                Ok(cache) => Prepared { backend: b.clone(), cache, times: Vec::new(), status: "ok".into(), peak: f64::NAN },
-                Err(BackendError::Unsupported(u)) => Prepared { backend: b.clone(), cache: Box::new(()), times: Vec::new(), status: format!("unsupported: {u}"), peak: f64::NAN },
-                Err(e) => Prepared { backend: b.clone(), cache: Box::new(()), times: Vec::new(), status: format!("error: {e}"), peak: f64::NAN },
+                Ok(cache) => Prepared {
+                    backend: b.clone(),
+                    cache,
+                    times: Vec::new(),
+                    status: "ok".into(),
+                    peak: f64::NAN,
+                },
+                Err(BackendError::Unsupported(u)) => Prepared {
+                    backend: b.clone(),
+                    cache: Box::new(()),
+                    times: Vec::new(),
+                    status: format!("unsupported: {u}"),
+                    peak: f64::NAN,
+                },
+                Err(e) => Prepared {
+                    backend: b.clone(),
+                    cache: Box::new(()),
+                    times: Vec::new(),
+                    status: format!("error: {e}"),
+                    peak: f64::NAN,
+                },
             })
             .collect();
         // Warm-up call: correctness against the oracle and the memory high-water mark.
         for p in prepared.iter_mut().filter(|p| p.status == "ok") {
             let mut result = None;
-            let peak = peak_extra_bytes(|| result = Some(p.backend.forward(&case.config, &p.cache, &step)));
+            let peak = peak_extra_bytes(|| {
+                result = Some(p.backend.forward(&case.config, &p.cache, &step))
+            });
             p.peak = peak.unwrap_or(f64::NAN);
             match result {
                 Some(Ok(out)) => {
-                    let cmp = compare(&out, &expected, case.config.num_heads, case.config.head_size, tol);
+                    let cmp = compare(
+                        &out,
+                        &expected,
+                        case.config.num_heads,
+                        case.config.head_size,
+                        tol,
+                    );
                     if !cmp.passed() {
-                        p.status = format!("WRONG ({} values off, max abs err {:.2e})", cmp.mismatch_count, cmp.max_abs_err);
+                        p.status = format!(
+                            "WRONG ({} values off, max abs err {:.2e})",
+                            cmp.mismatch_count, cmp.max_abs_err
+                        );
                     }
                 }
                 Some(Err(e)) => p.status = format!("error: {e}"),
@@ -174,7 +229,10 @@ pub fn run_bench(opts: &BenchOptions) -> BenchSummary {
         }
         // Timed calls, interleaved across backends.
         for _ in 0..opts.reps {
-            for p in prepared.iter_mut().filter(|p| p.status == "ok" || p.status.starts_with("WRONG")) {
+            for p in prepared
+                .iter_mut()
+                .filter(|p| p.status == "ok" || p.status.starts_with("WRONG"))
+            {
                 let start = Instant::now();
                 let out = p.backend.forward(&case.config, &p.cache, &step);
                 p.times.push(start.elapsed());
@@ -188,14 +246,30 @@ pub fn run_bench(opts: &BenchOptions) -> BenchSummary {
                 let min = p.times.iter().min().copied().unwrap_or_default();
                 let med = median(&mut p.times);
                 let secs = med.as_secs_f64();
-                let gbs = if secs > 0.0 { kv_bytes(&case) / secs / 1e9 } else { f64::NAN };
+                let gbs = if secs > 0.0 {
+                    kv_bytes(&case) / secs / 1e9
+                } else {
+                    f64::NAN
+                };
                 BenchRow {
                     backend: p.backend.name().to_string(),
                     spec: spec.name.to_string(),
                     status: p.status.clone(),
-                    median_ms: if p.times.is_empty() { f64::NAN } else { secs * 1e3 },
-                    min_ms: if p.times.is_empty() { f64::NAN } else { min.as_secs_f64() * 1e3 },
-                    tokens_per_s: if secs > 0.0 { case.num_real_tokens() as f64 / secs } else { f64::NAN },
+                    median_ms: if p.times.is_empty() {
+                        f64::NAN
+                    } else {
+                        secs * 1e3
+                    },
+                    min_ms: if p.times.is_empty() {
+                        f64::NAN
+                    } else {
+                        min.as_secs_f64() * 1e3
+                    },
+                    tokens_per_s: if secs > 0.0 {
+                        case.num_real_tokens() as f64 / secs
+                    } else {
+                        f64::NAN
+                    },
                     kv_gb_per_s: gbs,
                     fraction_of_bandwidth: if decode { gbs / bandwidth } else { f64::NAN },
                     peak_extra_mib: p.peak / (1 << 20) as f64,
@@ -203,9 +277,15 @@ pub fn run_bench(opts: &BenchOptions) -> BenchSummary {
                 }
             })
             .collect();
-        if let Some(base) = opts.baseline.as_ref().and_then(|b| spec_rows.iter().find(|r| &r.backend == b).map(|r| r.median_ms)) {
+        if let Some(base) = opts.baseline.as_ref().and_then(|b| {
+            spec_rows
+                .iter()
+                .find(|r| &r.backend == b)
+                .map(|r| r.median_ms)
+        }) {
             for r in spec_rows.iter_mut() {
-                r.ratio_to_baseline = (base.is_finite() && r.median_ms.is_finite()).then(|| r.median_ms / base);
+                r.ratio_to_baseline =
+                    (base.is_finite() && r.median_ms.is_finite()).then(|| r.median_ms / base);
             }
         }
         rows.extend(spec_rows);
@@ -231,7 +311,18 @@ fn num(x: f64, digits: usize) -> String {
     }
 }
 
-const HEADER: [&str; 10] = ["backend", "spec", "median ms", "min ms", "tokens/s", "KV GB/s", "of bandwidth", "peak extra MiB", "vs baseline", "status"];
+const HEADER: [&str; 10] = [
+    "backend",
+    "spec",
+    "median ms",
+    "min ms",
+    "tokens/s",
+    "KV GB/s",
+    "of bandwidth",
+    "peak extra MiB",
+    "vs baseline",
+    "status",
+];
 
 fn table_rows(s: &BenchSummary) -> Vec<Vec<String>> {
     s.rows
@@ -244,9 +335,14 @@ fn table_rows(s: &BenchSummary) -> Vec<Vec<String>> {
                 num(r.min_ms, 3),
                 num(r.tokens_per_s, 0),
                 num(r.kv_gb_per_s, 1),
-                if r.fraction_of_bandwidth.is_finite() { format!("{:.0}%", 100.0 * r.fraction_of_bandwidth) } else { "-".into() },
+                if r.fraction_of_bandwidth.is_finite() {
+                    format!("{:.0}%", 100.0 * r.fraction_of_bandwidth)
+                } else {
+                    "-".into()
+                },
                 num(r.peak_extra_mib, 1),
-                r.ratio_to_baseline.map_or("-".into(), |x| format!("{x:.2}x")),
+                r.ratio_to_baseline
+                    .map_or("-".into(), |x| format!("{x:.2}x")),
                 r.status.clone(),
             ]
         })
@@ -268,7 +364,16 @@ pub fn render_text(s: &BenchSummary) -> String {
             *w = (*w).max(c.chars().count());
         }
     }
-    let fmt = |cells: Vec<&str>| cells.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect::<Vec<_>>().join("  ").trim_end().to_string();
+    let fmt = |cells: Vec<&str>| {
+        cells
+            .iter()
+            .zip(&widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect::<Vec<_>>()
+            .join("  ")
+            .trim_end()
+            .to_string()
+    };
     let mut out = format!("{}\n{}\n", headline(s), fmt(HEADER.to_vec()));
     for r in &rows {
         out.push_str(&fmt(r.iter().map(String::as_str).collect()));
@@ -278,7 +383,12 @@ pub fn render_text(s: &BenchSummary) -> String {
 }
 
 pub fn render_markdown(s: &BenchSummary) -> String {
-    let mut out = format!("{}\n\n| {} |\n|{}\n", headline(s), HEADER.join(" | "), "---|".repeat(HEADER.len()));
+    let mut out = format!(
+        "{}\n\n| {} |\n|{}\n",
+        headline(s),
+        HEADER.join(" | "),
+        "---|".repeat(HEADER.len())
+    );
     for r in table_rows(s) {
         out.push_str(&format!("| {} |\n", r.join(" | ")));
     }
@@ -299,8 +409,24 @@ pub fn plot(s: &BenchSummary, path: &std::path::Path) -> Result<(), String> {
     }
     let series: Vec<(String, Vec<f64>)> = backends
         .iter()
-        .map(|b| (b.clone(), specs.iter().map(|sp| s.rows.iter().find(|r| &r.backend == b && &r.spec == sp && r.status == "ok").map_or(f64::NAN, |r| r.median_ms)).collect()))
+        .map(|b| {
+            (
+                b.clone(),
+                specs
+                    .iter()
+                    .map(|sp| {
+                        s.rows
+                            .iter()
+                            .find(|r| &r.backend == b && &r.spec == sp && r.status == "ok")
+                            .map_or(f64::NAN, |r| r.median_ms)
+                    })
+                    .collect(),
+            )
+        })
         .collect();
-    let title = format!("median time of one call, {} {}/{} d{} bs{}, {} thread(s)", s.dtype, s.heads.0, s.heads.1, s.head_size, s.block_size, s.threads);
+    let title = format!(
+        "median time of one call, {} {}/{} d{} bs{}, {} thread(s)",
+        s.dtype, s.heads.0, s.heads.1, s.head_size, s.block_size, s.threads
+    );
     crate::plot::bar_chart(path, &title, "ms (log scale)", &specs, &series)
 }

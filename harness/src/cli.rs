@@ -349,29 +349,62 @@ pub fn run(cli: Cli) -> anyhow::Result<bool> {
             println!("{text}");
             Ok(summary.all_killed())
         }
-        Command::Bench { backend, specs, dtype, block_size, heads, head_size, threads, reps, baseline, format, plot } => {
-            let mut config = attn_reference::AttentionConfig::new(heads[0], heads[1], head_size, block_size, dtype);
+        Command::Bench {
+            backend,
+            specs,
+            dtype,
+            block_size,
+            heads,
+            head_size,
+            threads,
+            reps,
+            baseline,
+            format,
+            plot,
+        } => {
+            let mut config = attn_reference::AttentionConfig::new(
+                heads[0], heads[1], head_size, block_size, dtype,
+            );
             config.validate().map_err(|e| usage(e.to_string()))?;
             config.kind = attn_reference::AttentionKind::Decoder;
             let specs: Vec<attn_reference::BatchSpec> = if specs.is_empty() {
-                attn_reference::all_specs().into_iter().filter(|s| s.kind == attn_reference::AttentionKind::Decoder).collect()
+                attn_reference::all_specs()
+                    .into_iter()
+                    .filter(|s| s.kind == attn_reference::AttentionKind::Decoder)
+                    .collect()
             } else {
                 specs
                     .iter()
-                    .map(|n| attn_reference::spec_by_name(n).ok_or_else(|| usage(format!("unknown spec `{n}`; known specs: {}", attn_reference::specs::spec_names().join(", ")))))
+                    .map(|n| {
+                        attn_reference::spec_by_name(n).ok_or_else(|| {
+                            usage(format!(
+                                "unknown spec `{n}`; known specs: {}",
+                                attn_reference::specs::spec_names().join(", ")
+                            ))
+                        })
+                    })
                     .collect::<anyhow::Result<_>>()?
             };
-            let names: Vec<String> = if backend.is_empty() { attn_backends::backend_names() } else { backend };
+            let names: Vec<String> = if backend.is_empty() {
+                attn_backends::backend_names()
+            } else {
+                backend
+            };
             let backends = names
                 .iter()
-                .map(|n| attn_backends::registry::backend_with_threads(n.trim(), threads).map_err(usage))
+                .map(|n| {
+                    attn_backends::registry::backend_with_threads(n.trim(), threads).map_err(usage)
+                })
                 .collect::<anyhow::Result<Vec<_>>>()?;
             if reps == 0 {
                 return Err(usage("--reps must be at least 1"));
             }
             if let Some(b) = &baseline {
                 if !names.contains(b) {
-                    return Err(usage(format!("baseline `{b}` is not among the benchmarked backends ({})", names.join(", "))));
+                    return Err(usage(format!(
+                        "baseline `{b}` is not among the benchmarked backends ({})",
+                        names.join(", ")
+                    )));
                 }
             }
             let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -392,10 +425,14 @@ pub fn run(cli: Cli) -> anyhow::Result<bool> {
             };
             println!("{text}");
             if let Some(path) = plot {
-                crate::bench::plot(&summary, &path).map_err(|e| usage(format!("cannot draw {}: {e}", path.display())))?;
+                crate::bench::plot(&summary, &path)
+                    .map_err(|e| usage(format!("cannot draw {}: {e}", path.display())))?;
                 eprintln!("wrote {}", path.display());
             }
-            Ok(summary.rows.iter().all(|r| !r.status.starts_with("WRONG") && !r.status.starts_with("error")))
+            Ok(summary
+                .rows
+                .iter()
+                .all(|r| !r.status.starts_with("WRONG") && !r.status.starts_with("error")))
         }
         Command::List => {
             println!("backends:");

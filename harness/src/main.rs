@@ -5,7 +5,30 @@ use attn_harness::cli::{run, Cli};
 use clap::Parser;
 use std::process::ExitCode;
 
+/// libtorch's OpenMP threads spin after each parallel region by default, stealing the cores
+/// from the other backends' threads that run next (measured: 10–100x slower medians when
+/// backends are interleaved). libgomp reads its policy when it loads, before `main`, so the
+/// process re-executes itself once with a passive policy unless the user chose one.
+fn ensure_passive_openmp() {
+    if std::env::var_os("OMP_WAIT_POLICY").is_some() {
+        return;
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::process::CommandExt;
+        if let Ok(exe) = std::env::current_exe() {
+            let err = std::process::Command::new(exe)
+                .args(std::env::args_os().skip(1))
+                .env("OMP_WAIT_POLICY", "PASSIVE")
+                .exec();
+            // Only reached when exec failed: carry on with the default policy.
+            eprintln!("attn-diff: note: could not re-execute with OMP_WAIT_POLICY=PASSIVE ({err}); timings may be noisy");
+        }
+    }
+}
+
 fn main() -> ExitCode {
+    ensure_passive_openmp();
     let cli = Cli::parse();
     match run(cli) {
         Ok(true) => ExitCode::SUCCESS,

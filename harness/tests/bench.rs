@@ -11,7 +11,13 @@ use support::{Naive, Plant};
 
 #[test]
 fn bench_runs_and_reports_a_wrong_backend_as_wrong() {
-    let wrong = Naive::with("naive-gqa", Plant { gqa_modulo: true, ..Plant::default() });
+    let wrong = Naive::with(
+        "naive-gqa",
+        Plant {
+            gqa_modulo: true,
+            ..Plant::default()
+        },
+    );
     let backends: Vec<Arc<dyn Backend>> = vec![Arc::new(Naive::correct()), Arc::new(wrong)];
     let opts = BenchOptions {
         backends,
@@ -29,8 +35,14 @@ fn bench_runs_and_reports_a_wrong_backend_as_wrong() {
     assert!(bad.status.starts_with("WRONG"), "{}", bad.status);
     assert!(good.median_ms.is_finite() && good.min_ms <= good.median_ms);
     assert_eq!(good.ratio_to_baseline, Some(1.0));
-    assert!(good.fraction_of_bandwidth.is_finite(), "small_decode is a decode spec");
+    assert!(
+        good.fraction_of_bandwidth.is_finite(),
+        "small_decode is a decode spec"
+    );
     assert!(s.read_bandwidth_gb_per_s > 0.0);
     let md = attn_harness::bench::render_markdown(&s);
-    assert!(md.contains("| naive-gqa | small_decode |") && md.contains("WRONG"), "{md}");
+    assert!(
+        md.contains("| naive-gqa | small_decode |") && md.contains("WRONG"),
+        "{md}"
+    );
 }
