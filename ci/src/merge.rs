@@ -130,6 +130,11 @@ fn add(into: &mut BackendSummary, part: BackendSummary) {
     into.backend_seconds += part.backend_seconds;
     into.wall_seconds += part.wall_seconds;
     into.shared_block_cases += part.shared_block_cases;
+    // Per-shard counts are not comparable; keep the earliest any shard saw.
+    into.first_divergence_at = match (into.first_divergence_at, part.first_divergence_at) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
     for f in part.failures {
         if !into.failures.iter().any(|g| g.origin == f.origin) {
             into.failures.push(f);
@@ -257,6 +262,7 @@ mod tests {
             backend_seconds: 1.0,
             wall_seconds: 1.0,
             shared_block_cases: 0,
+            first_divergence_at: None,
             failures: vec![],
         };
         for r in &rows {

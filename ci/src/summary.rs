@@ -48,6 +48,9 @@ pub struct BackendSummary {
     pub backend_seconds: f64,
     pub wall_seconds: f64,
     pub shared_block_cases: usize,
+    /// Cases run (in that shard) up to its first divergence.
+    #[serde(default)]
+    pub first_divergence_at: Option<usize>,
     pub failures: Vec<FailureReport>,
 }
 
