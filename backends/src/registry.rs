@@ -36,7 +36,7 @@ pub fn backend_names() -> Vec<String> {
 
 /// The backend registered as `name`, or an error listing what exists.
 pub fn backend_by_name(name: &str) -> Result<Arc<dyn Backend>, String> {
-    all_backends()
+    lookup_pool()
         .into_iter()
         .find(|b| b.name() == name)
         .ok_or_else(|| {

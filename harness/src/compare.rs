@@ -162,7 +162,15 @@ pub fn compare(
         } else {
             f64::INFINITY
         };
-        let rel_err = abs_err / e.abs().max(f64::MIN_POSITIVE);
+        let rel_err = if e == 0.0 {
+            if abs_err == 0.0 {
+                0.0
+            } else {
+                f64::INFINITY
+            }
+        } else {
+            abs_err / e.abs()
+        };
         c.max_abs_err = c.max_abs_err.max(abs_err);
         c.max_rel_err = c
             .max_rel_err
