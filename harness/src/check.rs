@@ -5,7 +5,7 @@
 use crate::compare::Tolerance;
 use crate::report::{write_replay, FailureReport};
 use crate::runner::{evaluate, DivergenceKind, Outcome};
-use crate::shrink::{refine, shrink, ShrinkBudget, Shrunk};
+use crate::shrink::{shrink_fully, ShrinkBudget};
 use crate::strategy::{recipe, CaseRecipe, StrategyLimits};
 use crate::upstream::UpstreamCase;
 use attn_backends::Backend;
@@ -187,6 +187,67 @@ fn record(summary: &mut BackendSummary, outcome: &Outcome, time: Duration) {
     }
 }
 
+/// A property case that diverged, with what is needed to regenerate and shrink it.
+struct FailingCase<'a> {
+    seed: u64,
+    index: usize,
+    limits: StrategyLimits,
+    case: &'a Case,
+    expected: &'a [f64],
+    divergence: &'a crate::runner::Divergence,
+}
+
+/// Shrink a failing property case (keeping its divergence kind), write its replay file and
+/// heat map, and report it.
+fn shrink_and_report(
+    backend: &dyn Backend,
+    f: &FailingCase<'_>,
+    opts: &CheckOptions,
+) -> FailureReport {
+    let kind = f.divergence.kind;
+    let fails = |r: &CaseRecipe| {
+        let c = r.build();
+        let e = reference_output(&c);
+        matches!(evaluate(backend, &c, &e, Tolerance::for_case(&c)).0, Outcome::Diverged(ref d) if d.kind == kind)
+    };
+    let mut tree = case_tree(f.seed, f.index, f.limits);
+    let shrunk = shrink_fully(&mut tree, opts.shrink, fails);
+    let minimal = shrunk.recipe.build();
+    let e = reference_output(&minimal);
+    let (out, _) = evaluate(backend, &minimal, &e, Tolerance::for_case(&minimal));
+    let origin = format!("property case {} (seed {})", f.index, f.seed);
+    let file = format!(
+        "{}-seed{}-case{}.json",
+        sanitize(backend.name()),
+        f.seed,
+        f.index
+    );
+    let replay = write_replay(&opts.out_dir, &file, &minimal);
+    let mut report = match out {
+        Outcome::Diverged(d) => FailureReport::new(
+            backend.name(),
+            &origin,
+            &minimal,
+            &e,
+            &d,
+            replay,
+            Some(&shrunk),
+        ),
+        // Flaky: the minimal case passed when re-run; report the original.
+        _ => FailureReport::new(
+            backend.name(),
+            &origin,
+            f.case,
+            f.expected,
+            f.divergence,
+            replay,
+            None,
+        ),
+    };
+    report.attach_heatmap(&opts.out_dir.join(file.replace(".json", ".png")));
+    report
+}
+
 /// Whether a case's block tables share a physical block between live positions.
 pub fn shares_blocks(case: &Case) -> bool {
     let bs = case.config.block_size;
@@ -232,59 +293,17 @@ pub fn run_check(mut opts: CheckOptions) -> CheckSummary {
             summary.shared_block_cases += shared as usize;
             if let Outcome::Diverged(d) = &outcome {
                 if summary.failures.is_empty() {
-                    let kind = d.kind;
-                    let mut tree = case_tree(opts.seed, index, limits);
-                    let fails = |r: &CaseRecipe| {
-                        let c = r.build();
-                        let e = reference_output(&c);
-                        matches!(evaluate(backend.as_ref(), &c, &e, Tolerance::for_case(&c)).0, Outcome::Diverged(ref d) if d.kind == kind)
+                    let failing = FailingCase {
+                        seed: opts.seed,
+                        index,
+                        limits,
+                        case: &case,
+                        expected: &expected,
+                        divergence: d,
                     };
-                    let first = shrink(&mut tree, opts.shrink, fails);
-                    let second = refine(first.recipe, opts.shrink, fails);
-                    let shrunk = Shrunk {
-                        recipe: second.recipe,
-                        accepted: first.accepted + second.accepted,
-                        steps: first.steps + second.steps,
-                        elapsed: first.elapsed + second.elapsed,
-                    };
-                    let minimal = shrunk.recipe.build();
-                    let e = reference_output(&minimal);
-                    let (out, _) = evaluate(
-                        backend.as_ref(),
-                        &minimal,
-                        &e,
-                        Tolerance::for_case(&minimal),
-                    );
-                    let origin = format!("property case {index} (seed {})", opts.seed);
-                    let file = format!(
-                        "{}-seed{}-case{index}.json",
-                        sanitize(backend.name()),
-                        opts.seed
-                    );
-                    let replay = write_replay(&opts.out_dir, &file, &minimal);
-                    let mut report = match out {
-                        Outcome::Diverged(d) => FailureReport::new(
-                            backend.name(),
-                            &origin,
-                            &minimal,
-                            &e,
-                            &d,
-                            replay,
-                            Some(&shrunk),
-                        ),
-                        // Flaky: the minimal case passed when re-run; report the original.
-                        _ => FailureReport::new(
-                            backend.name(),
-                            &origin,
-                            &case,
-                            &expected,
-                            d,
-                            replay,
-                            None,
-                        ),
-                    };
-                    report.attach_heatmap(&opts.out_dir.join(file.replace(".json", ".png")));
-                    summary.failures.push(report);
+                    summary
+                        .failures
+                        .push(shrink_and_report(backend.as_ref(), &failing, &opts));
                 }
             }
             summary.wall_seconds += t0.elapsed().as_secs_f64();

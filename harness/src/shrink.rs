@@ -169,3 +169,22 @@ pub fn refine(
         elapsed: start.elapsed(),
     }
 }
+
+/// proptest's shrinking of the tree, then [`refine`]: the whole shrink of a failing case.
+pub fn shrink_fully<T>(
+    tree: &mut T,
+    budget: ShrinkBudget,
+    mut fails: impl FnMut(&CaseRecipe) -> bool,
+) -> Shrunk
+where
+    T: ValueTree<Value = CaseRecipe>,
+{
+    let first = shrink(tree, budget, &mut fails);
+    let second = refine(first.recipe, budget, &mut fails);
+    Shrunk {
+        recipe: second.recipe,
+        accepted: first.accepted + second.accepted,
+        steps: first.steps + second.steps,
+        elapsed: first.elapsed + second.elapsed,
+    }
+}
