@@ -26,10 +26,12 @@ fn facts(case: &Case, t: usize) -> TokenFacts {
 }
 
 fn list(v: &BTreeSet<usize>) -> String {
-    v.iter()
-        .map(|x| x.to_string())
-        .collect::<Vec<_>>()
-        .join(", ")
+    let shown: Vec<String> = v.iter().take(8).map(|x| x.to_string()).collect();
+    if v.len() > 8 {
+        format!("{}, … ({} in all)", shown.join(", "), v.len())
+    } else {
+        shown.join(", ")
+    }
 }
 
 /// The hint for a failed comparison, if a pattern stands out.
