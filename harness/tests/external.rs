@@ -123,7 +123,14 @@ fn numpy_reference_passes_check_through_the_binary() {
     let _g = serial();
     let out = std::env::temp_dir().join("attn-diff-external-numpy");
     let o = Command::new(env!("CARGO_BIN_EXE_attn-diff"))
-        .args(["check", "--backend", "external:numpy-ref", "--cases", "150", "--config"])
+        .args([
+            "check",
+            "--backend",
+            "external:numpy-ref",
+            "--cases",
+            "150",
+            "--config",
+        ])
         .arg(repo().join("attn-diff.toml"))
         .arg("--out")
         .arg(&out)
@@ -187,7 +194,10 @@ fn a_crashing_adapter_is_restarted_and_the_run_continues() {
     assert_eq!(b.cases_run, 40, "every case ran");
     let crashed = b.divergences.get(&DivergenceKind::Crashed).copied();
     assert!(crashed.unwrap_or(0) > 0, "{:?}", b.divergences);
-    assert!(b.passed > 0, "single-sequence cases still pass after restarts");
+    assert!(
+        b.passed > 0,
+        "single-sequence cases still pass after restarts"
+    );
     assert_eq!(b.passed + b.failed, 40, "{b:?}");
     let f = &b.failures[0];
     println!("{}", f.text);
@@ -211,7 +221,11 @@ fn a_hanging_adapter_times_out_and_is_restarted() {
     let first = backend.process_id().expect("running");
     let o = run(&backend, &small_case(2));
     assert_eq!(kind(&o), Some(DivergenceKind::Timeout), "{}", message(&o));
-    assert!(message(&o).contains("timed out after 1.0 s"), "{}", message(&o));
+    assert!(
+        message(&o).contains("timed out after 1.0 s"),
+        "{}",
+        message(&o)
+    );
     assert_eq!(backend.process_id(), None, "the hung adapter was killed");
     assert!(
         !PathBuf::from(format!("/proc/{first}")).exists(),
@@ -227,7 +241,12 @@ fn malformed_replies_are_protocol_errors_naming_the_problem() {
     let backend = ExternalBackend::start(misbehaving("wrong-shape-on-batches", "shape-marker"))
         .expect("adapter starts");
     let o = run(&backend, &small_case(2));
-    assert_eq!(kind(&o), Some(DivergenceKind::ProtocolError), "{}", message(&o));
+    assert_eq!(
+        kind(&o),
+        Some(DivergenceKind::ProtocolError),
+        "{}",
+        message(&o)
+    );
     assert!(
         message(&o).contains("tensor `output` has shape [2, 4, 8]; expected [3, 4, 8]"),
         "{}",
@@ -238,7 +257,12 @@ fn malformed_replies_are_protocol_errors_naming_the_problem() {
     let backend = ExternalBackend::start(misbehaving("print-on-batches", "print-marker"))
         .expect("adapter starts");
     let o = run(&backend, &small_case(2));
-    assert_eq!(kind(&o), Some(DivergenceKind::ProtocolError), "{}", message(&o));
+    assert_eq!(
+        kind(&o),
+        Some(DivergenceKind::ProtocolError),
+        "{}",
+        message(&o)
+    );
     assert!(
         message(&o).contains("stdout carried text \"result: \""),
         "{}",
@@ -334,7 +358,14 @@ fn vllm_cpu_attn_agrees_when_vllm_is_installed() {
     }
     let out = std::env::temp_dir().join("attn-diff-external-vllm");
     let o = Command::new(env!("CARGO_BIN_EXE_attn-diff"))
-        .args(["check", "--backend", "external:vllm-cpu", "--cases", "300", "--config"])
+        .args([
+            "check",
+            "--backend",
+            "external:vllm-cpu",
+            "--cases",
+            "300",
+            "--config",
+        ])
         .arg(repo().join("attn-diff.toml"))
         .arg("--out")
         .arg(&out)

@@ -99,7 +99,7 @@ impl Capabilities {
             }
         }
         if let Some(m) = self.block_size_multiple_of {
-            if m > 0 && c.block_size % m != 0 {
+            if m > 0 && !c.block_size.is_multiple_of(m) {
                 return Err(Unsupported::new(format!(
                     "block size {} is not a multiple of {m}",
                     c.block_size
