@@ -25,12 +25,16 @@ Capabilities are what CPU_ATTN declares: head sizes 32, 64, 80, 96, 112, 128, 16
 256, 512; f32, bf16, f16; windows, soft-cap, ALiBi, sinks; decoder and encoder-only. Block
 sizes: multiples of 16 (the backend declares multiples of 32 for its kernel; 16 runs the
 `vec16` path, which vLLM also uses for 80- and 112-wide heads). Set
-`ATTN_DIFF_VLLM_BLOCK_MULTIPLE=32` to test only what the backend declares.
+`ATTN_DIFF_VLLM_BLOCK_MULTIPLE=32` to test only what the backend declares,
+`ATTN_DIFF_VLLM_FEATURES=sliding_window,alibi` (say) to declare fewer features (to look past
+a known divergence), and `ATTN_DIFF_VLLM_LOG=FILE` to append one JSON line per case run
+(dtype, sizes, kind, features) for coverage counts.
 
     python vllm_cpu_attn.py --probe    # exit 0 when the kernel loads
 """
 
 import importlib.util
+import json
 import os
 import sys
 import time
@@ -43,6 +47,10 @@ from attn_diff_adapter import Adapter, Unsupported, serve  # noqa: E402
 DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
 HEAD_SIZES = [32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512]
 BLOCK_MULTIPLE = int(os.environ.get("ATTN_DIFF_VLLM_BLOCK_MULTIPLE", "16"))
+FEATURES = ["sliding_window", "logits_soft_cap", "alibi", "sinks"]
+if os.environ.get("ATTN_DIFF_VLLM_FEATURES") is not None:
+    FEATURES = [f for f in os.environ["ATTN_DIFF_VLLM_FEATURES"].split(",") if f]
+LOG = os.environ.get("ATTN_DIFF_VLLM_LOG")
 
 
 def load_kernel() -> str:
@@ -77,7 +85,7 @@ class VllmCpuAttn(Adapter):
         "block_size_multiple_of": BLOCK_MULTIPLE,
         "dtypes": ["f32", "bf16", "f16"],
         "kinds": ["decoder", "encoder_only"],
-        "features": ["sliding_window", "logits_soft_cap", "alibi", "sinks"],
+        "features": FEATURES,
     }
 
     def __init__(self, library):
@@ -159,7 +167,35 @@ class VllmCpuAttn(Adapter):
             None,
         )
         elapsed = time.perf_counter() - t0
+        if LOG:
+            self.log(config, step, cache["isa"])
         return output.float().numpy(), elapsed
+
+    def log(self, config, step, isa):
+        features = [
+            name
+            for name, value in [
+                ("window", config.sliding_window),
+                ("soft_cap", config.logits_soft_cap),
+                ("alibi", config.alibi_slopes),
+                ("sinks", config.sinks),
+            ]
+            if value is not None
+        ]
+        record = {
+            "dtype": config.dtype,
+            "head_size": config.head_size,
+            "block_size": config.block_size,
+            "kind": config.kind,
+            "group": config.group_size,
+            "isa": isa,
+            "features": features,
+            "seqs": len(step.seq_lens),
+            "max_seq_len": int(step.seq_lens.max()),
+            "max_query_len": int(step.query_lens.max()),
+        }
+        with open(LOG, "a") as f:
+            f.write(json.dumps(record) + "\n")
 
 
 if __name__ == "__main__":
