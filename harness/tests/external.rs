@@ -378,7 +378,15 @@ fn vllm_cpu_attn_agrees_when_vllm_is_installed() {
     // Soft-cap aside (docs/findings.md: large capped logits become NaN), CPU_ATTN agrees.
     let out = std::env::temp_dir().join("attn-diff-external-vllm");
     let o = attn_diff(
-        &["check", "--cases", "3000", "--seed", "3", "--out", &out.display().to_string()],
+        &[
+            "check",
+            "--cases",
+            "3000",
+            "--seed",
+            "3",
+            "--out",
+            &out.display().to_string(),
+        ],
         Some("sliding_window,alibi,sinks"),
     );
     let stdout = String::from_utf8_lossy(&o.stdout);
@@ -395,5 +403,8 @@ fn vllm_cpu_attn_agrees_when_vllm_is_installed() {
     let o = attn_diff(&["replay", &case.display().to_string()], None);
     let stdout = String::from_utf8_lossy(&o.stdout);
     assert_eq!(o.status.code(), Some(1), "{stdout}");
-    assert!(stdout.contains("non-finite") || stdout.contains("NaN"), "{stdout}");
+    assert!(
+        stdout.contains("non-finite") || stdout.contains("NaN"),
+        "{stdout}"
+    );
 }
