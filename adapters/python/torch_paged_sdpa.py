@@ -5,7 +5,10 @@ The cache is `[2, num_blocks, block_size, num_kv_heads, head_size]` in the case 
 `write_kv` is reshape-and-cache through `slot_mapping` (skipping -1); `forward` gathers each
 sequence's keys and values through its block table row and calls
 `torch.nn.functional.scaled_dot_product_attention` with a mask for causality, the sliding
-window and ALiBi. Soft-cap and sinks cannot be expressed through SDPA, so this template
+window and ALiBi. SDPA wants the additive mask in the query's dtype, and ALiBi biases
+rounded to bf16 move logits by up to 1/128 of their size (attn-diff catches that), so the
+template runs SDPA in float32 from the cache's values and rounds the output to the case
+dtype. Soft-cap and sinks cannot be expressed through SDPA, so this template
 declares them unsupported (attn-diff counts those cases per reason instead of failing them).
 
 Replace `new_cache`, `write_kv` and `forward` with calls into your backend, keep the
@@ -76,16 +79,16 @@ class TorchPagedSdpa(Adapter):
             blocks = block_table[s][pos // bs]
             k = cache[0, blocks, pos % bs]  # [seq_len, num_kv_heads, head_size]
             v = cache[1, blocks, pos % bs]
-            mask = self.mask(config, context, q1 - q0, seq_len).to(dtype)
+            mask = self.mask(config, context, q1 - q0, seq_len)
             o = F.scaled_dot_product_attention(
-                query[q0:q1].transpose(0, 1)[None],
-                k.transpose(0, 1)[None],
-                v.transpose(0, 1)[None],
+                query[q0:q1].float().transpose(0, 1)[None],
+                k.float().transpose(0, 1)[None],
+                v.float().transpose(0, 1)[None],
                 attn_mask=mask[None],
                 scale=config.scale,
                 enable_gqa=config.num_heads > config.num_kv_heads,
             )
-            out[q0:q1] = o[0].transpose(0, 1)
+            out[q0:q1] = o[0].transpose(0, 1).to(dtype)
             elapsed += time.perf_counter() - t0
         return out.float().numpy(), elapsed
 
