@@ -6,6 +6,8 @@
 
 mod backend;
 pub mod cpu;
+#[cfg(unix)]
+pub mod external;
 #[cfg(feature = "mutants")]
 pub mod mutants;
 pub mod registry;

@@ -1,6 +1,7 @@
 //! The `attn-diff` command line.
 
 use crate::check::{run_check, CheckOptions, Shard};
+use crate::external::ExternalArgs;
 use crate::replay::replay_case;
 use crate::runner::Outcome;
 use crate::shrink::ShrinkBudget;
@@ -35,9 +36,12 @@ pub enum Format {
 pub enum Command {
     /// Property cases (and named upstream specs) through backends against the oracle.
     Check {
-        /// Comma-separated backend names (default: every registered backend).
+        /// Comma-separated backend names (default: every registered backend); `external:NAME`
+        /// runs an adapter declared in attn-diff.toml or with --external.
         #[arg(long, value_delimiter = ',')]
         backend: Vec<String>,
+        #[command(flatten)]
+        external: ExternalArgs,
         /// Property cases to run (default: PROPTEST_CASES, else 500).
         #[arg(long)]
         cases: Option<u32>,
@@ -67,6 +71,8 @@ pub enum Command {
         /// Backend to run (default: every registered backend).
         #[arg(long, value_delimiter = ',')]
         backend: Vec<String>,
+        #[command(flatten)]
+        external: ExternalArgs,
     },
     /// Write a case's tensors and the oracle's output to a safetensors file.
     Export {
@@ -179,7 +185,17 @@ fn usage(msg: impl Into<String>) -> anyhow::Error {
     UsageError(msg.into()).into()
 }
 
+/// Backends by name; `external:NAME` adapters come from `./attn-diff.toml`.
 pub fn select_backends(names: &[String]) -> anyhow::Result<Vec<Arc<dyn Backend>>> {
+    select_backends_with(names, &ExternalArgs::default())
+}
+
+/// Backends by name; `external:NAME` adapters are declared by `external` (started here, so a
+/// broken adapter is a set-up error).
+pub fn select_backends_with(
+    names: &[String],
+    external: &ExternalArgs,
+) -> anyhow::Result<Vec<Arc<dyn Backend>>> {
     if names.is_empty() {
         let all = all_backends();
         if all.is_empty() {
@@ -189,7 +205,12 @@ pub fn select_backends(names: &[String]) -> anyhow::Result<Vec<Arc<dyn Backend>>
     }
     names
         .iter()
-        .map(|n| backend_by_name(n.trim()).map_err(usage))
+        .map(|n| match n.trim().strip_prefix(crate::external::PREFIX) {
+            Some(adapter) => {
+                crate::external::start_backend(adapter, external).map_err(|e| usage(e.to_string()))
+            }
+            None => backend_by_name(n.trim()).map_err(usage),
+        })
         .collect()
 }
 
@@ -198,6 +219,7 @@ pub fn run(cli: Cli) -> anyhow::Result<bool> {
     match cli.command {
         Command::Check {
             backend,
+            external,
             cases,
             seed,
             shard,
@@ -220,7 +242,7 @@ pub fn run(cli: Cli) -> anyhow::Result<bool> {
                     }
                 }
             }
-            let backends = select_backends(&backend)?;
+            let backends = select_backends_with(&backend, &external)?;
             let cases = cases.unwrap_or_else(CheckOptions::default_cases);
             let progress = (format == Format::Text && std::io::stderr().is_terminal()).then(|| {
                 let bar = indicatif::ProgressBar::new(cases as u64 / shard.count as u64);
@@ -255,9 +277,13 @@ pub fn run(cli: Cli) -> anyhow::Result<bool> {
             println!("{text}");
             Ok(!summary.any_divergence())
         }
-        Command::Replay { file, backend } => {
+        Command::Replay {
+            file,
+            backend,
+            external,
+        } => {
             let case = load_case(&file)?;
-            let backends = select_backends(&backend)?;
+            let backends = select_backends_with(&backend, &external)?;
             let mut ok = true;
             for r in replay_case(&case, &file.display().to_string(), &backends) {
                 match (&r.outcome, &r.report) {

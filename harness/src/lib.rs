@@ -10,6 +10,7 @@ pub mod check;
 pub mod cli;
 pub mod compare;
 pub mod export;
+pub mod external;
 pub mod hint;
 #[cfg(feature = "mutants")]
 pub mod mutants;

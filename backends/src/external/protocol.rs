@@ -1,0 +1,436 @@
+//! The messages of protocol version 1 (documented in `docs/external-backends.md`): each is a
+//! safetensors payload whose metadata key `message` names it.
+//!
+//! - `hello` (attn-diff → adapter): metadata `protocol`, `version`.
+//! - `hello` (adapter → attn-diff): metadata `protocol`, `version`, `name`, `capabilities`
+//!   (JSON, see [`Capabilities`]), optionally `description`.
+//! - `case` (attn-diff → adapter): one whole case; the adapter builds its cache, applies the
+//!   writes in order, runs the step, and answers with exactly one of
+//! - `output` (tensor `output [num_tokens, num_heads, head_size]`, F32, F64, F16 or BF16;
+//!   metadata `kernel_seconds`, optional), `unsupported` (metadata `reason`) or `error`
+//!   (metadata `error`); every reply repeats the request's `case_id`.
+
+use super::capabilities::Capabilities;
+use super::ExternalCache;
+use crate::StepInputs;
+use attn_reference::AttentionConfig;
+use safetensors::tensor::{Dtype, SafeTensors, TensorView};
+use std::collections::HashMap;
+use thiserror::Error;
+
+pub const PROTOCOL: &str = "attn-diff-external";
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// What was wrong with a message the adapter sent.
+#[derive(Debug, Error, Clone, PartialEq)]
+pub enum ProtocolError {
+    #[error("{what} is not a safetensors payload: {message}")]
+    NotSafetensors { what: &'static str, message: String },
+    #[error("{what} has no metadata `{key}`")]
+    MissingMetadata {
+        what: &'static str,
+        key: &'static str,
+    },
+    #[error("{what} has metadata `{key}` = {value:?}: {message}")]
+    BadMetadata {
+        what: &'static str,
+        key: &'static str,
+        value: String,
+        message: String,
+    },
+    #[error("reply is a `{0}` message; expected `output`, `unsupported` or `error`")]
+    UnknownMessage(String),
+    #[error("reply answers case {got}, but case {expected} was sent")]
+    WrongCase { expected: u64, got: String },
+    #[error("`output` reply has no tensor `output`")]
+    MissingOutput,
+    #[error("tensor `output` has dtype {0}; expected F32, F64, F16 or BF16")]
+    OutputDtype(String),
+    #[error("tensor `output` has shape {actual:?}; expected {expected:?} ([num_tokens, num_heads, head_size])")]
+    OutputShape {
+        expected: Vec<usize>,
+        actual: Vec<usize>,
+    },
+}
+
+/// The adapter's half of the handshake.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Hello {
+    pub name: String,
+    pub description: Option<String>,
+    pub capabilities: Capabilities,
+}
+
+/// The adapter's answer to one case.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Reply {
+    Output {
+        values: Vec<f32>,
+        kernel_seconds: Option<f64>,
+    },
+    Unsupported(String),
+    Error(String),
+}
+
+fn serialize(
+    tensors: Vec<(String, Dtype, Vec<usize>, Vec<u8>)>,
+    meta: HashMap<String, String>,
+) -> Vec<u8> {
+    let views: Vec<(String, TensorView<'_>)> = tensors
+        .iter()
+        .map(|(n, d, s, b)| {
+            (
+                n.clone(),
+                TensorView::new(*d, s.clone(), b).expect("shape matches data by construction"),
+            )
+        })
+        .collect();
+    safetensors::serialize(views, &Some(meta)).expect("serializing in-memory tensors cannot fail")
+}
+
+fn meta(pairs: &[(&str, String)]) -> HashMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.clone()))
+        .collect()
+}
+
+pub fn hello_request() -> Vec<u8> {
+    serialize(
+        Vec::new(),
+        meta(&[
+            ("message", "hello".into()),
+            ("protocol", PROTOCOL.into()),
+            ("version", PROTOCOL_VERSION.to_string()),
+        ]),
+    )
+}
+
+fn read_meta(bytes: &[u8], what: &'static str) -> Result<HashMap<String, String>, ProtocolError> {
+    let (_, m) = SafeTensors::read_metadata(bytes).map_err(|e| ProtocolError::NotSafetensors {
+        what,
+        message: e.to_string(),
+    })?;
+    Ok(m.metadata().clone().unwrap_or_default())
+}
+
+fn get<'a>(
+    m: &'a HashMap<String, String>,
+    what: &'static str,
+    key: &'static str,
+) -> Result<&'a str, ProtocolError> {
+    m.get(key)
+        .map(String::as_str)
+        .ok_or(ProtocolError::MissingMetadata { what, key })
+}
+
+pub fn parse_hello(bytes: &[u8]) -> Result<Hello, ProtocolError> {
+    const WHAT: &str = "handshake reply";
+    let m = read_meta(bytes, WHAT)?;
+    let bad = |key: &'static str, value: &str, message: String| ProtocolError::BadMetadata {
+        what: WHAT,
+        key,
+        value: value.to_string(),
+        message,
+    };
+    let message = get(&m, WHAT, "message")?;
+    if message != "hello" {
+        return Err(bad("message", message, "expected `hello`".into()));
+    }
+    let protocol = get(&m, WHAT, "protocol")?;
+    if protocol != PROTOCOL {
+        return Err(bad("protocol", protocol, format!("expected `{PROTOCOL}`")));
+    }
+    let version = get(&m, WHAT, "version")?;
+    if version != PROTOCOL_VERSION.to_string() {
+        return Err(bad(
+            "version",
+            version,
+            format!("this attn-diff speaks version {PROTOCOL_VERSION}"),
+        ));
+    }
+    let name = get(&m, WHAT, "name")?.to_string();
+    let caps_text = m.get("capabilities").map(String::as_str).unwrap_or("{}");
+    let capabilities: Capabilities = serde_json::from_str(caps_text)
+        .map_err(|e| bad("capabilities", caps_text, e.to_string()))?;
+    Ok(Hello {
+        name,
+        description: m.get("description").cloned(),
+        capabilities,
+    })
+}
+
+fn f32_bytes(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+fn i32_bytes(v: impl IntoIterator<Item = usize>) -> Vec<u8> {
+    v.into_iter()
+        .flat_map(|x| (x as i32).to_le_bytes())
+        .collect()
+}
+
+fn i64_bytes(v: &[i64]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+/// One whole case: the cache's writes in order, then the step.
+pub fn case_request(
+    case_id: u64,
+    config: &AttentionConfig,
+    cache: &ExternalCache,
+    step: &StepInputs<'_>,
+) -> Vec<u8> {
+    let (hq, hkv, d) = (config.num_heads, config.num_kv_heads, config.head_size);
+    let b = step.seq_lens.len();
+    let width = step.block_table.first().map_or(0, Vec::len);
+    let mut tensors = Vec::new();
+    for (i, w) in cache.writes.iter().enumerate() {
+        let n = w.slot_mapping.len();
+        tensors.push((
+            format!("write.{i}.key"),
+            Dtype::F32,
+            vec![n, hkv, d],
+            f32_bytes(&w.key),
+        ));
+        tensors.push((
+            format!("write.{i}.value"),
+            Dtype::F32,
+            vec![n, hkv, d],
+            f32_bytes(&w.value),
+        ));
+        tensors.push((
+            format!("write.{i}.slot_mapping"),
+            Dtype::I64,
+            vec![n],
+            i64_bytes(&w.slot_mapping),
+        ));
+    }
+    let query_lens = step.query_start_loc.windows(2).map(|w| w[1] - w[0]);
+    tensors.push((
+        "query".into(),
+        Dtype::F32,
+        vec![step.num_tokens, hq, d],
+        f32_bytes(step.query),
+    ));
+    tensors.push((
+        "query_start_loc".into(),
+        Dtype::I32,
+        vec![b + 1],
+        i32_bytes(step.query_start_loc.iter().copied()),
+    ));
+    tensors.push((
+        "query_lens".into(),
+        Dtype::I32,
+        vec![b],
+        i32_bytes(query_lens),
+    ));
+    tensors.push((
+        "seq_lens".into(),
+        Dtype::I32,
+        vec![b],
+        i32_bytes(step.seq_lens.iter().copied()),
+    ));
+    tensors.push((
+        "block_table".into(),
+        Dtype::I32,
+        vec![b, width],
+        i32_bytes(step.block_table.iter().flatten().map(|&x| x as usize)),
+    ));
+    serialize(
+        tensors,
+        meta(&[
+            ("message", "case".into()),
+            ("version", PROTOCOL_VERSION.to_string()),
+            ("case_id", case_id.to_string()),
+            (
+                "config",
+                serde_json::to_string(config).expect("config serializes"),
+            ),
+            ("num_blocks", cache.num_blocks.to_string()),
+            ("num_tokens", step.num_tokens.to_string()),
+            ("num_writes", cache.writes.len().to_string()),
+        ]),
+    )
+}
+
+fn decode_output(dtype: Dtype, bytes: &[u8]) -> Option<Vec<f32>> {
+    Some(match dtype {
+        Dtype::F32 => bytes
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect(),
+        Dtype::F64 => bytes
+            .chunks_exact(8)
+            .map(|c| f64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]) as f32)
+            .collect(),
+        Dtype::F16 => bytes
+            .chunks_exact(2)
+            .map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32())
+            .collect(),
+        Dtype::BF16 => bytes
+            .chunks_exact(2)
+            .map(|c| half::bf16::from_le_bytes([c[0], c[1]]).to_f32())
+            .collect(),
+        _ => return None,
+    })
+}
+
+/// Parse the reply to case `case_id`, whose output must be `shape`.
+pub fn parse_reply(bytes: &[u8], case_id: u64, shape: [usize; 3]) -> Result<Reply, ProtocolError> {
+    const WHAT: &str = "reply";
+    let m = read_meta(bytes, WHAT)?;
+    let got = get(&m, WHAT, "case_id")?;
+    if got != case_id.to_string() {
+        return Err(ProtocolError::WrongCase {
+            expected: case_id,
+            got: got.to_string(),
+        });
+    }
+    match get(&m, WHAT, "message")? {
+        "unsupported" => Ok(Reply::Unsupported(get(&m, WHAT, "reason")?.to_string())),
+        "error" => Ok(Reply::Error(get(&m, WHAT, "error")?.to_string())),
+        "output" => {
+            let kernel_seconds = match m.get("kernel_seconds") {
+                None => None,
+                Some(v) => Some(
+                    v.parse::<f64>()
+                        .ok()
+                        .filter(|s| s.is_finite() && *s >= 0.0)
+                        .ok_or_else(|| ProtocolError::BadMetadata {
+                            what: WHAT,
+                            key: "kernel_seconds",
+                            value: v.clone(),
+                            message: "not a non-negative number of seconds".into(),
+                        })?,
+                ),
+            };
+            let st =
+                SafeTensors::deserialize(bytes).map_err(|e| ProtocolError::NotSafetensors {
+                    what: WHAT,
+                    message: e.to_string(),
+                })?;
+            let t = st
+                .tensor("output")
+                .map_err(|_| ProtocolError::MissingOutput)?;
+            if t.shape() != shape {
+                return Err(ProtocolError::OutputShape {
+                    expected: shape.to_vec(),
+                    actual: t.shape().to_vec(),
+                });
+            }
+            let values = decode_output(t.dtype(), t.data())
+                .ok_or_else(|| ProtocolError::OutputDtype(format!("{:?}", t.dtype())))?;
+            Ok(Reply::Output {
+                values,
+                kernel_seconds,
+            })
+        }
+        other => Err(ProtocolError::UnknownMessage(other.to_string())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reply(pairs: &[(&str, &str)], output: Option<(Dtype, Vec<usize>, Vec<u8>)>) -> Vec<u8> {
+        let m = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let t = output
+            .map(|(d, s, b)| vec![("output".to_string(), d, s, b)])
+            .unwrap_or_default();
+        serialize(t, m)
+    }
+
+    #[test]
+    fn an_output_reply_parses() {
+        let r = reply(
+            &[
+                ("message", "output"),
+                ("case_id", "3"),
+                ("kernel_seconds", "0.5"),
+            ],
+            Some((Dtype::F32, vec![1, 1, 2], f32_bytes(&[1.0, 2.0]))),
+        );
+        assert_eq!(
+            parse_reply(&r, 3, [1, 1, 2]),
+            Ok(Reply::Output {
+                values: vec![1.0, 2.0],
+                kernel_seconds: Some(0.5)
+            })
+        );
+    }
+
+    #[test]
+    fn malformed_replies_name_what_is_wrong() {
+        let out = Some((Dtype::F32, vec![1, 1, 2], f32_bytes(&[1.0, 2.0])));
+        let r = reply(&[("message", "output"), ("case_id", "2")], out.clone());
+        assert!(parse_reply(&r, 3, [1, 1, 2])
+            .unwrap_err()
+            .to_string()
+            .contains("case 2"));
+        let r = reply(&[("message", "output"), ("case_id", "3")], out.clone());
+        let e = parse_reply(&r, 3, [1, 2, 2]).unwrap_err().to_string();
+        assert!(e.contains("shape [1, 1, 2]"), "{e}");
+        let r = reply(&[("message", "output"), ("case_id", "3")], None);
+        assert_eq!(
+            parse_reply(&r, 3, [1, 1, 2]),
+            Err(ProtocolError::MissingOutput)
+        );
+        let r = reply(&[("message", "bye"), ("case_id", "3")], None);
+        assert!(parse_reply(&r, 3, [1, 1, 2])
+            .unwrap_err()
+            .to_string()
+            .contains("`bye`"));
+        let r = reply(
+            &[
+                ("message", "output"),
+                ("case_id", "3"),
+                ("kernel_seconds", "soon"),
+            ],
+            out,
+        );
+        assert!(parse_reply(&r, 3, [1, 1, 2])
+            .unwrap_err()
+            .to_string()
+            .contains("kernel_seconds"));
+        assert!(matches!(
+            parse_reply(b"garbage", 3, [1, 1, 2]),
+            Err(ProtocolError::NotSafetensors { .. })
+        ));
+    }
+
+    #[test]
+    fn the_handshake_checks_protocol_and_version() {
+        let h = reply(
+            &[
+                ("message", "hello"),
+                ("protocol", PROTOCOL),
+                ("version", "1"),
+                ("name", "x"),
+                ("capabilities", r#"{"head_sizes": [64]}"#),
+            ],
+            None,
+        );
+        assert_eq!(
+            parse_hello(&h).unwrap().capabilities.head_sizes,
+            Some(vec![64])
+        );
+        let h = reply(
+            &[
+                ("message", "hello"),
+                ("protocol", PROTOCOL),
+                ("version", "7"),
+                ("name", "x"),
+            ],
+            None,
+        );
+        assert!(parse_hello(&h)
+            .unwrap_err()
+            .to_string()
+            .contains("version 1"));
+    }
+}

@@ -1,0 +1,285 @@
+//! External backends on the command line: `--backend external:NAME` runs the adapter NAME,
+//! declared in `attn-diff.toml` (`[backends.NAME]`) or with `--external NAME='command …'`.
+//!
+//! ```toml
+//! [backends.numpy-ref]
+//! command = ["python3", "adapters/python/numpy_reference.py"]   # no shell
+//! env = { OMP_NUM_THREADS = "1" }                               # optional
+//! timeout_seconds = 60                                          # per case (default 60)
+//! startup_timeout_seconds = 120                                 # handshake (default 120)
+//! cwd = "."                 # optional; relative to the file; default the file's directory
+//! ```
+
+use attn_backends::external::{AdapterSpec, ExternalBackend};
+use attn_backends::Backend;
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+use thiserror::Error;
+
+/// The prefix that selects an external backend.
+pub const PREFIX: &str = "external:";
+/// The file read when `--config` is not given (if it exists).
+pub const DEFAULT_CONFIG: &str = "attn-diff.toml";
+
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct ExternalArgs {
+    /// Declare an adapter for `--backend external:NAME`: NAME='program arg …' (split like a
+    /// shell would, but run without one). Repeatable.
+    #[arg(long = "external", value_name = "NAME=COMMAND")]
+    pub external: Vec<String>,
+    /// Seconds an adapter given with --external gets per case before it is killed.
+    #[arg(long, value_name = "SECONDS")]
+    pub external_timeout: Option<f64>,
+    /// File declaring adapters as [backends.NAME] (default: ./attn-diff.toml, if present).
+    #[arg(long = "config", value_name = "FILE")]
+    pub config: Option<PathBuf>,
+}
+
+#[derive(Debug, Error, PartialEq)]
+pub enum ExternalConfigError {
+    #[error("--external `{0}` must look like NAME='command …'")]
+    BadFlag(String),
+    #[error("--external {name}: cannot split the command `{command}` (unbalanced quotes?)")]
+    BadCommand { name: String, command: String },
+    #[error("{what}: the command of `{name}` is empty")]
+    EmptyCommand { what: String, name: String },
+    #[error("{what}: {field} of `{name}` must be a positive number of seconds, not {value}")]
+    BadSeconds {
+        what: String,
+        name: String,
+        field: &'static str,
+        value: f64,
+    },
+    #[error("cannot read {path}: {message}")]
+    Read { path: String, message: String },
+    #[error("{path}: {message}")]
+    Parse { path: String, message: String },
+    #[error("no adapter `{name}` is declared (declared: {declared}); add [backends.{name}] to {file} or pass --external {name}='command …'")]
+    Unknown {
+        name: String,
+        declared: String,
+        file: String,
+    },
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileAdapter {
+    command: Vec<String>,
+    #[serde(default)]
+    env: BTreeMap<String, String>,
+    timeout_seconds: Option<f64>,
+    startup_timeout_seconds: Option<f64>,
+    cwd: Option<PathBuf>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ConfigFile {
+    #[serde(default)]
+    backends: BTreeMap<String, FileAdapter>,
+}
+
+fn seconds(
+    what: &str,
+    name: &str,
+    field: &'static str,
+    value: Option<f64>,
+    default: Duration,
+) -> Result<Duration, ExternalConfigError> {
+    match value {
+        None => Ok(default),
+        Some(v) if v.is_finite() && v > 0.0 && v < 1e9 => Ok(Duration::from_secs_f64(v)),
+        Some(v) => Err(ExternalConfigError::BadSeconds {
+            what: what.into(),
+            name: name.into(),
+            field,
+            value: v,
+        }),
+    }
+}
+
+/// Parse the text of an `attn-diff.toml` whose directory is `dir`.
+pub fn parse_config(
+    text: &str,
+    path: &Path,
+    dir: &Path,
+) -> Result<Vec<AdapterSpec>, ExternalConfigError> {
+    let what = path.display().to_string();
+    let file: ConfigFile = toml::from_str(text).map_err(|e| ExternalConfigError::Parse {
+        path: what.clone(),
+        message: e.to_string(),
+    })?;
+    file.backends
+        .into_iter()
+        .map(|(name, a)| {
+            if a.command.is_empty() {
+                return Err(ExternalConfigError::EmptyCommand {
+                    what: what.clone(),
+                    name,
+                });
+            }
+            let mut spec = AdapterSpec::new(name.clone(), a.command);
+            spec.env = a.env;
+            spec.cwd = Some(match a.cwd {
+                Some(c) if c.is_absolute() => c,
+                Some(c) => dir.join(c),
+                None => dir.to_path_buf(),
+            });
+            spec.timeout = seconds(
+                &what,
+                &name,
+                "timeout_seconds",
+                a.timeout_seconds,
+                spec.timeout,
+            )?;
+            spec.startup_timeout = seconds(
+                &what,
+                &name,
+                "startup_timeout_seconds",
+                a.startup_timeout_seconds,
+                spec.startup_timeout,
+            )?;
+            Ok(spec)
+        })
+        .collect()
+}
+
+/// Parse one `--external NAME='command …'`.
+pub fn parse_flag(flag: &str, timeout: Option<f64>) -> Result<AdapterSpec, ExternalConfigError> {
+    let (name, command) = flag
+        .split_once('=')
+        .filter(|(n, _)| !n.trim().is_empty())
+        .ok_or_else(|| ExternalConfigError::BadFlag(flag.to_string()))?;
+    let name = name.trim().strip_prefix(PREFIX).unwrap_or(name.trim());
+    let words = shlex::split(command).ok_or_else(|| ExternalConfigError::BadCommand {
+        name: name.into(),
+        command: command.into(),
+    })?;
+    if words.is_empty() {
+        return Err(ExternalConfigError::EmptyCommand {
+            what: "--external".into(),
+            name: name.into(),
+        });
+    }
+    let mut spec = AdapterSpec::new(name, words);
+    spec.timeout = seconds(
+        "--external",
+        name,
+        "--external-timeout",
+        timeout,
+        spec.timeout,
+    )?;
+    Ok(spec)
+}
+
+impl ExternalArgs {
+    /// Every declared adapter: `--external` ones first, then the config file's.
+    pub fn declared(&self) -> Result<Vec<AdapterSpec>, ExternalConfigError> {
+        let mut specs = self
+            .external
+            .iter()
+            .map(|f| parse_flag(f, self.external_timeout))
+            .collect::<Result<Vec<_>, _>>()?;
+        let path = self
+            .config
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(DEFAULT_CONFIG));
+        if self.config.is_some() || path.exists() {
+            let text = std::fs::read_to_string(&path).map_err(|e| ExternalConfigError::Read {
+                path: path.display().to_string(),
+                message: e.to_string(),
+            })?;
+            let dir = std::fs::canonicalize(&path)
+                .ok()
+                .and_then(|p| p.parent().map(Path::to_path_buf))
+                .unwrap_or_else(|| PathBuf::from("."));
+            specs.extend(parse_config(&text, &path, &dir)?);
+        }
+        Ok(specs)
+    }
+
+    /// The adapter `name`, as declared.
+    pub fn spec(&self, name: &str) -> Result<AdapterSpec, ExternalConfigError> {
+        let declared = self.declared()?;
+        let names: Vec<String> = declared.iter().map(|s| s.name.clone()).collect();
+        declared
+            .into_iter()
+            .find(|s| s.name == name)
+            .ok_or_else(|| ExternalConfigError::Unknown {
+                name: name.into(),
+                declared: if names.is_empty() {
+                    "none".into()
+                } else {
+                    names.join(", ")
+                },
+                file: self
+                    .config
+                    .as_ref()
+                    .map_or(DEFAULT_CONFIG.into(), |p| p.display().to_string()),
+            })
+    }
+}
+
+/// Start the adapter `name` (handshake included) as a backend.
+pub fn start_backend(name: &str, args: &ExternalArgs) -> anyhow::Result<Arc<dyn Backend>> {
+    let spec = args.spec(name)?;
+    Ok(Arc::new(ExternalBackend::start(spec)?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_config_file_declares_adapters() {
+        let text = r#"
+            [backends.a]
+            command = ["python3", "a.py"]
+            env = { X = "1" }
+            timeout_seconds = 2.5
+            [backends.b]
+            command = ["b"]
+            cwd = "sub"
+        "#;
+        let specs = parse_config(text, Path::new("t.toml"), Path::new("/d")).unwrap();
+        assert_eq!(specs[0].name, "a");
+        assert_eq!(specs[0].command, vec!["python3", "a.py"]);
+        assert_eq!(specs[0].env.get("X").map(String::as_str), Some("1"));
+        assert_eq!(specs[0].timeout, Duration::from_millis(2500));
+        assert_eq!(specs[0].cwd.as_deref(), Some(Path::new("/d")));
+        assert_eq!(specs[1].cwd.as_deref(), Some(Path::new("/d/sub")));
+    }
+
+    #[test]
+    fn config_mistakes_are_named() {
+        let e = parse_config("[backends.a]\ncommand = []", Path::new("t"), Path::new("."));
+        assert!(matches!(e, Err(ExternalConfigError::EmptyCommand { .. })));
+        let e = parse_config(
+            "[backends.a]\ncommand = [\"x\"]\ntimeout = 3",
+            Path::new("t"),
+            Path::new("."),
+        );
+        assert!(e.unwrap_err().to_string().contains("timeout"));
+        let e = parse_config(
+            "[backends.a]\ncommand = [\"x\"]\ntimeout_seconds = -1",
+            Path::new("t"),
+            Path::new("."),
+        );
+        assert!(matches!(e, Err(ExternalConfigError::BadSeconds { .. })));
+    }
+
+    #[test]
+    fn flags_split_like_a_shell() {
+        let s = parse_flag("x=python3 'my adapter.py' --fast", Some(3.0)).unwrap();
+        assert_eq!(s.name, "x");
+        assert_eq!(s.command, vec!["python3", "my adapter.py", "--fast"]);
+        assert_eq!(s.timeout, Duration::from_secs(3));
+        assert!(parse_flag("nocommand", None).is_err());
+        assert!(parse_flag("x=", None).is_err());
+        assert!(parse_flag("x='open", None).is_err());
+    }
+}
