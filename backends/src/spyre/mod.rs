@@ -171,7 +171,7 @@ impl Spyre {
             return Ok(vec![0.0; t * hq * d]);
         }
         let query = from_f32(step.query, &[t as i64, hq as i64, d as i64])?;
-        let mut ws = Workspace::default();
+        let mut ws = Workspace::new(self.budgets.chunk_bytes);
         let mut outs = Vec::with_capacity(groups.len());
         for g in &groups {
             let pages = match self.variant {
@@ -180,25 +180,10 @@ impl Spyre {
             };
             let idx = GroupIndex::new(g, step.block_table, pages)?;
             outs.push(match self.variant {
-                Variant::Native { working } => native::attend_group(
-                    c,
-                    cache,
-                    &query,
-                    g,
-                    &idx,
-                    kind_of(working),
-                    self.budgets.chunk_bytes,
-                    &mut ws,
-                )?,
-                Variant::Sdpa => sdpa::attend_group(
-                    c,
-                    cache,
-                    &query,
-                    g,
-                    &idx,
-                    self.budgets.chunk_bytes,
-                    &mut ws,
-                )?,
+                Variant::Native { working } => {
+                    native::attend_group(c, cache, &query, g, &idx, kind_of(working), &mut ws)?
+                }
+                Variant::Sdpa => sdpa::attend_group(c, cache, &query, g, &idx, &mut ws)?,
                 Variant::Device => device::attend_sequence(c, cache, &query, g, &idx)?,
             });
         }

@@ -45,11 +45,10 @@ pub(crate) fn attend_group(
     query: &Tensor,
     g: &Group,
     idx: &GroupIndex,
-    chunk_bytes: usize,
     ws: &mut Workspace,
 ) -> Result<Tensor, TchError> {
     if c.logits_soft_cap.is_some() {
-        return native::attend_group(c, cache, query, g, idx, Kind::Float, chunk_bytes, ws);
+        return native::attend_group(c, cache, query, g, idx, Kind::Float, ws);
     }
     let (b, qm, len) = (g.b() as i64, g.q_max as i64, g.len_max as i64);
     let (hkv, grp, d) = (

@@ -36,13 +36,25 @@ impl Scratch {
     }
 }
 
-/// The buffers of one call: gathered pages as stored, and the same pages head-major.
+/// The buffers of one call, and the bytes one chunk of them may take: gathered pages as
+/// stored, and the same pages head-major.
 #[derive(Default)]
 pub(crate) struct Workspace {
+    /// Budget of one native chunk: gathered K/V, working copies and logits.
+    pub chunk_bytes: usize,
     /// Token-major pages gathered from the cache, `[pages, block_size * Hkv * D]`.
     pub k_pages: Scratch,
     pub v_pages: Scratch,
     /// The gathered pages transposed to `[b, Hkv, len, D]`, contiguous for `bmm`.
     pub k_heads: Scratch,
     pub v_heads: Scratch,
+}
+
+impl Workspace {
+    pub fn new(chunk_bytes: usize) -> Self {
+        Workspace {
+            chunk_bytes,
+            ..Workspace::default()
+        }
+    }
 }
