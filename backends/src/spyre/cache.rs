@@ -27,15 +27,15 @@ impl SpyreCache {
         Ok(SpyreCache { kv, num_blocks })
     }
 
-    /// K pages, `[num_blocks, block_size, Hkv, D]`: gathering along the leading dim is a
-    /// row copy, where gathering along dim 1 of `kv` takes libtorch's slow generic path.
-    pub fn keys(&self) -> Result<Tensor, TchError> {
-        self.kv.f_select(0, 0)
-    }
-
-    /// V pages, `[num_blocks, block_size, Hkv, D]`.
-    pub fn values(&self) -> Result<Tensor, TchError> {
-        self.kv.f_select(0, 1)
+    /// Gather whole pages `ids` of K (`part` 0) or V (1) into `out`
+    /// (`[ids.len(), block_size * Hkv * D]`, the cache's kind) and return it. Each page is
+    /// one contiguous row of the cache viewed as `[num_blocks, block_size * Hkv * D]`, so
+    /// the gather is a row copy into an already mapped buffer.
+    pub fn gather_pages(&self, part: i64, ids: &Tensor, out: &Tensor) -> Result<Tensor, TchError> {
+        self.kv
+            .f_select(0, part)?
+            .f_view([self.num_blocks as i64, -1])?
+            .f_index_select_out(out, 0, ids)
     }
 
     pub fn num_slots(&self, config: &AttentionConfig) -> usize {

@@ -4,6 +4,7 @@
 //! - [`cache`]: the `[2, num_blocks, block_size, Hkv, D]` cache and its one-scatter write;
 //! - [`step`]: input checks and per-sequence facts; [`plan`]: padded groups of sequences
 //!   and their index tensors; [`mask`]: visibility and logit shaping;
+//! - [`workspace`]: scratch buffers a call gathers pages into, reused across its groups;
 //! - the variants: [`native`] (explicit logits, online softmax over page chunks),
 //!   [`sdpa`] (`scaled_dot_product_attention`), [`device`] (static-shape fp16 mode).
 
@@ -15,6 +16,7 @@ mod plan;
 mod sdpa;
 mod step;
 mod tensors;
+mod workspace;
 pub use tensors::set_threads;
 
 use crate::{
@@ -27,6 +29,7 @@ use plan::{group_sequences, one_per_group, output_rows, GroupCost, GroupIndex};
 use std::sync::Arc;
 use tch::{TchError, Tensor};
 use tensors::{from_f32, from_i64, init_threads, kind_of, to_host_rounded};
+use workspace::Workspace;
 
 /// Which computation a [`Spyre`] backend runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -168,6 +171,7 @@ impl Spyre {
             return Ok(vec![0.0; t * hq * d]);
         }
         let query = from_f32(step.query, &[t as i64, hq as i64, d as i64])?;
+        let mut ws = Workspace::new(self.budgets.chunk_bytes);
         let mut outs = Vec::with_capacity(groups.len());
         for g in &groups {
             let pages = match self.variant {
@@ -176,18 +180,10 @@ impl Spyre {
             };
             let idx = GroupIndex::new(g, step.block_table, pages)?;
             outs.push(match self.variant {
-                Variant::Native { working } => native::attend_group(
-                    c,
-                    cache,
-                    &query,
-                    g,
-                    &idx,
-                    kind_of(working),
-                    self.budgets.chunk_bytes,
-                )?,
-                Variant::Sdpa => {
-                    sdpa::attend_group(c, cache, &query, g, &idx, self.budgets.chunk_bytes)?
+                Variant::Native { working } => {
+                    native::attend_group(c, cache, &query, g, &idx, kind_of(working), &mut ws)?
                 }
+                Variant::Sdpa => sdpa::attend_group(c, cache, &query, g, &idx, &mut ws)?,
                 Variant::Device => device::attend_sequence(c, cache, &query, g, &idx)?,
             });
         }

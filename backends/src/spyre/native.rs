@@ -3,13 +3,21 @@
 //! never copied per query head.
 //!
 //! Keys are visited in fixed-size chunks of pages: each chunk is gathered from the paged
-//! cache with one `index_select` and folded into a running max / sum / output (online
-//! softmax), which bounds the memory of a call and keeps the gathered chunk in cache.
+//! cache with one `index_select` into the call's [`Workspace`], copied head-major while it
+//! is still in cache, and folded into a running max / sum / output (online softmax), which
+//! bounds the memory of a call.
+//!
+//! Precision: the head-major copy also converts the chunk to the working precision (default
+//! f32), so q·k, the softmax and P·V all run in it. Computing the matmuls in bf16 instead
+//! (libtorch rounds a bf16 GEMM's result to bf16) was about twice as fast on large_decode
+//! but rounds every logit and probability to 8 bits, which the oracle's 1e-2 tolerance
+//! catches on short sequences; `Spyre::native_in(DType::Bf16)` is that trade, opted into.
 
 use super::cache::SpyreCache;
 use super::mask::{alibi_distance, hidden, per_head, LogitShaping};
 use super::plan::{Group, GroupIndex};
-use super::tensors::in_place;
+use super::tensors::{in_place, kind_of};
+use super::workspace::{Scratch, Workspace};
 use attn_reference::AttentionConfig;
 use tch::{Kind, TchError, Tensor};
 
@@ -46,7 +54,9 @@ fn pages_per_chunk(
     let (b, bs) = (g.b(), c.block_size);
     let row = c.num_kv_heads * c.head_size;
     let work_bytes = work.elt_size_in_bytes();
+    // Gathered pages and their head-major working copies, K and V.
     let kv = 2 * b * bs * row * (c.dtype.size_bytes() + work_bytes);
+    // Logits and the temporaries of shaping them.
     let logits = 2 * b * c.num_heads * g.q_max * bs * work_bytes;
     (budget / (kv + logits).max(1)).clamp(1, pages.max(1))
 }
@@ -60,8 +70,9 @@ pub(crate) fn attend_group(
     g: &Group,
     idx: &GroupIndex,
     work: Kind,
-    chunk_bytes: usize,
+    ws: &mut Workspace,
 ) -> Result<Tensor, TchError> {
+    let store = kind_of(c.dtype);
     let (b, qm) = (g.b() as i64, g.q_max as i64);
     let (hkv, grp, d, bs) = (
         c.num_kv_heads as i64,
@@ -100,7 +111,7 @@ pub(crate) fn attend_group(
         None => None,
     };
 
-    let chunk = pages_per_chunk(c, g, idx.pages, work, chunk_bytes);
+    let chunk = pages_per_chunk(c, g, idx.pages, work, ws.chunk_bytes);
     for first_page in (0..idx.pages).step_by(chunk) {
         let n = chunk.min(idx.pages - first_page) as i64;
         let (k0, len) = (first_page as i64 * bs, n * bs);
@@ -108,22 +119,22 @@ pub(crate) fn attend_group(
             .blocks
             .f_narrow(1, first_page as i64, n)?
             .f_reshape([-1])?;
-        // Token-major pages viewed per kv head without a copy: with one sequence per group
-        // the matmuls take these strided views as they are.
-        let k = cache
-            .keys()?
-            .f_index_select(0, &ids)?
-            .f_view([b, len, hkv, d])?
-            .f_to_kind(work)?;
-        let v = cache
-            .values()?
-            .f_index_select(0, &ids)?
-            .f_view([b, len, hkv, d])?
-            .f_to_kind(work)?;
-        let k = k.f_permute([0, 2, 3, 1])?; // [b, Hkv, D, len]
-        let v = v.f_permute([0, 2, 1, 3])?; // [b, Hkv, len, D]
+        // Gathered token-major, then copied head-major while the chunk is still in cache,
+        // so both matmuls are plain batched GEMMs on contiguous operands.
+        let row = bs * hkv * d;
+        let heads = |pages: &mut Scratch, out: &mut Scratch, part| -> Result<Tensor, TchError> {
+            let gathered = cache.gather_pages(part, &ids, &pages.get(&[b * n, row], store)?)?;
+            let mut dst = out.get(&[b, hkv, len, d], work)?;
+            dst.f_copy_(&gathered.f_view([b, len, hkv, d])?.f_transpose(1, 2)?)?;
+            Ok(dst)
+        };
+        let k = heads(&mut ws.k_pages, &mut ws.k_heads, 0)?.f_transpose(2, 3)?; // [b, Hkv, D, len]
+        let v = heads(&mut ws.v_pages, &mut ws.v_heads, 1)?; // [b, Hkv, len, D]
 
-        let mut s = q.f_matmul(&k)?.f_view([b, hkv, grp, qm, len])?;
+        let mut s = q
+            .f_matmul(&k)?
+            .f_to_kind(work)?
+            .f_view([b, hkv, grp, qm, len])?;
         let dist = distance
             .as_ref()
             .map(|t| t.f_narrow(2, k0, len))

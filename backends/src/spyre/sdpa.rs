@@ -1,5 +1,6 @@
-//! The SDPA variant: each group's pages gathered into `[b, Hkv, len, D]` views and handed
-//! to libtorch's `scaled_dot_product_attention` with the visibility mask.
+//! The SDPA variant: each group's pages gathered into the call's [`Workspace`], viewed as
+//! `[b, Hkv, len, D]` and handed to libtorch's `scaled_dot_product_attention` with the
+//! visibility mask.
 //!
 //! GQA folds the group of query heads into the query rows (`[b, Hkv, G * q, D]` against
 //! each kv head's keys) instead of passing `enable_gqa`: libtorch 2.13's CPU SDPA serves
@@ -17,12 +18,15 @@ use super::mask::{alibi_distance, hidden, per_head};
 use super::native;
 use super::plan::{Group, GroupIndex};
 use super::tensors::{in_place, kind_of, CPU};
+use super::workspace::{Scratch, Workspace};
 use attn_reference::AttentionConfig;
 use tch::{Kind, TchError, Tensor};
 
 /// Default gathered K/V bytes one group may hold; a group is split before it exceeds this
-/// (a single sequence longer than this is still gathered whole).
-pub(crate) const GROUP_KV_BYTES: usize = 32 << 20;
+/// (a single sequence longer than this is still gathered whole). Small enough that a
+/// group's pages are still in cache when SDPA reads them: on large_decode one sequence per
+/// group (8 MiB) ran faster than four (32 MiB), and the call's peak memory fell with it.
+pub(crate) const GROUP_KV_BYTES: usize = 8 << 20;
 
 /// The kind SDPA runs in: the cache's dtype, or f32 when the mask carries real-valued
 /// biases (ALiBi distances and sinks would lose their precision in a 16-bit mask).
@@ -41,10 +45,10 @@ pub(crate) fn attend_group(
     query: &Tensor,
     g: &Group,
     idx: &GroupIndex,
-    chunk_bytes: usize,
+    ws: &mut Workspace,
 ) -> Result<Tensor, TchError> {
     if c.logits_soft_cap.is_some() {
-        return native::attend_group(c, cache, query, g, idx, Kind::Float, chunk_bytes);
+        return native::attend_group(c, cache, query, g, idx, Kind::Float, ws);
     }
     let (b, qm, len) = (g.b() as i64, g.q_max as i64, g.len_max as i64);
     let (hkv, grp, d) = (
@@ -56,16 +60,18 @@ pub(crate) fn attend_group(
     let kind = compute_kind(c);
 
     let ids = idx.blocks.f_reshape([-1])?;
-    let gather = |pages: Tensor| -> Result<Tensor, TchError> {
-        pages
-            .f_index_select(0, &ids)?
+    let row = (c.block_size * c.num_kv_heads * c.head_size) as i64;
+    let gather = |part, out: &mut Scratch| -> Result<Tensor, TchError> {
+        let out = out.get(&[ids.size()[0], row], kind_of(c.dtype))?;
+        cache
+            .gather_pages(part, &ids, &out)?
             .f_view([b, -1, hkv, d])?
             .f_narrow(1, 0, len)?
             .f_to_kind(kind)?
             .f_transpose(1, 2) // [b, Hkv, len, D], strided
     };
-    let mut k = gather(cache.keys()?)?;
-    let mut v = gather(cache.values()?)?;
+    let mut k = gather(0, &mut ws.k_pages)?;
+    let mut v = gather(1, &mut ws.v_pages)?;
     let q = query
         .f_index_select(0, &idx.q_rows)?
         .f_view([b, qm, hkv, grp, d])?
