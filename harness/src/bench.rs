@@ -357,42 +357,19 @@ fn headline(s: &BenchSummary) -> String {
 }
 
 pub fn render_text(s: &BenchSummary) -> String {
-    let rows = table_rows(s);
-    let mut widths: Vec<usize> = HEADER.iter().map(|h| h.len()).collect();
-    for r in &rows {
-        for (w, c) in widths.iter_mut().zip(r) {
-            *w = (*w).max(c.chars().count());
-        }
-    }
-    let fmt = |cells: Vec<&str>| {
-        cells
-            .iter()
-            .zip(&widths)
-            .map(|(c, w)| format!("{c:<w$}"))
-            .collect::<Vec<_>>()
-            .join("  ")
-            .trim_end()
-            .to_string()
-    };
-    let mut out = format!("{}\n{}\n", headline(s), fmt(HEADER.to_vec()));
-    for r in &rows {
-        out.push_str(&fmt(r.iter().map(String::as_str).collect()));
-        out.push('\n');
-    }
-    out
+    format!(
+        "{}\n{}",
+        headline(s),
+        crate::table::text(&HEADER, &table_rows(s))
+    )
 }
 
 pub fn render_markdown(s: &BenchSummary) -> String {
-    let mut out = format!(
-        "{}\n\n| {} |\n|{}\n",
+    format!(
+        "{}\n\n{}",
         headline(s),
-        HEADER.join(" | "),
-        "---|".repeat(HEADER.len())
-    );
-    for r in table_rows(s) {
-        out.push_str(&format!("| {} |\n", r.join(" | ")));
-    }
-    out
+        crate::table::markdown(&HEADER, &table_rows(s))
+    )
 }
 
 /// Bar chart of median time per spec per backend (log scale).

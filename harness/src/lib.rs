@@ -21,4 +21,5 @@ pub mod runner;
 pub mod shrink;
 pub mod strategy;
 pub mod summary;
+pub mod table;
 pub mod upstream;

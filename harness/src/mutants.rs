@@ -11,7 +11,6 @@ use crate::upstream::UpstreamCase;
 use attn_backends::mutants::{mutant, CATALOGUE};
 use attn_reference::reference_output;
 use serde::Serialize;
-use std::fmt::Write;
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -118,11 +117,11 @@ fn size(s: &Option<CaseSize>) -> String {
     })
 }
 
-fn rows(s: &MutantsSummary) -> Vec<[String; 6]> {
+fn rows(s: &MutantsSummary) -> Vec<Vec<String>> {
     s.rows
         .iter()
         .map(|r| {
-            [
+            vec![
                 r.mutant.clone(),
                 if r.killed { "yes".into() } else { "NO".into() },
                 r.cases_to_kill.map_or("-".into(), |n| n.to_string()),
@@ -161,55 +160,17 @@ fn kill_rate(s: &MutantsSummary) -> String {
 }
 
 pub fn render_text(s: &MutantsSummary) -> String {
-    let rows = rows(s);
-    let mut widths: Vec<usize> = HEADER.iter().map(|h| h.len()).collect();
-    for r in &rows {
-        for (w, c) in widths.iter_mut().zip(r) {
-            *w = (*w).max(c.chars().count());
-        }
-    }
-    let mut out = String::new();
-    let line = |cells: &[&str], out: &mut String| {
-        let _ = writeln!(
-            out,
-            "{}",
-            cells
-                .iter()
-                .zip(&widths)
-                .map(|(c, w)| format!("{c:<w$}"))
-                .collect::<Vec<_>>()
-                .join("  ")
-                .trim_end()
-        );
-    };
-    line(&HEADER, &mut out);
-    line(
-        &widths
-            .iter()
-            .map(|w| "-".repeat(*w))
-            .collect::<Vec<_>>()
-            .iter()
-            .map(String::as_str)
-            .collect::<Vec<_>>(),
-        &mut out,
-    );
-    for r in &rows {
-        line(&r.iter().map(String::as_str).collect::<Vec<_>>(), &mut out);
-    }
-    out.push_str(&kill_rate(s));
-    out.push('\n');
-    out
+    format!(
+        "{}{}\n",
+        crate::table::text(&HEADER, &rows(s)),
+        kill_rate(s)
+    )
 }
 
 pub fn render_markdown(s: &MutantsSummary) -> String {
-    let mut out = format!(
-        "| {} |\n|{}\n",
-        HEADER.join(" | "),
-        "---|".repeat(HEADER.len())
-    );
-    for r in rows(s) {
-        let _ = writeln!(out, "| {} |", r.join(" | "));
-    }
-    let _ = writeln!(out, "\n{}", kill_rate(s));
-    out
+    format!(
+        "{}\n{}\n",
+        crate::table::markdown(&HEADER, &rows(s)),
+        kill_rate(s)
+    )
 }

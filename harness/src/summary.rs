@@ -73,60 +73,6 @@ const BACKEND_HEADER: [&str; 9] = [
     "cases/s",
 ];
 
-fn text_table(header: &[&str], rows: &[Vec<String>]) -> String {
-    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
-    for r in rows {
-        for (w, c) in widths.iter_mut().zip(r) {
-            *w = (*w).max(c.chars().count());
-        }
-    }
-    let mut out = String::new();
-    let line = |cells: Vec<&str>| {
-        cells
-            .iter()
-            .zip(&widths)
-            .map(|(c, w)| format!("{c:<w$}"))
-            .collect::<Vec<_>>()
-            .join("  ")
-            .trim_end()
-            .to_string()
-    };
-    out.push_str(&line(header.to_vec()));
-    out.push('\n');
-    out.push_str(
-        &widths
-            .iter()
-            .map(|w| "-".repeat(*w))
-            .collect::<Vec<_>>()
-            .join("  "),
-    );
-    out.push('\n');
-    for r in rows {
-        out.push_str(&line(r.iter().map(String::as_str).collect()));
-        out.push('\n');
-    }
-    out
-}
-
-fn md_table(header: &[&str], rows: &[Vec<String>]) -> String {
-    let mut out = format!(
-        "| {} |\n|{}\n",
-        header.join(" | "),
-        "---|".repeat(header.len())
-    );
-    for r in rows {
-        let _ = writeln!(
-            out,
-            "| {} |",
-            r.iter()
-                .map(|c| c.replace('|', "\\|"))
-                .collect::<Vec<_>>()
-                .join(" | ")
-        );
-    }
-    out
-}
-
 fn upstream_rows(s: &CheckSummary) -> Vec<Vec<String>> {
     s.upstream
         .iter()
@@ -177,11 +123,11 @@ pub fn render_text(s: &CheckSummary) -> String {
         }
     }
     if !s.upstream.is_empty() {
-        out.push_str(&text_table(&UPSTREAM_HEADER, &upstream_rows(s)));
+        out.push_str(&crate::table::text(&UPSTREAM_HEADER, &upstream_rows(s)));
         out.push('\n');
     }
     let rows: Vec<Vec<String>> = backend_rows(s).into_iter().map(Vec::from).collect();
-    out.push_str(&text_table(&BACKEND_HEADER, &rows));
+    out.push_str(&crate::table::text(&BACKEND_HEADER, &rows));
     for l in unsupported_lines(s) {
         let _ = writeln!(out, "  {l}");
     }
@@ -199,7 +145,7 @@ pub fn render_text(s: &CheckSummary) -> String {
 pub fn render_markdown(s: &CheckSummary) -> String {
     let mut out = format!("### {}\n\n", headline(s));
     let rows: Vec<Vec<String>> = backend_rows(s).into_iter().map(Vec::from).collect();
-    out.push_str(&md_table(&BACKEND_HEADER, &rows));
+    out.push_str(&crate::table::markdown(&BACKEND_HEADER, &rows));
     let lines = unsupported_lines(s);
     if !lines.is_empty() {
         let _ = write!(
@@ -214,7 +160,7 @@ pub fn render_markdown(s: &CheckSummary) -> String {
     }
     if !s.upstream.is_empty() {
         out.push_str("\n<details><summary>Upstream suite</summary>\n\n");
-        out.push_str(&md_table(&UPSTREAM_HEADER, &upstream_rows(s)));
+        out.push_str(&crate::table::markdown(&UPSTREAM_HEADER, &upstream_rows(s)));
         out.push_str("\n</details>\n");
     }
     for b in &s.backends {
