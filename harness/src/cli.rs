@@ -131,7 +131,10 @@ pub enum Command {
         plot: Option<PathBuf>,
     },
     /// Backends with what each supports, and the named specs.
-    List,
+    List {
+        #[command(flatten)]
+        external: ExternalArgs,
+    },
     /// Every mutant (deliberately wrong backend) through the property runner and through the
     /// upstream suite alone: what each catches.
     #[cfg(feature = "mutants")]
@@ -460,7 +463,7 @@ pub fn run(cli: Cli) -> anyhow::Result<bool> {
                 .iter()
                 .all(|r| !r.status.starts_with("WRONG") && !r.status.starts_with("error")))
         }
-        Command::List => {
+        Command::List { external } => {
             println!("backends:");
             for b in all_backends() {
                 let layout = b.cache_layout();
@@ -470,11 +473,21 @@ pub fn run(cli: Cli) -> anyhow::Result<bool> {
                     layout.shape,
                     layout.description
                 );
-                for (what, cfg) in probe_configs() {
+                for (what, cfg) in probe_configs(b.as_ref()) {
                     if let Err(u) = b.supports(&cfg) {
                         println!("  {:<16}   no {what}: {u}", "");
                     }
                 }
+            }
+            // Declared adapters are listed, not started: starting one runs its command.
+            let declared = external.declared().map_err(|e| usage(e.to_string()))?;
+            for a in &declared {
+                println!(
+                    "  {:<16} adapter `{}`, timeout {:.0} s (started on use)",
+                    format!("external:{}", a.name),
+                    a.command.join(" "),
+                    a.timeout.as_secs_f64()
+                );
             }
             println!("specs:");
             for s in attn_reference::all_specs() {
@@ -492,9 +505,16 @@ pub fn run(cli: Cli) -> anyhow::Result<bool> {
 }
 
 /// Representative configs `list` asks every backend about.
-fn probe_configs() -> Vec<(&'static str, attn_reference::AttentionConfig)> {
+/// Each feature is probed on a plain config in a dtype the backend supports, so a backend
+/// that refuses a dtype is not also reported as refusing every feature.
+fn probe_configs(backend: &dyn Backend) -> Vec<(&'static str, attn_reference::AttentionConfig)> {
     use attn_reference::{AttentionConfig, AttentionKind, DType};
-    let base = AttentionConfig::new(8, 2, 128, 16, DType::Bf16);
+    let plain = |dt| AttentionConfig::new(8, 2, 128, 16, dt);
+    let base = [DType::Bf16, DType::F16, DType::F32]
+        .into_iter()
+        .map(plain)
+        .find(|c| backend.supports(c).is_ok())
+        .unwrap_or_else(|| plain(DType::Bf16));
     let mut v = Vec::new();
     for dt in DType::ALL {
         v.push((
