@@ -268,7 +268,7 @@ fn simplify_values(case: &mut Case, seed: u64, sharing: Option<&SharedPrefix>) {
 }
 
 fn head_size() -> impl Strategy<Value = usize> {
-    prop_oneof![3 => 1usize..=8, 1 => prop::sample::select(vec![16usize, 64, 80, 96, 112, 128, 256])]
+    prop_oneof![3 => 1usize..=8, 1 => prop::sample::select(vec![16usize, 32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512])]
 }
 
 fn values() -> impl Strategy<Value = Values> {
