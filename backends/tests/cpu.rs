@@ -1,22 +1,16 @@
 //! The `cpu` backend against the f64 oracle: every SIMD level this machine has, with and
 //! without split-KV, every dtype, on small targeted cases and on the smaller upstream specs.
 
+mod common;
+
 use attn_backends::cpu::{CpuBackend, CpuSettings, SimdChoice, SimdLevel, SplitKv};
 use attn_backends::{run_case, Backend, BackendError, KvWrite, StepInputs};
 use attn_reference::{
     build_case, build_spec_case, reference_output, spec_by_name, AttentionConfig, AttentionKind,
     BuildOptions, Case, DType,
 };
+use common::compare;
 use proptest::prelude::*;
-
-/// (atol, rtol) per dtype: |actual - expected| <= atol + rtol * |expected|.
-fn tolerance(dtype: DType) -> (f64, f64) {
-    match dtype {
-        DType::F32 => (1e-5, 1e-5),
-        DType::Bf16 => (1.6e-2, 1.6e-2),
-        DType::F16 => (2e-3, 2e-3),
-    }
-}
 
 /// Every code path: each available SIMD level, split always and never, 2 threads (and one
 /// single-threaded scalar run, which takes the no-pool path).
@@ -43,41 +37,6 @@ fn variants() -> Vec<(String, CpuBackend)> {
         CpuBackend::new(single).expect("auto settings"),
     ));
     v
-}
-
-/// Compare the backend's output for `case` with `expected`; the error lists the first
-/// mismatches with position and both values.
-fn compare(case: &Case, output: &[f32], expected: &[f64]) -> Result<(), String> {
-    if let Some(i) = output.iter().position(|x| !x.is_finite()) {
-        return Err(format!("non-finite output {} at flat index {i}", output[i]));
-    }
-    let (atol, rtol) = tolerance(case.config.dtype);
-    let (hq, d) = (case.config.num_heads, case.config.head_size);
-    let mut bad = Vec::new();
-    let mut count = 0;
-    for (i, (&a, &e)) in output.iter().zip(expected).enumerate() {
-        let diff = (a as f64 - e).abs();
-        if diff > atol + rtol * e.abs() {
-            count += 1;
-            if bad.len() < 5 {
-                bad.push(format!(
-                    "  token {} head {} dim {}: got {a}, expected {e:.7}, |diff| {diff:.3e}",
-                    i / (hq * d),
-                    i / d % hq,
-                    i % d
-                ));
-            }
-        }
-    }
-    if count == 0 {
-        Ok(())
-    } else {
-        Err(format!(
-            "{count} of {} values outside (atol {atol}, rtol {rtol}):\n{}",
-            expected.len(),
-            bad.join("\n")
-        ))
-    }
 }
 
 #[track_caller]
