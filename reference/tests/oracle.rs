@@ -33,6 +33,20 @@ fn kv_row(case: &Case, seq: usize, pos: usize, h: usize) -> (Vec<f64>, Vec<f64>)
     (r(&k), r(&v))
 }
 
+/// The mean of the values at `positions` of sequence 0, kv head 0: what attention over
+/// identical keys must give.
+fn mean_value(case: &Case, positions: std::ops::Range<usize>) -> Vec<f64> {
+    let n = positions.len() as f64;
+    let mut mean = vec![0.0; case.config.head_size];
+    for p in positions {
+        let (_, v) = kv_row(case, 0, p, 0);
+        for (m, x) in mean.iter_mut().zip(v) {
+            *m += x / n;
+        }
+    }
+    mean
+}
+
 fn assert_close(a: &[f64], b: &[f64], tol: f64) {
     assert_eq!(a.len(), b.len());
     for (i, (x, y)) in a.iter().zip(b).enumerate() {
@@ -62,13 +76,7 @@ fn identical_keys_give_the_mean_of_the_values() {
     }
     c.tensors.key[..d].copy_from_slice(&k0);
     let out = reference_output(&c);
-    let mut mean = vec![0.0; d];
-    for p in 0..5 {
-        let (_, v) = kv_row(&c, 0, p, 0);
-        for i in 0..d {
-            mean[i] += v[i] / 5.0;
-        }
-    }
+    let mean = mean_value(&c, 0..5);
     assert_close(&out_row(&c, &out, 0, 0), &mean, 1e-14);
 }
 
@@ -104,13 +112,7 @@ fn decoder_window_counts_w_keys_including_the_query() {
         c.tensors.context_key[0][p * d..(p + 1) * d].copy_from_slice(&k0);
     }
     let out = reference_output(&c);
-    let mut mean = vec![0.0; d];
-    for p in 3..6 {
-        let (_, v) = kv_row(&c, 0, p, 0);
-        for i in 0..d {
-            mean[i] += v[i] / 3.0;
-        }
-    }
+    let mean = mean_value(&c, 3..6);
     assert_close(&out_row(&c, &out, 0, 0), &mean, 1e-14);
 }
 
@@ -127,13 +129,7 @@ fn encoder_window_is_symmetric() {
     }
     let out = reference_output(&c);
     // Query 2 sees keys 1, 2, 3 (|p - k| < 2).
-    let mut mean = vec![0.0; d];
-    for p in 1..4 {
-        let (_, v) = kv_row(&c, 0, p, 0);
-        for i in 0..d {
-            mean[i] += v[i] / 3.0;
-        }
-    }
+    let mean = mean_value(&c, 1..4);
     assert_close(&out_row(&c, &out, 2, 0), &mean, 1e-14);
 }
 
@@ -245,13 +241,7 @@ fn causal_mask_uses_the_context_offset() {
     }
     c.tensors.key[d..2 * d].copy_from_slice(&k0);
     let out = reference_output(&c);
-    let mut mean = vec![0.0; d];
-    for p in 0..5 {
-        let (_, v) = kv_row(&c, 0, p, 0);
-        for i in 0..d {
-            mean[i] += v[i] / 5.0;
-        }
-    }
+    let mean = mean_value(&c, 0..5);
     assert_close(&out_row(&c, &out, 0, 0), &mean, 1e-14);
 }
 
