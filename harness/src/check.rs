@@ -223,7 +223,8 @@ fn shrink_and_report(
         f.index
     );
     let replay = write_replay(&opts.out_dir, &file, &minimal);
-    let mut report = match out {
+    let heatmap = opts.out_dir.join(file.replace(".json", ".png"));
+    match out {
         Outcome::Diverged(d) => FailureReport::new(
             backend.name(),
             &origin,
@@ -232,6 +233,7 @@ fn shrink_and_report(
             &d,
             replay,
             Some(&shrunk),
+            Some(&heatmap),
         ),
         // Flaky: the minimal case passed when re-run; report the original.
         _ => FailureReport::new(
@@ -242,10 +244,9 @@ fn shrink_and_report(
             f.divergence,
             replay,
             None,
+            Some(&heatmap),
         ),
-    };
-    report.attach_heatmap(&opts.out_dir.join(file.replace(".json", ".png")));
-    report
+    }
 }
 
 /// Whether a case's block tables share a physical block between live positions.
@@ -339,6 +340,7 @@ pub fn run_check(mut opts: CheckOptions) -> CheckSummary {
                             uc.label().replace([' ', '/', ','], "_")
                         );
                         let replay = write_replay(&opts.out_dir, &file, &case);
+                        let heatmap = opts.out_dir.join(file.replace(".json", ".png"));
                         summary.failures.push(FailureReport::new(
                             backend.name(),
                             &uc.label(),
@@ -347,6 +349,7 @@ pub fn run_check(mut opts: CheckOptions) -> CheckSummary {
                             d,
                             replay,
                             None,
+                            Some(&heatmap),
                         ));
                     }
                     (format!("FAIL ({})", d.kind), a, r)

@@ -30,6 +30,7 @@ pub fn replay_case(case: &Case, origin: &str, backends: &[Arc<dyn Backend>]) -> 
                     d,
                     Some(origin.to_string()),
                     None,
+                    None,
                 )),
                 _ => None,
             };

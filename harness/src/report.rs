@@ -61,11 +61,6 @@ pub struct FailureReport {
     pub text: String,
     #[serde(skip)]
     pub case: Case,
-    /// Max abs error per (token, head), for the heat map.
-    #[serde(skip)]
-    err_map: Vec<f64>,
-    #[serde(skip)]
-    rendered_from: Option<(Vec<f64>, Divergence)>,
 }
 
 /// Write a replay file (the case as JSON) atomically under `dir`; the path, or None (with a
@@ -82,7 +77,30 @@ pub fn write_replay(dir: &Path, file: &str, case: &Case) -> Option<String> {
     }
 }
 
+/// Draw the error heat map (tokens × heads) of a comparison at `path`; the path when drawn.
+fn draw_heatmap(path: &Path, backend: &str, case: &Case, c: &Comparison) -> Option<String> {
+    let allowance = crate::compare::Tolerance::for_case(case).atol;
+    let title = format!("{backend}: abs error by token and head");
+    match crate::plot::heat_map(
+        path,
+        &title,
+        &c.err_map,
+        case.num_real_tokens(),
+        case.config.num_heads,
+        allowance,
+    ) {
+        Ok(()) => Some(path.display().to_string()),
+        Err(e) => {
+            eprintln!("warning: cannot draw heat map {}: {e}", path.display());
+            None
+        }
+    }
+}
+
 impl FailureReport {
+    /// The report of a divergence. With `heatmap`, the error heat map is drawn there first
+    /// (divergences without values, such as panics, have none).
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         backend: &str,
         origin: &str,
@@ -91,9 +109,9 @@ impl FailureReport {
         d: &Divergence,
         replay: Option<String>,
         shrunk: Option<&Shrunk>,
+        heatmap: Option<&Path>,
     ) -> Self {
         let comparison = d.comparison.as_ref();
-        let hint = comparison.and_then(|c| hint(case, c));
         let mut r = FailureReport {
             backend: backend.to_string(),
             origin: origin.to_string(),
@@ -108,38 +126,15 @@ impl FailureReport {
             }),
             first: comparison.and_then(|c| c.first.clone()),
             worst: comparison.and_then(|c| c.worst.clone()),
-            hint,
-            heatmap: None,
+            hint: comparison.and_then(|c| hint(case, c)),
+            heatmap: heatmap
+                .zip(comparison)
+                .and_then(|(p, c)| draw_heatmap(p, backend, case, c)),
             text: String::new(),
             case: case.clone(),
-            err_map: comparison.map(|c| c.err_map.clone()).unwrap_or_default(),
-            rendered_from: None,
         };
         r.text = r.render(expected, d);
-        r.rendered_from = Some((expected.to_vec(), d.clone()));
         r
-    }
-
-    /// Draw the error heat map (tokens × heads) next to the replay file and mention it in the
-    /// report. Does nothing for divergences without values (panics, errors).
-    pub fn attach_heatmap(&mut self, path: &Path) {
-        if self.err_map.is_empty() {
-            return;
-        }
-        let tokens = self.case.num_real_tokens();
-        let heads = self.case.config.num_heads;
-        let allowance = crate::compare::Tolerance::for_case(&self.case).atol;
-        let title = format!("{}: abs error by token and head", self.backend);
-        match crate::plot::heat_map(path, &title, &self.err_map, tokens, heads, allowance) {
-            Ok(()) => {
-                self.heatmap = Some(path.display().to_string());
-                if let Some((expected, d)) = self.rendered_from.take() {
-                    self.text = self.render(&expected, &d);
-                    self.rendered_from = Some((expected, d));
-                }
-            }
-            Err(e) => eprintln!("warning: cannot draw heat map {}: {e}", path.display()),
-        }
     }
 
     fn render(&self, expected: &[f64], d: &Divergence) -> String {

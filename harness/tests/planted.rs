@@ -61,6 +61,12 @@ fn window_off_by_one_is_caught_and_shrunk_small() {
     assert_eq!(f.size.kv_heads, 1, "{}", f.text);
     assert!(f.size.head_size <= 2, "{}", f.text);
     assert!(f.text.contains("window"), "{}", f.text);
+    let heatmap = f.heatmap.as_ref().expect("heat map drawn");
+    assert!(
+        std::path::Path::new(heatmap).is_file() && f.text.contains(heatmap.as_str()),
+        "{}",
+        f.text
+    );
     let replay = f.replay.as_ref().expect("replay written");
     let case = attn_reference::Case::load(std::path::Path::new(replay)).expect("replay file loads");
     assert_eq!(case, f.case);
