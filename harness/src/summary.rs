@@ -30,11 +30,11 @@ fn unsupported_lines(s: &CheckSummary) -> Vec<String> {
 }
 
 /// Per-backend rows: name, cases, passed, failed, unsupported, worst abs, worst rel, time, cases/s.
-fn backend_rows(s: &CheckSummary) -> Vec<[String; 9]> {
+fn backend_rows(s: &CheckSummary) -> Vec<Vec<String>> {
     s.backends
         .iter()
         .map(|b| {
-            [
+            vec![
                 b.backend.clone(),
                 b.cases_run.to_string(),
                 b.passed.to_string(),
@@ -126,7 +126,7 @@ pub fn render_text(s: &CheckSummary) -> String {
         out.push_str(&crate::table::text(&UPSTREAM_HEADER, &upstream_rows(s)));
         out.push('\n');
     }
-    let rows: Vec<Vec<String>> = backend_rows(s).into_iter().map(Vec::from).collect();
+    let rows = backend_rows(s);
     out.push_str(&crate::table::text(&BACKEND_HEADER, &rows));
     for l in unsupported_lines(s) {
         let _ = writeln!(out, "  {l}");
@@ -144,7 +144,7 @@ pub fn render_text(s: &CheckSummary) -> String {
 
 pub fn render_markdown(s: &CheckSummary) -> String {
     let mut out = format!("### {}\n\n", headline(s));
-    let rows: Vec<Vec<String>> = backend_rows(s).into_iter().map(Vec::from).collect();
+    let rows = backend_rows(s);
     out.push_str(&crate::table::markdown(&BACKEND_HEADER, &rows));
     let lines = unsupported_lines(s);
     if !lines.is_empty() {
