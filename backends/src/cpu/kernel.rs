@@ -13,8 +13,10 @@ use super::layout::Geometry;
 use super::scheduler::Task;
 use super::simd::{Ops, PvArgs, QkArgs, QkBf16Args};
 use attn_reference::{AttentionConfig, AttentionKind, DType};
-use half::{bf16, f16, slice::HalfFloatSliceExt};
+use half::{f16, slice::HalfFloatSliceExt};
+use std::mem::{ManuallyDrop, MaybeUninit};
 use std::ops::Range;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Keys per KV tile per query row of the task, within [`MIN_TILE_KEYS`, `MAX_TILE_KEYS`]:
 /// decode (few rows) is fastest with small tiles, whose values are still in L1 when `pv`
@@ -89,15 +91,9 @@ pub fn tile_keys(block_size: usize, rows: usize) -> usize {
     }
 }
 
-/// Run one split of `task` over `keys`, writing `rows * d` output values, `rows` maxima and
-/// `rows` sums into `out`.
-pub fn run_item<T: KvElem>(
-    pb: &Problem<'_, T>,
-    task: &Task,
-    keys: Range<usize>,
-    sc: &mut Scratch,
-    out: &mut [f32],
-) {
+/// Run one split of `task` over `keys`; its unnormalised result stays in `sc`
+/// ([`Scratch::partial`]) until the next item.
+pub fn run_item<T: KvElem>(pb: &Problem<'_, T>, task: &Task, keys: Range<usize>, sc: &mut Scratch) {
     let g = pb.geometry;
     let (d, bs, group, rows) = (g.head_size, g.block_size, pb.group, task.rows);
     let hq = pb.cfg.num_heads;
@@ -110,32 +106,26 @@ pub fn run_item<T: KvElem>(
     grow(&mut sc.l, rows, 0.0);
     grow(&mut sc.vis, rows, 0..0);
 
-    // Query rows, pre-scaled so scores come out of `qk` final (before soft-cap).
-    for r in 0..rows {
-        let (t, h) = (r / group, task.kv_head * group + r % group);
-        let src = &pb.query[((task.token0 + t) * hq + h) * d..][..d];
-        for (dst, &x) in sc.q[r * d..(r + 1) * d].iter_mut().zip(src) {
-            *dst = x * pb.scale;
-        }
-        sc.vis[r] = visible_keys(pb.cfg.kind, pb.cfg.sliding_window, task.pos0 + t, seq_len);
-    }
-    // bf16 pair dot products pay off once enough rows share each regrouped block.
+    // bf16 pair dot products pay off once enough rows share each regrouped block; they
+    // read the query as bf16 pairs (scaled afterwards), the other kernels as f32 rows
+    // pre-scaled so scores come out of `qk` final (before soft-cap).
     let qk_bf16 = pb.ops.qk_bf16.filter(|_| rows >= PAIR_MIN_ROWS);
     let dp = d.div_ceil(2);
     if qk_bf16.is_some() {
         grow(&mut sc.q2, rows * dp, 0);
         grow(&mut sc.packed, dp * bs, 0);
-        for r in 0..rows {
-            let (t, h) = (r / group, task.kv_head * group + r % group);
-            let src = &pb.query[((task.token0 + t) * hq + h) * d..][..d];
-            for (p, pair) in sc.q2[r * dp..(r + 1) * dp].iter_mut().enumerate() {
-                let half = |i: usize| {
-                    src.get(i)
-                        .map_or(0, |&x| bf16::from_f32(x).to_bits() as u32)
-                };
-                *pair = half(2 * p) | half(2 * p + 1) << 16;
+    }
+    for r in 0..rows {
+        let (t, h) = (r / group, task.kv_head * group + r % group);
+        let src = &pb.query[((task.token0 + t) * hq + h) * d..][..d];
+        if qk_bf16.is_some() {
+            pack_bf16_pairs(src, &mut sc.q2[r * dp..(r + 1) * dp]);
+        } else {
+            for (dst, &x) in sc.q[r * d..(r + 1) * d].iter_mut().zip(src) {
+                *dst = x * pb.scale;
             }
         }
+        sc.vis[r] = visible_keys(pb.cfg.kind, pb.cfg.sliding_window, task.pos0 + t, seq_len);
     }
     sc.o[..rows * d].fill(0.0);
     sc.m[..rows].fill(f32::NEG_INFINITY);
@@ -254,58 +244,208 @@ pub fn run_item<T: KvElem>(
         }
         a = b;
     }
-
-    let (o, rest) = out.split_at_mut(rows * d);
-    o.copy_from_slice(&sc.o[..rows * d]);
-    rest[..rows].copy_from_slice(&sc.m[..rows]);
-    rest[rows..2 * rows].copy_from_slice(&sc.l[..rows]);
 }
 
-/// Merge the splits of `task` from `staging` (log-sum-exp), add the sink, normalise, round
-/// to the dtype and write the rows into `output` (`[num_tokens, num_heads, head_size]`).
-/// Rows that see nothing (and have no sink) come out as zeros, never NaN.
-pub fn finalize_task(cfg: &AttentionConfig, task: &Task, staging: &[f32], output: &mut [f32]) {
+impl Scratch {
+    /// The result of the last `run_item` on a task of `rows` rows.
+    pub fn partial(&self, rows: usize, d: usize) -> Partial<'_> {
+        Partial {
+            o: &self.o[..rows * d],
+            m: &self.m[..rows],
+            l: &self.l[..rows],
+        }
+    }
+}
+
+/// One split's unnormalised result: output rows, running maxima, running sums.
+#[derive(Clone, Copy)]
+pub struct Partial<'a> {
+    pub o: &'a [f32],
+    pub m: &'a [f32],
+    pub l: &'a [f32],
+}
+
+impl<'a> Partial<'a> {
+    /// Floats a partial of `rows` rows takes in a staging piece.
+    pub fn staged_len(rows: usize, d: usize) -> usize {
+        rows * (d + 2)
+    }
+
+    /// Read back a partial stored by [`Partial::store`].
+    pub fn from_staging(piece: &'a [f32], rows: usize, d: usize) -> Self {
+        let (o, rest) = piece.split_at(rows * d);
+        let (m, l) = rest.split_at(rows);
+        Partial {
+            o,
+            m,
+            l: &l[..rows],
+        }
+    }
+
+    /// Keep this partial in `piece` for the task's merge.
+    pub fn store(&self, piece: &mut [f32]) {
+        let rows = self.m.len();
+        let (o, rest) = piece.split_at_mut(self.o.len());
+        o.copy_from_slice(self.o);
+        rest[..rows].copy_from_slice(self.m);
+        rest[rows..2 * rows].copy_from_slice(self.l);
+    }
+}
+
+/// `pairs[p] = bf16(x[2p]) | bf16(x[2p + 1]) << 16`, rounded to nearest even (inputs are
+/// finite: validation rejects NaN); an odd tail pairs with zero. Branch-free so it vectorises.
+fn pack_bf16_pairs(x: &[f32], pairs: &mut [u32]) {
+    let bits = |v: f32| {
+        let b = v.to_bits();
+        b.wrapping_add(0x7fff + ((b >> 16) & 1)) >> 16
+    };
+    let (even, tail) = x.split_at(x.len() / 2 * 2);
+    for (pair, two) in pairs.iter_mut().zip(even.chunks_exact(2)) {
+        *pair = bits(two[0]) | bits(two[1]) << 16;
+    }
+    if let (Some(&last), Some(pair)) = (tail.first(), pairs.get_mut(even.len() / 2)) {
+        *pair = bits(last);
+    }
+}
+
+/// The output of a call (`[num_tokens, num_heads, head_size]`), written row by row from many
+/// threads, each row once: every (token, head) row of a sequence belongs to exactly one task
+/// of the schedule, and rows of tokens past the last sequence are zeroed by the caller. The
+/// memory starts uninitialised, so no thread pulls another's freshly zeroed lines into its
+/// cache just to overwrite them.
+pub struct OutputRows {
+    /// A `Vec<MaybeUninit<f32>>` taken apart, so threads can write through the pointer with
+    /// no reference to the buffer alive.
+    ptr: *mut MaybeUninit<f32>,
+    len: usize,
+    cap: usize,
+    d: usize,
+    written: AtomicUsize,
+}
+
+impl OutputRows {
+    pub fn new(rows: usize, d: usize) -> Self {
+        let mut data = ManuallyDrop::new(Vec::<MaybeUninit<f32>>::with_capacity(rows * d));
+        OutputRows {
+            ptr: data.as_mut_ptr(),
+            len: rows * d,
+            cap: data.capacity(),
+            d,
+            written: AtomicUsize::new(0),
+        }
+    }
+
+    fn rows(&self) -> usize {
+        self.len / self.d.max(1)
+    }
+
+    /// # Safety
+    /// No other thread may write row `i` while this runs (each row belongs to one task).
+    unsafe fn write_row(&self, i: usize, values: &[f32]) {
+        let d = self.d;
+        assert!(values.len() == d && i < self.rows(), "output row {i}");
+        // SAFETY: in bounds (asserted, within the allocation's capacity); this row is
+        // written by this call alone (the contract).
+        unsafe { std::ptr::copy_nonoverlapping(values.as_ptr(), self.ptr.add(i * d).cast(), d) };
+    }
+
+    /// Count `rows` rows as written (once per task: a shared counter per row would bounce
+    /// its cache line between the threads).
+    fn count_written(&self, rows: usize) {
+        self.written.fetch_add(rows, Ordering::Relaxed);
+    }
+
+    /// Zero rows `from..` (tokens that belong to no sequence) before the threads start.
+    pub fn zero_from(&mut self, from: usize) {
+        let (from, rows) = (from.min(self.rows()), self.rows());
+        // SAFETY: rows `from..rows` lie inside the allocation; `&mut self` excludes writers.
+        unsafe { std::ptr::write_bytes(self.ptr.add(from * self.d), 0, (rows - from) * self.d) };
+        *self.written.get_mut() += rows - from;
+    }
+
+    /// The finished output; panics (never returns uninitialised values) when some row was
+    /// not written, which would be a scheduler bug.
+    pub fn finish(self) -> Vec<f32> {
+        let me = ManuallyDrop::new(self);
+        let all = me.written.load(Ordering::Relaxed) == me.rows();
+        // SAFETY: (ptr, len, cap) came from a Vec<MaybeUninit<f32>> that nothing else owns;
+        // with every row written once (counted) all `len` values are initialised f32, which
+        // has MaybeUninit<f32>'s size and alignment.
+        let (ptr, len, cap) = (me.ptr, me.len, me.cap);
+        if !all {
+            drop(unsafe { Vec::from_raw_parts(ptr, 0, cap) });
+            panic!("an output row was not written: scheduler bug");
+        }
+        unsafe { Vec::from_raw_parts(ptr.cast::<f32>(), len, cap) }
+    }
+}
+
+impl Drop for OutputRows {
+    fn drop(&mut self) {
+        // SAFETY: as in `finish`; no value is read, only the allocation returned.
+        drop(unsafe { Vec::from_raw_parts(self.ptr, 0, self.cap) });
+    }
+}
+
+// SAFETY: threads share `OutputRows` only through `write_row`, whose contract gives each row
+// to one thread; the counter is atomic.
+unsafe impl Sync for OutputRows {}
+
+/// Merge the splits of `task` (log-sum-exp), add the sink, normalise, round to the dtype and
+/// write the task's rows of `output`; `row` is a scratch row. Rows that see nothing (and have
+/// no sink) come out as zeros, never NaN.
+///
+/// # Safety
+/// Called at most once per task of one schedule, so the task's rows (which no other task of
+/// the schedule has) are written by this call alone.
+pub unsafe fn finalize_task(
+    cfg: &AttentionConfig,
+    task: &Task,
+    parts: &[Partial<'_>],
+    output: &OutputRows,
+    row: &mut Vec<f32>,
+) {
     let d = cfg.head_size;
     let group = cfg.num_heads / cfg.num_kv_heads;
-    let split_len = task.split_len(d);
-    let parts = &staging[task.staging..task.staging + task.splits * split_len];
-    let rows = task.rows;
-    for r in 0..rows {
+    grow(row, d, 0.0);
+    let dst = &mut row[..d];
+    for r in 0..task.rows {
         let h = task.kv_head * group + r % group;
         let token = task.token0 + r / group;
-        let max_of = |i: usize| parts[i * split_len + rows * d + r];
-        let sum_of = |i: usize| parts[i * split_len + rows * d + rows + r];
         let sink = cfg.sinks.as_ref().map(|s| s[h]);
-        let m = (0..task.splits)
-            .map(max_of)
+        let m = parts
+            .iter()
+            .map(|p| p.m[r])
             .chain(sink)
             .fold(f32::NEG_INFINITY, f32::max);
-        let dst = &mut output[(token * cfg.num_heads + h) * d..][..d];
         // Weight of each split relative to the common max; splits that saw nothing weigh 0.
-        let weight = |i: usize| {
-            if max_of(i) == f32::NEG_INFINITY {
+        let weight = |p: &Partial<'_>| {
+            if p.m[r] == f32::NEG_INFINITY {
                 0.0
             } else {
-                (max_of(i) - m).exp()
+                (p.m[r] - m).exp()
             }
         };
-        let denom = (0..task.splits).map(|i| weight(i) * sum_of(i)).sum::<f32>()
+        let denom = parts.iter().map(|p| weight(p) * p.l[r]).sum::<f32>()
             + sink.map_or(0.0, |s| (s - m).exp());
         if m == f32::NEG_INFINITY || denom.is_nan() || denom <= 0.0 {
             dst.fill(0.0);
-            continue;
-        }
-        for i in 0..task.splits {
-            let f = weight(i) / denom;
-            let o = &parts[i * split_len + r * d..][..d];
-            if i == 0 {
-                dst.iter_mut().zip(o).for_each(|(y, &x)| *y = x * f);
-            } else {
-                dst.iter_mut().zip(o).for_each(|(y, &x)| *y += x * f);
+        } else {
+            for (i, part) in parts.iter().enumerate() {
+                let f = weight(part) / denom;
+                let o = &part.o[r * d..][..d];
+                if i == 0 {
+                    dst.iter_mut().zip(o).for_each(|(y, &x)| *y = x * f);
+                } else {
+                    dst.iter_mut().zip(o).for_each(|(y, &x)| *y += x * f);
+                }
             }
+            round_to(cfg.dtype, dst);
         }
-        round_to(cfg.dtype, dst);
+        // SAFETY: row (token, h) belongs to this task alone (the function's contract).
+        unsafe { output.write_row(token * cfg.num_heads + h, dst) };
     }
+    output.count_written(task.rows);
 }
 
 /// Round every value to the nearest value of `dtype` (ties to even), in place.
@@ -334,6 +474,7 @@ pub fn round_to(dtype: DType, x: &mut [f32]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use half::bf16;
 
     #[test]
     fn visibility_follows_both_window_conventions() {
@@ -360,6 +501,18 @@ mod tests {
                 assert_eq!(y.to_bits(), dtype.round(x).to_bits(), "{dtype} {x}");
             }
         }
+    }
+
+    #[test]
+    fn query_pairs_round_like_bf16() {
+        let xs: Vec<f32> = (0..999).map(|i| ((i as f32) * 0.731).sin() * 3.7).collect();
+        let mut pairs = vec![u32::MAX; 500];
+        pack_bf16_pairs(&xs, &mut pairs);
+        for (i, &x) in xs.iter().enumerate() {
+            let half = (pairs[i / 2] >> (16 * (i % 2))) & 0xffff;
+            assert_eq!(half as u16, bf16::from_f32(x).to_bits(), "{x}");
+        }
+        assert_eq!(pairs[499] >> 16, 0, "odd tail pairs with zero");
     }
 
     #[test]

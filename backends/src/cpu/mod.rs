@@ -8,9 +8,11 @@
 //! [`CpuSettings`] force a SIMD level, the thread count and the split policy, so tests can
 //! reach every path.
 
+mod claims;
 mod elem;
 pub mod kernel;
 pub mod layout;
+mod pool;
 pub mod scheduler;
 pub mod simd;
 
@@ -22,6 +24,7 @@ use attn_reference::AttentionConfig;
 use elem::KvElem;
 use kernel::{Problem, Scratch};
 use layout::{CpuKvCache, Geometry, KvData};
+use pool::Pool;
 use simd::Ops;
 pub use simd::SimdLevel;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -30,8 +33,8 @@ use std::sync::{Mutex, OnceLock};
 const NAME: &str = "cpu";
 
 /// Steps whose estimated cost (see `scheduler`) is below this run on the calling thread
-/// alone: about 20 µs of work, less than waking a helper thread costs.
-const INLINE_COST: u64 = 12_000;
+/// alone: a few microseconds of work, about what handing work to a helper costs.
+const INLINE_COST: u64 = 2_000;
 
 /// Which SIMD level the kernels use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -78,7 +81,7 @@ pub struct CpuBackend {
     level: SimdLevel,
     /// `threads - 1` helpers (the calling thread is the other worker), built on first use
     /// so listing backends spawns no threads.
-    pool: OnceLock<Option<rayon::ThreadPool>>,
+    pool: OnceLock<Option<Pool>>,
     scratch: Vec<Mutex<Scratch>>,
     /// Partial results of the work items, reused across calls.
     staging: Mutex<Vec<f32>>,
@@ -133,18 +136,9 @@ impl CpuBackend {
         self.threads
     }
 
-    fn pool(&self) -> Option<&rayon::ThreadPool> {
+    fn pool(&self) -> Option<&Pool> {
         self.pool
-            .get_or_init(|| {
-                (self.threads > 1)
-                    .then(|| {
-                        rayon::ThreadPoolBuilder::new()
-                            .num_threads(self.threads - 1)
-                            .build()
-                            .ok()
-                    })
-                    .flatten()
-            })
+            .get_or_init(|| (self.threads > 1).then(|| Pool::new(self.threads - 1)))
             .as_ref()
     }
 
@@ -260,43 +254,72 @@ impl CpuBackend {
             ops: &ops,
         };
 
-        // Each item owns a disjoint piece of the staging buffer (every item writes all of
-        // its piece, so stale contents are harmless); threads claim items largest first from
-        // a shared counter. A concurrent call on the same backend gets a buffer of its own.
+        // Each split item owns a disjoint piece of the staging buffer (every item writes all
+        // of its piece, so stale contents are harmless); unsplit tasks need none. Items
+        // are dealt to the threads (`claims`). A concurrent call on the same
+        // backend gets a buffer of its own.
+        let d = geometry.head_size;
         let mut shared = self.staging.try_lock().ok();
         let mut own = Vec::new();
         let staging = shared.as_deref_mut().unwrap_or(&mut own);
         if staging.len() < sched.staging_len {
             staging.resize(sched.staging_len, 0.0);
         }
-        let mut slots = Vec::with_capacity(sched.items.len());
+        let mut pieces = Vec::with_capacity(sched.items.len());
         let mut rest = &mut staging[..sched.staging_len];
         for item in &sched.items {
-            let len = sched.tasks[item.task].split_len(geometry.head_size);
-            let (mine, tail) = rest.split_at_mut(len);
-            slots.push(Mutex::new(Some(mine)));
+            let (mine, tail) = rest.split_at_mut(sched.tasks[item.task].split_len(d));
+            pieces.push(Mutex::new(mine));
             rest = tail;
         }
-        let next = AtomicUsize::new(0);
+        // Items are task-major: a task's splits are `first_item[t]..first_item[t] + splits`.
+        let first_item: Vec<usize> = sched
+            .tasks
+            .iter()
+            .scan(0, |next, t| {
+                let first = *next;
+                *next += t.splits;
+                Some(first)
+            })
+            .collect();
+        let splits_left: Vec<AtomicUsize> = sched
+            .tasks
+            .iter()
+            .map(|t| AtomicUsize::new(t.splits))
+            .collect();
+        let mut output = kernel::OutputRows::new(step.num_tokens * config.num_heads, d);
+        let seq_tokens = step.query_start_loc[step.seq_lens.len()];
+        output.zero_from(seq_tokens * config.num_heads);
+        let lock = |i: usize| pieces[i].lock().unwrap_or_else(|e| e.into_inner());
+
+        let claims = claims::Claims::new(&sched.lists);
         let work = |thread: usize| {
             let mut scratch = self.scratch[thread % self.scratch.len()]
                 .lock()
                 .unwrap_or_else(|e| e.into_inner());
-            loop {
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                let Some(&idx) = sched.order.get(i) else {
-                    break;
-                };
+            let mut row = Vec::new();
+            while let Some(idx) = claims.next(thread) {
                 let item = &sched.items[idx];
-                let slot = slots[idx].lock().unwrap_or_else(|e| e.into_inner()).take();
-                if let Some(out) = slot {
-                    kernel::run_item(
-                        &problem,
-                        &sched.tasks[item.task],
-                        item.keys.clone(),
-                        &mut scratch,
-                        out,
-                    );
+                let task = &sched.tasks[item.task];
+                kernel::run_item(&problem, task, item.keys.clone(), &mut scratch);
+                let mine = scratch.partial(task.rows, d);
+                if task.splits == 1 {
+                    // SAFETY: an unsplit task has one item, run once: finalised once. The
+                    // scheduler gives every output row to one task.
+                    unsafe { kernel::finalize_task(config, task, &[mine], &output, &mut row) };
+                    continue;
+                }
+                mine.store(&mut lock(idx));
+                // The thread that finishes a task's last split merges it into the output.
+                if splits_left[item.task].fetch_sub(1, Ordering::AcqRel) == 1 {
+                    let first = first_item[item.task];
+                    let guards: Vec<_> = (first..first + task.splits).map(lock).collect();
+                    let parts: Vec<_> = guards
+                        .iter()
+                        .map(|g| kernel::Partial::from_staging(g, task.rows, d))
+                        .collect();
+                    // SAFETY: the counter reaches 0 once per task, so it is finalised once.
+                    unsafe { kernel::finalize_task(config, task, &parts, &output, &mut row) };
                 }
             }
         };
@@ -304,24 +327,10 @@ impl CpuBackend {
         // calling thread, where waking helpers would cost more than they save.
         let total: u64 = sched.items.iter().map(|i| i.cost).sum();
         match self.pool() {
-            Some(pool) if sched.items.len() > 1 && total >= INLINE_COST => {
-                pool.in_place_scope(|scope| {
-                    for helper in 1..self.threads {
-                        let work = &work;
-                        scope.spawn(move |_| work(helper));
-                    }
-                    work(0);
-                });
-            }
+            Some(pool) if sched.items.len() > 1 && total >= INLINE_COST => pool.run(&work),
             _ => work(0),
         }
-        drop(slots);
-
-        let mut output = vec![0.0f32; step.num_tokens * config.num_heads * config.head_size];
-        for task in &sched.tasks {
-            kernel::finalize_task(config, task, staging, &mut output);
-        }
-        Ok(output)
+        Ok(output.finish())
     }
 }
 

@@ -6,9 +6,10 @@
 //! query token) may be split along the keys (flash-decoding): each split is a *work item*
 //! that leaves an unnormalised partial result (output rows, running max, running sum) for a
 //! log-sum-exp merge. Items are handed out largest first (by an estimate of their cost,
-//! dominated by KV length), which balances threads without knowing their speed.
+//! dominated by KV length) and dealt to the threads ahead of time (`claims`).
 
-use super::kernel::visible_keys;
+use super::claims::deal;
+use super::kernel::{visible_keys, Partial};
 use super::SplitKv;
 use attn_reference::AttentionConfig;
 use std::ops::Range;
@@ -39,9 +40,14 @@ pub struct Task {
 }
 
 impl Task {
-    /// Staging floats per split: output rows, then running maxima, then running sums.
+    /// Staging floats per split (none when the task is not split: its one partial goes
+    /// straight from the worker's scratch to the output).
     pub fn split_len(&self, head_size: usize) -> usize {
-        self.rows * (head_size + 2)
+        if self.splits > 1 {
+            Partial::staged_len(self.rows, head_size)
+        } else {
+            0
+        }
     }
 
     pub fn split_keys(&self, split: usize) -> Range<usize> {
@@ -63,8 +69,8 @@ pub struct Schedule {
     pub tasks: Vec<Task>,
     /// In staging order (task-major, split-minor).
     pub items: Vec<WorkItem>,
-    /// Indices into `items`, most expensive first: the order threads take them in.
-    pub order: Vec<usize>,
+    /// Indices into `items` dealt to each thread (see `claims`).
+    pub lists: Vec<Vec<usize>>,
     pub staging_len: usize,
 }
 
@@ -136,12 +142,12 @@ pub fn plan(
             });
         }
     }
-    let mut order: Vec<usize> = (0..items.len()).collect();
-    order.sort_by_key(|&i| std::cmp::Reverse(items[i].cost));
+    let costs: Vec<u64> = items.iter().map(|i| i.cost).collect();
+    let lists = deal(&costs, threads);
     Schedule {
         tasks,
         items,
-        order,
+        lists,
         staging_len: staging,
     }
 }
@@ -184,9 +190,11 @@ mod tests {
     }
 
     #[test]
-    fn order_is_most_expensive_first() {
-        let s = plan(&cfg(), &[0, 1, 2, 3], &[10, 1000, 100], 2, SplitKv::Never);
-        let costs: Vec<u64> = s.order.iter().map(|&i| s.items[i].cost).collect();
-        assert!(costs.windows(2).all(|w| w[0] >= w[1]));
+    fn lists_hold_every_item_once() {
+        let s = plan(&cfg(), &[0, 1, 2, 3], &[10, 1000, 100], 2, SplitKv::Auto);
+        assert_eq!(s.lists.len(), 2);
+        let mut all = s.lists.concat();
+        all.sort();
+        assert_eq!(all, (0..s.items.len()).collect::<Vec<_>>());
     }
 }
