@@ -2,6 +2,8 @@
 //!
 //! - [`layout`]: the cache (per block and kv head: K transposed, then V), `write_kv`;
 //! - [`scheduler`]: tasks (kv head x sequence x query tile) and split-KV work items;
+//! - `claims`: items dealt to threads ahead of time, with stealing; `pool`: helper threads
+//!   that spin briefly between calls (the calling thread is one of the workers);
 //! - [`kernel`]: one work item (online softmax over KV tiles) and the split merge;
 //! - [`simd`]: the inner kernels at each SIMD level, chosen at run time.
 //!

@@ -281,7 +281,7 @@ mod tests {
                     panic!("helper failed");
                 }
                 // Keep the call open until the helper has joined and panicked.
-                while pool.shared.panic.lock().map_or(false, |p| p.is_none()) {
+                while pool.shared.panic.lock().is_ok_and(|p| p.is_none()) {
                     std::hint::spin_loop();
                 }
             })
