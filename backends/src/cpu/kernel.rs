@@ -398,12 +398,13 @@ unsafe impl Sync for OutputRows {}
 /// # Safety
 /// Called at most once per task of one schedule, so the task's rows (which no other task of
 /// the schedule has) are written by this call alone.
-pub unsafe fn finalize_task(
+pub unsafe fn finalize_task<T>(
     cfg: &AttentionConfig,
     task: &Task,
     parts: &[Partial<'_>],
     output: &OutputRows,
     row: &mut Vec<f32>,
+    ops: &Ops<T>,
 ) {
     let d = cfg.head_size;
     let group = cfg.num_heads / cfg.num_kv_heads;
@@ -430,6 +431,8 @@ pub unsafe fn finalize_task(
             + sink.map_or(0.0, |s| (s - m).exp());
         if m == f32::NEG_INFINITY || denom.is_nan() || denom <= 0.0 {
             dst.fill(0.0);
+        } else if let [only] = parts {
+            (ops.normalize)(&only.o[r * d..][..d], weight(only) / denom, cfg.dtype, dst);
         } else {
             for (i, part) in parts.iter().enumerate() {
                 let f = weight(part) / denom;

@@ -308,7 +308,9 @@ impl CpuBackend {
                 if task.splits == 1 {
                     // SAFETY: an unsplit task has one item, run once: finalised once. The
                     // scheduler gives every output row to one task.
-                    unsafe { kernel::finalize_task(config, task, &[mine], &output, &mut row) };
+                    unsafe {
+                        kernel::finalize_task(config, task, &[mine], &output, &mut row, &ops)
+                    };
                     continue;
                 }
                 mine.store(&mut lock(idx));
@@ -321,7 +323,7 @@ impl CpuBackend {
                         .map(|g| kernel::Partial::from_staging(g, task.rows, d))
                         .collect();
                     // SAFETY: the counter reaches 0 once per task, so it is finalised once.
-                    unsafe { kernel::finalize_task(config, task, &parts, &output, &mut row) };
+                    unsafe { kernel::finalize_task(config, task, &parts, &output, &mut row, &ops) };
                 }
             }
         };

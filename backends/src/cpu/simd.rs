@@ -4,6 +4,7 @@
 //! per call (`Ops::for_level`), and a level's table can only be built on a CPU that has it.
 
 use super::elem::KvElem;
+use attn_reference::DType;
 use std::fmt;
 use std::str::FromStr;
 
@@ -239,6 +240,12 @@ impl<T> PvArgs<'_, T> {
     }
 }
 
+/// The portable `normalize`, for levels without their own.
+pub fn normalize_scalar(src: &[f32], a: f32, dtype: DType, dst: &mut [f32]) {
+    dst.iter_mut().zip(src).for_each(|(y, &x)| *y = x * a);
+    super::kernel::round_to(dtype, dst);
+}
+
 /// The kernels of one SIMD level for one element type.
 pub struct Ops<T> {
     pub level: SimdLevel,
@@ -250,6 +257,8 @@ pub struct Ops<T> {
     pub exp_sum: fn(&mut [f32], f32) -> f32,
     /// `x *= a` in place.
     pub scale: fn(&mut [f32], f32),
+    /// `dst = round(src * a)` to the dtype: one finished output row.
+    pub normalize: fn(&[f32], f32, DType, &mut [f32]),
     /// Scores from bf16 pairs, where the level has them and the cache is bf16.
     pub qk_bf16: Option<fn(QkBf16Args<'_>)>,
 }
@@ -267,6 +276,44 @@ impl<T: KvElem> Ops<T> {
             SimdLevel::Avx512Bf16 => avx512::ops(avx512bf16::detected()),
             #[cfg(not(target_arch = "x86_64"))]
             _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use half::bf16;
+
+    /// Every level's `normalize` rounds exactly as the portable one (ties, f16 subnormals,
+    /// overflow to infinity, the masked tail).
+    #[test]
+    fn normalize_matches_the_portable_path_bit_for_bit() {
+        let mut src: Vec<f32> = (0..1000)
+            .map(|i| ((i as f32) * 0.618).sin() * 10f32.powi(i % 11 - 6))
+            .collect();
+        // Exact bf16 and f16 ties, f16's largest finite value and beyond.
+        src.extend([
+            1.0 + 1.0 / 256.0,
+            1.0 + 3.0 / 256.0,
+            1.0 + 1.0 / 2048.0,
+            65504.0,
+            65520.0,
+        ]);
+        src.extend([bf16::from_f32(3.0).to_f32(), -0.0, 6.0e-8, 1.0e-5]);
+        for level in SimdLevel::available() {
+            let ops = Ops::<bf16>::for_level(level).expect("available level");
+            for dtype in DType::ALL {
+                for a in [1.0f32, 0.37, 3.0] {
+                    let mut want = vec![0.0; src.len()];
+                    let mut got = vec![0.0; src.len()];
+                    normalize_scalar(&src, a, dtype, &mut want);
+                    (ops.normalize)(&src, a, dtype, &mut got);
+                    for (i, (w, g)) in want.iter().zip(&got).enumerate() {
+                        assert_eq!(w.to_bits(), g.to_bits(), "{level} {dtype} x{a}: {}", src[i]);
+                    }
+                }
+            }
         }
     }
 }

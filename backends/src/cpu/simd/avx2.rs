@@ -24,6 +24,7 @@ pub fn ops<T: KvElem>() -> Option<Ops<T>> {
         max,
         exp_sum,
         scale,
+        normalize: super::normalize_scalar,
         qk_bf16: None,
     })
 }

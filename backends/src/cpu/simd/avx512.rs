@@ -7,6 +7,7 @@
 
 use super::{Ops, PvArgs, QkArgs, SimdLevel};
 use crate::cpu::elem::{ElemKind, KvElem};
+use attn_reference::DType;
 use std::arch::x86_64::*;
 
 pub fn detected() -> bool {
@@ -31,6 +32,7 @@ pub fn ops<T: KvElem>(bf16_dot: bool) -> Option<Ops<T>> {
         max,
         exp_sum,
         scale,
+        normalize,
         qk_bf16: if bf16_dot {
             Some(super::avx512bf16::qk)
         } else {
@@ -370,6 +372,44 @@ unsafe fn exp_sum_impl(x: &mut [f32], m: f32) -> f32 {
 fn scale(x: &mut [f32], a: f32) {
     // SAFETY: features checked by `ops`; each masked load and store stays inside `x`.
     unsafe { scale_impl(x, a) }
+}
+
+fn normalize(src: &[f32], a: f32, dtype: DType, dst: &mut [f32]) {
+    assert!(src.len() >= dst.len(), "normalize: source row too short");
+    // SAFETY: features checked by `ops`; masked loads stay inside `src` (at least as long as
+    // `dst`), masked stores inside `dst`.
+    unsafe { normalize_impl(src.as_ptr(), a, dtype, dst.as_mut_ptr(), dst.len()) }
+}
+
+/// `dst[..n] = round(src[..n] * a)`. bf16: add 0x7fff plus the kept lsb, then keep the top
+/// 16 bits (inputs are finite); f16: through the hardware conversion, to nearest even.
+#[target_feature(enable = "avx512f")]
+unsafe fn normalize_impl(src: *const f32, a: f32, dtype: DType, dst: *mut f32, n: usize) {
+    let av = _mm512_set1_ps(a);
+    let (bias, one, top) = (
+        _mm512_set1_epi32(0x7fff),
+        _mm512_set1_epi32(1),
+        _mm512_set1_epi32(0xffff_0000u32 as i32),
+    );
+    let mut i = 0;
+    while i < n {
+        let k = lanes(n - i);
+        let v = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, src.add(i)), av);
+        let r = match dtype {
+            DType::F32 => v,
+            DType::Bf16 => {
+                let b = _mm512_castps_si512(v);
+                let lsb = _mm512_and_si512(_mm512_srli_epi32::<16>(b), one);
+                let up = _mm512_add_epi32(b, _mm512_add_epi32(bias, lsb));
+                _mm512_castsi512_ps(_mm512_and_si512(up, top))
+            }
+            DType::F16 => _mm512_cvtph_ps(_mm512_cvtps_ph::<
+                { _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC },
+            >(v)),
+        };
+        _mm512_mask_storeu_ps(dst.add(i), k, r);
+        i += 16;
+    }
 }
 
 #[target_feature(enable = "avx512f")]

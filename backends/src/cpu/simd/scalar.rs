@@ -11,6 +11,7 @@ pub fn ops<T: KvElem>() -> Ops<T> {
         max,
         exp_sum,
         scale,
+        normalize: super::normalize_scalar,
         qk_bf16: None,
     }
 }
