@@ -507,6 +507,30 @@ mod tests {
     }
 
     #[test]
+    fn output_rows_come_back_in_place_and_a_missing_row_is_refused() {
+        let d = 3;
+        let mut out = OutputRows::new(4, d);
+        out.zero_from(3);
+        // SAFETY: one thread, each row written once.
+        unsafe {
+            out.write_row(1, &[4.0, 5.0, 6.0]);
+            out.write_row(0, &[1.0, 2.0, 3.0]);
+            out.write_row(2, &[7.0, 8.0, 9.0]);
+        }
+        out.count_written(3);
+        let expect: Vec<f32> = (1..=9).map(|x| x as f32).chain([0.0; 3]).collect();
+        assert_eq!(out.finish(), expect);
+
+        let mut partial = OutputRows::new(2, d);
+        partial.zero_from(2);
+        // SAFETY: as above.
+        unsafe { partial.write_row(0, &[1.0, 2.0, 3.0]) };
+        partial.count_written(1);
+        let refused = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| partial.finish()));
+        assert!(refused.is_err(), "a row never written must not be returned");
+    }
+
+    #[test]
     fn query_pairs_round_like_bf16() {
         let xs: Vec<f32> = (0..999).map(|i| ((i as f32) * 0.731).sin() * 3.7).collect();
         let mut pairs = vec![u32::MAX; 500];
