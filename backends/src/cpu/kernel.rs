@@ -121,9 +121,7 @@ pub fn run_item<T: KvElem>(pb: &Problem<'_, T>, task: &Task, keys: Range<usize>,
         if qk_bf16.is_some() {
             pack_bf16_pairs(src, &mut sc.q2[r * dp..(r + 1) * dp]);
         } else {
-            for (dst, &x) in sc.q[r * d..(r + 1) * d].iter_mut().zip(src) {
-                *dst = x * pb.scale;
-            }
+            (pb.ops.normalize)(src, pb.scale, DType::F32, &mut sc.q[r * d..(r + 1) * d]);
         }
         sc.vis[r] = visible_keys(pb.cfg.kind, pb.cfg.sliding_window, task.pos0 + t, seq_len);
     }
@@ -217,9 +215,12 @@ pub fn run_item<T: KvElem>(pb: &Problem<'_, T>, task: &Task, keys: Range<usize>,
             }
             let sum = (pb.ops.exp_sum)(s, m_new);
             if m_old != m_new {
-                let alpha = (m_old - m_new).exp();
-                sc.l[r] *= alpha;
-                (pb.ops.scale)(&mut sc.o[r * d..(r + 1) * d], alpha);
+                // Before the first visible key the row's output and sum are still zero.
+                if m_old != f32::NEG_INFINITY {
+                    let alpha = (m_old - m_new).exp();
+                    sc.l[r] *= alpha;
+                    (pb.ops.scale)(&mut sc.o[r * d..(r + 1) * d], alpha);
+                }
                 sc.m[r] = m_new;
             }
             sc.l[r] += sum;
