@@ -1,12 +1,12 @@
 //! Time one forward call of the `cpu` backend on upstream specs (median of several reps).
 //!
 //! `cargo run --release -p attn-backends --no-default-features --example cpu_bench -- \
-//!    [--specs a,b] [--dtype bf16] [--block 32] [--threads 2] [--reps 11] [--simd avx512] [--split auto]`
+//!    [--specs a,b] [--dtype bf16] [--block 32] [--threads 2] [--reps 11] [--simd avx512] [--split auto] [--tiles auto]`
 //!
 //! Shape is Llama-3-8B's (32 query heads, 8 kv heads, head size 128). GB/s counts the K and V
 //! bytes of every sequence read once.
 
-use attn_backends::cpu::{CpuBackend, CpuSettings, SimdChoice, SimdLevel, SplitKv};
+use attn_backends::cpu::{CpuBackend, CpuSettings, KvTiles, SimdChoice, SimdLevel, SplitKv};
 use attn_backends::{Backend, KvWrite, StepInputs};
 use attn_reference::{all_specs, build_spec_case, AttentionConfig, DType};
 use std::time::Instant;
@@ -46,10 +46,17 @@ fn main() -> Result<(), String> {
     };
     let wanted: Option<Vec<String>> =
         arg(&args, "--specs").map(|s| s.split(',').map(str::to_string).collect());
+    let kv_tiles = match arg(&args, "--tiles").as_deref() {
+        None | Some("auto") => KvTiles::Auto,
+        Some("streaming") => KvTiles::Streaming,
+        Some("resident") => KvTiles::Resident,
+        Some(o) => return Err(format!("--tiles {o}: expected auto, streaming or resident")),
+    };
     let backend = CpuBackend::new(CpuSettings {
         threads,
         simd,
         split_kv,
+        kv_tiles,
     })
     .map_err(|e| e.to_string())?;
     println!(

@@ -3,7 +3,7 @@
 
 mod common;
 
-use attn_backends::cpu::{CpuBackend, CpuSettings, SimdChoice, SimdLevel, SplitKv};
+use attn_backends::cpu::{CpuBackend, CpuSettings, KvTiles, SimdChoice, SimdLevel, SplitKv};
 use attn_backends::{run_case, Backend, BackendError, KvWrite, StepInputs};
 use attn_reference::{
     build_case, build_spec_case, reference_output, spec_by_name, AttentionConfig, AttentionKind,
@@ -12,25 +12,29 @@ use attn_reference::{
 use common::compare;
 use proptest::prelude::*;
 
-/// Every code path: each available SIMD level, split always and never, 2 threads (and one
-/// single-threaded scalar run, which takes the no-pool path).
+/// Every code path: each available SIMD level, split always (with narrow decode tiles) and
+/// never (with wide ones), 2 threads (and one single-threaded run, which takes the no-pool
+/// path).
 fn variants() -> Vec<(String, CpuBackend)> {
     let mut v = Vec::new();
     for level in SimdLevel::available() {
-        for split_kv in [SplitKv::Always, SplitKv::Never] {
+        for (split_kv, kv_tiles) in [
+            (SplitKv::Always, KvTiles::Streaming),
+            (SplitKv::Never, KvTiles::Resident),
+        ] {
             let settings = CpuSettings {
                 threads: 2,
                 simd: SimdChoice::Force(level),
                 split_kv,
+                kv_tiles,
             };
-            let name = format!("{level}/split={split_kv:?}");
+            let name = format!("{level}/split={split_kv:?}/tiles={kv_tiles:?}");
             v.push((name, CpuBackend::new(settings).expect("an available level")));
         }
     }
     let single = CpuSettings {
         threads: 1,
-        simd: SimdChoice::Auto,
-        split_kv: SplitKv::Auto,
+        ..CpuSettings::default()
     };
     v.push((
         "auto/1 thread".into(),
@@ -277,8 +281,8 @@ fn thread_counts_agree() {
         for split_kv in [SplitKv::Auto, SplitKv::Always] {
             let b = CpuBackend::new(CpuSettings {
                 threads,
-                simd: SimdChoice::Auto,
                 split_kv,
+                ..CpuSettings::default()
             })
             .expect("auto");
             let out = run_case(&b, &c).expect("runs").output;

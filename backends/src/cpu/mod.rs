@@ -59,12 +59,26 @@ pub enum SplitKv {
     Never,
 }
 
+/// How wide the KV tiles of decode tasks are (see `kernel::tile_keys`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum KvTiles {
+    /// Wide when the step's K/V fits in the last-level cache, narrow when it streams from
+    /// memory.
+    #[default]
+    Auto,
+    /// Narrow, as for K/V streamed from memory.
+    Streaming,
+    /// Wide, as for K/V already in cache.
+    Resident,
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CpuSettings {
     /// Worker threads; 0 means one per available core.
     pub threads: usize,
     pub simd: SimdChoice,
     pub split_kv: SplitKv,
+    pub kv_tiles: KvTiles,
 }
 
 impl Default for CpuSettings {
@@ -73,6 +87,7 @@ impl Default for CpuSettings {
             threads: 0,
             simd: SimdChoice::Auto,
             split_kv: SplitKv::Auto,
+            kv_tiles: KvTiles::Auto,
         }
     }
 }
@@ -244,6 +259,18 @@ impl CpuBackend {
             self.threads,
             self.settings.split_kv,
         );
+        let kv_resident = match self.settings.kv_tiles {
+            KvTiles::Streaming => false,
+            KvTiles::Resident => true,
+            KvTiles::Auto => {
+                let kv_bytes = step.seq_lens.iter().sum::<usize>()
+                    * 2
+                    * geometry.num_kv_heads
+                    * geometry.head_size
+                    * std::mem::size_of::<T>();
+                kv_bytes <= last_level_cache_bytes()
+            }
+        };
         let problem = Problem {
             cfg: config,
             geometry,
@@ -254,6 +281,7 @@ impl CpuBackend {
             seq_lens: step.seq_lens,
             block_table: step.block_table,
             ops: &ops,
+            kv_resident,
         };
 
         // Each split item owns a disjoint piece of the staging buffer (every item writes all
@@ -336,6 +364,37 @@ impl CpuBackend {
         }
         Ok(output.finish())
     }
+}
+
+/// Size of the largest CPU cache sysfs reports (0 when it reports none: every step then
+/// counts as streaming, the safe choice for large steps).
+fn last_level_cache_bytes() -> usize {
+    static BYTES: OnceLock<usize> = OnceLock::new();
+    *BYTES.get_or_init(|| {
+        (0..8)
+            .filter_map(|i| {
+                let path = format!("/sys/devices/system/cpu/cpu0/cache/index{i}/size");
+                parse_cache_size(std::fs::read_to_string(path).ok()?.trim())
+            })
+            .max()
+            .unwrap_or(0)
+    })
+}
+
+/// `"32768K"`, `"1M"` or `"512"` (bytes) as bytes.
+fn parse_cache_size(s: &str) -> Option<usize> {
+    let (digits, unit) = match s.char_indices().find(|(_, c)| !c.is_ascii_digit()) {
+        Some((i, _)) => (&s[..i], &s[i..]),
+        None => (s, ""),
+    };
+    let n: usize = digits.parse().ok()?;
+    n.checked_mul(match unit {
+        "" => 1,
+        "K" => 1 << 10,
+        "M" => 1 << 20,
+        "G" => 1 << 30,
+        _ => return None,
+    })
 }
 
 impl Backend for CpuBackend {
@@ -424,5 +483,19 @@ impl Backend for CpuBackend {
             KvData::Bf16(d) => self.run(config, d, cache.geometry, step),
             KvData::F16(d) => self.run(config, d, cache.geometry, step),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_cache_size;
+
+    #[test]
+    fn cache_sizes_parse_as_sysfs_writes_them() {
+        assert_eq!(parse_cache_size("32768K"), Some(32 << 20));
+        assert_eq!(parse_cache_size("1M"), Some(1 << 20));
+        assert_eq!(parse_cache_size("512"), Some(512));
+        assert_eq!(parse_cache_size("12Q"), None);
+        assert_eq!(parse_cache_size(""), None);
     }
 }
