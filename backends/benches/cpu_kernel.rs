@@ -6,8 +6,8 @@
 //! (`ATTN_BENCH_SPECS=large_decode,small_decode` picks specs, `ATTN_BENCH_DTYPE=f32` the dtype.)
 
 use attn_backends::cpu::{CpuBackend, CpuSettings};
-use attn_backends::{Backend, KvCache, KvWrite, StepInputs};
-use attn_reference::{all_specs, build_spec_case, AttentionConfig, Case, DType};
+use attn_backends::{prepare_cache, step_inputs, Backend};
+use attn_reference::{all_specs, build_spec_case, AttentionConfig, DType};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use std::hint::black_box;
 use std::time::Duration;
@@ -23,40 +23,6 @@ const DEFAULT_SPECS: &[&str] = &[
     "single_decode",
     "single_prefill",
 ];
-
-/// The cache as an engine leaves it before the step: context and new tokens written.
-fn prepared(backend: &CpuBackend, case: &Case) -> KvCache {
-    let cfg = &case.config;
-    let mut cache = backend
-        .new_cache(cfg, case.layout.num_blocks)
-        .expect("cache");
-    let (k, v) = case.context_kv_flat();
-    let ctx = case.context_slot_mapping();
-    backend
-        .write_kv(
-            cfg,
-            &mut cache,
-            &KvWrite {
-                key: &k,
-                value: &v,
-                slot_mapping: &ctx,
-            },
-        )
-        .expect("context");
-    let t = &case.tensors;
-    backend
-        .write_kv(
-            cfg,
-            &mut cache,
-            &KvWrite {
-                key: &t.key,
-                value: &t.value,
-                slot_mapping: &case.layout.slot_mapping,
-            },
-        )
-        .expect("new tokens");
-    cache
-}
 
 fn bench(c: &mut Criterion) {
     let dtype: DType = std::env::var("ATTN_BENCH_DTYPE")
@@ -81,15 +47,9 @@ fn bench(c: &mut Criterion) {
         .filter(|s| wanted.iter().any(|w| w == s.name))
     {
         let case = build_spec_case(&spec, AttentionConfig::new(32, 8, 128, 32, dtype), 0);
-        let cache = prepared(&backend, &case);
+        let cache = prepare_cache(&backend, &case).expect("cache");
         let qsl = case.query_start_loc();
-        let step = StepInputs {
-            query: &case.tensors.query,
-            query_start_loc: &qsl,
-            seq_lens: &case.batch.seq_lens,
-            block_table: &case.layout.block_table,
-            num_tokens: case.num_tokens(),
-        };
+        let step = step_inputs(&case, &qsl);
         let kv_bytes = case.batch.seq_lens.iter().sum::<usize>() * 8 * 128 * 2 * dtype.size_bytes();
         group.throughput(Throughput::Bytes(kv_bytes as u64));
         group.bench_with_input(BenchmarkId::from_parameter(spec.name), &step, |b, step| {

@@ -10,8 +10,8 @@
 //! separate runs.
 
 use attn_backends::spyre::Spyre;
-use attn_backends::{Backend, KvCache, KvWrite, StepInputs};
-use attn_reference::{build_spec_case, spec_by_name, AttentionConfig, Case, DType};
+use attn_backends::{prepare_cache, step_inputs, Backend};
+use attn_reference::{build_spec_case, spec_by_name, AttentionConfig, DType};
 use std::time::Instant;
 
 const SPECS: [&str; 11] = [
@@ -39,36 +39,6 @@ fn reset_peak() -> bool {
     std::fs::write("/proc/self/clear_refs", "5").is_ok()
 }
 
-fn prepare(b: &dyn Backend, case: &Case) -> KvCache {
-    let mut cache = b
-        .new_cache(&case.config, case.layout.num_blocks)
-        .expect("cache");
-    let (k, v) = case.context_kv_flat();
-    let ctx = case.context_slot_mapping();
-    b.write_kv(
-        &case.config,
-        &mut cache,
-        &KvWrite {
-            key: &k,
-            value: &v,
-            slot_mapping: &ctx,
-        },
-    )
-    .expect("context");
-    let t = &case.tensors;
-    b.write_kv(
-        &case.config,
-        &mut cache,
-        &KvWrite {
-            key: &t.key,
-            value: &t.value,
-            slot_mapping: &case.layout.slot_mapping,
-        },
-    )
-    .expect("new tokens");
-    cache
-}
-
 fn main() {
     let wanted: Vec<String> = std::env::args()
         .skip(1)
@@ -91,15 +61,9 @@ fn main() {
             * config.head_size
             * config.dtype.size_bytes();
         let qsl = case.query_start_loc();
-        let step = StepInputs {
-            query: &case.tensors.query,
-            query_start_loc: &qsl,
-            seq_lens: &case.batch.seq_lens,
-            block_table: &case.layout.block_table,
-            num_tokens: case.num_tokens(),
-        };
+        let step = step_inputs(&case, &qsl);
         for b in &variants {
-            let cache = prepare(b, &case);
+            let cache = prepare_cache(b, &case).expect("cache");
             // Peak memory of the first call, before any warm-up.
             let can_reset = reset_peak();
             let base = status_kib("VmRSS:").unwrap_or(0);

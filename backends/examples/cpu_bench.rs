@@ -7,7 +7,7 @@
 //! bytes of every sequence read once.
 
 use attn_backends::cpu::{CpuBackend, CpuSettings, KvTiles, SimdChoice, SimdLevel, SplitKv};
-use attn_backends::{Backend, KvWrite, StepInputs};
+use attn_backends::{prepare_cache, step_inputs, Backend};
 use attn_reference::{all_specs, build_spec_case, AttentionConfig, DType};
 use std::time::Instant;
 
@@ -79,43 +79,9 @@ fn main() -> Result<(), String> {
         let cfg = AttentionConfig::new(32, 8, 128, block, dtype);
         let case = build_spec_case(&spec, cfg, 0);
         let cfg = &case.config;
-        let mut cache = backend
-            .new_cache(cfg, case.layout.num_blocks)
-            .map_err(|e| e.to_string())?;
-        let ctx = case.context_slot_mapping();
-        let (k, v) = case.context_kv_flat();
-        backend
-            .write_kv(
-                cfg,
-                &mut cache,
-                &KvWrite {
-                    key: &k,
-                    value: &v,
-                    slot_mapping: &ctx,
-                },
-            )
-            .map_err(|e| e.to_string())?;
-        drop((k, v));
-        let t = &case.tensors;
-        backend
-            .write_kv(
-                cfg,
-                &mut cache,
-                &KvWrite {
-                    key: &t.key,
-                    value: &t.value,
-                    slot_mapping: &case.layout.slot_mapping,
-                },
-            )
-            .map_err(|e| e.to_string())?;
+        let cache = prepare_cache(&backend, &case).map_err(|e| e.to_string())?;
         let qsl = case.query_start_loc();
-        let step = StepInputs {
-            query: &t.query,
-            query_start_loc: &qsl,
-            seq_lens: &case.batch.seq_lens,
-            block_table: &case.layout.block_table,
-            num_tokens: case.num_tokens(),
-        };
+        let step = step_inputs(&case, &qsl);
         let mut times = Vec::with_capacity(reps);
         for _ in 0..reps + 1 {
             let start = Instant::now();

@@ -2,7 +2,7 @@
 //! every slot no live token owns, the context written, the step's new K/V written through
 //! `slot_mapping`, then the forward call.
 
-use crate::{Backend, BackendError, KvWrite, StepInputs};
+use crate::{Backend, BackendError, KvCache, KvWrite, StepInputs};
 use attn_reference::{Case, InputRng};
 use std::time::{Duration, Instant};
 
@@ -34,8 +34,10 @@ pub fn stale_slots(case: &Case) -> Vec<i64> {
     (0..total as i64).filter(|&s| !live[s as usize]).collect()
 }
 
-/// Run `case` (which must be valid) through `backend`.
-pub fn run_case(backend: &dyn Backend, case: &Case) -> Result<CaseRun, BackendError> {
+/// A fresh cache for `case` (which must be valid), filled as an engine would have left it:
+/// stale data in every slot no live token owns, the context, then the step's new K/V
+/// written through `slot_mapping`.
+pub fn prepare_cache(backend: &dyn Backend, case: &Case) -> Result<KvCache, BackendError> {
     let config = &case.config;
     backend.supports(config)?;
     let mut cache = backend.new_cache(config, case.layout.num_blocks)?;
@@ -80,15 +82,26 @@ pub fn run_case(backend: &dyn Backend, case: &Case) -> Result<CaseRun, BackendEr
             slot_mapping: &case.layout.slot_mapping,
         },
     )?;
+    Ok(cache)
+}
 
-    let qsl = case.query_start_loc();
-    let step = StepInputs {
-        query: &t.query,
-        query_start_loc: &qsl,
+/// The forward inputs of `case`; `query_start_loc` is `case.query_start_loc()`.
+pub fn step_inputs<'a>(case: &'a Case, query_start_loc: &'a [usize]) -> StepInputs<'a> {
+    StepInputs {
+        query: &case.tensors.query,
+        query_start_loc,
         seq_lens: &case.batch.seq_lens,
         block_table: &case.layout.block_table,
         num_tokens: case.num_tokens(),
-    };
+    }
+}
+
+/// Run `case` (which must be valid) through `backend`.
+pub fn run_case(backend: &dyn Backend, case: &Case) -> Result<CaseRun, BackendError> {
+    let config = &case.config;
+    let cache = prepare_cache(backend, case)?;
+    let qsl = case.query_start_loc();
+    let step = step_inputs(case, &qsl);
     let start = Instant::now();
     let output = backend.forward(config, &cache, &step)?;
     let forward_time = start.elapsed();

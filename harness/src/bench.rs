@@ -5,7 +5,7 @@
 //! spec (a fast wrong backend is reported as wrong, not fast).
 
 use crate::compare::{compare, Tolerance};
-use attn_backends::{Backend, BackendError, KvCache, KvWrite, StepInputs};
+use attn_backends::{prepare_cache, step_inputs, Backend, BackendError, KvCache};
 use attn_reference::{build_spec_case, reference_output, AttentionConfig, BatchSpec, Case};
 use serde::Serialize;
 use std::sync::Arc;
@@ -121,34 +121,6 @@ struct Prepared {
     peak: f64,
 }
 
-fn prepare(backend: &Arc<dyn Backend>, case: &Case) -> Result<KvCache, BackendError> {
-    let c = &case.config;
-    backend.supports(c)?;
-    let mut cache = backend.new_cache(c, case.layout.num_blocks)?;
-    let (k, v) = case.context_kv_flat();
-    let ctx_slots = case.context_slot_mapping();
-    backend.write_kv(
-        c,
-        &mut cache,
-        &KvWrite {
-            key: &k,
-            value: &v,
-            slot_mapping: &ctx_slots,
-        },
-    )?;
-    let t = &case.tensors;
-    backend.write_kv(
-        c,
-        &mut cache,
-        &KvWrite {
-            key: &t.key,
-            value: &t.value,
-            slot_mapping: &case.layout.slot_mapping,
-        },
-    )?;
-    Ok(cache)
-}
-
 fn median(v: &mut [Duration]) -> Duration {
     v.sort();
     if v.is_empty() {
@@ -166,17 +138,11 @@ pub fn run_bench(opts: &BenchOptions) -> BenchSummary {
         let expected = reference_output(&case);
         let tol = Tolerance::for_case(&case);
         let qsl = case.query_start_loc();
-        let step = StepInputs {
-            query: &case.tensors.query,
-            query_start_loc: &qsl,
-            seq_lens: &case.batch.seq_lens,
-            block_table: &case.layout.block_table,
-            num_tokens: case.num_tokens(),
-        };
+        let step = step_inputs(&case, &qsl);
         let mut prepared: Vec<Prepared> = opts
             .backends
             .iter()
-            .map(|b| match prepare(b, &case) {
+            .map(|b| match prepare_cache(b.as_ref(), &case) {
                 Ok(cache) => Prepared {
                     backend: b.clone(),
                     cache,
