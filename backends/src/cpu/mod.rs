@@ -302,16 +302,6 @@ impl CpuBackend {
             pieces.push(Mutex::new(mine));
             rest = tail;
         }
-        // Items are task-major: a task's splits are `first_item[t]..first_item[t] + splits`.
-        let first_item: Vec<usize> = sched
-            .tasks
-            .iter()
-            .scan(0, |next, t| {
-                let first = *next;
-                *next += t.splits;
-                Some(first)
-            })
-            .collect();
         let splits_left: Vec<AtomicUsize> = sched
             .tasks
             .iter()
@@ -344,7 +334,7 @@ impl CpuBackend {
                 mine.store(&mut lock(idx));
                 // The thread that finishes a task's last split merges it into the output.
                 if splits_left[item.task].fetch_sub(1, Ordering::AcqRel) == 1 {
-                    let first = first_item[item.task];
+                    let first = task.first_item;
                     let guards: Vec<_> = (first..first + task.splits).map(lock).collect();
                     let parts: Vec<_> = guards
                         .iter()

@@ -35,8 +35,8 @@ pub struct Task {
     /// Keys any of the task's rows may see.
     pub keys: Range<usize>,
     pub splits: usize,
-    /// Offset of the task's partial results in the staging buffer.
-    pub staging: usize,
+    /// Index of the task's first work item; its splits are the `splits` items from there.
+    pub first_item: usize,
 }
 
 impl Task {
@@ -105,7 +105,7 @@ pub fn plan(
                     rows: ntok * group,
                     keys: keys.clone(),
                     splits: 1,
-                    staging: 0,
+                    first_item: 0,
                 });
             }
             t += ntok;
@@ -128,7 +128,7 @@ pub fn plan(
     let mut items = Vec::new();
     let mut staging = 0;
     for (i, task) in tasks.iter_mut().enumerate() {
-        task.staging = staging;
+        task.first_item = items.len();
         staging += task.splits * task.split_len(cfg.head_size);
         for split in 0..task.splits {
             let keys = task.split_keys(split);
@@ -196,5 +196,12 @@ mod tests {
         let mut all = s.lists.concat();
         all.sort();
         assert_eq!(all, (0..s.items.len()).collect::<Vec<_>>());
+        let split = plan(&cfg(), &[0, 1, 2], &[1000, 700], 4, SplitKv::Always);
+        for (t, task) in split.tasks.iter().enumerate() {
+            for k in 0..task.splits {
+                let item = &split.items[task.first_item + k];
+                assert_eq!((item.task, item.split), (t, k));
+            }
+        }
     }
 }
