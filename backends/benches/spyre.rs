@@ -11,22 +11,8 @@
 
 use attn_backends::spyre::Spyre;
 use attn_backends::{prepare_cache, step_inputs, Backend};
-use attn_reference::{build_spec_case, spec_by_name, AttentionConfig, DType};
+use attn_reference::{all_specs, build_spec_case, AttentionConfig, DType};
 use std::time::Instant;
-
-const SPECS: [&str; 11] = [
-    "small_decode",
-    "small_prefill",
-    "mixed_small",
-    "medium_decode",
-    "medium_prefill",
-    "mixed_medium",
-    "large_decode",
-    "large_prefill",
-    "mixed_large",
-    "single_decode",
-    "single_prefill",
-];
 
 fn status_kib(field: &str) -> Option<u64> {
     let s = std::fs::read_to_string("/proc/self/status").ok()?;
@@ -49,11 +35,11 @@ fn main() {
     println!(
         "spec            variant        median_ms   min_ms  reps  peak_extra_MiB  kv_cache_MiB"
     );
-    for name in SPECS
-        .iter()
-        .filter(|n| wanted.is_empty() || wanted.iter().any(|w| w == *n))
+    for spec in all_specs()
+        .into_iter()
+        .filter(|s| wanted.is_empty() || wanted.iter().any(|w| w == s.name))
     {
-        let case = build_spec_case(&spec_by_name(name).expect("spec"), config.clone(), 7);
+        let case = build_spec_case(&spec, config.clone(), 7);
         let kv_bytes = 2
             * case.layout.num_blocks
             * config.block_size
@@ -87,7 +73,7 @@ fn main() {
             times.sort_by(f64::total_cmp);
             println!(
                 "{:<15} {:<13} {:>10.3} {:>8.3} {:>5} {:>15} {:>13.1}",
-                name,
+                spec.name,
                 b.name(),
                 times[times.len() / 2],
                 times[0],
