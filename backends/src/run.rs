@@ -41,47 +41,32 @@ pub fn prepare_cache(backend: &dyn Backend, case: &Case) -> Result<KvCache, Back
     let config = &case.config;
     backend.supports(config)?;
     let mut cache = backend.new_cache(config, case.layout.num_blocks)?;
+    let mut write = |key: &[f32], value: &[f32], slot_mapping: &[i64]| {
+        backend.write_kv(
+            config,
+            &mut cache,
+            &KvWrite {
+                key,
+                value,
+                slot_mapping,
+            },
+        )
+    };
     let row = config.num_kv_heads * config.head_size;
-
     let stale = stale_slots(case);
     if !stale.is_empty() {
         let mut rng = InputRng::new(POISON_SEED);
         let k = rng.normal_vec(stale.len() * row, POISON_STD, config.dtype);
         let v = rng.normal_vec(stale.len() * row, POISON_STD, config.dtype);
-        backend.write_kv(
-            config,
-            &mut cache,
-            &KvWrite {
-                key: &k,
-                value: &v,
-                slot_mapping: &stale,
-            },
-        )?;
+        write(&k, &v, &stale)?;
     }
-
     let ctx_slots = case.context_slot_mapping();
     if !ctx_slots.is_empty() {
         let (k, v) = case.context_kv_flat();
-        backend.write_kv(
-            config,
-            &mut cache,
-            &KvWrite {
-                key: &k,
-                value: &v,
-                slot_mapping: &ctx_slots,
-            },
-        )?;
+        write(&k, &v, &ctx_slots)?;
     }
     let t = &case.tensors;
-    backend.write_kv(
-        config,
-        &mut cache,
-        &KvWrite {
-            key: &t.key,
-            value: &t.value,
-            slot_mapping: &case.layout.slot_mapping,
-        },
-    )?;
+    write(&t.key, &t.value, &case.layout.slot_mapping)?;
     Ok(cache)
 }
 
