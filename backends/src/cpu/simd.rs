@@ -143,45 +143,19 @@ impl<T> QkArgs<'_, T> {
             self.q.len() >= self.rows * self.d,
             "qk: query tile too short"
         );
-        check_score_tile(
-            "qk",
-            self.kt.len(),
-            self.d,
-            self.bs,
-            self.j0,
-            self.n,
-            self.s.len(),
-            self.rows,
-            self.lds,
-            self.c0,
+        assert!(
+            self.kt.len() >= self.d * self.bs && self.j0 + self.n <= self.bs,
+            "qk: keys outside the block"
+        );
+        assert!(
+            self.c0 + self.n <= self.lds,
+            "qk: columns outside the score row"
+        );
+        assert!(
+            self.rows == 0 || self.s.len() >= (self.rows - 1) * self.lds + self.c0 + self.n,
+            "qk: score tile too short"
         );
     }
-}
-
-/// The bounds on keys and scores both score kernels rely on (`kernel` names the one checked);
-/// a failure is a bug in the caller.
-#[allow(clippy::too_many_arguments)]
-fn check_score_tile(
-    kernel: &str,
-    kt_len: usize,
-    d: usize,
-    bs: usize,
-    j0: usize,
-    n: usize,
-    s_len: usize,
-    rows: usize,
-    lds: usize,
-    c0: usize,
-) {
-    assert!(
-        kt_len >= d * bs && j0 + n <= bs,
-        "{kernel}: keys outside the block"
-    );
-    assert!(c0 + n <= lds, "{kernel}: columns outside the score row");
-    assert!(
-        rows == 0 || s_len >= (rows - 1) * lds + c0 + n,
-        "{kernel}: score tile too short"
-    );
 }
 
 /// `s[r * lds + c0 + j] = scale * sum_i q[r][i] * kt[i * bs + j0 + j]` with the query rows
@@ -212,17 +186,17 @@ impl QkBf16Args<'_> {
             self.q2.len() >= self.rows * dp,
             "qk_bf16: query tile too short"
         );
-        check_score_tile(
-            "qk_bf16",
-            self.kt.len(),
-            self.d,
-            self.bs,
-            self.j0,
-            self.n,
-            self.s.len(),
-            self.rows,
-            self.lds,
-            self.c0,
+        assert!(
+            self.kt.len() >= self.d * self.bs && self.j0 + self.n <= self.bs,
+            "qk_bf16: keys outside the block"
+        );
+        assert!(
+            self.c0 + self.n <= self.lds,
+            "qk_bf16: columns outside the score row"
+        );
+        assert!(
+            self.rows == 0 || self.s.len() >= (self.rows - 1) * self.lds + self.c0 + self.n,
+            "qk_bf16: score tile too short"
         );
         assert!(
             self.packed.len() >= dp * self.n,
