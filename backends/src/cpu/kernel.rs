@@ -33,8 +33,47 @@ const MAX_TILE_KEYS: usize = 512;
 /// flight per thread hide DRAM latency; much more only evicts what is still needed.
 const PREFETCH_BYTES: usize = 32 * 1024;
 
-/// Tasks with at least this many rows use the bf16 pair-dot score kernel where it exists.
+/// Tasks with at least this many rows use the bf16 pair-dot score kernel where it exists;
+/// so do all tasks when no prefetching is done. Decode tasks (a handful of rows) that
+/// prefetch keep the f32 kernel: with scores computed in half the time, the next blocks'
+/// prefetches were issued in a burst, and large_decode at one thread went from 11.1 to
+/// 12.7 ms.
 const PAIR_MIN_ROWS: usize = 12;
+
+/// Where a step's K/V is read from, estimated from its size against the last-level cache.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KvSource {
+    /// At most half the last-level cache: wide decode tiles and no software prefetch. The
+    /// hardware prefetcher keeps up within a block's contiguous K/V, and the prefetch
+    /// bookkeeping had cost single_decode 15% at one thread (0.097 → 0.083 ms).
+    Cache,
+    /// Up to the whole last-level cache: wide tiles, but part of the K/V comes from memory,
+    /// so the next blocks are prefetched (f32 medium_decode, 31.5 MB against 32 MB:
+    /// 0.54 ms without, 0.29 with).
+    CacheEdge,
+    /// Larger: narrow decode tiles, next blocks prefetched.
+    Memory,
+}
+
+impl KvSource {
+    pub fn for_size(kv_bytes: usize, last_level_cache: usize) -> KvSource {
+        if kv_bytes.saturating_mul(2) <= last_level_cache {
+            KvSource::Cache
+        } else if kv_bytes <= last_level_cache {
+            KvSource::CacheEdge
+        } else {
+            KvSource::Memory
+        }
+    }
+
+    fn wide_tiles(self) -> bool {
+        self != KvSource::Memory
+    }
+
+    fn prefetch(self) -> bool {
+        self != KvSource::Cache
+    }
+}
 
 /// The keys the query at position `p` may see, as a half-open range.
 pub fn visible_keys(
@@ -63,8 +102,8 @@ pub struct Problem<'a, T> {
     pub seq_lens: &'a [usize],
     pub block_table: &'a [Vec<u32>],
     pub ops: &'a Ops<T>,
-    /// The step's K/V fits in the last-level cache (chooses the decode tile width).
-    pub kv_resident: bool,
+    /// Chooses the decode tile width and whether the next blocks are prefetched.
+    pub kv_source: KvSource,
 }
 
 /// Per-thread buffers, grown on demand and reused across items and calls.
@@ -76,9 +115,8 @@ pub struct Scratch {
     m: Vec<f32>,
     l: Vec<f32>,
     vis: Vec<Range<usize>>,
-    /// Query rows as bf16 pairs and keys regrouped likewise, for `qk_bf16`.
+    /// Query rows as bf16 pairs, for `qk_bf16`.
     q2: Vec<u32>,
-    packed: Vec<u32>,
 }
 
 fn grow<T: Clone>(v: &mut Vec<T>, len: usize, fill: T) {
@@ -87,10 +125,10 @@ fn grow<T: Clone>(v: &mut Vec<T>, len: usize, fill: T) {
     }
 }
 
-/// Tile width for a task of `rows` rows, `resident` when the step's K/V fits in the
+/// Tile width for a task of `rows` rows, `wide` when the step's K/V fits in the
 /// last-level cache: whole blocks when they fit.
-pub fn tile_keys(block_size: usize, rows: usize, resident: bool) -> usize {
-    let min = if resident {
+pub fn tile_keys(block_size: usize, rows: usize, wide: bool) -> usize {
+    let min = if wide {
         RESIDENT_MIN_TILE_KEYS
     } else {
         STREAMING_MIN_TILE_KEYS
@@ -109,7 +147,7 @@ pub fn run_item<T: KvElem>(pb: &Problem<'_, T>, task: &Task, keys: Range<usize>,
     let g = pb.geometry;
     let (d, bs, group, rows) = (g.head_size, g.block_size, pb.group, task.rows);
     let hq = pb.cfg.num_heads;
-    let lds = tile_keys(bs, rows, pb.kv_resident);
+    let lds = tile_keys(bs, rows, pb.kv_source.wide_tiles());
     let seq_len = pb.seq_lens[task.seq];
     grow(&mut sc.q, rows * d, 0.0);
     grow(&mut sc.s, rows * lds, 0.0);
@@ -118,14 +156,15 @@ pub fn run_item<T: KvElem>(pb: &Problem<'_, T>, task: &Task, keys: Range<usize>,
     grow(&mut sc.l, rows, 0.0);
     grow(&mut sc.vis, rows, 0..0);
 
-    // bf16 pair dot products pay off once enough rows share each regrouped block; they
-    // read the query as bf16 pairs (scaled afterwards), the other kernels as f32 rows
-    // pre-scaled so scores come out of `qk` final (before soft-cap).
-    let qk_bf16 = pb.ops.qk_bf16.filter(|_| rows >= PAIR_MIN_ROWS);
+    // The bf16 pair-dot kernel reads the query as bf16 pairs (scaled afterwards), the other
+    // kernels as f32 rows pre-scaled so scores come out of `qk` final (before soft-cap).
+    let qk_bf16 = pb
+        .ops
+        .qk_bf16
+        .filter(|_| rows >= PAIR_MIN_ROWS || !pb.kv_source.prefetch());
     let dp = d.div_ceil(2);
     if qk_bf16.is_some() {
         grow(&mut sc.q2, rows * dp, 0);
-        grow(&mut sc.packed, dp * bs, 0);
     }
     for r in 0..rows {
         let (t, h) = (r / group, task.kv_head * group + r % group);
@@ -148,6 +187,7 @@ pub fn run_item<T: KvElem>(pb: &Problem<'_, T>, task: &Task, keys: Range<usize>,
         (&pb.cache[start..start + g.chunk_len()], off, bs - off)
     };
 
+    let prefetch = pb.kv_source.prefetch();
     let chunk_bytes = g.chunk_len() * std::mem::size_of::<T>();
     let ahead = (PREFETCH_BYTES / chunk_bytes.max(1)).clamp(1, 8);
 
@@ -165,7 +205,11 @@ pub fn run_item<T: KvElem>(pb: &Problem<'_, T>, task: &Task, keys: Range<usize>,
             // A block `ahead` blocks on (about 32 KiB of K/V) streams in while this one is
             // computed on; block tables scatter blocks where no hardware prefetcher follows.
             let far = key + n + (ahead - 1) * bs;
-            let next: &[T] = if far < keys.end { chunk(far).0 } else { &[] };
+            let next: &[T] = if prefetch && far < keys.end {
+                chunk(far).0
+            } else {
+                &[]
+            };
             match (qk_bf16, T::as_bf16(kv)) {
                 (Some(qk_bf16), Some(kv)) => qk_bf16(QkBf16Args {
                     q2: &sc.q2,
@@ -179,7 +223,6 @@ pub fn run_item<T: KvElem>(pb: &Problem<'_, T>, task: &Task, keys: Range<usize>,
                     lds,
                     c0: key - a,
                     scale: pb.scale,
-                    packed: &mut sc.packed,
                     prefetch: T::as_bf16(next).unwrap_or_default(),
                 }),
                 _ => (pb.ops.qk)(QkArgs {
@@ -553,6 +596,20 @@ mod tests {
             assert_eq!(half as u16, bf16::from_f32(x).to_bits(), "{x}");
         }
         assert_eq!(pairs[499] >> 16, 0, "odd tail pairs with zero");
+    }
+
+    #[test]
+    fn kv_source_by_size() {
+        let llc = 32 << 20;
+        assert_eq!(KvSource::for_size(16 << 20, llc), KvSource::Cache);
+        assert_eq!(KvSource::for_size((16 << 20) + 1, llc), KvSource::CacheEdge);
+        assert_eq!(KvSource::for_size(32 << 20, llc), KvSource::CacheEdge);
+        assert_eq!(KvSource::for_size((32 << 20) + 1, llc), KvSource::Memory);
+        // No cache reported: everything streams.
+        assert_eq!(KvSource::for_size(1, 0), KvSource::Memory);
+        assert!(!KvSource::Cache.prefetch() && KvSource::Cache.wide_tiles());
+        assert!(KvSource::CacheEdge.prefetch() && KvSource::CacheEdge.wide_tiles());
+        assert!(KvSource::Memory.prefetch() && !KvSource::Memory.wide_tiles());
     }
 
     #[test]

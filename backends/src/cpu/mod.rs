@@ -24,7 +24,7 @@ use crate::{
 };
 use attn_reference::AttentionConfig;
 use elem::KvElem;
-use kernel::{Problem, Scratch};
+use kernel::{KvSource, Problem, Scratch};
 use layout::{CpuKvCache, Geometry, KvData};
 use pool::Pool;
 use simd::Ops;
@@ -59,16 +59,16 @@ pub enum SplitKv {
     Never,
 }
 
-/// How wide the KV tiles of decode tasks are (see `kernel::tile_keys`).
+/// How K/V is read: the width of decode tiles (see `kernel::tile_keys`) and whether the
+/// next blocks are prefetched (see `kernel::KvSource`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum KvTiles {
-    /// Wide when the step's K/V fits in the last-level cache, narrow when it streams from
-    /// memory.
+    /// Chosen from the step's K/V size against the last-level cache.
     #[default]
     Auto,
-    /// Narrow, as for K/V streamed from memory.
+    /// Narrow tiles and prefetching, as for K/V streamed from memory.
     Streaming,
-    /// Wide, as for K/V already in cache.
+    /// Wide tiles and no prefetching, as for K/V already in cache.
     Resident,
 }
 
@@ -259,16 +259,16 @@ impl CpuBackend {
             self.threads,
             self.settings.split_kv,
         );
-        let kv_resident = match self.settings.kv_tiles {
-            KvTiles::Streaming => false,
-            KvTiles::Resident => true,
+        let kv_source = match self.settings.kv_tiles {
+            KvTiles::Streaming => KvSource::Memory,
+            KvTiles::Resident => KvSource::Cache,
             KvTiles::Auto => {
                 let kv_bytes = step.seq_lens.iter().sum::<usize>()
                     * 2
                     * geometry.num_kv_heads
                     * geometry.head_size
                     * std::mem::size_of::<T>();
-                kv_bytes <= last_level_cache_bytes()
+                KvSource::for_size(kv_bytes, last_level_cache_bytes())
             }
         };
         let problem = Problem {
@@ -281,7 +281,7 @@ impl CpuBackend {
             seq_lens: step.seq_lens,
             block_table: step.block_table,
             ops: &ops,
-            kv_resident,
+            kv_source,
         };
 
         // Each split item owns a disjoint piece of the staging buffer (every item writes all

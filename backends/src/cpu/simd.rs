@@ -160,8 +160,7 @@ impl<T> QkArgs<'_, T> {
 
 /// `s[r * lds + c0 + j] = scale * sum_i q[r][i] * kt[i * bs + j0 + j]` with the query rows
 /// given as bf16 pairs: `q2[r * dp + p]` holds dimension `2p` in its low and `2p + 1` in its
-/// high half (0 past `d`), `dp = ceil(d / 2)`. `packed` is scratch for the keys regrouped
-/// the same way (at least `dp * n`).
+/// high half (0 past `d`), `dp = ceil(d / 2)`.
 pub struct QkBf16Args<'a> {
     pub q2: &'a [u32],
     pub rows: usize,
@@ -174,7 +173,6 @@ pub struct QkBf16Args<'a> {
     pub lds: usize,
     pub c0: usize,
     pub scale: f32,
-    pub packed: &'a mut [u32],
     pub prefetch: &'a [half::bf16],
 }
 
@@ -197,10 +195,6 @@ impl QkBf16Args<'_> {
         assert!(
             self.rows == 0 || self.s.len() >= (self.rows - 1) * self.lds + self.c0 + self.n,
             "qk_bf16: score tile too short"
-        );
-        assert!(
-            self.packed.len() >= dp * self.n,
-            "qk_bf16: packing scratch too short"
         );
     }
 }

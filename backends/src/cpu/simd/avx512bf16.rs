@@ -1,8 +1,7 @@
 //! Scores with `vdpbf16ps`: each instruction multiplies 16 keys by two query dimensions
-//! (exact bf16 products, f32 sums), half the instructions of widening bf16 to f32 first.
-//! The cache keeps K^T one dimension per row, so each call first regroups its keys into
-//! (dimension 2p, 2p + 1) pairs; that pass is shared by all rows of the call, which is why
-//! the kernel is used for tasks with many rows (prefill).
+//! (exact bf16 products, f32 sums), half the FMAs of widening bf16 to f32 first and no
+//! widening at all. The cache keeps K^T one dimension per row; rows `2p` and `2p + 1` are
+//! interleaved into (dimension 2p, 2p + 1) pairs in registers, as they are loaded.
 
 // Register tiles are indexed by row and vector in lockstep; index loops say that best.
 #![allow(clippy::needless_range_loop)]
@@ -19,8 +18,8 @@ pub fn detected() -> bool {
 pub fn qk(mut a: QkBf16Args<'_>) {
     a.check();
     // SAFETY: the table holding this function is only built on a CPU with AVX-512 F/BW/VL
-    // and BF16; `check` proved every query pair, key, packed slot and score column touched
-    // below lies inside its slice.
+    // and BF16; `check` proved every query pair, key and score column touched below lies
+    // inside its slice.
     unsafe { qk_impl(&mut a) }
 }
 
@@ -34,54 +33,31 @@ fn bh(x: __m512i) -> __m512bh {
 
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
 unsafe fn qk_impl(a: &mut QkBf16Args<'_>) {
-    let (d, bs, n) = (a.d, a.bs, a.n);
-    let dp = d.div_ceil(2);
-    let kt = a.kt.as_ptr() as *const i16;
-    let packed = a.packed.as_mut_ptr() as *mut i32;
-    let mut pf = Prefetch::new(a.prefetch, dp);
-    // packed[p * n + j] = K^T[2p][j0 + j] | K^T[2p + 1][j0 + j] << 16
-    for p in 0..dp {
-        pf.step();
-        let lo_row = kt.add(2 * p * bs + a.j0);
-        let mut j = 0;
-        while j < n {
-            let m = lanes(n - j);
-            let lo = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, lo_row.add(j)));
-            let hi = if 2 * p + 1 < d {
-                let hi_row = kt.add((2 * p + 1) * bs + a.j0);
-                _mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(
-                    m,
-                    hi_row.add(j),
-                )))
-            } else {
-                _mm512_setzero_si512()
-            };
-            _mm512_mask_storeu_epi32(packed.add(p * n + j), m, _mm512_or_si512(lo, hi));
-            j += 16;
-        }
-    }
+    let dp = a.d.div_ceil(2);
+    let mut pf = Prefetch::new(a.prefetch, a.d);
     let s = a.s.as_mut_ptr();
     let mut r = 0;
     while r < a.rows {
         let rb = (a.rows - r).min(8);
         let t = Tile {
             q2: a.q2.as_ptr().add(r * dp),
-            dp,
-            packed,
-            n,
+            d: a.d,
+            kt: (a.kt.as_ptr() as *const i16).wrapping_add(a.j0),
+            bs: a.bs,
+            n: a.n,
             s: s.add(r * a.lds + a.c0),
             lds: a.lds,
             scale: a.scale,
         };
         match rb {
-            8 => qk_rows::<8>(t),
-            7 => qk_rows::<7>(t),
-            6 => qk_rows::<6>(t),
-            5 => qk_rows::<5>(t),
-            4 => qk_rows::<4>(t),
-            3 => qk_rows::<3>(t),
-            2 => qk_rows::<2>(t),
-            _ => qk_rows::<1>(t),
+            8 => qk_rows::<8>(t, &mut pf),
+            7 => qk_rows::<7>(t, &mut pf),
+            6 => qk_rows::<6>(t, &mut pf),
+            5 => qk_rows::<5>(t, &mut pf),
+            4 => qk_rows::<4>(t, &mut pf),
+            3 => qk_rows::<3>(t, &mut pf),
+            2 => qk_rows::<2>(t, &mut pf),
+            _ => qk_rows::<1>(t, &mut pf),
         }
         r += rb;
     }
@@ -91,28 +67,37 @@ unsafe fn qk_impl(a: &mut QkBf16Args<'_>) {
 #[derive(Clone, Copy)]
 struct Tile {
     q2: *const u32,
-    dp: usize,
-    packed: *const i32,
+    d: usize,
+    /// K^T of the block, already offset to key `j0`; row `i` starts at `kt + i * bs`.
+    kt: *const i16,
+    bs: usize,
     n: usize,
     s: *mut f32,
     lds: usize,
     scale: f32,
 }
 
-/// `R` rows against the packed keys, 32 keys per pass as in the f32 kernel.
+/// `R` rows, 32 keys per pass as in the f32 kernel. `vpunpck{l,h}wd` pair the keys of rows
+/// `2p` and `2p + 1` within each 128-bit lane, so the two accumulators hold keys in the
+/// order (0-3, 8-11, ..) and (4-7, 12-15, ..); one `vpermt2ps` per 16 scores restores key
+/// order before the store.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
-unsafe fn qk_rows<const R: usize>(t: Tile) {
+unsafe fn qk_rows<const R: usize>(t: Tile, pf: &mut Prefetch) {
     let Tile {
         q2,
-        dp,
-        packed,
+        d,
+        kt,
+        bs,
         n,
         s,
         lds,
         scale,
     } = t;
+    let dp = d.div_ceil(2);
     let sv = _mm512_set1_ps(scale);
+    let first = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
+    let second = _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31);
     let mut j = 0;
     while j < n {
         let left = n - j;
@@ -120,20 +105,82 @@ unsafe fn qk_rows<const R: usize>(t: Tile) {
         let mut acc0 = [_mm512_setzero_ps(); R];
         let mut acc1 = [_mm512_setzero_ps(); R];
         if left > 16 {
-            for p in 0..dp {
-                let kp = packed.wrapping_add(p * n + j);
-                let k0 = bh(_mm512_maskz_loadu_epi32(m0, kp));
-                let k1 = bh(_mm512_maskz_loadu_epi32(m1, kp.wrapping_add(16)));
+            let m = if left >= 32 {
+                u32::MAX
+            } else {
+                (1u32 << left) - 1
+            };
+            let ld = |x: *const i16| {
+                if m == u32::MAX {
+                    _mm512_loadu_si512(x as *const _)
+                } else {
+                    _mm512_maskz_loadu_epi16(m, x)
+                }
+            };
+            let mut step = |p: usize, acc0: &mut [__m512; R], acc1: &mut [__m512; R]| {
+                pf.step();
+                pf.step();
+                let lo = ld(kt.wrapping_add(2 * p * bs + j));
+                let hi = if 2 * p + 1 < d {
+                    ld(kt.wrapping_add((2 * p + 1) * bs + j))
+                } else {
+                    _mm512_setzero_si512()
+                };
+                let k0 = bh(_mm512_unpacklo_epi16(lo, hi));
+                let k1 = bh(_mm512_unpackhi_epi16(lo, hi));
                 for r in 0..R {
                     let qv = bh(_mm512_set1_epi32(*q2.add(r * dp + p) as i32));
                     acc0[r] = _mm512_dpbf16_ps(acc0[r], k0, qv);
                     acc1[r] = _mm512_dpbf16_ps(acc1[r], k1, qv);
                 }
+            };
+            if R <= 4 {
+                // `vdpbf16ps` takes 6 cycles: 2R chains would leave the two pipes idle
+                // half the time, so odd pairs add into a second set of accumulators.
+                let mut acc2 = [_mm512_setzero_ps(); R];
+                let mut acc3 = [_mm512_setzero_ps(); R];
+                let mut p = 0;
+                while p + 1 < dp {
+                    step(p, &mut acc0, &mut acc1);
+                    step(p + 1, &mut acc2, &mut acc3);
+                    p += 2;
+                }
+                if p < dp {
+                    step(p, &mut acc0, &mut acc1);
+                }
+                for r in 0..R {
+                    acc0[r] = _mm512_add_ps(acc0[r], acc2[r]);
+                    acc1[r] = _mm512_add_ps(acc1[r], acc3[r]);
+                }
+            } else {
+                for p in 0..dp {
+                    step(p, &mut acc0, &mut acc1);
+                }
+            }
+            for r in 0..R {
+                let (a0, a1) = (acc0[r], acc1[r]);
+                acc0[r] = _mm512_permutex2var_ps(a0, first, a1);
+                acc1[r] = _mm512_permutex2var_ps(a0, second, a1);
             }
         } else {
-            // One key vector: alternate accumulators keep two independent chains per row.
+            // 16 keys or fewer: widen both rows to 32 bits and merge; alternate
+            // accumulators keep two independent chains per row.
             for p in 0..dp {
-                let k0 = bh(_mm512_maskz_loadu_epi32(m0, packed.wrapping_add(p * n + j)));
+                pf.step();
+                let lo = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(
+                    m0,
+                    kt.wrapping_add(2 * p * bs + j),
+                ));
+                let pair = if 2 * p + 1 < d {
+                    let hi = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(
+                        m0,
+                        kt.wrapping_add((2 * p + 1) * bs + j),
+                    ));
+                    _mm512_or_si512(lo, _mm512_slli_epi32::<16>(hi))
+                } else {
+                    lo
+                };
+                let k0 = bh(pair);
                 for r in 0..R {
                     let qv = bh(_mm512_set1_epi32(*q2.add(r * dp + p) as i32));
                     if p % 2 == 0 {
