@@ -1,7 +1,7 @@
 //! Time one forward call of the `cpu` backend on upstream specs (median of several reps).
 //!
 //! `cargo run --release -p attn-backends --no-default-features --example cpu_bench -- \
-//!    [--specs a,b] [--dtype bf16] [--block 32] [--threads 2] [--reps 11] [--simd avx512] [--split auto] [--tiles auto]`
+//!    [--specs a,b] [--dtype bf16] [--block 32] [--threads 2] [--reps 11] [--simd avx512] [--split auto] [--tiles auto] [--cold]`
 //!
 //! Shape is Llama-3-8B's (32 query heads, 8 kv heads, head size 128). GB/s counts the K and V
 //! bytes of every sequence read once.
@@ -10,6 +10,17 @@ use attn_backends::cpu::{CpuBackend, CpuSettings, KvTiles, SimdChoice, SimdLevel
 use attn_backends::{prepare_cache, step_inputs, Backend};
 use attn_reference::{all_specs, build_spec_case, AttentionConfig, DType};
 use std::time::Instant;
+
+const EVICT_BYTES: usize = 256 << 20;
+
+fn evict_caches(buf: &mut [u64]) {
+    let mut sum = 0u64;
+    for line in buf.chunks_mut(8) {
+        line[0] = line[0].wrapping_add(1);
+        sum = sum.wrapping_add(line[0]);
+    }
+    std::hint::black_box(sum);
+}
 
 fn arg(args: &[String], name: &str) -> Option<String> {
     args.iter()
@@ -69,6 +80,12 @@ fn main() -> Result<(), String> {
         "{:<24} {:>10} {:>10} {:>10} {:>8}",
         "spec", "median ms", "min ms", "KV MB", "GB/s"
     );
+    // `--cold`: read a buffer larger than the last-level cache before each call, as the
+    // other layers of a model would, so K/V comes from memory whatever its size.
+    let mut evict = args
+        .iter()
+        .any(|a| a == "--cold")
+        .then(|| vec![1u64; EVICT_BYTES / 8]);
     for spec in all_specs() {
         if wanted
             .as_ref()
@@ -84,6 +101,9 @@ fn main() -> Result<(), String> {
         let step = step_inputs(&case, &qsl);
         let mut times = Vec::with_capacity(reps);
         for _ in 0..reps + 1 {
+            if let Some(buf) = &mut evict {
+                evict_caches(buf);
+            }
             let start = Instant::now();
             let out = backend
                 .forward(cfg, &cache, &step)

@@ -13,9 +13,10 @@ use common::compare;
 use proptest::prelude::*;
 
 /// Every code path: each available SIMD level, split always (with narrow decode tiles,
-/// prefetching, and the f32 score kernel for decode) and never (with wide tiles, no
-/// prefetching, and the bf16 pair-dot score kernel for every task where the CPU has it),
-/// 2 threads (and one single-threaded run, which takes the no-pool path).
+/// prefetching far ahead, and the f32 score kernel for decode) and never (with wide tiles,
+/// no prefetching, and the bf16 pair-dot score kernel for every task where the CPU has it),
+/// 2 threads; and one single-threaded run with automatic settings, which takes the no-pool
+/// path and, on these small cases, prefetches the next block.
 fn variants() -> Vec<(String, CpuBackend)> {
     let mut v = Vec::new();
     for level in SimdLevel::available() {

@@ -29,38 +29,39 @@ const STREAMING_MIN_TILE_KEYS: usize = 32;
 const RESIDENT_MIN_TILE_KEYS: usize = 128;
 const MAX_TILE_KEYS: usize = 512;
 
-/// How far ahead of the block being read the next one is prefetched: a few tens of KiB in
-/// flight per thread hide DRAM latency; much more only evicts what is still needed.
+/// How far ahead of the block being read the next one is prefetched when K/V streams from
+/// memory: a few tens of KiB in flight per thread hide DRAM latency; much more only evicts
+/// what is still needed.
 const PREFETCH_BYTES: usize = 32 * 1024;
 
 /// Tasks with at least this many rows use the bf16 pair-dot score kernel where it exists;
-/// so do all tasks when no prefetching is done. Decode tasks (a handful of rows) that
-/// prefetch keep the f32 kernel: with scores computed in half the time, the next blocks'
-/// prefetches were issued in a burst, and large_decode at one thread went from 11.1 to
-/// 12.7 ms.
+/// so do all tasks whose step fits in the last-level cache. Decode tasks (a handful of rows)
+/// streaming K/V from memory keep the f32 kernel: with scores computed in half the time,
+/// their prefetches for the blocks 32 KiB ahead were issued in a burst, and large_decode at
+/// one thread went from 11.1 to 12.7 ms.
 const PAIR_MIN_ROWS: usize = 12;
 
-/// Where a step's K/V is read from, estimated from its size against the last-level cache.
+/// Where a step's K/V is expected to be read from, which sets the decode tile width and the
+/// software prefetch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum KvSource {
-    /// At most half the last-level cache: wide decode tiles and no software prefetch. The
-    /// hardware prefetcher keeps up within a block's contiguous K/V, and the prefetch
-    /// bookkeeping had cost single_decode 15% at one thread (0.097 → 0.083 ms).
+    /// Already in cache, as when a benchmark calls the same step again (only when forced by
+    /// `KvTiles::Resident`): wide tiles, no software prefetch.
+    Warm,
+    /// Small enough for the last-level cache, but not necessarily in it: in a model the other
+    /// layers pass through the cache between two calls for one layer. Wide tiles, the next
+    /// block prefetched. Measured at 2 threads, bf16 single_decode (4 MB): 0.051 ms warm and
+    /// 0.13 cold (cache evicted before each call), against 0.045 and 0.23 with no prefetch;
+    /// vLLM's CPU_ATTN takes 0.060 and 0.30.
     Cache,
-    /// Up to the whole last-level cache: wide tiles, but part of the K/V comes from memory,
-    /// so the next blocks are prefetched (f32 medium_decode, 31.5 MB against 32 MB:
-    /// 0.54 ms without, 0.29 with).
-    CacheEdge,
-    /// Larger: narrow decode tiles, next blocks prefetched.
+    /// Larger than the last-level cache: narrow decode tiles, blocks 32 KiB ahead prefetched.
     Memory,
 }
 
 impl KvSource {
     pub fn for_size(kv_bytes: usize, last_level_cache: usize) -> KvSource {
-        if kv_bytes.saturating_mul(2) <= last_level_cache {
+        if kv_bytes <= last_level_cache {
             KvSource::Cache
-        } else if kv_bytes <= last_level_cache {
-            KvSource::CacheEdge
         } else {
             KvSource::Memory
         }
@@ -70,8 +71,13 @@ impl KvSource {
         self != KvSource::Memory
     }
 
-    fn prefetch(self) -> bool {
-        self != KvSource::Cache
+    /// How many blocks ahead to prefetch (0: none), for blocks of `chunk_bytes` per kv head.
+    fn prefetch_blocks(self, chunk_bytes: usize) -> usize {
+        match self {
+            KvSource::Warm => 0,
+            KvSource::Cache => 1,
+            KvSource::Memory => (PREFETCH_BYTES / chunk_bytes.max(1)).clamp(1, 8),
+        }
     }
 }
 
@@ -161,7 +167,7 @@ pub fn run_item<T: KvElem>(pb: &Problem<'_, T>, task: &Task, keys: Range<usize>,
     let qk_bf16 = pb
         .ops
         .qk_bf16
-        .filter(|_| rows >= PAIR_MIN_ROWS || !pb.kv_source.prefetch());
+        .filter(|_| rows >= PAIR_MIN_ROWS || pb.kv_source != KvSource::Memory);
     let dp = d.div_ceil(2);
     if qk_bf16.is_some() {
         grow(&mut sc.q2, rows * dp, 0);
@@ -187,9 +193,9 @@ pub fn run_item<T: KvElem>(pb: &Problem<'_, T>, task: &Task, keys: Range<usize>,
         (&pb.cache[start..start + g.chunk_len()], off, bs - off)
     };
 
-    let prefetch = pb.kv_source.prefetch();
-    let chunk_bytes = g.chunk_len() * std::mem::size_of::<T>();
-    let ahead = (PREFETCH_BYTES / chunk_bytes.max(1)).clamp(1, 8);
+    let ahead = pb
+        .kv_source
+        .prefetch_blocks(g.chunk_len() * std::mem::size_of::<T>());
 
     let mut a = keys.start;
     while a < keys.end {
@@ -202,10 +208,10 @@ pub fn run_item<T: KvElem>(pb: &Problem<'_, T>, task: &Task, keys: Range<usize>,
         while key < b {
             let (kv, j0, left) = chunk(key);
             let n = left.min(b - key);
-            // A block `ahead` blocks on (about 32 KiB of K/V) streams in while this one is
-            // computed on; block tables scatter blocks where no hardware prefetcher follows.
-            let far = key + n + (ahead - 1) * bs;
-            let next: &[T] = if prefetch && far < keys.end {
+            // The block `ahead` blocks on streams in while this one is computed on; block
+            // tables scatter blocks where no hardware prefetcher follows.
+            let far = key + n + ahead.saturating_sub(1) * bs;
+            let next: &[T] = if ahead > 0 && far < keys.end {
                 chunk(far).0
             } else {
                 &[]
@@ -601,15 +607,17 @@ mod tests {
     #[test]
     fn kv_source_by_size() {
         let llc = 32 << 20;
-        assert_eq!(KvSource::for_size(16 << 20, llc), KvSource::Cache);
-        assert_eq!(KvSource::for_size((16 << 20) + 1, llc), KvSource::CacheEdge);
-        assert_eq!(KvSource::for_size(32 << 20, llc), KvSource::CacheEdge);
+        assert_eq!(KvSource::for_size(32 << 20, llc), KvSource::Cache);
         assert_eq!(KvSource::for_size((32 << 20) + 1, llc), KvSource::Memory);
         // No cache reported: everything streams.
         assert_eq!(KvSource::for_size(1, 0), KvSource::Memory);
-        assert!(!KvSource::Cache.prefetch() && KvSource::Cache.wide_tiles());
-        assert!(KvSource::CacheEdge.prefetch() && KvSource::CacheEdge.wide_tiles());
-        assert!(KvSource::Memory.prefetch() && !KvSource::Memory.wide_tiles());
+        assert!(KvSource::Warm.wide_tiles() && KvSource::Cache.wide_tiles());
+        assert!(!KvSource::Memory.wide_tiles());
+        assert_eq!(KvSource::Warm.prefetch_blocks(16 << 10), 0);
+        assert_eq!(KvSource::Cache.prefetch_blocks(16 << 10), 1);
+        assert_eq!(KvSource::Memory.prefetch_blocks(16 << 10), 2);
+        assert_eq!(KvSource::Memory.prefetch_blocks(64 << 10), 1);
+        assert_eq!(KvSource::Memory.prefetch_blocks(1 << 10), 8);
     }
 
     #[test]

@@ -59,16 +59,18 @@ pub enum SplitKv {
     Never,
 }
 
-/// How K/V is read: the width of decode tiles (see `kernel::tile_keys`) and whether the
-/// next blocks are prefetched (see `kernel::KvSource`).
+/// How K/V is read: the width of decode tiles (see `kernel::tile_keys`) and how far ahead
+/// blocks are prefetched (see `kernel::KvSource`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum KvTiles {
-    /// Chosen from the step's K/V size against the last-level cache.
+    /// Wide tiles, next block prefetched, when the step's K/V fits in the last-level cache;
+    /// otherwise as `Streaming`.
     #[default]
     Auto,
-    /// Narrow tiles and prefetching, as for K/V streamed from memory.
+    /// Narrow tiles, blocks 32 KiB ahead prefetched, as for K/V streamed from memory.
     Streaming,
-    /// Wide tiles and no prefetching, as for K/V already in cache.
+    /// Wide tiles and no prefetching, for K/V known to be in cache already (a benchmark
+    /// repeating one step). Slower than `Auto` when it is not.
     Resident,
 }
 
@@ -261,7 +263,7 @@ impl CpuBackend {
         );
         let kv_source = match self.settings.kv_tiles {
             KvTiles::Streaming => KvSource::Memory,
-            KvTiles::Resident => KvSource::Cache,
+            KvTiles::Resident => KvSource::Warm,
             KvTiles::Auto => {
                 let kv_bytes = step.seq_lens.iter().sum::<usize>()
                     * 2

@@ -34,7 +34,8 @@ fn bh(x: __m512i) -> __m512bh {
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
 unsafe fn qk_impl(a: &mut QkBf16Args<'_>) {
     let dp = a.d.div_ceil(2);
-    let mut pf = Prefetch::new(a.prefetch, a.d);
+    // One prefetch step per dimension pair, spread over the first row block.
+    let mut pf = Prefetch::new(a.prefetch, dp);
     let s = a.s.as_mut_ptr();
     let mut r = 0;
     while r < a.rows {
@@ -110,19 +111,11 @@ unsafe fn qk_rows<const R: usize>(t: Tile, pf: &mut Prefetch) {
             } else {
                 (1u32 << left) - 1
             };
-            let ld = |x: *const i16| {
-                if m == u32::MAX {
-                    _mm512_loadu_si512(x as *const _)
-                } else {
-                    _mm512_maskz_loadu_epi16(m, x)
-                }
-            };
-            let mut step = |p: usize, acc0: &mut [__m512; R], acc1: &mut [__m512; R]| {
+            for p in 0..dp {
                 pf.step();
-                pf.step();
-                let lo = ld(kt.wrapping_add(2 * p * bs + j));
+                let lo = _mm512_maskz_loadu_epi16(m, kt.wrapping_add(2 * p * bs + j));
                 let hi = if 2 * p + 1 < d {
-                    ld(kt.wrapping_add((2 * p + 1) * bs + j))
+                    _mm512_maskz_loadu_epi16(m, kt.wrapping_add((2 * p + 1) * bs + j))
                 } else {
                     _mm512_setzero_si512()
                 };
@@ -132,29 +125,6 @@ unsafe fn qk_rows<const R: usize>(t: Tile, pf: &mut Prefetch) {
                     let qv = bh(_mm512_set1_epi32(*q2.add(r * dp + p) as i32));
                     acc0[r] = _mm512_dpbf16_ps(acc0[r], k0, qv);
                     acc1[r] = _mm512_dpbf16_ps(acc1[r], k1, qv);
-                }
-            };
-            if R <= 4 {
-                // `vdpbf16ps` takes 6 cycles: 2R chains would leave the two pipes idle
-                // half the time, so odd pairs add into a second set of accumulators.
-                let mut acc2 = [_mm512_setzero_ps(); R];
-                let mut acc3 = [_mm512_setzero_ps(); R];
-                let mut p = 0;
-                while p + 1 < dp {
-                    step(p, &mut acc0, &mut acc1);
-                    step(p + 1, &mut acc2, &mut acc3);
-                    p += 2;
-                }
-                if p < dp {
-                    step(p, &mut acc0, &mut acc1);
-                }
-                for r in 0..R {
-                    acc0[r] = _mm512_add_ps(acc0[r], acc2[r]);
-                    acc1[r] = _mm512_add_ps(acc1[r], acc3[r]);
-                }
-            } else {
-                for p in 0..dp {
-                    step(p, &mut acc0, &mut acc1);
                 }
             }
             for r in 0..R {
