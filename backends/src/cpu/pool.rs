@@ -89,6 +89,11 @@ impl Pool {
         }
     }
 
+    /// Every helper sleeps (no call for longer than [`SPIN`]): a call now pays a wake-up.
+    pub fn asleep(&self) -> bool {
+        self.shared.sleepers.load(Ordering::SeqCst) >= self.helpers.len()
+    }
+
     /// Run `work(index)` on the calling thread (index 0) and on every helper that wakes in
     /// time. `work` must finish the whole job whatever number of threads runs it (claim
     /// pieces from a shared counter). A panic in any thread is resumed here.
@@ -246,7 +251,14 @@ mod tests {
     #[test]
     fn helpers_asleep_are_woken_and_take_work() {
         let pool = Pool::new(1);
-        std::thread::sleep(SPIN * 4);
+        let start = Instant::now();
+        while !pool.asleep() {
+            assert!(
+                start.elapsed() < Duration::from_secs(5),
+                "helper never went to sleep"
+            );
+            std::thread::sleep(SPIN);
+        }
         let threads = Mutex::new(std::collections::BTreeSet::new());
         let next = AtomicUsize::new(0);
         pool.run(&|thread| {
