@@ -4,7 +4,8 @@
 //! Per KV tile: scores for every row (`qk`, block by block through the block table), then
 //! soft-cap, ALiBi and the visibility mask, then per row the running max/sum update (output
 //! rescaled only when the max grows), then the weighted values (`pv`). Accumulation is f32
-//! throughout (bf16 prefill scores may come from exact bf16 products via `qk_bf16`).
+//! throughout (bf16 scores may come from exact bf16 products via `qk_bf16`). Tile width and
+//! prefetching follow [`KvSource`].
 //! The item leaves unnormalised rows with their max and sum; [`finalize_task`] merges the
 //! splits of a task (log-sum-exp), adds the sink and writes the rounded output.
 

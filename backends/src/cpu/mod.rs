@@ -7,8 +7,8 @@
 //! - [`kernel`]: one work item (online softmax over KV tiles) and the split merge;
 //! - [`simd`]: the inner kernels at each SIMD level, chosen at run time.
 //!
-//! [`CpuSettings`] force a SIMD level, the thread count and the split policy, so tests can
-//! reach every path.
+//! [`CpuSettings`] force a SIMD level, the thread count, the split policy and how K/V is
+//! read (tile width and prefetch), so tests can reach every path.
 
 mod claims;
 mod elem;
