@@ -7,20 +7,9 @@
 //! bytes of every sequence read once.
 
 use attn_backends::cpu::{CpuBackend, CpuSettings, KvTiles, SimdChoice, SimdLevel, SplitKv};
-use attn_backends::{prepare_cache, step_inputs, Backend};
+use attn_backends::{prepare_cache, step_inputs, Backend, CacheEvictor};
 use attn_reference::{all_specs, build_spec_case, AttentionConfig, DType};
 use std::time::Instant;
-
-const EVICT_BYTES: usize = 256 << 20;
-
-fn evict_caches(buf: &mut [u64]) {
-    let mut sum = 0u64;
-    for line in buf.chunks_mut(8) {
-        line[0] = line[0].wrapping_add(1);
-        sum = sum.wrapping_add(line[0]);
-    }
-    std::hint::black_box(sum);
-}
 
 fn arg(args: &[String], name: &str) -> Option<String> {
     args.iter()
@@ -80,12 +69,8 @@ fn main() -> Result<(), String> {
         "{:<24} {:>10} {:>10} {:>10} {:>8}",
         "spec", "median ms", "min ms", "KV MB", "GB/s"
     );
-    // `--cold`: read a buffer larger than the last-level cache before each call, as the
-    // other layers of a model would, so K/V comes from memory whatever its size.
-    let mut evict = args
-        .iter()
-        .any(|a| a == "--cold")
-        .then(|| vec![1u64; EVICT_BYTES / 8]);
+    // `--cold`: caches evicted before each call (see `CacheEvictor`).
+    let mut evict = args.iter().any(|a| a == "--cold").then(CacheEvictor::new);
     for spec in all_specs() {
         if wanted
             .as_ref()
@@ -101,8 +86,8 @@ fn main() -> Result<(), String> {
         let step = step_inputs(&case, &qsl);
         let mut times = Vec::with_capacity(reps);
         for _ in 0..reps + 1 {
-            if let Some(buf) = &mut evict {
-                evict_caches(buf);
+            if let Some(e) = &mut evict {
+                e.evict();
             }
             let start = Instant::now();
             let out = backend

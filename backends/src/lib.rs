@@ -20,4 +20,4 @@ pub use backend::{
     Unsupported,
 };
 pub use registry::{all_backends, backend_by_name, backend_names};
-pub use run::{prepare_cache, run_case, step_inputs, CaseRun};
+pub use run::{prepare_cache, run_case, step_inputs, CacheEvictor, CaseRun};

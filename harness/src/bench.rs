@@ -5,7 +5,7 @@
 //! spec (a fast wrong backend is reported as wrong, not fast).
 
 use crate::compare::{compare, Tolerance};
-use attn_backends::{prepare_cache, step_inputs, Backend, BackendError, KvCache};
+use attn_backends::{prepare_cache, step_inputs, Backend, BackendError, CacheEvictor, KvCache};
 use attn_reference::{build_spec_case, reference_output, AttentionConfig, BatchSpec, Case};
 use serde::Serialize;
 use std::sync::Arc;
@@ -20,6 +20,8 @@ pub struct BenchOptions {
     pub threads: usize,
     pub baseline: Option<String>,
     pub seed: u64,
+    /// Evict the caches before every timed call ([`CacheEvictor`]).
+    pub cold: bool,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -45,6 +47,8 @@ pub struct BenchRow {
 pub struct BenchSummary {
     pub threads: usize,
     pub reps: usize,
+    /// Caches evicted before every timed call.
+    pub cold: bool,
     pub dtype: String,
     pub heads: (usize, usize),
     pub head_size: usize,
@@ -132,6 +136,7 @@ fn median(v: &mut [Duration]) -> Duration {
 
 pub fn run_bench(opts: &BenchOptions) -> BenchSummary {
     let bandwidth = measure_read_bandwidth(opts.threads);
+    let mut evictor = opts.cold.then(CacheEvictor::new);
     let mut rows = Vec::new();
     for spec in &opts.specs {
         let case = build_spec_case(spec, opts.config.clone(), opts.seed);
@@ -199,6 +204,9 @@ pub fn run_bench(opts: &BenchOptions) -> BenchSummary {
                 .iter_mut()
                 .filter(|p| p.status == "ok" || p.status.starts_with("WRONG"))
             {
+                if let Some(e) = evictor.as_mut() {
+                    e.evict();
+                }
                 let start = Instant::now();
                 let out = p.backend.forward(&case.config, &p.cache, &step);
                 p.times.push(start.elapsed());
@@ -259,6 +267,7 @@ pub fn run_bench(opts: &BenchOptions) -> BenchSummary {
     BenchSummary {
         threads: opts.threads,
         reps: opts.reps,
+        cold: opts.cold,
         dtype: opts.config.dtype.to_string(),
         heads: (opts.config.num_heads, opts.config.num_kv_heads),
         head_size: opts.config.head_size,
@@ -317,8 +326,16 @@ fn table_rows(s: &BenchSummary) -> Vec<Vec<String>> {
 
 fn headline(s: &BenchSummary) -> String {
     format!(
-        "attn-diff bench: {} heads {}/{}, head size {}, block size {}, {} thread(s), median of {} reps; measured read bandwidth {:.1} GB/s",
-        s.dtype, s.heads.0, s.heads.1, s.head_size, s.block_size, s.threads, s.reps, s.read_bandwidth_gb_per_s
+        "attn-diff bench: {} heads {}/{}, head size {}, block size {}, {} thread(s), median of {} reps{}; measured read bandwidth {:.1} GB/s",
+        s.dtype,
+        s.heads.0,
+        s.heads.1,
+        s.head_size,
+        s.block_size,
+        s.threads,
+        s.reps,
+        if s.cold { ", caches evicted before each call" } else { "" },
+        s.read_bandwidth_gb_per_s
     )
 }
 

@@ -121,6 +121,11 @@ pub enum Command {
         /// Timed calls per backend and spec (after one warm-up call).
         #[arg(long, default_value_t = 20)]
         reps: usize,
+        /// Evict the CPU caches (256 MB written) before every timed call, as the other layers of
+        /// a model do between two calls for one layer; without it, K/V that fits in the
+        /// last-level cache is read from there.
+        #[arg(long)]
+        cold: bool,
         /// Backend the others are compared with (default: the first one).
         #[arg(long)]
         baseline: Option<String>,
@@ -387,6 +392,7 @@ pub fn run(cli: Cli) -> anyhow::Result<bool> {
             head_size,
             threads,
             reps,
+            cold,
             baseline,
             format,
             plot,
@@ -445,6 +451,7 @@ pub fn run(cli: Cli) -> anyhow::Result<bool> {
                 threads: threads.unwrap_or(cores),
                 baseline: baseline.or_else(|| names.first().cloned()),
                 seed: upstream::UPSTREAM_SEED,
+                cold,
             };
             let summary = crate::bench::run_bench(&opts);
             let text = match format {

@@ -27,6 +27,7 @@ fn bench_runs_and_reports_a_wrong_backend_as_wrong() {
         threads: 1,
         baseline: Some("naive".into()),
         seed: 1,
+        cold: false,
     };
     let s = run_bench(&opts);
     assert_eq!(s.rows.len(), 2);
@@ -45,4 +46,29 @@ fn bench_runs_and_reports_a_wrong_backend_as_wrong() {
         md.contains("| naive-gqa | small_decode |") && md.contains("WRONG"),
         "{md}"
     );
+}
+
+/// `cold` evicts the caches before each timed call; the rows are checked as in a warm run and
+/// the summary says how they were timed.
+#[test]
+fn cold_bench_times_and_checks_every_backend() {
+    let opts = BenchOptions {
+        backends: vec![Arc::new(Naive::correct())],
+        specs: vec![spec_by_name("small_decode").unwrap()],
+        config: AttentionConfig::new(4, 2, 16, 16, DType::Bf16),
+        reps: 2,
+        threads: 1,
+        baseline: None,
+        seed: 1,
+        cold: true,
+    };
+    let s = run_bench(&opts);
+    assert!(s.cold);
+    assert_eq!(s.rows.len(), 1);
+    assert_eq!(s.rows[0].status, "ok");
+    assert!(s.rows[0].median_ms.is_finite());
+    let md = attn_harness::bench::render_markdown(&s);
+    assert!(md.contains("caches evicted before each call"), "{md}");
+    let json = serde_json::to_value(&s).unwrap();
+    assert_eq!(json["cold"], true);
 }
