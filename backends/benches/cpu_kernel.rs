@@ -50,8 +50,7 @@ fn bench(c: &mut Criterion) {
         let cache = prepare_cache(&backend, &case).expect("cache");
         let qsl = case.query_start_loc();
         let step = step_inputs(&case, &qsl);
-        let kv_bytes = case.batch.seq_lens.iter().sum::<usize>() * 8 * 128 * 2 * dtype.size_bytes();
-        group.throughput(Throughput::Bytes(kv_bytes as u64));
+        group.throughput(Throughput::Bytes(case.kv_bytes() as u64));
         group.bench_with_input(BenchmarkId::from_parameter(spec.name), &step, |b, step| {
             b.iter(|| {
                 black_box(

@@ -99,11 +99,7 @@ fn main() -> Result<(), String> {
         times.remove(0); // warm-up
         times.sort_by(f64::total_cmp);
         let median = times[times.len() / 2];
-        let kv_bytes: usize = case.batch.seq_lens.iter().sum::<usize>()
-            * cfg.num_kv_heads
-            * cfg.head_size
-            * 2
-            * dtype.size_bytes();
+        let kv_bytes = case.kv_bytes();
         println!(
             "{:<24} {:>10.3} {:>10.3} {:>10.1} {:>8.1}",
             spec.name,

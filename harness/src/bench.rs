@@ -6,7 +6,7 @@
 
 use crate::compare::{compare, Tolerance};
 use attn_backends::{prepare_cache, step_inputs, Backend, BackendError, CacheEvictor, KvCache};
-use attn_reference::{build_spec_case, reference_output, AttentionConfig, BatchSpec, Case};
+use attn_reference::{build_spec_case, reference_output, AttentionConfig, BatchSpec};
 use serde::Serialize;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -56,13 +56,6 @@ pub struct BenchSummary {
     pub read_bandwidth_gb_per_s: f64,
     pub baseline: Option<String>,
     pub rows: Vec<BenchRow>,
-}
-
-/// Bytes of K and V a call reads: every key position of every sequence, once per kv head.
-pub fn kv_bytes(case: &Case) -> f64 {
-    let c = &case.config;
-    let keys: usize = case.batch.seq_lens.iter().sum();
-    (keys * c.num_kv_heads * c.head_size * 2 * c.dtype.size_bytes()) as f64
 }
 
 /// Best-of-3 streaming read bandwidth over a 1 GiB buffer with `threads` threads, GB/s.
@@ -221,7 +214,7 @@ pub fn run_bench(opts: &BenchOptions) -> BenchSummary {
                 let med = median(&mut p.times);
                 let secs = med.as_secs_f64();
                 let gbs = if secs > 0.0 {
-                    kv_bytes(&case) / secs / 1e9
+                    case.kv_bytes() as f64 / secs / 1e9
                 } else {
                     f64::NAN
                 };

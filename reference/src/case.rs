@@ -69,6 +69,14 @@ impl Case {
         self.num_real_tokens() + self.batch.num_padding_tokens
     }
 
+    /// Bytes of K and V one attention call must read: every key position of every
+    /// sequence, once per kv head, at the case's dtype.
+    pub fn kv_bytes(&self) -> usize {
+        let c = &self.config;
+        let keys: usize = self.batch.seq_lens.iter().sum();
+        keys * c.num_kv_heads * c.head_size * 2 * c.dtype.size_bytes()
+    }
+
     pub fn context_len(&self, seq: usize) -> usize {
         self.batch.seq_lens[seq] - self.batch.query_lens[seq]
     }
@@ -181,5 +189,20 @@ impl Case {
             },
             self.config
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{build_spec_case, spec_by_name, AttentionConfig, DType};
+
+    /// large_decode (32 sequences of 2048 keys, 8 kv heads of 128) in bf16: 268 MB of K/V.
+    #[test]
+    fn kv_bytes_count_every_key_once_per_kv_head() {
+        let spec = spec_by_name("large_decode").expect("upstream spec");
+        let case = build_spec_case(&spec, AttentionConfig::new(32, 8, 128, 32, DType::Bf16), 0);
+        assert_eq!(case.kv_bytes(), 32 * 2048 * 8 * 128 * 2 * 2);
+        let f32_case = build_spec_case(&spec, AttentionConfig::new(32, 8, 128, 32, DType::F32), 0);
+        assert_eq!(f32_case.kv_bytes(), 2 * case.kv_bytes());
     }
 }
