@@ -7,9 +7,10 @@
 //! each call (yielding the core after the first part of it), then sleep on a condition
 //! variable; back-to-back calls (decode steps, a benchmark) find them awake.
 //!
-//! The caller never waits for a helper to *start*: work is claimed from a shared counter by
-//! whoever is running, helpers join a call only while it is open, and the caller closes the
-//! call when its own share is done, then waits only for the helpers that joined.
+//! The caller never waits for a helper to *start*: the job must let whoever is running claim
+//! any of its work (the backend deals items with stealing, `claims`), helpers join a call
+//! only while it is open, and the caller closes the call when its own share is done, then
+//! waits only for the helpers that joined.
 
 use std::any::Any;
 use std::cell::UnsafeCell;
@@ -95,8 +96,8 @@ impl Pool {
     }
 
     /// Run `work(index)` on the calling thread (index 0) and on every helper that wakes in
-    /// time. `work` must finish the whole job whatever number of threads runs it (claim
-    /// pieces from a shared counter). A panic in any thread is resumed here.
+    /// time. `work` must finish the whole job whatever number of threads runs it (any thread
+    /// may claim any piece). A panic in any thread is resumed here.
     pub fn run(&self, work: &(dyn Fn(usize) + Sync)) {
         let Ok(_one_call) = self.caller.try_lock() else {
             work(0);
@@ -205,9 +206,7 @@ fn next_call(sh: &Shared, seen: u64) -> Option<u64> {
         if sh.shutdown.load(Ordering::Relaxed) {
             return None;
         }
-        if start.elapsed() > SPIN / 4 {
-            std::thread::yield_now();
-        }
+        pause(start);
     }
     let mut guard = sh.lock.lock().unwrap_or_else(|e| e.into_inner());
     sh.sleepers.fetch_add(1, Ordering::SeqCst);
