@@ -370,8 +370,11 @@ unsafe fn exp_sum_impl(x: &mut [f32], m: f32) -> f32 {
 }
 
 fn scale(x: &mut [f32], a: f32) {
-    // SAFETY: features checked by `ops`; each masked load and store stays inside `x`.
-    unsafe { scale_impl(x, a) }
+    let p = x.as_mut_ptr();
+    // SAFETY: features checked by `ops`; `normalize_impl` reads each vector before it writes
+    // it back, so source and destination may be the same row; masked loads and stores stay
+    // inside `x`.
+    unsafe { normalize_impl(p, a, DType::F32, p, x.len()) }
 }
 
 fn normalize(src: &[f32], a: f32, dtype: DType, dst: &mut [f32]) {
@@ -383,6 +386,7 @@ fn normalize(src: &[f32], a: f32, dtype: DType, dst: &mut [f32]) {
 
 /// `dst[..n] = round(src[..n] * a)`. bf16: add 0x7fff plus the kept lsb, then keep the top
 /// 16 bits (inputs are finite); f16: through the hardware conversion, to nearest even.
+/// `dst` may be `src` (`scale`).
 #[target_feature(enable = "avx512f")]
 unsafe fn normalize_impl(src: *const f32, a: f32, dtype: DType, dst: *mut f32, n: usize) {
     let av = _mm512_set1_ps(a);
@@ -408,18 +412,6 @@ unsafe fn normalize_impl(src: *const f32, a: f32, dtype: DType, dst: *mut f32, n
             >(v)),
         };
         _mm512_mask_storeu_ps(dst.add(i), k, r);
-        i += 16;
-    }
-}
-
-#[target_feature(enable = "avx512f")]
-unsafe fn scale_impl(x: &mut [f32], a: f32) {
-    let av = _mm512_set1_ps(a);
-    let mut i = 0;
-    while i < x.len() {
-        let k = lanes(x.len() - i);
-        let p = x.as_mut_ptr().add(i);
-        _mm512_mask_storeu_ps(p, k, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, p), av));
         i += 16;
     }
 }
