@@ -21,7 +21,7 @@ for run in 1 2; do
   for spec in "$@"; do
     (cd /tmp && "$py" "$peer" --spec "$spec" --dtype $vd --block "$block" --threads 2 --reps "$reps") > "$out/vllm-$spec-$run.json" 2>/dev/null
     if [ "$floor" = 1 ]; then
-      (cd /tmp && "$py" "$root/tools/peers/libtorch_sdpa_floor.py" --spec "$spec" --dtype $vd --threads 2) > "$out/floor-$spec-$run.json" 2>/dev/null
+      (cd /tmp && "$py" "$root/tools/peers/libtorch_sdpa_floor.py" --spec "$spec" --dtype $vd --threads 2 --reps "$reps") > "$out/floor-$spec-$run.json" 2>/dev/null
     fi
     "$bin" bench --spec "$spec" --backend "$backends" --dtype "$dtype" --block-size "$block" --threads 2 --reps "$reps" --format json > "$out/ours-$spec-$run.json" 2>/dev/null
   done
