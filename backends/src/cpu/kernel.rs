@@ -26,8 +26,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 /// 32 keys, 12.0 with 128); decode on K/V that sits in the last-level cache prefers 128
 /// (single_decode 0.115 → 0.103 ms, medium_decode 0.43 → 0.40).
 const TILE_KEYS_PER_ROW: usize = 8;
-const STREAMING_MIN_TILE_KEYS: usize = 32;
-const RESIDENT_MIN_TILE_KEYS: usize = 128;
+const NARROW_MIN_TILE_KEYS: usize = 32;
+const WIDE_MIN_TILE_KEYS: usize = 128;
 const MAX_TILE_KEYS: usize = 512;
 
 /// How far ahead of the block being read the next one is prefetched when K/V streams from
@@ -136,9 +136,9 @@ fn grow<T: Clone>(v: &mut Vec<T>, len: usize, fill: T) {
 /// last-level cache: whole blocks when they fit.
 pub fn tile_keys(block_size: usize, rows: usize, wide: bool) -> usize {
     let min = if wide {
-        RESIDENT_MIN_TILE_KEYS
+        WIDE_MIN_TILE_KEYS
     } else {
-        STREAMING_MIN_TILE_KEYS
+        NARROW_MIN_TILE_KEYS
     };
     let target = (rows * TILE_KEYS_PER_ROW).clamp(min, MAX_TILE_KEYS);
     if block_size <= target {
