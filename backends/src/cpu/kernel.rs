@@ -358,17 +358,22 @@ impl<'a> Partial<'a> {
 /// `pairs[p] = bf16(x[2p]) | bf16(x[2p + 1]) << 16`, rounded to nearest even (inputs are
 /// finite: validation rejects NaN); an odd tail pairs with zero. Branch-free so it vectorises.
 fn pack_bf16_pairs(x: &[f32], pairs: &mut [u32]) {
-    let bits = |v: f32| {
-        let b = v.to_bits();
-        b.wrapping_add(0x7fff + ((b >> 16) & 1)) >> 16
-    };
     let (even, tail) = x.split_at(x.len() / 2 * 2);
     for (pair, two) in pairs.iter_mut().zip(even.chunks_exact(2)) {
-        *pair = bits(two[0]) | bits(two[1]) << 16;
+        *pair = bf16_bits(two[0]) | bf16_bits(two[1]) << 16;
     }
     if let (Some(&last), Some(pair)) = (tail.first(), pairs.get_mut(even.len() / 2)) {
-        *pair = bits(last);
+        *pair = bf16_bits(last);
     }
+}
+
+/// The bf16 nearest to `v` (ties to even), as its 16 bits: bf16 keeps the top 16 bits of
+/// an f32, and adding 0x7fff plus the kept lsb first rounds. Inputs are finite (validation
+/// rejects NaN), so no NaN payload can be disturbed.
+#[inline(always)]
+fn bf16_bits(v: f32) -> u32 {
+    let b = v.to_bits();
+    b.wrapping_add(0x7fff + ((b >> 16) & 1)) >> 16
 }
 
 /// The output of a call (`[num_tokens, num_heads, head_size]`), written row by row from many
@@ -518,14 +523,9 @@ pub unsafe fn finalize_task<T>(
 pub fn round_to(dtype: DType, x: &mut [f32]) {
     match dtype {
         DType::F32 => {}
-        DType::Bf16 => {
-            // bf16 keeps the top 16 bits; adding 0x7fff plus the kept lsb rounds to nearest
-            // even. Inputs are finite, so no NaN payload can be disturbed.
-            for v in x.iter_mut() {
-                let b = v.to_bits();
-                *v = f32::from_bits(b.wrapping_add(0x7fff + ((b >> 16) & 1)) & 0xffff_0000);
-            }
-        }
+        DType::Bf16 => x
+            .iter_mut()
+            .for_each(|v| *v = f32::from_bits(bf16_bits(*v) << 16)),
         DType::F16 => {
             let mut buf = [f16::ZERO; 64];
             for chunk in x.chunks_mut(64) {
