@@ -34,9 +34,16 @@ import traceback
 from dataclasses import dataclass
 from typing import List, Optional
 
-import numpy as np
-from safetensors.numpy import load as st_load
-from safetensors.numpy import save as st_save
+try:
+    import numpy as np
+    from safetensors.numpy import load as st_load
+    from safetensors.numpy import save as st_save
+except ImportError as missing:  # one line that says how to get them, not a traceback
+    sys.exit(
+        f"attn-diff adapter: {missing.name} is missing from {sys.executable}; "
+        "`cargo xtask setup` provisions numpy and safetensors in ~/.cache/attn-diff "
+        "(linked as .python-env), or: python3 -m pip install numpy safetensors"
+    )
 
 PROTOCOL = "attn-diff-external"
 VERSION = 1

@@ -11,10 +11,11 @@ Supports every feature: GQA, windows, soft-cap, ALiBi, sinks, encoder-only.
 import os
 import sys
 
-import numpy as np
-
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+# The helper first: it says in one line how to get numpy when it is missing.
 from attn_diff_adapter import Adapter, round_to_dtype, serve  # noqa: E402
+
+import numpy as np  # noqa: E402
 
 
 class NumpyReference(Adapter):

@@ -4,28 +4,11 @@
 
 use attn_reference::AttentionConfig;
 use std::any::Any;
-use std::fmt;
 use thiserror::Error;
 
-/// "I can't run this case": the reason is reported per backend by the harness.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct Unsupported {
-    pub reason: String,
-}
-
-impl Unsupported {
-    pub fn new(reason: impl Into<String>) -> Self {
-        Unsupported {
-            reason: reason.into(),
-        }
-    }
-}
-
-impl fmt::Display for Unsupported {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.reason)
-    }
-}
+/// "I can't run this case", naming the [`attn_reference::Feature`]: reported per backend by
+/// the harness, grouped by feature.
+pub use attn_reference::Unsupported;
 
 #[derive(Debug, Error, Clone, PartialEq)]
 pub enum BackendError {

@@ -34,6 +34,12 @@ pub fn backend_names() -> Vec<String> {
         .collect()
 }
 
+/// Whether the backend `name` computes through libtorch (the Spyre backends), so a process
+/// about to run it should set libgomp's policy before the library loads.
+pub fn uses_libtorch(name: &str) -> bool {
+    cfg!(feature = "spyre") && name.starts_with("spyre")
+}
+
 /// The backend registered as `name`, or an error listing what exists.
 pub fn backend_by_name(name: &str) -> Result<Arc<dyn Backend>, String> {
     lookup_pool()

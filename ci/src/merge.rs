@@ -7,7 +7,8 @@
 //! Times add up (machine time, upstream included); worst errors take the maximum; failures
 //! are kept once per (backend, origin), in shard order.
 
-use crate::summary::{BackendSummary, CheckSummary, Shard, UpstreamRow};
+use crate::summary::{BackendSummary, CheckSummary, Shard, UpstreamRow, UpstreamStatus};
+use attn_results::DivergenceKind;
 use std::collections::BTreeMap;
 use thiserror::Error;
 
@@ -32,38 +33,8 @@ pub enum MergeError {
         found: String,
         expected: String,
     },
-    #[error(
-        "upstream row `{status}` of {backend} is neither `pass`, `unsupported: …` nor `FAIL (…)`"
-    )]
-    UnknownUpstreamStatus { backend: String, status: String },
     #[error("shard {index}: {backend}'s counts are smaller than its upstream rows account for")]
     Inconsistent { index: usize, backend: String },
-}
-
-/// What one upstream row added to its backend's counts.
-enum UpstreamOutcome {
-    Pass,
-    Unsupported(String),
-    Failed(String),
-}
-
-fn outcome(row: &UpstreamRow) -> Result<UpstreamOutcome, MergeError> {
-    let s = row.status.as_str();
-    if s == "pass" {
-        return Ok(UpstreamOutcome::Pass);
-    }
-    if let Some(reason) = s.strip_prefix("unsupported: ") {
-        return Ok(UpstreamOutcome::Unsupported(reason.to_string()));
-    }
-    if let Some(kind) = s.strip_prefix("FAIL (").and_then(|k| k.strip_suffix(')')) {
-        // The status shows a kind as it displays (`non-finite`); the counts key it as it
-        // serializes (`non_finite`).
-        return Ok(UpstreamOutcome::Failed(kind.replace(['-', ' '], "_")));
-    }
-    Err(MergeError::UnknownUpstreamStatus {
-        backend: row.backend.clone(),
-        status: row.status.clone(),
-    })
 }
 
 fn take(n: &mut usize, index: usize, backend: &str) -> Result<(), MergeError> {
@@ -74,19 +45,42 @@ fn take(n: &mut usize, index: usize, backend: &str) -> Result<(), MergeError> {
     Ok(())
 }
 
-fn take_key(
-    map: &mut BTreeMap<String, usize>,
-    key: &str,
+fn take_kind(
+    map: &mut BTreeMap<DivergenceKind, usize>,
+    kind: DivergenceKind,
     index: usize,
     backend: &str,
 ) -> Result<(), MergeError> {
-    let n = map.get_mut(key).ok_or_else(|| MergeError::Inconsistent {
+    let n = map.get_mut(&kind).ok_or_else(|| MergeError::Inconsistent {
         index,
         backend: backend.to_string(),
     })?;
     take(n, index, backend)?;
     if *n == 0 {
-        map.remove(key);
+        map.remove(&kind);
+    }
+    Ok(())
+}
+
+/// Take one declined case out of its group. The group's distinct values stay (another
+/// property case may have had the same value; a value set is a description, not a count).
+fn take_unsupported(
+    b: &mut BackendSummary,
+    reason: &attn_results::check::UnsupportedGroup,
+    index: usize,
+) -> Result<(), MergeError> {
+    let name = b.backend.clone();
+    let pos = b
+        .unsupported
+        .iter()
+        .position(|g| g.feature == reason.feature && g.detail == reason.detail)
+        .ok_or_else(|| MergeError::Inconsistent {
+            index,
+            backend: name.clone(),
+        })?;
+    take(&mut b.unsupported[pos].cases, index, &name)?;
+    if b.unsupported[pos].cases == 0 {
+        b.unsupported.remove(pos);
     }
     Ok(())
 }
@@ -101,14 +95,20 @@ fn property_part(
     let name = b.backend.as_str();
     for row in upstream.iter().filter(|r| r.backend == b.backend) {
         take(&mut p.cases_run, index, name)?;
-        match outcome(row)? {
-            UpstreamOutcome::Pass => take(&mut p.passed, index, name)?,
-            UpstreamOutcome::Unsupported(reason) => {
-                take_key(&mut p.unsupported, &reason, index, name)?
+        match &row.status {
+            UpstreamStatus::Pass => take(&mut p.passed, index, name)?,
+            UpstreamStatus::Unsupported { reason } => {
+                let group = attn_results::check::UnsupportedGroup {
+                    feature: reason.feature,
+                    detail: reason.detail.clone(),
+                    cases: 1,
+                    values: Default::default(),
+                };
+                take_unsupported(&mut p, &group, index)?
             }
-            UpstreamOutcome::Failed(kind) => {
+            UpstreamStatus::Diverged { kind } => {
                 take(&mut p.failed, index, name)?;
-                take_key(&mut p.divergences, &kind, index, name)?;
+                take_kind(&mut p.divergences, *kind, index, name)?;
             }
         }
     }
@@ -119,8 +119,8 @@ fn add(into: &mut BackendSummary, part: BackendSummary) {
     into.cases_run += part.cases_run;
     into.passed += part.passed;
     into.failed += part.failed;
-    for (k, n) in part.unsupported {
-        *into.unsupported.entry(k).or_default() += n;
+    for g in part.unsupported {
+        into.add_group(g);
     }
     for (k, n) in part.divergences {
         *into.divergences.entry(k).or_default() += n;
@@ -210,10 +210,6 @@ pub fn merge(mut shards: Vec<CheckSummary>) -> Result<CheckSummary, MergeError> 
     };
     let names: Vec<String> = whole.backends.iter().map(|b| b.backend.clone()).collect();
     let up_keys = upstream_keys(&whole);
-    // Validate shard 0's upstream statuses too, so a bad one is reported whatever N is.
-    for row in &whole.upstream {
-        outcome(row)?;
-    }
     for s in shards {
         let i = s.shard.index;
         check_agree(i, "seed", s.seed, whole.seed)?;
@@ -223,6 +219,9 @@ pub fn merge(mut shards: Vec<CheckSummary>) -> Result<CheckSummary, MergeError> 
         check_agree(i, "backends", theirs.join(","), names.join(","))?;
         check_agree(i, "upstream cases", upstream_keys(&s), &up_keys)?;
         whole.oracle_seconds += s.oracle_seconds;
+        if let (Some(into), Some(theirs)) = (whole.coverage.as_mut(), s.coverage.as_ref()) {
+            into.merge(theirs);
+        }
         for (into, b) in whole.backends.iter_mut().zip(&s.backends) {
             add(into, property_part(b, &s.upstream, i)?);
         }
@@ -234,9 +233,25 @@ pub fn merge(mut shards: Vec<CheckSummary>) -> Result<CheckSummary, MergeError> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::summary::{BackendSummary, CheckSummary, UpstreamRow};
+    use attn_reference::{Feature, Unsupported};
 
-    fn shard(index: usize, count: usize, passed: usize, upstream: &[&str]) -> CheckSummary {
+    fn no_fp8() -> UpstreamStatus {
+        UpstreamStatus::Unsupported {
+            reason: Unsupported::new(Feature::Dtype, "fp8"),
+        }
+    }
+
+    fn up() -> Vec<UpstreamStatus> {
+        vec![
+            UpstreamStatus::Pass,
+            no_fp8(),
+            UpstreamStatus::Diverged {
+                kind: DivergenceKind::NonFinite,
+            },
+        ]
+    }
+
+    fn shard(index: usize, count: usize, passed: usize, upstream: &[UpstreamStatus]) -> CheckSummary {
         let rows: Vec<UpstreamRow> = upstream
             .iter()
             .enumerate()
@@ -245,38 +260,29 @@ mod tests {
                 test: "causal".into(),
                 spec: format!("spec{i}"),
                 heads: (8, 2),
-                status: status.to_string(),
+                status: status.clone(),
                 max_abs_err: f64::NAN,
                 max_rel_err: f64::NAN,
             })
             .collect();
-        let mut b = BackendSummary {
-            backend: "cpu".into(),
-            cases_run: passed,
-            passed,
-            failed: 0,
-            unsupported: BTreeMap::new(),
-            divergences: BTreeMap::new(),
-            worst_abs_err: 0.0,
-            worst_rel_err: 0.0,
-            backend_seconds: 1.0,
-            wall_seconds: 1.0,
-            shared_block_cases: 0,
-            first_divergence_at: None,
-            failures: vec![],
-        };
+        let mut b = BackendSummary::new("cpu");
+        b.cases_run = passed;
+        b.passed = passed;
+        b.backend_seconds = 1.0;
+        b.wall_seconds = 1.0;
         for r in &rows {
             b.cases_run += 1;
-            match outcome(r).expect("valid status") {
-                UpstreamOutcome::Pass => b.passed += 1,
-                UpstreamOutcome::Unsupported(x) => *b.unsupported.entry(x).or_default() += 1,
-                UpstreamOutcome::Failed(k) => {
+            match &r.status {
+                UpstreamStatus::Pass => b.passed += 1,
+                UpstreamStatus::Unsupported { reason } => b.add_unsupported(reason, 1),
+                UpstreamStatus::Diverged { kind } => {
                     b.failed += 1;
-                    *b.divergences.entry(k).or_default() += 1;
+                    *b.divergences.entry(*kind).or_default() += 1;
                 }
             }
         }
         CheckSummary {
+            schema_version: attn_results::SCHEMA_VERSION,
             seed: 1,
             cases: 10,
             shard: Shard { index, count },
@@ -284,21 +290,36 @@ mod tests {
             oracle_seconds: 0.5,
             backends: vec![b],
             upstream: rows,
+            coverage: None,
         }
     }
 
-    const UP: [&str; 3] = ["pass", "unsupported: no fp8", "FAIL (non-finite)"];
-
     #[test]
     fn upstream_outcomes_are_counted_once() {
-        let m = merge(vec![shard(1, 2, 4, &UP), shard(0, 2, 5, &UP)]).unwrap();
+        let m = merge(vec![shard(1, 2, 4, &up()), shard(0, 2, 5, &up())]).unwrap();
         let b = &m.backends[0];
         assert_eq!((b.cases_run, b.passed, b.failed), (9 + 3, 9 + 1, 1));
-        assert_eq!(b.unsupported.get("no fp8"), Some(&1));
-        assert_eq!(b.divergences.get("non_finite"), Some(&1));
+        assert_eq!(b.unsupported.len(), 1);
+        assert_eq!(b.unsupported[0].cases, 1);
+        assert_eq!(b.unsupported[0].feature, Feature::Dtype);
+        assert_eq!(b.divergences.get(&DivergenceKind::NonFinite), Some(&1));
         assert_eq!(m.upstream.len(), 3);
         assert_eq!(m.shard, Shard { index: 0, count: 1 });
         assert_eq!(b.wall_seconds, 2.0);
+    }
+
+    #[test]
+    fn property_declines_of_shards_add_up_by_reason() {
+        let mut a = shard(0, 2, 1, &[]);
+        let mut b = shard(1, 2, 1, &[]);
+        let size = |d| Unsupported::new(Feature::HeadSize, "not a multiple of 64").value(d);
+        a.backends[0].add_unsupported(&size(80), 2);
+        b.backends[0].add_unsupported(&size(96), 3);
+        let m = merge(vec![a, b]).unwrap();
+        let g = &m.backends[0].unsupported;
+        assert_eq!(g.len(), 1, "{g:?}");
+        assert_eq!(g[0].cases, 5);
+        assert_eq!(g[0].to_string(), "head size not a multiple of 64 (2 sizes)");
     }
 
     #[test]
@@ -331,7 +352,7 @@ mod tests {
             Err(MergeError::Disagree { field: "seed", .. })
         ));
         assert!(matches!(
-            merge(vec![shard(0, 2, 1, &UP), shard(1, 2, 1, &UP[..2])]),
+            merge(vec![shard(0, 2, 1, &up()), shard(1, 2, 1, &up()[..2])]),
             Err(MergeError::Disagree {
                 field: "upstream cases",
                 ..
@@ -340,21 +361,17 @@ mod tests {
     }
 
     #[test]
-    fn an_unknown_status_is_an_error() {
-        let mut s = shard(0, 1, 1, &["pass"]);
-        s.upstream[0].status = "skipped".into();
-        assert!(matches!(
-            merge(vec![s]),
-            Err(MergeError::UnknownUpstreamStatus { .. })
-        ));
-    }
-
-    #[test]
     fn counts_smaller_than_the_upstream_rows_are_inconsistent() {
-        let mut s = shard(1, 2, 0, &UP);
+        let mut s = shard(1, 2, 0, &up());
         s.backends[0].passed = 0;
         assert!(matches!(
-            merge(vec![shard(0, 2, 0, &UP), s]),
+            merge(vec![shard(0, 2, 0, &up()), s.clone()]),
+            Err(MergeError::Inconsistent { index: 1, .. })
+        ));
+        let mut s = shard(1, 2, 0, &up());
+        s.backends[0].unsupported.clear();
+        assert!(matches!(
+            merge(vec![shard(0, 2, 0, &up()), s]),
             Err(MergeError::Inconsistent { index: 1, .. })
         ));
     }

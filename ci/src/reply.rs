@@ -7,7 +7,7 @@
 
 use crate::catalog::is_mutant;
 use crate::request::{BotRequest, ParseError, USAGE};
-use crate::summary::{BackendSummary, CheckSummary, FailureReport};
+use crate::summary::{BackendSummary, CheckSummary, FailureRecord};
 use serde::{Deserialize, Serialize};
 use std::fmt::Write;
 
@@ -144,13 +144,13 @@ fn failed_cell(b: &BackendSummary) -> String {
     format!("{} ({})", b.failed, kinds.join(", "))
 }
 
-fn failure_section(f: &FailureReport, ctx: &ReplyContext) -> String {
+fn failure_section(f: &FailureRecord, ctx: &ReplyContext) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
         "<details><summary>{}: {} on {} ({} seq, {} tokens, {} heads, head size {})</summary>\n",
         cell(&f.backend),
-        cell(&f.kind),
+        cell(&f.kind.to_string()),
         cell(&f.origin),
         f.size.sequences,
         f.size.tokens,
@@ -212,7 +212,7 @@ pub fn render_reply(req: &BotRequest, s: &CheckSummary, ctx: &ReplyContext) -> S
             b.cases_run,
             b.passed,
             cell(&failed_cell(b)),
-            b.unsupported.values().sum::<usize>(),
+            b.unsupported_cases(),
             err(b.worst_abs_err),
             err(b.worst_rel_err),
             b.wall_seconds
@@ -224,13 +224,20 @@ pub fn render_reply(req: &BotRequest, s: &CheckSummary, ctx: &ReplyContext) -> S
         .flat_map(|b| {
             b.unsupported
                 .iter()
-                .map(move |(r, n)| format!("- {}: {n} unsupported: {}", cell(&b.backend), cell(r)))
+                .map(move |g| {
+                    format!(
+                        "- {}: {} unsupported: {}",
+                        cell(&b.backend),
+                        g.cases,
+                        cell(&g.to_string())
+                    )
+                })
         })
         .collect();
     if !reasons.is_empty() {
         let _ = write!(
             out,
-            "\n<details><summary>Unsupported cases by reason</summary>\n\n{}\n</details>\n",
+            "\n<details><summary>Unsupported cases by feature</summary>\n\n{}\n</details>\n",
             reasons.join("\n")
         );
     }
@@ -248,12 +255,12 @@ pub fn render_reply(req: &BotRequest, s: &CheckSummary, ctx: &ReplyContext) -> S
                 u.heads.1,
                 err(u.max_abs_err),
                 err(u.max_rel_err),
-                cell(&u.status)
+                cell(&u.status.to_string())
             );
         }
         out.push_str("\n</details>\n");
     }
-    let failures: Vec<&FailureReport> = s.backends.iter().flat_map(|b| &b.failures).collect();
+    let failures: Vec<&FailureRecord> = s.backends.iter().flat_map(|b| &b.failures).collect();
     if !failures.is_empty() {
         let _ = writeln!(out, "\n#### Minimal failing cases\n");
         for f in failures {

@@ -257,7 +257,7 @@ pub fn shard(
     let stdout = String::from_utf8_lossy(&output.stdout);
     // attn-diff: 0 agreed, 1 diverged (both with a summary), anything else is an error.
     let summary = match output.status.code() {
-        Some(0 | 1) => CheckSummary::from_json(&stdout).ok(),
+        Some(0 | 1) => crate::summary::from_json(&stdout).ok(),
         _ => None,
     };
     let Some(summary) = summary else {
@@ -335,7 +335,7 @@ pub fn report(
         let dir = shard_dir(shards, i);
         let path = dir.join(SUMMARY_FILE);
         if path.is_file() {
-            match CheckSummary::from_json(&read(&path)?) {
+            match crate::summary::from_json(&read(&path)?) {
                 Ok(s) => summaries.push(s),
                 Err(e) => problems.push(format!("shard {i}: {} is not valid: {e}", path.display())),
             }
@@ -359,7 +359,7 @@ pub fn report(
         return Ok(Report::Broken);
     };
     copy_artifacts(&merged, shards, req.shards, out)?;
-    write(&out.join(SUMMARY_FILE), &merged.to_json())?;
+    write(&out.join(SUMMARY_FILE), &crate::summary::to_json(&merged))?;
     write(&out.join(REPLY_FILE), &render_reply(req, &merged, ctx))?;
     write(&out.join(STATUS_FILE), &to_json(&status_of(&merged)))?;
     Ok(if crate::reply::all_ok(&merged) {

@@ -1,16 +1,17 @@
-//! The summary JSON is the contract between `attn-diff` and the bot: a real run's JSON reads
-//! into attn-ci's types and writes back to the same JSON, field for field. A field added to,
-//! renamed in or removed from the harness's summary fails here.
+//! The summary JSON between `attn-diff` and the bot: both use `attn-results`' types, so the
+//! contract left to test is the document itself: a real run's JSON reads back to the same
+//! summary, a document of another `schema_version` is refused by name, and an unknown field is
+//! an error rather than something a merge silently drops.
 
-use attn_ci::summary::CheckSummary;
+use attn_ci::summary::{from_json, to_json};
 use attn_harness::check::{run_check, CheckOptions, Shard};
+use attn_harness::render::check::render_json;
 use attn_harness::shrink::ShrinkBudget;
-use attn_harness::summary::render_json;
 
 #[test]
 fn a_real_summary_round_trips() {
     let dir = std::env::temp_dir().join(format!("attn-ci-contract-{}", std::process::id()));
-    let summary = run_check(CheckOptions {
+    let run = run_check(CheckOptions {
         backends: vec![attn_backends::backend_by_name("cpu").expect("cpu")],
         cases: 8,
         seed: 3,
@@ -22,20 +23,34 @@ fn a_real_summary_round_trips() {
             .collect(),
         out_dir: dir.clone(),
         shrink: ShrinkBudget::default(),
-        on_case: None,
+        on_event: None,
     });
-    let json = render_json(&summary);
-    let ours = CheckSummary::from_json(&json).expect("attn-ci reads attn-diff's JSON");
+    let json = render_json(&run.summary);
+    let ours = from_json(&json).expect("attn-ci reads attn-diff's JSON");
+    assert_eq!(ours.backends.len(), 1);
     let original: serde_json::Value = serde_json::from_str(&json).expect("valid JSON");
-    let again: serde_json::Value = serde_json::from_str(&ours.to_json()).expect("valid JSON");
+    assert_eq!(original["schema_version"], attn_results::SCHEMA_VERSION);
+    let again: serde_json::Value = serde_json::from_str(&to_json(&ours)).expect("valid JSON");
     assert_eq!(again, original);
-    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn document(schema_version: u32, extra: &str) -> String {
+    format!(
+        r#"{{"schema_version":{schema_version},"seed":1,"cases":1,"shard":{{"index":0,"count":1}},
+        "deep":false,"oracle_seconds":0.0,"backends":[],"upstream":[]{extra}}}"#
+    )
+}
+
+#[test]
+fn another_schema_version_is_refused_by_name() {
+    assert!(from_json(&document(attn_results::SCHEMA_VERSION, "")).is_ok());
+    let e = from_json(&document(1, "")).expect_err("an old document");
+    assert!(e.to_string().contains("schema_version 1"), "{e}");
 }
 
 #[test]
 fn an_unknown_field_is_an_error_not_dropped() {
-    let json = r#"{"seed":1,"cases":1,"shard":{"index":0,"count":1},"deep":false,
-        "oracle_seconds":0.0,"backends":[],"upstream":[],"new_field":1}"#;
-    let e = CheckSummary::from_json(json).expect_err("unknown field");
+    let json = document(attn_results::SCHEMA_VERSION, r#","new_field":1"#);
+    let e = from_json(&json).expect_err("unknown field");
     assert!(e.to_string().contains("new_field"), "{e}");
 }

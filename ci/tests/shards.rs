@@ -11,7 +11,7 @@ use attn_ci::reply::{render_reply, status_of, ReplyContext, State};
 use attn_ci::summary::CheckSummary;
 use attn_harness::check::{run_check, CheckOptions, Shard};
 use attn_harness::shrink::ShrinkBudget;
-use attn_harness::summary::render_json;
+use attn_harness::render::check::render_json;
 use attn_reference::AttentionConfig;
 use std::sync::Arc;
 use std::time::Duration;
@@ -26,7 +26,9 @@ impl Backend for Faulty {
     }
     fn supports(&self, config: &AttentionConfig) -> Result<(), Unsupported> {
         if config.head_size % 2 == 1 {
-            return Err(Unsupported::new("odd head size"));
+            return Err(
+                Unsupported::new(attn_reference::Feature::HeadSize, "odd").value(config.head_size),
+            );
         }
         self.0.supports(config)
     }
@@ -67,7 +69,7 @@ impl Backend for Faulty {
 fn run(shard: Shard, out: &std::path::Path) -> CheckSummary {
     let cpu = attn_backends::backend_by_name("cpu").expect("cpu is registered");
     let faulty: Arc<dyn Backend> = Arc::new(Faulty(cpu.clone()));
-    let summary = run_check(CheckOptions {
+    let run = run_check(CheckOptions {
         backends: vec![cpu, faulty],
         cases: 60,
         seed: 11,
@@ -82,10 +84,11 @@ fn run(shard: Shard, out: &std::path::Path) -> CheckSummary {
             max_steps: 200,
             max_time: Duration::from_secs(5),
         },
-        on_case: None,
+        on_event: None,
     });
     // Through the JSON, as the workflow passes it between jobs.
-    CheckSummary::from_json(&render_json(&summary)).expect("the bot reads the harness's JSON")
+    attn_ci::summary::from_json(&render_json(&run.summary))
+        .expect("the bot reads the harness's JSON")
 }
 
 fn counts(s: &CheckSummary) -> Vec<String> {

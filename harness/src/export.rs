@@ -52,48 +52,16 @@ fn st_dtype(d: DType) -> Dtype {
     }
 }
 
-fn encode_values(d: DType, v: &[f32]) -> Vec<u8> {
-    match d {
-        DType::F32 => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
-        DType::Bf16 => v
-            .iter()
-            .flat_map(|&x| half::bf16::from_f32(x).to_le_bytes())
-            .collect(),
-        DType::F16 => v
-            .iter()
-            .flat_map(|&x| half::f16::from_f32(x).to_le_bytes())
-            .collect(),
-    }
-}
-
-fn decode_values(d: DType, bytes: &[u8]) -> Vec<f32> {
-    match d {
-        DType::F32 => bytes
-            .chunks_exact(4)
-            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-            .collect(),
-        DType::Bf16 => bytes
-            .chunks_exact(2)
-            .map(|c| half::bf16::from_le_bytes([c[0], c[1]]).to_f32())
-            .collect(),
-        DType::F16 => bytes
-            .chunks_exact(2)
-            .map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32())
-            .collect(),
-    }
-}
+use attn_reference::bytes::{
+    decode_f64, decode_i32, decode_i64, decode_values, encode_f64, encode_i32, encode_i64,
+    encode_values,
+};
 
 struct Owned {
     name: String,
     dtype: Dtype,
     shape: Vec<usize>,
     data: Vec<u8>,
-}
-
-fn ints_i32(v: impl IntoIterator<Item = usize>) -> Vec<u8> {
-    v.into_iter()
-        .flat_map(|x| (x as i32).to_le_bytes())
-        .collect()
 }
 
 /// Serialize a (valid) case, and optionally the oracle's output, to safetensors bytes.
@@ -124,42 +92,31 @@ pub fn case_to_safetensors(case: &Case, expected: Option<&[f64]>) -> Vec<u8> {
             name: "block_table".into(),
             dtype: Dtype::I32,
             shape: vec![b, case.max_blocks_per_seq()],
-            data: case
-                .layout
-                .block_table
-                .iter()
-                .flatten()
-                .flat_map(|&x| (x as i32).to_le_bytes())
-                .collect(),
+            data: encode_i32(case.layout.block_table.iter().flatten().map(|&x| x as usize)),
         },
         Owned {
             name: "slot_mapping".into(),
             dtype: Dtype::I64,
             shape: vec![t],
-            data: case
-                .layout
-                .slot_mapping
-                .iter()
-                .flat_map(|x| x.to_le_bytes())
-                .collect(),
+            data: encode_i64(&case.layout.slot_mapping),
         },
         Owned {
             name: "seq_lens".into(),
             dtype: Dtype::I32,
             shape: vec![b],
-            data: ints_i32(case.batch.seq_lens.iter().copied()),
+            data: encode_i32(case.batch.seq_lens.iter().copied()),
         },
         Owned {
             name: "query_lens".into(),
             dtype: Dtype::I32,
             shape: vec![b],
-            data: ints_i32(case.batch.query_lens.iter().copied()),
+            data: encode_i32(case.batch.query_lens.iter().copied()),
         },
         Owned {
             name: "query_start_loc".into(),
             dtype: Dtype::I32,
             shape: vec![b + 1],
-            data: ints_i32(case.query_start_loc()),
+            data: encode_i32(case.query_start_loc()),
         },
     ];
     for s in 0..b {
@@ -184,7 +141,7 @@ pub fn case_to_safetensors(case: &Case, expected: Option<&[f64]>) -> Vec<u8> {
             name: "expected".into(),
             dtype: Dtype::F64,
             shape: vec![case.num_real_tokens(), hq, d],
-            data: e.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            data: encode_f64(e),
         });
     }
     let metadata: HashMap<String, String> = [
@@ -243,10 +200,7 @@ fn tensor<'a>(
 
 fn i32s(st: &SafeTensors<'_>, name: &str, shape: &[usize]) -> Result<Vec<i64>, TensorFileError> {
     let t = tensor(st, name, Dtype::I32, shape)?;
-    Ok(t.data()
-        .chunks_exact(4)
-        .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]) as i64)
-        .collect())
+    Ok(decode_i32(t.data()))
 }
 
 fn nonneg(name: &str, v: Vec<i64>) -> Result<Vec<usize>, TensorFileError> {
@@ -344,11 +298,7 @@ pub fn case_from_safetensors(bytes: &[u8]) -> Result<(Case, Option<Vec<f64>>), T
             .collect()
     };
     let slots = tensor(&st, "slot_mapping", Dtype::I64, &[t])?;
-    let slot_mapping: Vec<i64> = slots
-        .data()
-        .chunks_exact(8)
-        .map(|c| i64::from_le_bytes(c.try_into().expect("8 bytes")))
-        .collect();
+    let slot_mapping: Vec<i64> = decode_i64(slots.data());
     let case = Case {
         config,
         batch: Batch {
@@ -378,12 +328,7 @@ pub fn case_from_safetensors(bytes: &[u8]) -> Result<(Case, Option<Vec<f64>>), T
                 Dtype::F64,
                 &[case.num_real_tokens(), hq, d],
             )?;
-            Some(
-                e.data()
-                    .chunks_exact(8)
-                    .map(|c| f64::from_le_bytes(c.try_into().expect("8 bytes")))
-                    .collect(),
-            )
+            Some(decode_f64(e.data()))
         }
         Err(_) => None,
     };

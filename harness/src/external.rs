@@ -19,6 +19,28 @@ use std::sync::Arc;
 use std::time::Duration;
 use thiserror::Error;
 
+/// The link `cargo xtask setup` makes, beside `attn-diff.toml`, to the Python environment that
+/// holds the adapters' packages (numpy, safetensors).
+pub const PYTHON_ENV: &str = ".python-env";
+
+/// The interpreter of the set-up Python environment next to `dir`, if there is one.
+pub fn provisioned_python(dir: &Path) -> Option<PathBuf> {
+    let python = dir.join(PYTHON_ENV).join("bin").join("python3");
+    python.is_file().then_some(python)
+}
+
+/// A bare `python3` (or `python`) in a config file means "the Python the adapters were set up
+/// for": the provisioned environment when there is one, else whatever PATH finds. Any other
+/// program (a path, `python3.12`, a wrapper) is the user's choice and kept as written.
+fn resolve_interpreter(mut command: Vec<String>, dir: &Path) -> Vec<String> {
+    if matches!(command.first().map(String::as_str), Some("python3" | "python")) {
+        if let Some(python) = provisioned_python(dir) {
+            command[0] = python.display().to_string();
+        }
+    }
+    command
+}
+
 /// The prefix that selects an external backend.
 pub const PREFIX: &str = "external:";
 /// The file read when `--config` is not given (if it exists).
@@ -122,7 +144,7 @@ pub fn parse_config(
                     name,
                 });
             }
-            let mut spec = AdapterSpec::new(name.clone(), a.command);
+            let mut spec = AdapterSpec::new(name.clone(), resolve_interpreter(a.command, dir));
             spec.env = a.env;
             spec.cwd = Some(match a.cwd {
                 Some(c) if c.is_absolute() => c,
@@ -270,6 +292,28 @@ mod tests {
             Path::new("."),
         );
         assert!(matches!(e, Err(ExternalConfigError::BadSeconds { .. })));
+    }
+
+    #[test]
+    fn a_bare_python_in_the_config_is_the_provisioned_environment() {
+        let dir = std::env::temp_dir().join(format!("attn-diff-pyenv-{}", std::process::id()));
+        let bin = dir.join(PYTHON_ENV).join("bin");
+        let text = "[backends.a]\ncommand = [\"python3\", \"a.py\"]\n\
+                    [backends.b]\ncommand = [\"/usr/bin/python3\", \"b.py\"]\n\
+                    [backends.c]\ncommand = [\"python\", \"c.py\"]";
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        // Without the environment, PATH decides.
+        let specs = parse_config(text, Path::new("t"), &dir).unwrap();
+        assert_eq!(specs[0].command[0], "python3");
+        std::fs::create_dir_all(&bin).unwrap();
+        std::fs::write(bin.join("python3"), "").unwrap();
+        let specs = parse_config(text, Path::new("t"), &dir).unwrap();
+        let provisioned = bin.join("python3").display().to_string();
+        assert_eq!(specs[0].command, vec![provisioned.clone(), "a.py".into()]);
+        assert_eq!(specs[1].command[0], "/usr/bin/python3", "a named interpreter is kept");
+        assert_eq!(specs[2].command[0], provisioned);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -1,25 +1,23 @@
 //! # attn-harness
 //!
-//! The differential harness behind the `attn-diff` binary: property strategies
-//! ([`strategy`]), comparison with per-dtype tolerances ([`compare`]), running and judging a
-//! backend ([`runner`]), shrinking ([`shrink`]), reports ([`report`], [`hint`]), the upstream
-//! suite ([`upstream`]), the check command's loop ([`check`]) and its summaries ([`summary`]).
+//! The differential harness behind the `attn-diff` binary, in three layers:
+//! - [`pipeline`]: from cases to results without I/O: property strategies, comparison with
+//!   per-dtype tolerances, running and judging a backend, shrinking, the upstream suite, and
+//!   the check, bench, mutants and replay loops that fill the result model (`attn-results`);
+//! - [`render`]: summaries as text, markdown or JSON, failure reports and hints, tables and
+//!   plots; [`artifacts`] writes replay files and heat maps afterwards;
+//! - [`cli`] parses the command line and [`commands`] holds one file per subcommand.
 
-pub mod bench;
-pub mod check;
+pub mod artifacts;
 pub mod cli;
-pub mod compare;
+pub mod commands;
 pub mod export;
 pub mod external;
-pub mod hint;
+pub mod pipeline;
+pub mod progress;
+pub mod render;
+
+// The pipeline's modules by their short names, as tests and tools have always used them.
 #[cfg(feature = "mutants")]
-pub mod mutants;
-pub mod plot;
-pub mod replay;
-pub mod report;
-pub mod runner;
-pub mod shrink;
-pub mod strategy;
-pub mod summary;
-pub mod table;
-pub mod upstream;
+pub use pipeline::mutants;
+pub use pipeline::{bench, check, compare, replay, runner, shrink, strategy, upstream};

@@ -1,14 +1,16 @@
 //! `attn-diff`: exit 0 when every backend agreed with the oracle, 1 on a divergence, 2 on a
 //! usage or set-up error.
 
-use attn_harness::cli::{run, Cli};
+use attn_harness::cli::Cli;
+use attn_harness::commands::run;
 use clap::Parser;
 use std::process::ExitCode;
 
 /// libtorch's OpenMP threads spin after each parallel region by default, stealing the cores
 /// from the other backends' threads that run next (measured: 10–100x slower medians when
 /// backends are interleaved). libgomp reads its policy when it loads, before `main`, so the
-/// process re-executes itself once with a passive policy unless the user chose one.
+/// process re-executes itself once with a passive policy unless the user chose one, and only
+/// when a libtorch backend will run (`--version`, `list` or `--backend cpu` pay nothing).
 fn ensure_passive_openmp() {
     if std::env::var_os("OMP_WAIT_POLICY").is_some() {
         return;
@@ -28,8 +30,10 @@ fn ensure_passive_openmp() {
 }
 
 fn main() -> ExitCode {
-    ensure_passive_openmp();
     let cli = Cli::parse();
+    if cli.runs_libtorch() {
+        ensure_passive_openmp();
+    }
     match run(cli) {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::from(1),

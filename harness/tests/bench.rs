@@ -4,7 +4,7 @@
 mod support;
 
 use attn_backends::Backend;
-use attn_harness::bench::{run_bench, BenchOptions};
+use attn_harness::bench::{run_bench, BenchOptions, BenchStatus};
 use attn_reference::{spec_by_name, AttentionConfig, DType};
 use std::sync::Arc;
 use support::{Naive, Plant};
@@ -28,12 +28,17 @@ fn bench_runs_and_reports_a_wrong_backend_as_wrong() {
         baseline: Some("naive".into()),
         seed: 1,
         cold: false,
+        on_event: None,
     };
     let s = run_bench(&opts);
     assert_eq!(s.rows.len(), 2);
     let (good, bad) = (&s.rows[0], &s.rows[1]);
-    assert_eq!(good.status, "ok");
-    assert!(bad.status.starts_with("WRONG"), "{}", bad.status);
+    assert_eq!(good.status, BenchStatus::Ok);
+    assert!(
+        matches!(bad.status, BenchStatus::Wrong { .. }),
+        "{}",
+        bad.status
+    );
     assert!(good.median_ms.is_finite() && good.min_ms <= good.median_ms);
     assert_eq!(good.ratio_to_baseline, Some(1.0));
     assert!(
@@ -41,7 +46,7 @@ fn bench_runs_and_reports_a_wrong_backend_as_wrong() {
         "small_decode is a decode spec"
     );
     assert!(s.read_bandwidth_gb_per_s > 0.0);
-    let md = attn_harness::bench::render_markdown(&s);
+    let md = attn_harness::render::bench::render_markdown(&s);
     assert!(
         md.contains("| naive-gqa | small_decode |") && md.contains("WRONG"),
         "{md}"
@@ -61,13 +66,14 @@ fn cold_bench_times_and_checks_every_backend() {
         baseline: None,
         seed: 1,
         cold: true,
+        on_event: None,
     };
     let s = run_bench(&opts);
     assert!(s.cold);
     assert_eq!(s.rows.len(), 1);
-    assert_eq!(s.rows[0].status, "ok");
+    assert_eq!(s.rows[0].status, BenchStatus::Ok);
     assert!(s.rows[0].median_ms.is_finite());
-    let md = attn_harness::bench::render_markdown(&s);
+    let md = attn_harness::render::bench::render_markdown(&s);
     assert!(md.contains("caches evicted before each call"), "{md}");
     let json = serde_json::to_value(&s).unwrap();
     assert_eq!(json["cold"], true);

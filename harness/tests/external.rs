@@ -2,12 +2,14 @@
 //! a planted bug is shrunk to a minimal case, and crashes, hangs and malformed replies are
 //! divergences of their own kinds that leave no process behind.
 //!
-//! Needs `python3` with `numpy` and `safetensors` (`.ci/run` installs them).
+//! Needs `python3` with `numpy` and `safetensors`: `cargo xtask setup` provisions them in a
+//! virtual environment linked as `.python-env`, which these tests use when it is there.
 
 use attn_backends::external::{AdapterSpec, ExternalBackend};
 use attn_backends::Backend;
 use attn_harness::check::{run_check, CheckOptions, Shard};
 use attn_harness::compare::Tolerance;
+use attn_harness::external::provisioned_python;
 use attn_harness::runner::{evaluate, DivergenceKind, Outcome};
 use attn_harness::shrink::ShrinkBudget;
 use attn_reference::{build_case, reference_output, AttentionConfig, BuildOptions, Case, DType};
@@ -21,15 +23,20 @@ static SERIAL: Mutex<()> = Mutex::new(());
 
 fn serial() -> MutexGuard<'static, ()> {
     let guard = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    let ok = Command::new("python3")
+    let ok = Command::new(python())
         .args(["-c", "import numpy, safetensors"])
         .status()
         .is_ok_and(|s| s.success());
     assert!(
         ok,
-        "these tests need python3 with numpy and safetensors: python3 -m pip install numpy safetensors"
+        "these tests need python3 with numpy and safetensors: `cargo xtask setup` provisions them"
     );
     guard
+}
+
+/// The Python the adapters were set up for (see `attn_harness::external::provisioned_python`).
+fn python() -> String {
+    provisioned_python(&repo()).map_or_else(|| "python3".into(), |p| p.display().to_string())
 }
 
 fn repo() -> PathBuf {
@@ -41,7 +48,7 @@ fn misbehaving(mode: &str, marker: &str) -> AdapterSpec {
     AdapterSpec::new(
         mode,
         vec![
-            "python3".into(),
+            python(),
             script.display().to_string(),
             mode.into(),
             marker.into(),
@@ -59,7 +66,7 @@ fn options(backend: Arc<dyn Backend>, cases: u32, out: &str, shrink: ShrinkBudge
         upstream: vec![],
         out_dir: std::env::temp_dir().join(out),
         shrink,
-        on_case: None,
+        on_event: None,
     }
 }
 
@@ -154,7 +161,7 @@ fn a_planted_window_bug_is_shrunk_through_the_process_boundary() {
         "attn-diff-external-planted",
         ShrinkBudget::default(),
     ));
-    let b = &s.backends[0];
+    let b = &s.summary.backends[0];
     assert_eq!(b.backend, "external:window-off-by-one");
     assert!(b.failed > 0, "planted bug survived {} cases", b.cases_run);
     let f = &b.failures[0];
@@ -190,7 +197,7 @@ fn a_crashing_adapter_is_restarted_and_the_run_continues() {
         "attn-diff-external-crash",
         shrink,
     ));
-    let b = &s.backends[0];
+    let b = &s.summary.backends[0];
     assert_eq!(b.cases_run, 40, "every case ran");
     let crashed = b.divergences.get(&DivergenceKind::Crashed).copied();
     assert!(crashed.unwrap_or(0) > 0, "{:?}", b.divergences);
@@ -271,7 +278,7 @@ fn an_error_in_the_adapter_is_an_error_and_unsupported_is_counted() {
     // A config the adapter's capabilities rule out never reaches it.
     let mut spec = misbehaving("crash-on-batches", "caps-marker");
     spec.command = vec![
-        "python3".into(),
+        python(),
         "-c".into(),
         concat!(
             "import sys; sys.path.insert(0, sys.argv[1]);",
@@ -290,13 +297,13 @@ fn an_error_in_the_adapter_is_an_error_and_unsupported_is_counted() {
     let mut case = small_case(1);
     let o = run(&backend, &case);
     assert!(
-        matches!(&o, Outcome::Unsupported(r) if r == "two kv heads"),
+        matches!(&o, Outcome::Unsupported(r) if r.to_string() == "two kv heads"),
         "{o:?}"
     );
     case.config.head_size = 4;
     let o = run(&backend, &case);
     assert!(
-        matches!(&o, Outcome::Unsupported(r) if r.contains("head size 4")),
+        matches!(&o, Outcome::Unsupported(r) if r.to_string().starts_with("head size 4")),
         "{o:?}"
     );
     let case = build_case(

@@ -19,7 +19,9 @@ fn every_mutant_is_killed_and_shrunk_small() {
         1,
         &[],
         std::env::temp_dir().join("attn-diff-mutants-test"),
-    );
+        &|_| {},
+    )
+    .summary;
     assert!(s.rows.len() >= 15);
     let mut problems = Vec::new();
     for r in &s.rows {
@@ -42,7 +44,7 @@ fn every_mutant_is_killed_and_shrunk_small() {
             problems.push(format!("{} shrunk only to {size:?}", r.mutant));
         }
     }
-    println!("{}", attn_harness::mutants::render_text(&s));
+    println!("{}", attn_harness::render::mutants::render_text(&s));
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
 
@@ -53,7 +55,9 @@ fn the_sharing_mutant_breaks_only_with_shared_blocks() {
         1,
         &[],
         std::env::temp_dir().join("attn-diff-mutants-share"),
-    );
+        &|_| {},
+    )
+    .summary;
     let r = s
         .rows
         .iter()

@@ -20,7 +20,7 @@ fn options(backends: Vec<Arc<dyn Backend>>, cases: u32, out: &str) -> CheckOptio
         upstream: vec![],
         out_dir: std::env::temp_dir().join(out),
         shrink: ShrinkBudget::default(),
-        on_case: None,
+        on_event: None,
     }
 }
 
@@ -31,7 +31,7 @@ fn a_correct_backend_passes() {
         200,
         "attn-diff-correct",
     ));
-    let b = &s.backends[0];
+    let b = &s.summary.backends[0];
     assert_eq!(b.failed, 0, "{:#?}", b.failures.first().map(|f| &f.text));
     assert_eq!(b.passed, 200);
 }
@@ -46,8 +46,13 @@ fn window_off_by_one_is_caught_and_shrunk_small() {
             ..Plant::default()
         },
     );
+    let _ = std::fs::remove_dir_all(std::env::temp_dir().join("attn-diff-window"));
     let s = run_check(options(vec![Arc::new(bad)], 500, "attn-diff-window"));
-    let b = &s.backends[0];
+    // The pipeline only names the files; they exist once the artifacts are written.
+    let pending = s.artifacts[0].replay.clone().expect("a replay file is pending");
+    assert!(!pending.0.exists(), "the pipeline wrote {:?}", pending.0);
+    s.write_artifacts();
+    let b = &s.summary.backends[0];
     assert!(
         b.failed > 0,
         "planted window off-by-one survived {} cases",
@@ -69,7 +74,8 @@ fn window_off_by_one_is_caught_and_shrunk_small() {
     );
     let replay = f.replay.as_ref().expect("replay written");
     let case = attn_reference::Case::load(std::path::Path::new(replay)).expect("replay file loads");
-    assert_eq!(case, f.case);
+    assert_eq!(case, pending.1);
+    assert_eq!(std::path::Path::new(replay), pending.0);
     let secs = start.elapsed().as_secs_f64();
     println!("found and shrunk in {secs:.1} s");
 }
@@ -84,7 +90,7 @@ fn gqa_modulo_mapping_is_caught_with_a_head_hint() {
         },
     );
     let s = run_check(options(vec![Arc::new(bad)], 500, "attn-diff-gqa"));
-    let f = &s.backends[0].failures[0];
+    let f = &s.summary.backends[0].failures[0];
     assert!(
         f.hint.as_deref().unwrap_or("").contains("head"),
         "{}",
@@ -111,8 +117,8 @@ fn a_panicking_backend_is_a_divergence_of_its_own_kind() {
         100,
         "attn-diff-panic",
     ));
-    assert_eq!(s.backends[0].failed, 0);
-    let b = &s.backends[1];
+    assert_eq!(s.summary.backends[0].failed, 0);
+    let b = &s.summary.backends[1];
     assert!(
         b.divergences
             .get(&DivergenceKind::Panic)
@@ -141,9 +147,9 @@ fn shards_together_run_exactly_the_cases_of_one_run() {
         let mut o = options(vec![Arc::new(Naive::correct())], 60, "attn-diff-shard");
         o.shard = Shard { index: i, count: 3 };
         let s = run_check(o);
-        sum += s.backends[0].cases_run;
-        shared += s.backends[0].shared_block_cases;
+        sum += s.summary.backends[0].cases_run;
+        shared += s.summary.backends[0].shared_block_cases;
     }
-    assert_eq!(sum, whole.backends[0].cases_run);
-    assert_eq!(shared, whole.backends[0].shared_block_cases);
+    assert_eq!(sum, whole.summary.backends[0].cases_run);
+    assert_eq!(shared, whole.summary.backends[0].shared_block_cases);
 }

@@ -77,6 +77,15 @@ impl Case {
         keys * c.num_kv_heads * c.head_size * 2 * c.dtype.size_bytes()
     }
 
+    /// (sequence, absolute position) of real token `t` (its row in the flat query).
+    pub fn locate_token(&self, t: usize) -> (usize, usize) {
+        let starts = self.query_start_loc();
+        let s = (0..self.num_seqs())
+            .find(|&s| t < starts[s + 1])
+            .unwrap_or(0);
+        (s, self.context_len(s) + t - starts[s])
+    }
+
     pub fn context_len(&self, seq: usize) -> usize {
         self.batch.seq_lens[seq] - self.batch.query_lens[seq]
     }

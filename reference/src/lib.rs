@@ -9,14 +9,17 @@
 //! - golden fixtures of the oracle on the upstream specs ([`golden`]).
 
 pub mod builder;
+pub mod bytes;
 mod case;
 mod config;
 mod dtype;
 mod error;
+mod feature;
 pub mod golden;
 pub mod oracle;
 pub mod rng;
 pub mod specs;
+mod tolerance;
 mod validate;
 
 pub use builder::{build_case, build_spec_case, BuildOptions, SharedPrefix};
@@ -24,7 +27,9 @@ pub use case::{Batch, Case, PagedLayout, Tensors};
 pub use config::{AttentionConfig, AttentionKind};
 pub use dtype::DType;
 pub use error::CaseError;
+pub use feature::{Feature, Unsupported};
 pub use oracle::reference_output;
 pub use rng::InputRng;
 pub use specs::{all_specs, spec_by_name, BatchSpec};
+pub use tolerance::Tolerance;
 pub use validate::{MAX_BLOCKS, MAX_CASE_FILE_BYTES, MAX_DIM, MAX_HEADS};

@@ -49,7 +49,8 @@ pub fn repo_root() -> PathBuf {
         .to_path_buf()
 }
 
-fn cache_root() -> Result<PathBuf, String> {
+/// Where set-up keeps what it downloads and builds (libtorch, the Python environment).
+pub fn cache_root() -> Result<PathBuf, String> {
     if let Some(dir) = std::env::var_os("ATTN_DIFF_CACHE") {
         return Ok(PathBuf::from(dir));
     }
@@ -246,11 +247,11 @@ fn assemble(wheels: &Path, tmp: &Path) -> Result<(), String> {
     Ok(())
 }
 
-/// Point `<repo>/.libtorch` at `target` (replacing an old link atomically).
-fn link(target: &Path) -> Result<(), String> {
+/// Point `<repo>/<name>` at `target` (replacing an old link atomically).
+pub fn link(target: &Path, name: &str) -> Result<(), String> {
     let root = repo_root();
-    let link = root.join(".libtorch");
-    let tmp = root.join(format!(".libtorch.tmp-{}", std::process::id()));
+    let link = root.join(name);
+    let tmp = root.join(format!("{name}.tmp-{}", std::process::id()));
     let _ = fs::remove_file(&tmp);
     std::os::unix::fs::symlink(target, &tmp)
         .map_err(|e| format!("cannot create symlink {}: {e}", tmp.display()))?;
@@ -286,6 +287,6 @@ pub fn setup() -> Result<PathBuf, String> {
         }
         eprintln!("xtask: libtorch {VERSION} ready in {}", dest.display());
     }
-    link(&dest)?;
+    link(&dest, ".libtorch")?;
     Ok(dest)
 }

@@ -1,6 +1,7 @@
 //! `cargo xtask <task>`: developer tasks that need nothing heavy to build.
 //!
-//! - `setup`    assemble a CPU-only libtorch for tch (once; cached outside the repo)
+//! - `setup`    assemble a CPU-only libtorch for tch and the adapters' Python environment
+//!   (once; cached outside the repo)
 //! - `check`    setup if needed, then `attn-diff check` over every registered backend
 //! - `test`     setup if needed, then the whole workspace's tests
 //! - `fixtures` rewrite the golden fixtures (refused under CI)
@@ -10,6 +11,7 @@
 mod bot;
 mod libtorch;
 mod lint;
+mod python;
 
 use std::process::{Command, ExitCode};
 
@@ -17,7 +19,7 @@ fn usage() -> ExitCode {
     eprintln!(
         "usage: cargo xtask <task> [args]\n\n\
          tasks:\n  \
-         setup            assemble libtorch {} (CPU) and link it as .libtorch\n  \
+         setup            assemble libtorch {} (CPU) and the adapters' Python packages\n  \
          check [ARGS]     set up, then run `attn-diff check ARGS` over every backend\n  \
          test [ARGS]      set up, then run the workspace's tests (`cargo test ARGS`)\n  \
          fixtures         rewrite fixtures/golden from the oracle (not under CI)\n  \
@@ -33,8 +35,30 @@ fn cargo_command() -> Command {
     Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
 }
 
+/// Everything the README's commands need: libtorch for tch, and the Python environment whose
+/// `bin` goes first on PATH for the commands xtask runs (so tests and adapters find numpy
+/// without anyone activating anything). Returns that PATH.
+fn setup() -> Result<std::ffi::OsString, String> {
+    libtorch::setup()?;
+    let env = python::setup()?;
+    Ok(python::path_with(&env))
+}
+
 fn cargo(args: &[&str], extra: &[String]) -> Result<(), String> {
-    let status = cargo_command()
+    cargo_with_path(args, extra, None)
+}
+
+/// `cargo ARGS EXTRA` in the repo root, with PATH replaced when `path` is given.
+fn cargo_with_path(
+    args: &[&str],
+    extra: &[String],
+    path: Option<&std::ffi::OsStr>,
+) -> Result<(), String> {
+    let mut command = cargo_command();
+    if let Some(path) = path {
+        command.env("PATH", path);
+    }
+    let status = command
         .args(args)
         .args(extra)
         .current_dir(libtorch::repo_root())
@@ -54,10 +78,10 @@ fn run() -> Result<(), String> {
     };
     let rest = &args[1..];
     match task.as_str() {
-        "setup" => libtorch::setup().map(|_| ()),
+        "setup" => setup().map(|_| ()),
         "check" => {
-            libtorch::setup()?;
-            cargo(
+            let path = setup()?;
+            cargo_with_path(
                 &[
                     "run",
                     "--package",
@@ -68,11 +92,12 @@ fn run() -> Result<(), String> {
                     "check",
                 ],
                 rest,
+                Some(&path),
             )
         }
         "test" => {
-            libtorch::setup()?;
-            cargo(&["test", "--workspace", "--all-features"], rest)
+            let path = setup()?;
+            cargo_with_path(&["test", "--workspace", "--all-features"], rest, Some(&path))
         }
         "bot" => bot::run(rest),
         "lint" => lint::run(rest),

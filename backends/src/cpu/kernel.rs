@@ -11,10 +11,12 @@
 
 use super::elem::KvElem;
 use super::layout::Geometry;
+use super::mask::visible_keys;
+use super::partial::Partial;
+use super::rounding::{bf16_bits, round_to};
 use super::scheduler::Task;
 use super::simd::{Ops, PvArgs, QkArgs, QkBf16Args};
-use attn_reference::{AttentionConfig, AttentionKind, DType};
-use half::{f16, slice::HalfFloatSliceExt};
+use attn_reference::{AttentionConfig, DType};
 use std::mem::{ManuallyDrop, MaybeUninit};
 use std::ops::Range;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -80,22 +82,6 @@ impl KvSource {
             KvSource::Memory => (PREFETCH_BYTES / chunk_bytes.max(1)).clamp(1, 8),
         }
     }
-}
-
-/// The keys the query at position `p` may see, as a half-open range.
-pub fn visible_keys(
-    kind: AttentionKind,
-    window: Option<usize>,
-    p: usize,
-    seq_len: usize,
-) -> Range<usize> {
-    let lo = window.map_or(0, |w| (p + 1).saturating_sub(w));
-    let hi = match (kind, window) {
-        (AttentionKind::Decoder, _) => p + 1,
-        (AttentionKind::EncoderOnly, None) => seq_len,
-        (AttentionKind::EncoderOnly, Some(w)) => (p + w).min(seq_len),
-    };
-    lo..hi.max(lo)
 }
 
 /// Everything an item reads, shared by all threads of a call.
@@ -320,41 +306,6 @@ impl Scratch {
     }
 }
 
-/// One split's unnormalised result: output rows, running maxima, running sums.
-#[derive(Clone, Copy)]
-pub struct Partial<'a> {
-    pub o: &'a [f32],
-    pub m: &'a [f32],
-    pub l: &'a [f32],
-}
-
-impl<'a> Partial<'a> {
-    /// Floats a partial of `rows` rows takes in a staging piece.
-    pub fn staged_len(rows: usize, d: usize) -> usize {
-        rows * (d + 2)
-    }
-
-    /// Read back a partial stored by [`Partial::store`].
-    pub fn from_staging(piece: &'a [f32], rows: usize, d: usize) -> Self {
-        let (o, rest) = piece.split_at(rows * d);
-        let (m, l) = rest.split_at(rows);
-        Partial {
-            o,
-            m,
-            l: &l[..rows],
-        }
-    }
-
-    /// Keep this partial in `piece` for the task's merge.
-    pub fn store(&self, piece: &mut [f32]) {
-        let rows = self.m.len();
-        let (o, rest) = piece.split_at_mut(self.o.len());
-        o.copy_from_slice(self.o);
-        rest[..rows].copy_from_slice(self.m);
-        rest[rows..2 * rows].copy_from_slice(self.l);
-    }
-}
-
 /// `pairs[p] = bf16(x[2p]) | bf16(x[2p + 1]) << 16`, rounded to nearest even (inputs are
 /// finite: validation rejects NaN); an odd tail pairs with zero. Branch-free so it vectorises.
 fn pack_bf16_pairs(x: &[f32], pairs: &mut [u32]) {
@@ -365,15 +316,6 @@ fn pack_bf16_pairs(x: &[f32], pairs: &mut [u32]) {
     if let (Some(&last), Some(pair)) = (tail.first(), pairs.get_mut(even.len() / 2)) {
         *pair = bf16_bits(last);
     }
-}
-
-/// The bf16 nearest to `v` (ties to even), as its 16 bits: bf16 keeps the top 16 bits of
-/// an f32, and adding 0x7fff plus the kept lsb first rounds. Inputs are finite (validation
-/// rejects NaN), so no NaN payload can be disturbed.
-#[inline(always)]
-fn bf16_bits(v: f32) -> u32 {
-    let b = v.to_bits();
-    b.wrapping_add(0x7fff + ((b >> 16) & 1)) >> 16
 }
 
 /// The output of a call (`[num_tokens, num_heads, head_size]`), written row by row from many
@@ -519,55 +461,10 @@ pub unsafe fn finalize_task<T>(
     output.count_written(task.rows);
 }
 
-/// Round every value to the nearest value of `dtype` (ties to even), in place.
-pub fn round_to(dtype: DType, x: &mut [f32]) {
-    match dtype {
-        DType::F32 => {}
-        DType::Bf16 => x
-            .iter_mut()
-            .for_each(|v| *v = f32::from_bits(bf16_bits(*v) << 16)),
-        DType::F16 => {
-            let mut buf = [f16::ZERO; 64];
-            for chunk in x.chunks_mut(64) {
-                let h = &mut buf[..chunk.len()];
-                h.convert_from_f32_slice(chunk);
-                h.convert_to_f32_slice(chunk);
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use half::bf16;
-
-    #[test]
-    fn visibility_follows_both_window_conventions() {
-        use AttentionKind::*;
-        assert_eq!(visible_keys(Decoder, None, 5, 10), 0..6);
-        assert_eq!(visible_keys(Decoder, Some(1), 5, 10), 5..6);
-        assert_eq!(visible_keys(Decoder, Some(3), 5, 10), 3..6);
-        assert_eq!(visible_keys(Decoder, Some(100), 5, 10), 0..6);
-        assert_eq!(visible_keys(EncoderOnly, None, 5, 10), 0..10);
-        assert_eq!(visible_keys(EncoderOnly, Some(2), 5, 10), 4..7);
-        assert_eq!(visible_keys(EncoderOnly, Some(3), 9, 10), 7..10);
-    }
-
-    #[test]
-    fn rounding_matches_the_dtype() {
-        let xs: Vec<f32> = (0..2000)
-            .map(|i| ((i as f32) * 0.37).sin() * 10f32.powi(i % 7 - 3))
-            .chain([0.0, -0.0, 65504.0, 1e-8])
-            .collect();
-        for dtype in DType::ALL {
-            let mut ours = xs.clone();
-            round_to(dtype, &mut ours);
-            for (&x, &y) in xs.iter().zip(&ours) {
-                assert_eq!(y.to_bits(), dtype.round(x).to_bits(), "{dtype} {x}");
-            }
-        }
-    }
 
     #[test]
     fn output_rows_come_back_in_place_and_a_missing_row_is_refused() {

@@ -14,7 +14,10 @@ mod claims;
 mod elem;
 pub mod kernel;
 pub mod layout;
+mod mask;
+mod partial;
 mod pool;
+mod rounding;
 pub mod scheduler;
 pub mod simd;
 
@@ -22,7 +25,7 @@ use crate::{
     cache_as, cache_as_mut, Backend, BackendError, CacheLayout, KvCache, KvWrite, StepInputs,
     Unsupported,
 };
-use attn_reference::AttentionConfig;
+use attn_reference::{AttentionConfig, Feature};
 use elem::KvElem;
 use kernel::{KvSource, Problem, Scratch};
 use layout::{CpuKvCache, Geometry, KvData};
@@ -122,9 +125,9 @@ impl CpuBackend {
             SimdChoice::Auto => SimdLevel::best(),
             SimdChoice::Force(level) if level.is_available() => level,
             SimdChoice::Force(level) => {
-                return Err(
-                    Unsupported::new(format!("this CPU cannot run the {level} kernels")).into(),
-                );
+                return Err(Unsupported::new(Feature::Host, "lacks the instruction set")
+                    .value(level)
+                    .into());
             }
         };
         Ok(Self::with(settings, threads, level))
@@ -258,7 +261,7 @@ impl CpuBackend {
         step: &StepInputs<'_>,
     ) -> Result<Vec<f32>, BackendError> {
         let ops = Ops::<T>::for_level(self.level).ok_or_else(|| {
-            Unsupported::new(format!("this CPU cannot run the {} kernels", self.level))
+            Unsupported::new(Feature::Host, "lacks the instruction set").value(self.level)
         })?;
         let sched = scheduler::plan(
             config,
@@ -346,7 +349,7 @@ impl CpuBackend {
                     let guards: Vec<_> = (first..first + task.splits).map(lock).collect();
                     let parts: Vec<_> = guards
                         .iter()
-                        .map(|g| kernel::Partial::from_staging(g, task.rows, d))
+                        .map(|g| partial::Partial::from_staging(g, task.rows, d))
                         .collect();
                     // SAFETY: the counter reaches 0 once per task, so it is finalised once.
                     unsafe { kernel::finalize_task(config, task, &parts, &output, &mut row, &ops) };
@@ -409,25 +412,27 @@ impl Backend for CpuBackend {
     fn supports(&self, config: &AttentionConfig) -> Result<(), Unsupported> {
         let (hq, hkv) = (config.num_heads, config.num_kv_heads);
         if hq == 0 || hkv == 0 || hq % hkv != 0 {
-            return Err(Unsupported::new(format!(
-                "{hq} query heads cannot share {hkv} kv heads evenly"
-            )));
+            return Err(
+                Unsupported::new(Feature::HeadLayout, "query heads not a multiple of kv heads")
+                    .value(format!("{hq}/{hkv}")),
+            );
         }
         if config.head_size == 0 || config.block_size == 0 {
             return Err(Unsupported::new(
-                "head size and block size must be at least 1",
+                Feature::HeadSize,
+                "and block size must be at least 1",
             ));
         }
-        for (name, v) in [
-            ("alibi_slopes", &config.alibi_slopes),
-            ("sinks", &config.sinks),
+        for (feature, v) in [
+            (Feature::Alibi, &config.alibi_slopes),
+            (Feature::Sinks, &config.sinks),
         ] {
             if let Some(v) = v {
                 if v.len() != hq {
-                    return Err(Unsupported::new(format!(
-                        "{name} has {} entries for {hq} query heads",
-                        v.len()
-                    )));
+                    return Err(
+                        Unsupported::new(feature, "needs one entry per query head")
+                            .value(format!("{} for {hq}", v.len())),
+                    );
                 }
             }
         }

@@ -9,7 +9,8 @@
 //! dominated by KV length) and dealt to the threads ahead of time (`claims`).
 
 use super::claims::deal;
-use super::kernel::{visible_keys, Partial};
+use super::mask::visible_keys;
+use super::partial::Partial;
 use super::SplitKv;
 use attn_reference::AttentionConfig;
 use std::ops::Range;

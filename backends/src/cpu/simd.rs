@@ -237,7 +237,7 @@ impl<T> PvArgs<'_, T> {
 /// The portable `normalize`, for levels without their own.
 pub fn normalize_scalar(src: &[f32], a: f32, dtype: DType, dst: &mut [f32]) {
     dst.iter_mut().zip(src).for_each(|(y, &x)| *y = x * a);
-    super::kernel::round_to(dtype, dst);
+    super::rounding::round_to(dtype, dst);
 }
 
 /// The kernels of one SIMD level for one element type.

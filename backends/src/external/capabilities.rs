@@ -3,45 +3,8 @@
 //! still decline per case with an `unsupported` reply.
 
 use crate::Unsupported;
-use attn_reference::{AttentionConfig, AttentionKind, DType};
+use attn_reference::{AttentionConfig, AttentionKind, DType, Feature};
 use serde::{Deserialize, Serialize};
-
-/// An optional attention feature an adapter may or may not implement.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Feature {
-    SlidingWindow,
-    LogitsSoftCap,
-    Alibi,
-    Sinks,
-}
-
-impl Feature {
-    pub const ALL: [Feature; 4] = [
-        Feature::SlidingWindow,
-        Feature::LogitsSoftCap,
-        Feature::Alibi,
-        Feature::Sinks,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Feature::SlidingWindow => "sliding_window",
-            Feature::LogitsSoftCap => "logits_soft_cap",
-            Feature::Alibi => "alibi",
-            Feature::Sinks => "sinks",
-        }
-    }
-
-    fn used_by(self, c: &AttentionConfig) -> bool {
-        match self {
-            Feature::SlidingWindow => c.sliding_window.is_some(),
-            Feature::LogitsSoftCap => c.logits_soft_cap.is_some(),
-            Feature::Alibi => c.alibi_slopes.is_some(),
-            Feature::Sinks => c.sinks.is_some(),
-        }
-    }
-}
 
 /// Each field left out (or `null`) means "no restriction".
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -57,7 +20,8 @@ pub struct Capabilities {
     pub block_size_multiple_of: Option<usize>,
     #[serde(default)]
     pub kinds: Option<Vec<AttentionKind>>,
-    /// The optional features implemented; a config using any other one is unsupported.
+    /// The optional features implemented (names of [`Feature::OPTIONAL`]); a config using any
+    /// other one is unsupported. Encoder-only attention is declared by `kinds` instead.
     #[serde(default)]
     pub features: Option<Vec<Feature>>,
 }
@@ -73,50 +37,49 @@ impl Capabilities {
     pub fn check(&self, c: &AttentionConfig) -> Result<(), Unsupported> {
         if let Some(d) = &self.dtypes {
             if !d.contains(&c.dtype) {
-                return Err(Unsupported::new(format!(
-                    "dtype {} (supports {})",
-                    c.dtype,
-                    list(d)
-                )));
+                return Err(
+                    Unsupported::new(Feature::Dtype, format!("other than {}", list(d)))
+                        .value(c.dtype),
+                );
             }
         }
         if let Some(h) = &self.head_sizes {
             if !h.contains(&c.head_size) {
-                return Err(Unsupported::new(format!(
-                    "head size {} (supports {})",
-                    c.head_size,
-                    list(h)
-                )));
+                return Err(
+                    Unsupported::new(Feature::HeadSize, format!("other than {}", list(h)))
+                        .value(c.head_size),
+                );
             }
         }
         if let Some(b) = &self.block_sizes {
             if !b.contains(&c.block_size) {
-                return Err(Unsupported::new(format!(
-                    "block size {} (supports {})",
-                    c.block_size,
-                    list(b)
-                )));
+                return Err(
+                    Unsupported::new(Feature::BlockSize, format!("other than {}", list(b)))
+                        .value(c.block_size),
+                );
             }
         }
         if let Some(m) = self.block_size_multiple_of {
             if m > 0 && !c.block_size.is_multiple_of(m) {
-                return Err(Unsupported::new(format!(
-                    "block size {} is not a multiple of {m}",
-                    c.block_size
-                )));
+                return Err(Unsupported::new(
+                    Feature::BlockSize,
+                    format!("not a multiple of {m}"),
+                )
+                .value(c.block_size));
             }
         }
         if let Some(k) = &self.kinds {
             if !k.contains(&c.kind) {
-                return Err(Unsupported::new(format!("{} attention", c.kind)));
+                return Err(Unsupported::new(Feature::EncoderOnly, ""));
             }
         }
         if let Some(f) = &self.features {
-            if let Some(missing) = Feature::ALL
+            if let Some(missing) = Feature::OPTIONAL
                 .into_iter()
+                .filter(|x| *x != Feature::EncoderOnly)
                 .find(|x| x.used_by(c) && !f.contains(x))
             {
-                return Err(Unsupported::new(missing.name().replace('_', " ")));
+                return Err(Unsupported::new(missing, ""));
             }
         }
         Ok(())
@@ -141,31 +104,33 @@ mod tests {
             ..ok.clone()
         };
         assert_eq!(
-            caps.check(&f16).unwrap_err().reason,
-            "dtype f16 (supports bf16, f32)"
+            caps.check(&f16).unwrap_err().to_string(),
+            "dtype f16: other than bf16, f32"
         );
         let hs = AttentionConfig {
             head_size: 3,
             ..ok.clone()
         };
         assert_eq!(
-            caps.check(&hs).unwrap_err().reason,
-            "head size 3 (supports 64, 128)"
+            caps.check(&hs).unwrap_err().to_string(),
+            "head size 3: other than 64, 128"
         );
         let bs = AttentionConfig {
             block_size: 3,
             ..ok.clone()
         };
-        assert!(caps
-            .check(&bs)
-            .unwrap_err()
-            .reason
-            .contains("multiple of 16"));
+        assert_eq!(
+            caps.check(&bs).unwrap_err().reason(),
+            "block size not a multiple of 16"
+        );
         let cap = AttentionConfig {
             logits_soft_cap: Some(5.0),
             ..ok
         };
-        assert_eq!(caps.check(&cap).unwrap_err().reason, "logits soft cap");
+        assert_eq!(
+            caps.check(&cap).unwrap_err(),
+            Unsupported::new(Feature::LogitsSoftCap, "")
+        );
         assert_eq!(Capabilities::default().check(&cap), Ok(()));
     }
 

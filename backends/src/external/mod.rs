@@ -16,7 +16,8 @@ mod protocol;
 mod spec;
 mod stderr_tail;
 
-pub use capabilities::{Capabilities, Feature};
+pub use capabilities::Capabilities;
+pub use attn_reference::Feature;
 pub use protocol::{Hello, ProtocolError, PROTOCOL, PROTOCOL_VERSION};
 pub use spec::{AdapterSpec, DEFAULT_STARTUP_TIMEOUT, DEFAULT_TIMEOUT};
 
@@ -234,7 +235,9 @@ impl ExternalBackend {
                         st.last_kernel = kernel_seconds.map(Duration::from_secs_f64);
                         Ok(values)
                     }
-                    Reply::Unsupported(reason) => Err(Unsupported::new(reason).into()),
+                    Reply::Unsupported(reason) => {
+                        Err(Unsupported::new(Feature::Other, reason).into())
+                    }
                     Reply::Error(message) => Err(BackendError::Failed {
                         backend: self.name.clone(),
                         message,

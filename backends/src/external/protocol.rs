@@ -160,18 +160,10 @@ pub fn parse_hello(bytes: &[u8]) -> Result<Hello, ProtocolError> {
     })
 }
 
+use attn_reference::bytes::{encode_i32 as i32_bytes, encode_i64 as i64_bytes};
+
 fn f32_bytes(v: &[f32]) -> Vec<u8> {
-    v.iter().flat_map(|x| x.to_le_bytes()).collect()
-}
-
-fn i32_bytes(v: impl IntoIterator<Item = usize>) -> Vec<u8> {
-    v.into_iter()
-        .flat_map(|x| (x as i32).to_le_bytes())
-        .collect()
-}
-
-fn i64_bytes(v: &[i64]) -> Vec<u8> {
-    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+    attn_reference::bytes::encode_values(attn_reference::DType::F32, v)
 }
 
 /// One whole case: the cache's writes in order, then the step.
@@ -255,23 +247,13 @@ pub fn case_request(
 }
 
 fn decode_output(dtype: Dtype, bytes: &[u8]) -> Option<Vec<f32>> {
+    use attn_reference::bytes::{decode_f64_as_f32, decode_values};
+    use attn_reference::DType;
     Some(match dtype {
-        Dtype::F32 => bytes
-            .chunks_exact(4)
-            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-            .collect(),
-        Dtype::F64 => bytes
-            .chunks_exact(8)
-            .map(|c| f64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]) as f32)
-            .collect(),
-        Dtype::F16 => bytes
-            .chunks_exact(2)
-            .map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32())
-            .collect(),
-        Dtype::BF16 => bytes
-            .chunks_exact(2)
-            .map(|c| half::bf16::from_le_bytes([c[0], c[1]]).to_f32())
-            .collect(),
+        Dtype::F32 => decode_values(DType::F32, bytes),
+        Dtype::F64 => decode_f64_as_f32(bytes),
+        Dtype::F16 => decode_values(DType::F16, bytes),
+        Dtype::BF16 => decode_values(DType::Bf16, bytes),
         _ => return None,
     })
 }

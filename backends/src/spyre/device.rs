@@ -10,6 +10,7 @@ use super::mask::{alibi_distance, hidden, per_head, LogitShaping};
 use super::plan::{Group, GroupIndex};
 use super::tensors::{in_place, CPU};
 use crate::Unsupported;
+use attn_reference::Feature;
 use attn_reference::{AttentionConfig, DType};
 use tch::{Kind, TchError, Tensor};
 
@@ -23,16 +24,14 @@ const HEAD_MULTIPLE: usize = 64;
 
 pub(crate) fn supports(c: &AttentionConfig) -> Result<(), Unsupported> {
     if c.dtype != DType::F16 {
-        return Err(Unsupported::new(format!(
-            "spyre-device computes in fp16 only, not {}",
-            c.dtype
-        )));
+        return Err(Unsupported::new(Feature::Dtype, "other than fp16 (the device computes in fp16 only)").value(c.dtype));
     }
     if !c.head_size.is_multiple_of(HEAD_MULTIPLE) {
-        return Err(Unsupported::new(format!(
-            "spyre-device needs a head size that is a multiple of {HEAD_MULTIPLE}, not {}",
-            c.head_size
-        )));
+        return Err(Unsupported::new(
+            Feature::HeadSize,
+            format!("not a multiple of {HEAD_MULTIPLE}"),
+        )
+        .value(c.head_size));
     }
     Ok(())
 }

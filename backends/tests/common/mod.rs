@@ -1,16 +1,8 @@
-//! What the backend tests share: the tolerance and the comparison with the oracle.
-//! (The harness has its own, richer comparison; these tests must not depend on it.)
+//! What the backend-specific tests share: a comparison with the oracle that names the first
+//! mismatches, under the case's `attn_reference::Tolerance` (the harness's own). The topics
+//! every backend shares are in the harness's conformance suite (`harness/tests/conformance.rs`).
 
-use attn_reference::{Case, DType};
-
-/// `|actual - expected| <= atol + rtol * |expected|`, per dtype (the harness's per-dtype values).
-pub fn tolerance(dtype: DType) -> (f64, f64) {
-    match dtype {
-        DType::F32 => (1e-5, 1e-5),
-        DType::Bf16 => (1e-2, 1e-2),
-        DType::F16 => (2e-3, 2e-3),
-    }
-}
+use attn_reference::{Case, Tolerance};
 
 /// Compare the real rows of `actual` with `expected`; every value of `actual` (padding rows
 /// too) must be finite. On failure, a report of the first mismatches with their position.
@@ -25,12 +17,12 @@ pub fn compare(case: &Case, actual: &[f32], expected: &[f64]) -> Result<(), Stri
             i % d
         ));
     }
-    let (atol, rtol) = tolerance(case.config.dtype);
+    let tol = Tolerance::for_case(case);
     let mut bad = Vec::new();
     let mut count = 0usize;
     for (i, (&a, &e)) in actual.iter().zip(expected).enumerate() {
         let diff = (a as f64 - e).abs();
-        if diff > atol + rtol * e.abs() {
+        if !tol.accepts(a as f64, e) {
             count += 1;
             if bad.len() < 5 {
                 bad.push(format!(
@@ -47,8 +39,10 @@ pub fn compare(case: &Case, actual: &[f32], expected: &[f64]) -> Result<(), Stri
         Ok(())
     } else {
         Err(format!(
-            "{count} of {} values outside atol {atol:e} + rtol {rtol:e}:\n{}",
+            "{count} of {} values outside atol {:e}, rtol {:e}:\n{}",
             expected.len(),
+            tol.atol,
+            tol.rtol,
             bad.join("\n")
         ))
     }

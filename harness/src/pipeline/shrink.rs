@@ -108,11 +108,14 @@ fn candidates(r: &CaseRecipe) -> Vec<CaseRecipe> {
             })
         });
     }
-    push(&|c| c.soft_cap = None);
-    push(&|c| c.alibi = false);
-    push(&|c| c.sinks = false);
+    // Every optional feature off, one at a time.
+    for off in attn_reference::Feature::OPTIONAL
+        .into_iter()
+        .filter_map(|f| r.without(f))
+    {
+        push(&|c| *c = off.clone());
+    }
     if let Some(w) = r.window {
-        push(&|c| c.window = None);
         for new_w in [1, w / 2, w - 1] {
             push(&|c| c.window = Some(new_w.max(1)));
         }

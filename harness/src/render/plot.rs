@@ -6,7 +6,7 @@ use plotters::style::{register_font, FontStyle};
 use std::path::Path;
 use std::sync::Once;
 
-const FONT: &[u8] = include_bytes!("../assets/DejaVuSansMono.ttf");
+const FONT: &[u8] = include_bytes!("../../assets/DejaVuSansMono.ttf");
 
 fn init_font() {
     static ONCE: Once = Once::new();

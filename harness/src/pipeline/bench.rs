@@ -7,7 +7,7 @@
 use crate::compare::{compare, Tolerance};
 use attn_backends::{prepare_cache, step_inputs, Backend, BackendError, CacheEvictor, KvCache};
 use attn_reference::{build_spec_case, reference_output, AttentionConfig, BatchSpec};
-use serde::Serialize;
+pub use attn_results::{BenchRow, BenchStatus, BenchSummary};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -22,40 +22,17 @@ pub struct BenchOptions {
     pub seed: u64,
     /// Evict the caches before every timed call ([`CacheEvictor`]).
     pub cold: bool,
+    /// Told what is being timed, for a progress display.
+    pub on_event: Option<Box<dyn Fn(BenchEvent<'_>) + Send>>,
 }
 
-#[derive(Clone, Debug, Serialize)]
-pub struct BenchRow {
-    pub backend: String,
-    pub spec: String,
-    /// `ok`, `WRONG (…)`, `unsupported: …` or `error: …`.
-    pub status: String,
-    pub median_ms: f64,
-    pub min_ms: f64,
-    pub tokens_per_s: f64,
-    /// KV bytes the call must read (every visible K and V once) per second of median time.
-    pub kv_gb_per_s: f64,
-    /// `kv_gb_per_s` over the measured read bandwidth (decode specs are bandwidth-bound).
-    pub fraction_of_bandwidth: f64,
-    /// Peak resident memory added by one call, MiB.
-    pub peak_extra_mib: f64,
-    /// median / baseline's median on the same spec.
-    pub ratio_to_baseline: Option<f64>,
-}
-
-#[derive(Clone, Debug, Serialize)]
-pub struct BenchSummary {
-    pub threads: usize,
-    pub reps: usize,
-    /// Caches evicted before every timed call.
-    pub cold: bool,
-    pub dtype: String,
-    pub heads: (usize, usize),
-    pub head_size: usize,
-    pub block_size: usize,
-    pub read_bandwidth_gb_per_s: f64,
-    pub baseline: Option<String>,
-    pub rows: Vec<BenchRow>,
+/// What `run_bench` is doing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BenchEvent<'a> {
+    /// The backends' calls on `spec` are being checked and timed (interleaved).
+    Spec { spec: &'a str },
+    /// `backend` is done with `spec`.
+    Done { spec: &'a str, backend: &'a str },
 }
 
 /// Best-of-3 streaming read bandwidth over a 1 GiB buffer with `threads` threads, GB/s.
@@ -114,7 +91,7 @@ struct Prepared {
     backend: Arc<dyn Backend>,
     cache: KvCache,
     times: Vec<Duration>,
-    status: String,
+    status: BenchStatus,
     peak: f64,
 }
 
@@ -131,7 +108,13 @@ pub fn run_bench(opts: &BenchOptions) -> BenchSummary {
     let bandwidth = measure_read_bandwidth(opts.threads);
     let mut evictor = opts.cold.then(CacheEvictor::new);
     let mut rows = Vec::new();
+    let tell = |e: BenchEvent<'_>| {
+        if let Some(f) = &opts.on_event {
+            f(e)
+        }
+    };
     for spec in &opts.specs {
+        tell(BenchEvent::Spec { spec: spec.name });
         let case = build_spec_case(spec, opts.config.clone(), opts.seed);
         let expected = reference_output(&case);
         let tol = Tolerance::for_case(&case);
@@ -145,27 +128,29 @@ pub fn run_bench(opts: &BenchOptions) -> BenchSummary {
                     backend: b.clone(),
                     cache,
                     times: Vec::new(),
-                    status: "ok".into(),
+                    status: BenchStatus::Ok,
                     peak: f64::NAN,
                 },
                 Err(BackendError::Unsupported(u)) => Prepared {
                     backend: b.clone(),
                     cache: Box::new(()),
                     times: Vec::new(),
-                    status: format!("unsupported: {u}"),
+                    status: BenchStatus::Unsupported { reason: u },
                     peak: f64::NAN,
                 },
                 Err(e) => Prepared {
                     backend: b.clone(),
                     cache: Box::new(()),
                     times: Vec::new(),
-                    status: format!("error: {e}"),
+                    status: BenchStatus::Error {
+                        message: e.to_string(),
+                    },
                     peak: f64::NAN,
                 },
             })
             .collect();
         // Warm-up call: correctness against the oracle and the memory high-water mark.
-        for p in prepared.iter_mut().filter(|p| p.status == "ok") {
+        for p in prepared.iter_mut().filter(|p| p.status == BenchStatus::Ok) {
             let mut result = None;
             let peak = peak_extra_bytes(|| {
                 result = Some(p.backend.forward(&case.config, &p.cache, &step))
@@ -181,22 +166,27 @@ pub fn run_bench(opts: &BenchOptions) -> BenchSummary {
                         tol,
                     );
                     if !cmp.passed() {
-                        p.status = format!(
-                            "WRONG ({} values off, max abs err {:.2e})",
-                            cmp.mismatch_count, cmp.max_abs_err
-                        );
+                        p.status = BenchStatus::Wrong {
+                            mismatches: cmp.mismatch_count,
+                            max_abs_err: cmp.max_abs_err,
+                        };
                     }
                 }
-                Some(Err(e)) => p.status = format!("error: {e}"),
-                None => p.status = "error: no result".into(),
+                Some(Err(e)) => {
+                    p.status = BenchStatus::Error {
+                        message: e.to_string(),
+                    }
+                }
+                None => {
+                    p.status = BenchStatus::Error {
+                        message: "no result".into(),
+                    }
+                }
             }
         }
         // Timed calls, interleaved across backends.
         for _ in 0..opts.reps {
-            for p in prepared
-                .iter_mut()
-                .filter(|p| p.status == "ok" || p.status.starts_with("WRONG"))
-            {
+            for p in prepared.iter_mut().filter(|p| p.status.is_timed()) {
                 if let Some(e) = evictor.as_mut() {
                     e.evict();
                 }
@@ -255,9 +245,16 @@ pub fn run_bench(opts: &BenchOptions) -> BenchSummary {
                     (base.is_finite() && r.median_ms.is_finite()).then(|| r.median_ms / base);
             }
         }
+        for r in &spec_rows {
+            tell(BenchEvent::Done {
+                spec: spec.name,
+                backend: &r.backend,
+            });
+        }
         rows.extend(spec_rows);
     }
     BenchSummary {
+        schema_version: attn_results::SCHEMA_VERSION,
         threads: opts.threads,
         reps: opts.reps,
         cold: opts.cold,
@@ -271,115 +268,3 @@ pub fn run_bench(opts: &BenchOptions) -> BenchSummary {
     }
 }
 
-fn num(x: f64, digits: usize) -> String {
-    if x.is_finite() {
-        format!("{x:.digits$}")
-    } else {
-        "-".into()
-    }
-}
-
-const HEADER: [&str; 10] = [
-    "backend",
-    "spec",
-    "median ms",
-    "min ms",
-    "tokens/s",
-    "KV GB/s",
-    "of bandwidth",
-    "peak extra MiB",
-    "vs baseline",
-    "status",
-];
-
-fn table_rows(s: &BenchSummary) -> Vec<Vec<String>> {
-    s.rows
-        .iter()
-        .map(|r| {
-            vec![
-                r.backend.clone(),
-                r.spec.clone(),
-                num(r.median_ms, 3),
-                num(r.min_ms, 3),
-                num(r.tokens_per_s, 0),
-                num(r.kv_gb_per_s, 1),
-                if r.fraction_of_bandwidth.is_finite() {
-                    format!("{:.0}%", 100.0 * r.fraction_of_bandwidth)
-                } else {
-                    "-".into()
-                },
-                num(r.peak_extra_mib, 1),
-                r.ratio_to_baseline
-                    .map_or("-".into(), |x| format!("{x:.2}x")),
-                r.status.clone(),
-            ]
-        })
-        .collect()
-}
-
-fn headline(s: &BenchSummary) -> String {
-    format!(
-        "attn-diff bench: {} heads {}/{}, head size {}, block size {}, {} thread(s), median of {} reps{}; measured read bandwidth {:.1} GB/s",
-        s.dtype,
-        s.heads.0,
-        s.heads.1,
-        s.head_size,
-        s.block_size,
-        s.threads,
-        s.reps,
-        if s.cold { ", caches evicted before each call" } else { "" },
-        s.read_bandwidth_gb_per_s
-    )
-}
-
-pub fn render_text(s: &BenchSummary) -> String {
-    format!(
-        "{}\n{}",
-        headline(s),
-        crate::table::text(&HEADER, &table_rows(s))
-    )
-}
-
-pub fn render_markdown(s: &BenchSummary) -> String {
-    format!(
-        "{}\n\n{}",
-        headline(s),
-        crate::table::markdown(&HEADER, &table_rows(s))
-    )
-}
-
-/// Bar chart of median time per spec per backend (log scale).
-pub fn plot(s: &BenchSummary, path: &std::path::Path) -> Result<(), String> {
-    let mut specs: Vec<String> = Vec::new();
-    let mut backends: Vec<String> = Vec::new();
-    for r in &s.rows {
-        if !specs.contains(&r.spec) {
-            specs.push(r.spec.clone());
-        }
-        if !backends.contains(&r.backend) {
-            backends.push(r.backend.clone());
-        }
-    }
-    let series: Vec<(String, Vec<f64>)> = backends
-        .iter()
-        .map(|b| {
-            (
-                b.clone(),
-                specs
-                    .iter()
-                    .map(|sp| {
-                        s.rows
-                            .iter()
-                            .find(|r| &r.backend == b && &r.spec == sp && r.status == "ok")
-                            .map_or(f64::NAN, |r| r.median_ms)
-                    })
-                    .collect(),
-            )
-        })
-        .collect();
-    let title = format!(
-        "median time of one call, {} {}/{} d{} bs{}, {} thread(s)",
-        s.dtype, s.heads.0, s.heads.1, s.head_size, s.block_size, s.threads
-    );
-    crate::plot::bar_chart(path, &title, "ms (log scale)", &specs, &series)
-}

@@ -1,112 +1,16 @@
-//! Comparing a backend's output with the oracle's, with a tolerance chosen per dtype.
-//!
-//! An element passes by approx's `relative_eq`: `|actual - expected| <= atol`, or
-//! `<= rtol * max(|actual|, |expected|)` (an absolute floor near zero, relative above). Every real
-//! row is compared; NaN or Inf anywhere in a real row is a divergence whatever the tolerance.
-//!
-//! ## Why these numbers
-//! Inputs are exact in the dtype and the oracle works in f64, so a correct backend's error is
-//! its output rounding (half an ulp: 2^-9 relative in bf16, 2^-12 in f16, 2^-24 in f32) plus
-//! f32 accumulation over at most a few thousand keys, plus, for backends that round softmax
-//! probabilities to the dtype before P·V, about one rounding of `max|v|`. The tolerance sits
-//! above that: bf16 1e-2 (five times its 2^-9 rounding), f16 2e-3 (four times 2^-11), f32 1e-5.
-//! A single-key window off-by-one on a short sequence (n <= 8 keys, inputs ~N(0,1)) moves an
-//! output by about `(v_extra - mean_v) / (n + 1)`, typically 0.1 or more: ten times the bf16
-//! tolerance, so the property runner (short sequences) sees it at once. Upstream's 1e-2 on a
-//! 2047-key window moves outputs by ~5e-4 and cannot see it, which is why attn-diff explores
-//! small cases.
+//! Comparing a backend's output with the oracle's, element by element, under the case's
+//! [`Tolerance`]: how many values fail, the first and the worst, and an error map per token and
+//! head for the heat map. NaN or Inf anywhere in a real row is a divergence whatever the
+//! tolerance.
 
-use approx::RelativeEq;
-use attn_reference::DType;
 use serde::Serialize;
 
-#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
-pub struct Tolerance {
-    pub atol: f64,
-    pub rtol: f64,
-}
-
-impl Tolerance {
-    pub const fn rel_abs(rtol: f64, atol: f64) -> Self {
-        Tolerance { atol, rtol }
-    }
-
-    /// attn-diff's tolerance for outputs in `dtype` (see the module docs).
-    pub fn for_dtype(dtype: DType) -> Self {
-        match dtype {
-            DType::F32 => Tolerance::rel_abs(1e-5, 1e-5),
-            DType::Bf16 => Tolerance::rel_abs(1e-2, 1e-2),
-            DType::F16 => Tolerance::rel_abs(2e-3, 2e-3),
-        }
-    }
-
-    /// attn-diff's tolerance for a case: the dtype's, widened by the case's conditioning.
-    ///
-    /// Backends compute logits in f32; an f32 logit carries an error of about
-    /// `eps_f32 * |logit|`, and softmax turns a logit error `δ` into an output error of about
-    /// `δ * max|v|`. With logits in the hundreds (large inputs) that exceeds the f32
-    /// tolerance although nothing is wrong, so the absolute tolerance grows by
-    /// `16 * eps_f32 * L * V`, with `L = scale * max‖q‖ * max‖k‖` bounding |logit| and
-    /// `V = max|v|`. For unit-normal inputs this term is ~1e-5 (f32 only notices); a real bug
-    /// moves outputs by O(0.1 V) and stays far outside it.
-    pub fn for_case(case: &attn_reference::Case) -> Self {
-        let base = Tolerance::for_dtype(case.config.dtype);
-        let d = case.config.head_size.max(1);
-        let max_norm = |v: &[f32]| {
-            v.chunks(d)
-                .map(|r| r.iter().map(|&x| (x as f64).powi(2)).sum::<f64>().sqrt())
-                .fold(0.0, f64::max)
-        };
-        let t = &case.tensors;
-        let q = max_norm(&t.query);
-        let k = max_norm(&t.key).max(
-            t.context_key
-                .iter()
-                .map(|c| max_norm(c))
-                .fold(0.0, f64::max),
-        );
-        let v = t
-            .value
-            .iter()
-            .chain(t.context_value.iter().flatten())
-            .fold(0.0f64, |m, &x| m.max((x as f64).abs()));
-        let logit_bound = case.config.effective_scale() * q * k;
-        let conditioning = 16.0 * (f32::EPSILON as f64 / 2.0) * logit_bound * v;
-        Tolerance {
-            atol: base.atol + conditioning,
-            rtol: base.rtol,
-        }
-    }
-
-    /// vLLM's backend test: atol = rtol = 1e-2 for every dtype.
-    pub fn upstream() -> Self {
-        Tolerance::rel_abs(
-            attn_reference::specs::UPSTREAM_TOLERANCE,
-            attn_reference::specs::UPSTREAM_TOLERANCE,
-        )
-    }
-
-    pub fn accepts(&self, actual: f64, expected: f64) -> bool {
-        actual.relative_eq(&expected, self.atol, self.rtol)
-    }
-
-    /// The largest error `accepts` allows around `expected` (ignoring the `|actual|` term).
-    pub fn allowance(&self, expected: f64) -> f64 {
-        self.atol.max(self.rtol * expected.abs())
-    }
-}
+/// The tolerance lives with the case model (`attn_reference::Tolerance`, where its reasoning
+/// is written down), so backend tests and the harness judge with the same numbers.
+pub use attn_reference::Tolerance;
 
 /// One element that failed the tolerance.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct Mismatch {
-    pub token: usize,
-    pub head: usize,
-    pub dim: usize,
-    pub expected: f64,
-    pub actual: f64,
-    pub abs_err: f64,
-    pub rel_err: f64,
-}
+pub use attn_results::Mismatch;
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Comparison {
@@ -208,6 +112,7 @@ pub fn compare(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use attn_reference::DType;
 
     #[test]
     fn within_tolerance_passes_and_beyond_fails_with_position() {

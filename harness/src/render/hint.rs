@@ -1,7 +1,6 @@
 //! A one-line guess at the bug from where the errors are: which tokens, which heads.
 
 use crate::compare::Comparison;
-use crate::report::locate;
 use attn_reference::{AttentionKind, Case};
 use std::collections::BTreeSet;
 
@@ -15,7 +14,7 @@ struct TokenFacts {
 }
 
 fn facts(case: &Case, t: usize) -> TokenFacts {
-    let (seq, pos) = locate(case, t);
+    let (seq, pos) = case.locate_token(t);
     TokenFacts {
         seq,
         pos,

@@ -7,7 +7,8 @@
 //! minimal failing case reads like a hand-written one.
 
 use attn_reference::{
-    build_case, AttentionConfig, AttentionKind, BuildOptions, Case, DType, InputRng, SharedPrefix,
+    build_case, AttentionConfig, AttentionKind, BuildOptions, Case, DType, Feature, InputRng,
+    SharedPrefix,
 };
 use proptest::prelude::*;
 use serde::{Deserialize, Serialize};
@@ -127,6 +128,21 @@ impl CaseRecipe {
             );
         }
         c
+    }
+
+    /// This recipe with the optional feature `f` turned off (a shrinking step); None when the
+    /// recipe does not use it.
+    pub fn without(&self, f: Feature) -> Option<CaseRecipe> {
+        let mut c = self.clone();
+        let used = match f {
+            Feature::EncoderOnly => std::mem::replace(&mut c.kind, AttentionKind::Decoder) != AttentionKind::Decoder,
+            Feature::SlidingWindow => c.window.take().is_some(),
+            Feature::LogitsSoftCap => c.soft_cap.take().is_some(),
+            Feature::Alibi => std::mem::take(&mut c.alibi),
+            Feature::Sinks => std::mem::take(&mut c.sinks),
+            _ => false,
+        };
+        used.then_some(c)
     }
 
     /// The sharing group actually applied: at least two sequences, decoder only.
@@ -414,6 +430,22 @@ mod tests {
             .collect();
         assert!(rs.iter().any(|r| r.kind == AttentionKind::EncoderOnly));
         assert!(rs.iter().any(|r| r.window == Some(1)));
+        // Turning a feature off in the recipe turns it off in the case, and only that one.
+        for r in &rs {
+            for f in Feature::OPTIONAL {
+                let used = f.used_by(&r.config());
+                match r.without(f) {
+                    Some(off) => {
+                        assert!(used, "{f}");
+                        assert!(!f.used_by(&off.config()), "{f}");
+                        let mut expected = r.config();
+                        f.turn_off(&mut expected);
+                        assert_eq!(off.config(), expected, "{f}");
+                    }
+                    None => assert!(!used, "{f}"),
+                }
+            }
+        }
         assert!(
             rs.iter()
                 .any(|r| r.soft_cap.is_some() && r.alibi && r.sinks)

@@ -2,60 +2,26 @@
 //! each compared with the oracle computed once per case; the first divergence of each
 //! backend is shrunk and reported.
 
+use crate::artifacts::{Artifact, HeatMap};
 use crate::compare::Tolerance;
-use crate::report::{write_replay, FailureReport};
-use crate::runner::{evaluate, DivergenceKind, Outcome};
-use crate::shrink::{shrink_fully, ShrinkBudget};
+use crate::render::report::{failure_record, FailureFiles};
+use crate::runner::{evaluate, Divergence, Outcome};
+use crate::shrink::{shrink_fully, ShrinkBudget, Shrunk};
 use crate::strategy::{recipe, CaseRecipe, StrategyLimits};
 use crate::upstream::UpstreamCase;
 use attn_backends::Backend;
 use attn_reference::{reference_output, Case, InputRng};
+use attn_results::{FailureRecord, UpstreamStatus};
 use proptest::strategy::{Strategy, ValueTree};
 use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
-use serde::Serialize;
-use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+pub use attn_results::{BackendSummary, CheckSummary, Shard, UpstreamRow};
+
 /// Property cases when neither `--cases` nor `PROPTEST_CASES` says otherwise.
 pub const DEFAULT_CASES: u32 = 500;
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-pub struct Shard {
-    pub index: usize,
-    pub count: usize,
-}
-
-impl Shard {
-    pub const ALL: Shard = Shard { index: 0, count: 1 };
-
-    pub fn owns(&self, case_index: usize) -> bool {
-        case_index % self.count == self.index
-    }
-}
-
-impl std::str::FromStr for Shard {
-    type Err = String;
-    /// `I/N` with 0 <= I < N.
-    fn from_str(s: &str) -> Result<Self, String> {
-        let (i, n) = s
-            .split_once('/')
-            .ok_or_else(|| format!("shard `{s}` must look like I/N, e.g. 0/4"))?;
-        let index: usize = i
-            .trim()
-            .parse()
-            .map_err(|_| format!("shard index `{i}` is not a number"))?;
-        let count: usize = n
-            .trim()
-            .parse()
-            .map_err(|_| format!("shard count `{n}` is not a number"))?;
-        if count == 0 || index >= count {
-            return Err(format!("shard `{s}`: need 0 <= I < N"));
-        }
-        Ok(Shard { index, count })
-    }
-}
 
 pub struct CheckOptions {
     pub backends: Vec<Arc<dyn Backend>>,
@@ -67,8 +33,32 @@ pub struct CheckOptions {
     pub upstream: Vec<UpstreamCase>,
     pub out_dir: PathBuf,
     pub shrink: ShrinkBudget,
-    /// Called after each property case (for a progress bar).
-    pub on_case: Option<Box<dyn Fn() + Send>>,
+    /// Told what the run is doing (for a progress bar).
+    pub on_event: Option<Box<dyn FnMut(Event<'_>) + Send>>,
+}
+
+/// What `run_check` is doing, for a progress display.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Event<'a> {
+    /// A property case ran on every backend.
+    PropertyCase,
+    /// An upstream case ran on every backend.
+    UpstreamCase,
+    /// A divergence of `backend` is being shrunk (until the next case event).
+    Shrinking { backend: &'a str },
+}
+
+/// A check's summary and the files its failures leave, not yet written.
+pub struct CheckRun {
+    pub summary: CheckSummary,
+    pub artifacts: Vec<Artifact>,
+}
+
+impl CheckRun {
+    /// Write the replay files and heat maps the summary names.
+    pub fn write_artifacts(&self) {
+        crate::artifacts::write_all(&self.artifacts);
+    }
 }
 
 impl CheckOptions {
@@ -78,67 +68,6 @@ impl CheckOptions {
         } else {
             DEFAULT_CASES
         }
-    }
-}
-
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct BackendSummary {
-    pub backend: String,
-    pub cases_run: usize,
-    pub passed: usize,
-    pub failed: usize,
-    /// Cases the backend declined, by its reason.
-    pub unsupported: BTreeMap<String, usize>,
-    pub divergences: BTreeMap<DivergenceKind, usize>,
-    pub worst_abs_err: f64,
-    pub worst_rel_err: f64,
-    /// Time in the backend's forward calls.
-    pub backend_seconds: f64,
-    /// Wall time spent on this backend's cases (write + forward + compare).
-    pub wall_seconds: f64,
-    /// Property cases whose batch shares KV blocks between sequences.
-    pub shared_block_cases: usize,
-    /// Cases run up to and including the first divergence.
-    pub first_divergence_at: Option<usize>,
-    pub failures: Vec<FailureReport>,
-}
-
-impl BackendSummary {
-    pub fn cases_per_second(&self) -> f64 {
-        if self.wall_seconds > 0.0 {
-            self.cases_run as f64 / self.wall_seconds
-        } else {
-            0.0
-        }
-    }
-}
-
-/// One row of the upstream table.
-#[derive(Clone, Debug, Serialize)]
-pub struct UpstreamRow {
-    pub backend: String,
-    pub test: &'static str,
-    pub spec: String,
-    pub heads: (usize, usize),
-    pub status: String,
-    pub max_abs_err: f64,
-    pub max_rel_err: f64,
-}
-
-#[derive(Clone, Debug, Serialize)]
-pub struct CheckSummary {
-    pub seed: u64,
-    pub cases: u32,
-    pub shard: Shard,
-    pub deep: bool,
-    pub oracle_seconds: f64,
-    pub backends: Vec<BackendSummary>,
-    pub upstream: Vec<UpstreamRow>,
-}
-
-impl CheckSummary {
-    pub fn any_divergence(&self) -> bool {
-        self.backends.iter().any(|b| b.failed > 0)
     }
 }
 
@@ -166,23 +95,23 @@ pub fn case_tree(
 fn record(summary: &mut BackendSummary, outcome: &Outcome, time: Duration) {
     summary.cases_run += 1;
     summary.backend_seconds += time.as_secs_f64();
+    let mut worst = |abs: f64, rel: f64| {
+        summary.worst_abs_err = summary.worst_abs_err.max(abs);
+        summary.worst_rel_err = summary.worst_rel_err.max(rel);
+    };
     match outcome {
         Outcome::Pass(c) => {
+            worst(c.max_abs_err, c.max_rel_err);
             summary.passed += 1;
-            summary.worst_abs_err = summary.worst_abs_err.max(c.max_abs_err);
-            summary.worst_rel_err = summary.worst_rel_err.max(c.max_rel_err);
         }
-        Outcome::Unsupported(reason) => {
-            *summary.unsupported.entry(reason.clone()).or_default() += 1
-        }
+        Outcome::Unsupported(u) => summary.add_unsupported(u, 1),
         Outcome::Diverged(d) => {
+            if let Some(c) = &d.comparison {
+                worst(c.max_abs_err, c.max_rel_err);
+            }
             summary.failed += 1;
             summary.first_divergence_at.get_or_insert(summary.cases_run);
             *summary.divergences.entry(d.kind).or_default() += 1;
-            if let Some(c) = &d.comparison {
-                summary.worst_abs_err = summary.worst_abs_err.max(c.max_abs_err);
-                summary.worst_rel_err = summary.worst_rel_err.max(c.max_rel_err);
-            }
         }
     }
 }
@@ -194,16 +123,41 @@ struct FailingCase<'a> {
     limits: StrategyLimits,
     case: &'a Case,
     expected: &'a [f64],
-    divergence: &'a crate::runner::Divergence,
+    divergence: &'a Divergence,
 }
 
-/// Shrink a failing property case (keeping its divergence kind), write its replay file and
-/// heat map, and report it.
+/// A failure's report and its pending files, named after `stem` under `dir`.
+fn report(
+    backend: &str,
+    origin: &str,
+    (case, expected, d): (&Case, &[f64], &Divergence),
+    dir: &Path,
+    stem: &str,
+    shrunk: Option<&Shrunk>,
+) -> (FailureRecord, Artifact) {
+    let replay = dir.join(format!("{stem}.json"));
+    let heatmap = d
+        .comparison
+        .as_ref()
+        .map(|c| HeatMap::of(dir.join(format!("{stem}.png")), backend, case, c));
+    let files = FailureFiles {
+        replay: Some(replay.display().to_string()),
+        heatmap: heatmap.as_ref().map(|h| h.path.display().to_string()),
+    };
+    let record = failure_record(backend, origin, case, expected, d, files, shrunk);
+    let artifact = Artifact {
+        replay: Some((replay, case.clone())),
+        heatmap,
+    };
+    (record, artifact)
+}
+
+/// Shrink a failing property case (keeping its divergence kind) and report it.
 fn shrink_and_report(
     backend: &dyn Backend,
     f: &FailingCase<'_>,
     opts: &CheckOptions,
-) -> FailureReport {
+) -> (FailureRecord, Artifact) {
     let kind = f.divergence.kind;
     let fails = |r: &CaseRecipe| {
         let c = r.build();
@@ -216,35 +170,24 @@ fn shrink_and_report(
     let e = reference_output(&minimal);
     let (out, _) = evaluate(backend, &minimal, &e, Tolerance::for_case(&minimal));
     let origin = format!("property case {} (seed {})", f.index, f.seed);
-    let file = format!(
-        "{}-seed{}-case{}.json",
-        sanitize(backend.name()),
-        f.seed,
-        f.index
-    );
-    let replay = write_replay(&opts.out_dir, &file, &minimal);
-    let heatmap = opts.out_dir.join(file.replace(".json", ".png"));
+    let stem = format!("{}-seed{}-case{}", sanitize(backend.name()), f.seed, f.index);
     match out {
-        Outcome::Diverged(d) => FailureReport::new(
+        Outcome::Diverged(d) => report(
             backend.name(),
             &origin,
-            &minimal,
-            &e,
-            &d,
-            replay,
+            (&minimal, &e, &d),
+            &opts.out_dir,
+            &stem,
             Some(&shrunk),
-            Some(&heatmap),
         ),
         // Flaky: the minimal case passed when re-run; report the original.
-        _ => FailureReport::new(
+        _ => report(
             backend.name(),
             &origin,
-            f.case,
-            f.expected,
-            f.divergence,
-            replay,
+            (f.case, f.expected, f.divergence),
+            &opts.out_dir,
+            &stem,
             None,
-            Some(&heatmap),
         ),
     }
 }
@@ -259,7 +202,7 @@ pub fn shares_blocks(case: &Case) -> bool {
     })
 }
 
-pub fn run_check(mut opts: CheckOptions) -> CheckSummary {
+pub fn run_check(mut opts: CheckOptions) -> CheckRun {
     let limits = if opts.deep {
         StrategyLimits::DEEP
     } else {
@@ -268,13 +211,16 @@ pub fn run_check(mut opts: CheckOptions) -> CheckSummary {
     let mut summaries: Vec<BackendSummary> = opts
         .backends
         .iter()
-        .map(|b| BackendSummary {
-            backend: b.name().to_string(),
-            ..Default::default()
-        })
+        .map(|b| BackendSummary::new(b.name()))
         .collect();
+    let mut artifacts = Vec::new();
     let mut oracle_time = Duration::ZERO;
-    let on_case = opts.on_case.take();
+    let mut on_event = opts.on_event.take();
+    let mut tell = |e: Event<'_>| {
+        if let Some(f) = on_event.as_mut() {
+            f(e)
+        }
+    };
 
     for index in 0..opts.cases as usize {
         if !opts.shard.owns(index) {
@@ -294,6 +240,9 @@ pub fn run_check(mut opts: CheckOptions) -> CheckSummary {
             summary.shared_block_cases += shared as usize;
             if let Outcome::Diverged(d) = &outcome {
                 if summary.failures.is_empty() {
+                    tell(Event::Shrinking {
+                        backend: backend.name(),
+                    });
                     let failing = FailingCase {
                         seed: opts.seed,
                         index,
@@ -302,16 +251,14 @@ pub fn run_check(mut opts: CheckOptions) -> CheckSummary {
                         expected: &expected,
                         divergence: d,
                     };
-                    summary
-                        .failures
-                        .push(shrink_and_report(backend.as_ref(), &failing, &opts));
+                    let (r, a) = shrink_and_report(backend.as_ref(), &failing, &opts);
+                    summary.failures.push(r);
+                    artifacts.push(a);
                 }
             }
             summary.wall_seconds += t0.elapsed().as_secs_f64();
         }
-        if let Some(f) = &on_case {
-            f();
-        }
+        tell(Event::PropertyCase);
     }
 
     let mut upstream_rows = Vec::new();
@@ -326,38 +273,40 @@ pub fn run_check(mut opts: CheckOptions) -> CheckSummary {
                 evaluate(backend.as_ref(), &case, &expected, Tolerance::upstream());
             record(summary, &outcome, time);
             let (status, abs, rel) = match &outcome {
-                Outcome::Pass(c) => ("pass".to_string(), c.max_abs_err, c.max_rel_err),
-                Outcome::Unsupported(r) => (format!("unsupported: {r}"), f64::NAN, f64::NAN),
+                Outcome::Pass(c) => (UpstreamStatus::Pass, c.max_abs_err, c.max_rel_err),
+                Outcome::Unsupported(u) => (
+                    UpstreamStatus::Unsupported { reason: u.clone() },
+                    f64::NAN,
+                    f64::NAN,
+                ),
                 Outcome::Diverged(d) => {
                     let (a, r) = d
                         .comparison
                         .as_ref()
                         .map_or((f64::NAN, f64::NAN), |c| (c.max_abs_err, c.max_rel_err));
                     if summary.failures.len() < 8 {
-                        let file = format!(
-                            "{}-{}.json",
+                        let stem = format!(
+                            "{}-{}",
                             sanitize(backend.name()),
                             uc.label().replace([' ', '/', ','], "_")
                         );
-                        let replay = write_replay(&opts.out_dir, &file, &case);
-                        let heatmap = opts.out_dir.join(file.replace(".json", ".png"));
-                        summary.failures.push(FailureReport::new(
+                        let (r, a) = report(
                             backend.name(),
                             &uc.label(),
-                            &case,
-                            &expected,
-                            d,
-                            replay,
+                            (&case, &expected, d),
+                            &opts.out_dir,
+                            &stem,
                             None,
-                            Some(&heatmap),
-                        ));
+                        );
+                        summary.failures.push(r);
+                        artifacts.push(a);
                     }
-                    (format!("FAIL ({})", d.kind), a, r)
+                    (UpstreamStatus::Diverged { kind: d.kind }, a, r)
                 }
             };
             upstream_rows.push(UpstreamRow {
                 backend: backend.name().to_string(),
-                test: uc.test.name(),
+                test: uc.test.name().to_string(),
                 spec: uc.spec.to_string(),
                 heads: uc.heads,
                 status,
@@ -366,16 +315,29 @@ pub fn run_check(mut opts: CheckOptions) -> CheckSummary {
             });
             summary.wall_seconds += t0.elapsed().as_secs_f64();
         }
+        tell(Event::UpstreamCase);
+    }
+    // Nothing compared: no worst error to speak of.
+    for s in &mut summaries {
+        if s.passed + s.failed == 0 {
+            s.worst_abs_err = f64::NAN;
+            s.worst_rel_err = f64::NAN;
+        }
     }
 
-    CheckSummary {
-        seed: opts.seed,
-        cases: opts.cases,
-        shard: opts.shard,
-        deep: opts.deep,
-        oracle_seconds: oracle_time.as_secs_f64(),
-        backends: summaries,
-        upstream: upstream_rows,
+    CheckRun {
+        summary: CheckSummary {
+            schema_version: attn_results::SCHEMA_VERSION,
+            seed: opts.seed,
+            cases: opts.cases,
+            shard: opts.shard,
+            deep: opts.deep,
+            oracle_seconds: oracle_time.as_secs_f64(),
+            backends: summaries,
+            upstream: upstream_rows,
+            coverage: None,
+        },
+        artifacts,
     }
 }
 

@@ -1,7 +1,7 @@
 //! Running one backend on one case and judging the result against the oracle.
 
 use crate::compare::{compare, Comparison, Tolerance};
-use attn_backends::{run_case, Backend, BackendError};
+use attn_backends::{run_case, Backend, BackendError, Unsupported};
 use attn_reference::Case;
 use serde::Serialize;
 use std::cell::RefCell;
@@ -9,39 +9,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Once;
 use std::time::Duration;
 
-/// Why a backend's answer is not the oracle's.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, PartialOrd, Ord)]
-#[serde(rename_all = "snake_case")]
-pub enum DivergenceKind {
-    /// Values beyond the tolerance.
-    Mismatch,
-    /// NaN or Inf in a real output row.
-    NonFinite,
-    /// The backend panicked.
-    Panic,
-    /// The backend returned an error.
-    Error,
-    /// An external backend did not answer in time.
-    Timeout,
-    /// An external backend's process died.
-    Crashed,
-    /// An external backend answered something malformed.
-    ProtocolError,
-}
-
-impl std::fmt::Display for DivergenceKind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            DivergenceKind::Mismatch => "mismatch",
-            DivergenceKind::NonFinite => "non-finite",
-            DivergenceKind::Panic => "panic",
-            DivergenceKind::Error => "error",
-            DivergenceKind::Timeout => "timeout",
-            DivergenceKind::Crashed => "crashed",
-            DivergenceKind::ProtocolError => "protocol error",
-        })
-    }
-}
+pub use attn_results::DivergenceKind;
 
 #[derive(Clone, Debug, Serialize)]
 pub struct Divergence {
@@ -58,7 +26,7 @@ pub struct Divergence {
 pub enum Outcome {
     Pass(Comparison),
     Diverged(Divergence),
-    Unsupported(String),
+    Unsupported(Unsupported),
 }
 
 impl Outcome {
@@ -124,7 +92,7 @@ pub fn evaluate(
                 .unwrap_or_else(|| "panicked".into());
             (diverged(DivergenceKind::Panic, msg), Duration::ZERO)
         }
-        Ok(Err(BackendError::Unsupported(u))) => (Outcome::Unsupported(u.reason), Duration::ZERO),
+        Ok(Err(BackendError::Unsupported(u))) => (Outcome::Unsupported(u), Duration::ZERO),
         Ok(Err(e)) => (diverged(error_kind(&e), e.to_string()), Duration::ZERO),
         Ok(Ok(run)) => {
             let c = compare(

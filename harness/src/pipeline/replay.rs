@@ -1,7 +1,7 @@
 //! `attn-diff replay FILE`: run one saved case (a replay file) through backends again.
 
 use crate::compare::Tolerance;
-use crate::report::FailureReport;
+use crate::render::report::{failure_record, FailureFiles};
 use crate::runner::{evaluate, Outcome};
 use attn_backends::Backend;
 use attn_reference::{reference_output, Case};
@@ -10,7 +10,7 @@ use std::sync::Arc;
 pub struct ReplayResult {
     pub backend: String,
     pub outcome: Outcome,
-    pub report: Option<FailureReport>,
+    pub report: Option<attn_results::FailureRecord>,
 }
 
 /// Run `case` on each backend; a divergence comes with its report.
@@ -22,14 +22,16 @@ pub fn replay_case(case: &Case, origin: &str, backends: &[Arc<dyn Backend>]) -> 
         .map(|b| {
             let (outcome, _) = evaluate(b.as_ref(), case, &expected, tol);
             let report = match &outcome {
-                Outcome::Diverged(d) => Some(FailureReport::new(
+                Outcome::Diverged(d) => Some(failure_record(
                     b.name(),
                     origin,
                     case,
                     &expected,
                     d,
-                    Some(origin.to_string()),
-                    None,
+                    FailureFiles {
+                        replay: Some(origin.to_string()),
+                        heatmap: None,
+                    },
                     None,
                 )),
                 _ => None,

@@ -1,0 +1,38 @@
+//! Which keys a query sees: causal or bidirectional, with the sliding window in each
+//! convention. Shared by the scheduler (to size tasks) and the kernel (to mask scores).
+
+use attn_reference::AttentionKind;
+use std::ops::Range;
+
+/// The keys the query at position `p` may see, as a half-open range.
+pub fn visible_keys(
+    kind: AttentionKind,
+    window: Option<usize>,
+    p: usize,
+    seq_len: usize,
+) -> Range<usize> {
+    let lo = window.map_or(0, |w| (p + 1).saturating_sub(w));
+    let hi = match (kind, window) {
+        (AttentionKind::Decoder, _) => p + 1,
+        (AttentionKind::EncoderOnly, None) => seq_len,
+        (AttentionKind::EncoderOnly, Some(w)) => (p + w).min(seq_len),
+    };
+    lo..hi.max(lo)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn visibility_follows_both_window_conventions() {
+        use AttentionKind::*;
+        assert_eq!(visible_keys(Decoder, None, 5, 10), 0..6);
+        assert_eq!(visible_keys(Decoder, Some(1), 5, 10), 5..6);
+        assert_eq!(visible_keys(Decoder, Some(3), 5, 10), 3..6);
+        assert_eq!(visible_keys(Decoder, Some(100), 5, 10), 0..6);
+        assert_eq!(visible_keys(EncoderOnly, None, 5, 10), 0..10);
+        assert_eq!(visible_keys(EncoderOnly, Some(2), 5, 10), 4..7);
+        assert_eq!(visible_keys(EncoderOnly, Some(3), 9, 10), 7..10);
+    }
+}

@@ -1,0 +1,92 @@
+//! `attn-diff bench`: one attention call per backend and upstream spec, timed side by side.
+
+use super::{spec_named, usage};
+use crate::bench::{run_bench, BenchEvent, BenchOptions};
+use crate::cli::{BenchArgs, GlobalArgs};
+use crate::progress::Progress;
+use crate::render::bench::{plot, render_markdown, render_text};
+use crate::render::Format;
+use crate::upstream;
+use attn_reference::{AttentionConfig, AttentionKind, BatchSpec};
+
+pub fn run(args: BenchArgs, global: GlobalArgs) -> anyhow::Result<bool> {
+    let mut config = AttentionConfig::new(
+        args.heads.query,
+        args.heads.kv,
+        args.head_size,
+        args.block_size,
+        args.dtype,
+    );
+    config.validate().map_err(|e| usage(e.to_string()))?;
+    config.kind = AttentionKind::Decoder;
+    let specs: Vec<BatchSpec> = if args.specs.is_empty() {
+        attn_reference::all_specs()
+            .into_iter()
+            .filter(|s| s.kind == AttentionKind::Decoder)
+            .collect()
+    } else {
+        args.specs
+            .iter()
+            .map(|n| spec_named(n))
+            .collect::<anyhow::Result<_>>()?
+    };
+    let names: Vec<String> = if args.backend.is_empty() {
+        attn_backends::backend_names()
+    } else {
+        args.backend
+    };
+    let backends = names
+        .iter()
+        .map(|n| {
+            attn_backends::registry::backend_with_threads(n.trim(), args.threads).map_err(usage)
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    if args.reps == 0 {
+        return Err(usage("--reps must be at least 1"));
+    }
+    if let Some(b) = &args.baseline {
+        if !names.contains(b) {
+            return Err(usage(format!(
+                "baseline `{b}` is not among the benchmarked backends ({})",
+                names.join(", ")
+            )));
+        }
+    }
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let progress = Progress::new(
+        global.quiet,
+        (specs.len() * backends.len()) as u64,
+        "spec × backend",
+    );
+    progress.phase("measuring read bandwidth");
+    let bar = progress.handle();
+    let reps = args.reps;
+    let opts = BenchOptions {
+        backends,
+        specs,
+        config,
+        reps,
+        threads: args.threads.unwrap_or(cores),
+        baseline: args.baseline.or_else(|| names.first().cloned()),
+        seed: upstream::UPSTREAM_SEED,
+        cold: args.cold,
+        on_event: Some(Box::new(move |e| match e {
+            BenchEvent::Spec { spec } => bar.phase(format!("{spec}: {reps} reps")),
+            BenchEvent::Done { .. } => bar.step(),
+        })),
+    };
+    let summary = run_bench(&opts);
+    progress.finish();
+    let text = match args.format {
+        Format::Text => render_text(&summary),
+        Format::Markdown => render_markdown(&summary),
+        Format::Json => attn_results::to_json(&summary),
+    };
+    println!("{text}");
+    if let Some(path) = args.plot {
+        plot(&summary, &path)
+            .map_err(|e| usage(format!("cannot draw {}: {e}", path.display())))?;
+        eprintln!("wrote {}", path.display());
+    }
+    Ok(summary.all_ok())
+}

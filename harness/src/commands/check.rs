@@ -1,0 +1,68 @@
+//! `attn-diff check`: property cases and upstream specs through backends against the oracle.
+
+use super::{select_backends_with, usage};
+use crate::check::{run_check, CheckOptions, Event};
+use crate::cli::{CheckArgs, GlobalArgs};
+use crate::progress::Progress;
+use crate::render::check::{render_json, render_markdown, render_text, Detail};
+use crate::render::Format;
+use crate::shrink::ShrinkBudget;
+use crate::upstream;
+
+pub fn run(args: CheckArgs, global: GlobalArgs) -> anyhow::Result<bool> {
+    let mut up = if args.upstream {
+        upstream::full_suite()
+    } else {
+        upstream::small_suite()
+    };
+    if !args.specs.is_empty() {
+        for c in upstream::cases_for_specs(&args.specs).map_err(usage)? {
+            if !up.contains(&c) {
+                up.push(c);
+            }
+        }
+    }
+    let backends = select_backends_with(&args.backend, &args.external)?;
+    let cases = args.cases.unwrap_or_else(CheckOptions::default_cases);
+    let shard = args.shard;
+    let owned = (0..cases as usize).filter(|&i| shard.owns(i)).count();
+    let progress = Progress::new(global.quiet, (owned + up.len()) as u64, "cases");
+    progress.phase("property cases");
+    let bar = progress.handle();
+    let on_event = Box::new(move |e: Event<'_>| match e {
+        Event::PropertyCase => {
+            bar.phase("property cases");
+            bar.step();
+        }
+        Event::UpstreamCase => {
+            bar.phase("upstream suite");
+            bar.step();
+        }
+        Event::Shrinking { backend } => bar.phase(format!("shrinking {backend}")),
+    });
+    let run = run_check(CheckOptions {
+        backends,
+        cases,
+        seed: args.seed,
+        shard,
+        deep: args.deep,
+        upstream: up,
+        out_dir: args.out,
+        shrink: ShrinkBudget::default(),
+        on_event: Some(on_event),
+    });
+    progress.finish();
+    run.write_artifacts();
+    let detail = if global.verbose {
+        Detail::Verbose
+    } else {
+        Detail::Summary
+    };
+    let text = match args.format {
+        Format::Text => render_text(&run.summary, detail),
+        Format::Json => render_json(&run.summary),
+        Format::Markdown => render_markdown(&run.summary),
+    };
+    println!("{text}");
+    Ok(!run.summary.any_divergence())
+}

@@ -1,0 +1,116 @@
+//! `attn-diff list`: the backends with what each declines (probed feature by feature from
+//! [`attn_reference::Feature`]), the declared adapters (not started), and the named specs.
+
+use super::usage;
+use crate::cli::ListArgs;
+use crate::render::{table, Format};
+use attn_backends::{all_backends, Backend};
+use attn_reference::{AttentionConfig, DType, Feature};
+use attn_results::list::Declined;
+use attn_results::{AdapterEntry, BackendEntry, ListDocument, SpecEntry};
+
+pub fn run(args: ListArgs) -> anyhow::Result<bool> {
+    // Declared adapters are listed, not started: starting one runs its command.
+    let declared = args.external.declared().map_err(|e| usage(e.to_string()))?;
+    let doc = ListDocument {
+        schema_version: attn_results::SCHEMA_VERSION,
+        backends: all_backends().iter().map(|b| entry(b.as_ref())).collect(),
+        adapters: declared
+            .iter()
+            .map(|a| AdapterEntry {
+                name: format!("{}{}", crate::external::PREFIX, a.name),
+                command: a.command.clone(),
+                timeout_seconds: a.timeout.as_secs_f64(),
+            })
+            .collect(),
+        specs: attn_reference::all_specs()
+            .into_iter()
+            .map(|s| SpecEntry {
+                name: s.name.to_string(),
+                kind: s.kind.to_string(),
+                seq_lens: s.seq_lens.to_vec(),
+                query_lens: s.query_lens.to_vec(),
+            })
+            .collect(),
+    };
+    let text = match args.format {
+        Format::Json => attn_results::to_json(&doc),
+        Format::Text => render(&doc, table::text),
+        Format::Markdown => render(&doc, table::markdown),
+    };
+    println!("{text}");
+    Ok(true)
+}
+
+/// What `backend` declines: each feature probed on a plain config in a dtype it supports, so
+/// a backend that refuses a dtype is not also reported as refusing every feature.
+fn entry(backend: &dyn Backend) -> BackendEntry {
+    let plain = |dt| AttentionConfig::new(8, 2, 128, 16, dt);
+    let base = [DType::Bf16, DType::F16, DType::F32]
+        .into_iter()
+        .map(plain)
+        .find(|c| backend.supports(c).is_ok())
+        .unwrap_or_else(|| plain(DType::Bf16));
+    let declines = Feature::ALL
+        .into_iter()
+        .flat_map(|f| f.probes(&base))
+        .filter_map(|(probe, config)| {
+            backend
+                .supports(&config)
+                .err()
+                .map(|reason| Declined { probe, reason })
+        })
+        .collect();
+    let layout = backend.cache_layout();
+    BackendEntry {
+        name: backend.name().to_string(),
+        cache_shape: layout.shape.to_string(),
+        cache_description: layout.description.to_string(),
+        declines,
+    }
+}
+
+fn render(doc: &ListDocument, table: fn(&[&str], &[Vec<String>]) -> String) -> String {
+    let backends: Vec<Vec<String>> = doc
+        .backends
+        .iter()
+        .map(|b| vec![b.name.clone(), b.cache_shape.clone()])
+        .chain(doc.adapters.iter().map(|a| {
+            vec![
+                a.name.clone(),
+                format!(
+                    "(adapter `{}`, timeout {:.0} s, started on use)",
+                    a.command.join(" "),
+                    a.timeout_seconds
+                ),
+            ]
+        }))
+        .collect();
+    let declines: Vec<Vec<String>> = doc
+        .backends
+        .iter()
+        .flat_map(|b| {
+            b.declines
+                .iter()
+                .map(|d| vec![b.name.clone(), d.probe.clone(), d.reason.to_string()])
+        })
+        .collect();
+    let specs: Vec<Vec<String>> = doc
+        .specs
+        .iter()
+        .map(|s| {
+            vec![
+                s.name.clone(),
+                s.kind.clone(),
+                format!("{:?}", s.seq_lens),
+                format!("{:?}", s.query_lens),
+            ]
+        })
+        .collect();
+    format!(
+        "{}\n{}\n{}",
+        table(&["backend", "cache layout"], &backends),
+        table(&["backend", "declines", "because"], &declines),
+        table(&["spec", "kind", "seq_lens", "query_lens"], &specs)
+    )
+}

@@ -1,0 +1,38 @@
+//! `attn-diff mutants`: what the harness catches, and what the upstream suite alone misses.
+
+use crate::check::CheckOptions;
+use crate::cli::{GlobalArgs, MutantsArgs};
+use crate::mutants::run_mutants;
+use crate::progress::Progress;
+use crate::render::mutants::{render_markdown, render_text};
+use crate::render::Format;
+use crate::upstream;
+
+pub fn run(args: MutantsArgs, global: GlobalArgs) -> anyhow::Result<bool> {
+    let suite: Vec<_> = upstream::full_suite()
+        .into_iter()
+        .filter(|c| args.upstream_all_heads || c.heads == (8, 2))
+        .collect();
+    let total = attn_backends::mutants::CATALOGUE.len();
+    let progress = Progress::new(global.quiet, total as u64, "mutants");
+    let run = run_mutants(
+        args.cases.unwrap_or_else(CheckOptions::default_cases),
+        args.seed,
+        &suite,
+        args.out,
+        &|name| {
+            progress.phase(format!("mutant:{name}"));
+            progress.step();
+        },
+    );
+    progress.phase("upstream suite");
+    progress.finish();
+    crate::artifacts::write_all(&run.artifacts);
+    let text = match args.format {
+        Format::Text => render_text(&run.summary),
+        Format::Markdown => render_markdown(&run.summary),
+        Format::Json => attn_results::to_json(&run.summary),
+    };
+    println!("{text}");
+    Ok(run.summary.all_killed())
+}

@@ -1,0 +1,14 @@
+//! From cases to results, without I/O: strategies draw cases, the runner judges a backend's
+//! answer against the oracle, shrinking finds the smallest case that still diverges, and the
+//! check, bench, mutants and replay loops fill the result model (`attn-results`).
+
+pub mod bench;
+pub mod check;
+pub mod compare;
+#[cfg(feature = "mutants")]
+pub mod mutants;
+pub mod replay;
+pub mod runner;
+pub mod shrink;
+pub mod strategy;
+pub mod upstream;

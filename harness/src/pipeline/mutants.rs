@@ -1,0 +1,97 @@
+//! `attn-diff mutants`: every mutant of the catalogue through the property runner (default
+//! budget) and through the ported upstream suite alone, side by side, so the table shows what
+//! small random cases catch that fixed specs at 1e-2 do not.
+
+use crate::artifacts::Artifact;
+use crate::check::{run_check, CheckOptions, Shard};
+use crate::compare::Tolerance;
+use crate::runner::{evaluate, Outcome};
+use crate::shrink::ShrinkBudget;
+use crate::upstream::UpstreamCase;
+use attn_backends::mutants::{mutant, CATALOGUE};
+use attn_reference::reference_output;
+pub use attn_results::{MutantRow, MutantsSummary};
+use std::path::PathBuf;
+use std::time::Instant;
+
+/// The mutants table and the files of each kill (replay files, heat maps), not yet written.
+pub struct MutantsRun {
+    pub summary: MutantsSummary,
+    pub artifacts: Vec<Artifact>,
+}
+
+/// Run every mutant; `upstream` is the upstream suite to compare with (may be empty);
+/// `on_mutant` is told each mutant's name as it starts (for a progress display).
+pub fn run_mutants(
+    cases: u32,
+    seed: u64,
+    upstream: &[UpstreamCase],
+    out_dir: PathBuf,
+    on_mutant: &dyn Fn(&str),
+) -> MutantsRun {
+    let mut artifacts = Vec::new();
+    let mut rows: Vec<MutantRow> = CATALOGUE
+        .iter()
+        .map(|info| {
+            on_mutant(info.name);
+            let backend = mutant(info.name).expect("catalogue names are known");
+            let start = Instant::now();
+            let run = run_check(CheckOptions {
+                backends: vec![backend],
+                cases,
+                seed,
+                shard: Shard::ALL,
+                deep: false,
+                upstream: vec![],
+                out_dir: out_dir.clone(),
+                shrink: ShrinkBudget::default(),
+                on_event: None,
+            });
+            let b = &run.summary.backends[0];
+            let row = MutantRow {
+                mutant: format!("mutant:{}", info.name),
+                description: info.description.to_string(),
+                killed: b.failed > 0,
+                cases_to_kill: b.first_divergence_at,
+                seconds: start.elapsed().as_secs_f64(),
+                shrunk: b.failures.first().map(|f| f.size.clone()),
+                killed_by_upstream: false,
+                upstream_killer: None,
+            };
+            artifacts.extend(run.artifacts);
+            row
+        })
+        .collect();
+
+    // The upstream suite: each case's oracle once, every mutant still alive against it.
+    for uc in upstream {
+        if rows.iter().all(|r| r.killed_by_upstream) {
+            break;
+        }
+        let case = uc.build();
+        let expected = reference_output(&case);
+        for (info, row) in CATALOGUE.iter().zip(rows.iter_mut()) {
+            if row.killed_by_upstream {
+                continue;
+            }
+            let backend = mutant(info.name).expect("catalogue names are known");
+            if let (Outcome::Diverged(_), _) =
+                evaluate(backend.as_ref(), &case, &expected, Tolerance::upstream())
+            {
+                row.killed_by_upstream = true;
+                row.upstream_killer = Some(uc.label());
+            }
+        }
+    }
+    MutantsRun {
+        summary: MutantsSummary {
+            schema_version: attn_results::SCHEMA_VERSION,
+            cases,
+            seed,
+            upstream_cases: upstream.len(),
+            rows,
+        },
+        artifacts,
+    }
+}
+

@@ -1,0 +1,238 @@
+//! Rendering a check's summary: a text table for terminals, markdown for pull requests,
+//! JSON for machines.
+
+use crate::render::table;
+use attn_results::{BackendSummary, CheckSummary, UpstreamStatus};
+use std::fmt::Write;
+
+/// How much of the upstream suite a text summary shows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Detail {
+    /// Only the upstream rows that did not pass (a clean run prints a summary).
+    Summary,
+    /// Every upstream row (`-v`).
+    Verbose,
+}
+
+fn fmt_err(x: f64) -> String {
+    if x.is_finite() {
+        format!("{x:.2e}")
+    } else {
+        "-".into()
+    }
+}
+
+/// Declined cases per backend, grouped by feature and reason, for under the table.
+fn unsupported_lines(s: &CheckSummary) -> Vec<String> {
+    s.backends
+        .iter()
+        .flat_map(|b| {
+            b.unsupported
+                .iter()
+                .map(move |g| format!("{}: {} unsupported: {g}", b.backend, g.cases))
+        })
+        .collect()
+}
+
+fn failed_cell(b: &BackendSummary) -> String {
+    if b.failed == 0 {
+        return "0".into();
+    }
+    let kinds: Vec<String> = b
+        .divergences
+        .iter()
+        .map(|(k, n)| format!("{n} {k}"))
+        .collect();
+    format!("{} ({})", b.failed, kinds.join(", "))
+}
+
+/// Per-backend rows; a backend that ran nothing shows "-" rather than rates or errors.
+fn backend_rows(s: &CheckSummary) -> Vec<Vec<String>> {
+    s.backends
+        .iter()
+        .map(|b| {
+            let ran = b.cases_run > 0;
+            let dash = || "-".to_string();
+            vec![
+                b.backend.clone(),
+                b.cases_run.to_string(),
+                if ran { b.passed.to_string() } else { dash() },
+                if ran { failed_cell(b) } else { dash() },
+                if ran {
+                    b.unsupported_cases().to_string()
+                } else {
+                    dash()
+                },
+                fmt_err(b.worst_abs_err),
+                fmt_err(b.worst_rel_err),
+                if ran {
+                    format!("{:.1}s", b.wall_seconds)
+                } else {
+                    dash()
+                },
+                b.cases_per_second()
+                    .map_or_else(dash, |r| format!("{r:.0}")),
+            ]
+        })
+        .collect()
+}
+
+const BACKEND_HEADER: [&str; 9] = [
+    "backend",
+    "cases",
+    "passed",
+    "failed",
+    "unsupported",
+    "worst abs",
+    "worst rel",
+    "time",
+    "cases/s",
+];
+
+fn upstream_rows(s: &CheckSummary, detail: Detail) -> Vec<Vec<String>> {
+    s.upstream
+        .iter()
+        .filter(|u| detail == Detail::Verbose || u.status != UpstreamStatus::Pass)
+        .map(|u| {
+            vec![
+                u.backend.clone(),
+                u.test.clone(),
+                u.spec.clone(),
+                format!("{}/{}", u.heads.0, u.heads.1),
+                fmt_err(u.max_abs_err),
+                fmt_err(u.max_rel_err),
+                u.status.to_string(),
+            ]
+        })
+        .collect()
+}
+
+const UPSTREAM_HEADER: [&str; 7] = [
+    "backend", "test", "spec", "heads", "max abs", "max rel", "status",
+];
+
+/// Upstream cases per backend by outcome: "upstream suite: 58 case(s) per backend; cpu 58
+/// passed; spyre-device 12 passed, 46 unsupported".
+fn upstream_line(s: &CheckSummary) -> Option<String> {
+    if s.upstream.is_empty() {
+        return None;
+    }
+    let per_backend: Vec<String> = s
+        .backends
+        .iter()
+        .map(|b| {
+            let rows: Vec<_> = s.upstream.iter().filter(|u| u.backend == b.backend).collect();
+            let count = |f: &dyn Fn(&UpstreamStatus) -> bool| {
+                rows.iter().filter(|u| f(&u.status)).count()
+            };
+            let mut parts = vec![format!(
+                "{} passed",
+                count(&|x| *x == UpstreamStatus::Pass)
+            )];
+            let failed = count(&|x| matches!(x, UpstreamStatus::Diverged { .. }));
+            if failed > 0 {
+                parts.push(format!("{failed} FAILED"));
+            }
+            let declined = count(&|x| matches!(x, UpstreamStatus::Unsupported { .. }));
+            if declined > 0 {
+                parts.push(format!("{declined} unsupported"));
+            }
+            format!("{} {}", b.backend, parts.join(", "))
+        })
+        .collect();
+    Some(format!(
+        "upstream suite: {} case(s) per backend; {}",
+        s.upstream.len() / s.backends.len().max(1),
+        per_backend.join("; ")
+    ))
+}
+
+fn headline(s: &CheckSummary) -> String {
+    let shard = if s.shard.count > 1 {
+        format!(", shard {}/{}", s.shard.index, s.shard.count)
+    } else {
+        String::new()
+    };
+    let verdict = if s.any_divergence() {
+        "DIVERGENCE"
+    } else {
+        "all passed"
+    };
+    format!(
+        "attn-diff check: {} property case(s){} seed {}{shard}, {} upstream case(s): {verdict}",
+        s.cases,
+        if s.deep { " (deep)" } else { "" },
+        s.seed,
+        s.upstream.len() / s.backends.len().max(1)
+    )
+}
+
+pub fn render_text(s: &CheckSummary, detail: Detail) -> String {
+    let mut out = String::new();
+    for b in &s.backends {
+        for f in &b.failures {
+            out.push_str(&f.text);
+            out.push('\n');
+        }
+    }
+    let up = upstream_rows(s, detail);
+    if !up.is_empty() {
+        out.push_str(&table::text(&UPSTREAM_HEADER, &up));
+        out.push('\n');
+    }
+    out.push_str(&table::text(&BACKEND_HEADER, &backend_rows(s)));
+    for l in unsupported_lines(s) {
+        let _ = writeln!(out, "  {l}");
+    }
+    if let Some(l) = upstream_line(s) {
+        let _ = writeln!(out, "{l}");
+    }
+    let shared: usize = s.backends.first().map_or(0, |b| b.shared_block_cases);
+    let _ = writeln!(
+        out,
+        "oracle: {:.1}s; property cases with shared (prefix) blocks: {shared} per backend",
+        s.oracle_seconds
+    );
+    out.push_str(&headline(s));
+    out.push('\n');
+    out
+}
+
+pub fn render_markdown(s: &CheckSummary) -> String {
+    let mut out = format!("### {}\n\n", headline(s));
+    out.push_str(&table::markdown(&BACKEND_HEADER, &backend_rows(s)));
+    let lines = unsupported_lines(s);
+    if !lines.is_empty() {
+        let _ = write!(
+            out,
+            "\n<details><summary>Unsupported cases by feature</summary>\n\n{}\n</details>\n",
+            lines
+                .iter()
+                .map(|l| format!("- {l}"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+    }
+    if !s.upstream.is_empty() {
+        out.push_str("\n<details><summary>Upstream suite</summary>\n\n");
+        out.push_str(&table::markdown(
+            &UPSTREAM_HEADER,
+            &upstream_rows(s, Detail::Verbose),
+        ));
+        out.push_str("\n</details>\n");
+    }
+    for b in &s.backends {
+        for f in &b.failures {
+            let _ = write!(
+                out,
+                "\n<details><summary>{}: {} on {} ({} seq, {} tokens, {} heads, head size {})</summary>\n\n```text\n{}```\n</details>\n",
+                f.backend, f.kind, f.origin, f.size.sequences, f.size.tokens, f.size.heads, f.size.head_size, f.text
+            );
+        }
+    }
+    out
+}
+
+pub fn render_json(s: &CheckSummary) -> String {
+    attn_results::to_json(s)
+}

@@ -1,0 +1,207 @@
+//! A divergence as a person would write it up: the minimal case on one screen, where it
+//! diverges, a diff of expected and actual rows around the mismatches, a hint from the
+//! error's pattern, and the replay file that reproduces it.
+
+use crate::compare::Comparison;
+use crate::render::hint::hint;
+use crate::runner::Divergence;
+use crate::shrink::Shrunk;
+use attn_reference::Case;
+use attn_results::{CaseSize, FailureRecord, Mismatch, ShrinkInfo};
+use std::fmt::Write;
+
+/// Where a failure's files go; they are written afterwards (see [`crate::artifacts`]), so the
+/// report can name them without doing I/O.
+#[derive(Clone, Debug, Default)]
+pub struct FailureFiles {
+    pub replay: Option<String>,
+    /// Only drawn for divergences that have values to draw.
+    pub heatmap: Option<String>,
+}
+
+/// The report of a divergence of `backend` on `case` (its oracle output `expected`).
+pub fn failure_record(
+    backend: &str,
+    origin: &str,
+    case: &Case,
+    expected: &[f64],
+    d: &Divergence,
+    files: FailureFiles,
+    shrunk: Option<&Shrunk>,
+) -> FailureRecord {
+    let comparison = d.comparison.as_ref();
+    let mut r = FailureRecord {
+        backend: backend.to_string(),
+        origin: origin.to_string(),
+        kind: d.kind,
+        message: d.message.clone(),
+        size: CaseSize::of(case),
+        replay: files.replay,
+        shrink: shrunk.map(|s| ShrinkInfo {
+            steps: s.steps,
+            accepted: s.accepted,
+            seconds: s.elapsed.as_secs_f64(),
+        }),
+        first: comparison.and_then(|c| c.first.clone()),
+        worst: comparison.and_then(|c| c.worst.clone()),
+        hint: comparison.and_then(|c| hint(case, c)),
+        heatmap: files.heatmap.filter(|_| comparison.is_some()),
+        text: String::new(),
+    };
+    r.text = render(&r, case, expected, d);
+    r
+}
+
+fn render(r: &FailureRecord, case: &Case, expected: &[f64], d: &Divergence) -> String {
+    let mut s = String::new();
+    let shrunk = match &r.shrink {
+        Some(sh) => format!(", shrunk in {:.1} s ({} steps)", sh.seconds, sh.steps),
+        None => String::new(),
+    };
+    let _ = writeln!(
+        s,
+        "── {} diverged ({}) on {}{} ──",
+        r.backend, r.kind, r.origin, shrunk
+    );
+    let _ = writeln!(s, "case:    {}", case.shape_summary());
+    if let Some(slopes) = &case.config.alibi_slopes {
+        let _ = writeln!(s, "alibi:   {slopes:?}");
+    }
+    if let Some(sinks) = &case.config.sinks {
+        let _ = writeln!(s, "sinks:   {sinks:?}");
+    }
+    let _ = writeln!(
+        s,
+        "layout:  num_blocks {}, block_table {}, slot_mapping {}",
+        case.layout.num_blocks,
+        abbreviate(&case.layout.block_table, 8),
+        abbreviate_flat(&case.layout.slot_mapping, 16)
+    );
+    let _ = writeln!(s, "what:    {}", r.message);
+    let name = |m: &Mismatch| {
+        let (seq, pos) = case.locate_token(m.token);
+        format!(
+            "token {} (seq {seq}, position {pos}) head {} (kv head {}) dim {}: expected {:.6}, actual {:.6} (abs {:.3e}, rel {:.3e})",
+            m.token,
+            m.head,
+            case.config.kv_head_of(m.head),
+            m.dim,
+            m.expected,
+            m.actual,
+            m.abs_err,
+            m.rel_err
+        )
+    };
+    if let Some(m) = &r.first {
+        let _ = writeln!(s, "first:   {}", name(m));
+    }
+    if let Some(m) = &r.worst {
+        let _ = writeln!(s, "worst:   {}", name(m));
+    }
+    if let Some(h) = &r.hint {
+        let _ = writeln!(s, "hint:    {h}");
+    }
+    if let (Some(c), Some(out)) = (&d.comparison, &d.output) {
+        let diff = row_diff(case, expected, out, c);
+        if !diff.is_empty() {
+            let _ = writeln!(
+                s,
+                "diff (- expected, + actual; rows token/head with mismatches):"
+            );
+            s.push_str(&diff);
+        }
+    }
+    match &r.replay {
+        Some(p) => {
+            let _ = writeln!(
+                s,
+                "replay:  attn-diff replay {p} --backend {}",
+                r.backend
+            );
+        }
+        None => {
+            let _ = writeln!(s, "replay:  (no replay file written)");
+        }
+    }
+    if let Some(p) = &r.heatmap {
+        let _ = writeln!(s, "heatmap: {p}");
+    }
+    s
+}
+
+fn abbreviate(rows: &[Vec<u32>], max: usize) -> String {
+    let shown: Vec<String> = rows
+        .iter()
+        .take(max)
+        .map(|r| format!("[{}]", abbreviate_vec(r, 12).join(", ")))
+        .collect();
+    let more = if rows.len() > max {
+        format!(", … {} more rows", rows.len() - max)
+    } else {
+        String::new()
+    };
+    format!("[{}{more}]", shown.join(", "))
+}
+
+fn abbreviate_vec(v: &[u32], max: usize) -> Vec<String> {
+    let mut out: Vec<String> = v.iter().take(max).map(|x| x.to_string()).collect();
+    if v.len() > max {
+        out.push(format!("… +{}", v.len() - max));
+    }
+    out
+}
+
+fn abbreviate_flat(v: &[i64], max: usize) -> String {
+    let mut out: Vec<String> = v.iter().take(max).map(|x| x.to_string()).collect();
+    if v.len() > max {
+        out.push(format!("… +{}", v.len() - max));
+    }
+    format!("[{}]", out.join(", "))
+}
+
+/// Rows (token, head) of expected and actual output around mismatches, as a unified diff of
+/// fixed-precision text. At most 8 rows; long rows show the 8 dims around the first mismatch.
+fn row_diff(case: &Case, expected: &[f64], actual: &[f32], c: &Comparison) -> String {
+    let (hq, d) = (case.config.num_heads, case.config.head_size);
+    let rows: Vec<usize> = (0..expected.len() / d.max(1))
+        .filter(|&r| c.failed[r * d..(r + 1) * d].iter().any(|&f| f))
+        .take(8)
+        .collect();
+    if rows.is_empty() {
+        return String::new();
+    }
+    let mut exp_text = String::new();
+    let mut act_text = String::new();
+    for &r in &rows {
+        let first_bad = (0..d).find(|&i| c.failed[r * d + i]).unwrap_or(0);
+        let lo = first_bad.saturating_sub(2).min(d.saturating_sub(8));
+        let hi = (lo + 8).min(d);
+        let label = format!("t{:<3} h{:<2} [{lo}..{hi}]", r / hq, r % hq);
+        let fmt_row = |vals: &mut dyn Iterator<Item = f64>| {
+            vals.map(|v| format!("{v:>10.5}"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        let _ = writeln!(
+            exp_text,
+            "{label} {}",
+            fmt_row(&mut expected[r * d + lo..r * d + hi].iter().copied())
+        );
+        let _ = writeln!(
+            act_text,
+            "{label} {}",
+            fmt_row(&mut actual[r * d + lo..r * d + hi].iter().map(|&x| x as f64))
+        );
+    }
+    let diff = similar::TextDiff::from_lines(&exp_text, &act_text);
+    let mut out = String::new();
+    for change in diff.iter_all_changes() {
+        let sign = match change.tag() {
+            similar::ChangeTag::Delete => "-",
+            similar::ChangeTag::Insert => "+",
+            similar::ChangeTag::Equal => " ",
+        };
+        let _ = write!(out, "  {sign} {}", change);
+    }
+    out
+}

@@ -1,0 +1,433 @@
+//! The conformance suite: the topics every backend must get right, written once and run for
+//! every registered backend and for the numpy external adapter, judged by the harness's own
+//! runner and `Tolerance` (the only tolerance there is).
+//!
+//! Each topic is a handful of cases built from a [`CaseRecipe`]. A case is first fitted to the
+//! backend (a dtype and head size it accepts), so a backend that only computes in fp16 still
+//! meets every topic; a topic the backend declines as a whole must be declined for the topic's
+//! own feature, never for another reason, and never silently.
+//!
+//! Backend-specific tests (SIMD levels and scheduler settings of `cpu`, the device constraints
+//! and query chunking of the Spyre backends) stay beside their backend in `backends/tests/`.
+
+use attn_backends::external::{AdapterSpec, ExternalBackend};
+use attn_backends::{backend_by_name, Backend};
+use attn_harness::compare::Tolerance;
+use attn_harness::runner::{evaluate, Outcome};
+use attn_harness::strategy::{CaseRecipe, Share, TableOrder, Values};
+use attn_reference::{reference_output, AttentionKind, Case, DType, Feature};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// Two kv heads of two queries each, three sequences (decode, prefill, chunked prefill) over
+/// a permuted table with blocks of 4.
+fn base() -> CaseRecipe {
+    CaseRecipe {
+        num_kv_heads: 2,
+        group: 2,
+        head_size: 16,
+        block_size: 4,
+        dtype: DType::F32,
+        kind: AttentionKind::Decoder,
+        seqs: vec![(6, 1), (0, 7), (9, 3)],
+        window: None,
+        soft_cap: None,
+        alibi: false,
+        sinks: false,
+        padding_tokens: 0,
+        spare_blocks: 0,
+        table: TableOrder::Permuted(7),
+        values: Values::Normal { seed: 3, std: 1.0 },
+        share: None,
+    }
+}
+
+fn with(edit: impl FnOnce(&mut CaseRecipe)) -> CaseRecipe {
+    let mut r = base();
+    edit(&mut r);
+    r
+}
+
+/// The recipe in a dtype and head size `backend` accepts, if any: the recipe's own first.
+fn fit(backend: &dyn Backend, recipe: &CaseRecipe) -> CaseRecipe {
+    let dtypes = [recipe.dtype, DType::Bf16, DType::F16, DType::F32];
+    let sizes = [recipe.head_size, 64, 128];
+    for d in sizes {
+        for dt in dtypes {
+            let mut r = recipe.clone();
+            r.head_size = d;
+            r.dtype = dt;
+            if backend.supports(&r.config()).is_ok() {
+                return r;
+            }
+        }
+    }
+    recipe.clone()
+}
+
+/// Run `recipes` on `backend`: no case may diverge; declined cases must name `feature` (the
+/// topic's own) and are reported; a topic with no `feature` must run every case.
+fn topic(backend: &dyn Backend, feature: Option<Feature>, recipes: Vec<CaseRecipe>) {
+    let mut ran = 0;
+    for (i, recipe) in recipes.iter().enumerate() {
+        let case = fit(backend, recipe).build();
+        let (outcome, _) = judge(backend, &case, Tolerance::for_case(&case));
+        match outcome {
+            Outcome::Pass(_) => ran += 1,
+            Outcome::Unsupported(u) => {
+                assert_eq!(
+                    Some(u.feature),
+                    feature,
+                    "{}: case {i} declined for another reason than the topic's: {u}",
+                    backend.name()
+                );
+                println!("{}: case {i}: unsupported: {u}", backend.name());
+            }
+            Outcome::Diverged(d) => panic!(
+                "{} diverged on case {i} ({}): {} {}",
+                backend.name(),
+                case.shape_summary(),
+                d.kind,
+                d.message
+            ),
+        }
+    }
+    if feature.is_none() {
+        assert_eq!(ran, recipes.len(), "{}", backend.name());
+    }
+    println!("{}: {ran} of {} cases ran", backend.name(), recipes.len());
+}
+
+fn judge(backend: &dyn Backend, case: &Case, tol: Tolerance) -> (Outcome, std::time::Duration) {
+    let expected = reference_output(case);
+    evaluate(backend, case, &expected, tol)
+}
+
+/// Every topic, by name, as the macro instantiates them.
+mod topics {
+    use super::*;
+
+    pub fn gqa_ratios(b: &dyn Backend) {
+        let packings = [(4, 1), (2, 2), (1, 8), (3, 3), (4, 3), (1, 6), (1, 1)];
+        let recipes = packings
+            .iter()
+            .map(|&(kv, g)| {
+                with(|r| {
+                    r.num_kv_heads = kv;
+                    r.group = g;
+                })
+            })
+            .collect();
+        topic(b, Some(Feature::HeadLayout), recipes);
+    }
+
+    pub fn every_dtype(b: &dyn Backend) {
+        let recipes = DType::ALL.iter().map(|&dt| with(|r| r.dtype = dt)).collect();
+        topic(b, Some(Feature::Dtype), recipes);
+    }
+
+    pub fn encoder_only(b: &dyn Backend) {
+        let recipes = vec![
+            with(|r| {
+                r.kind = AttentionKind::EncoderOnly;
+                r.seqs = vec![(0, 5), (0, 1), (0, 11)];
+            }),
+            with(|r| {
+                r.kind = AttentionKind::EncoderOnly;
+                r.seqs = vec![(0, 9)];
+                r.window = Some(3);
+            }),
+        ];
+        topic(b, Some(Feature::EncoderOnly), recipes);
+    }
+
+    pub fn padding_and_stale_blocks(b: &dyn Backend) {
+        let recipes = vec![
+            with(|r| r.padding_tokens = 3),
+            with(|r| r.spare_blocks = 4),
+            with(|r| {
+                r.padding_tokens = 1;
+                r.spare_blocks = 2;
+                r.seqs = vec![(0, 1)];
+            }),
+        ];
+        topic(b, None, recipes);
+    }
+
+    pub fn table_orders(b: &dyn Backend) {
+        let orders = [
+            TableOrder::Sequential,
+            TableOrder::Reversed,
+            TableOrder::Interleaved,
+            TableOrder::Permuted(11),
+        ];
+        let recipes = orders.iter().map(|&t| with(|r| r.table = t)).collect();
+        topic(b, None, recipes);
+    }
+
+    pub fn block_sizes(b: &dyn Backend) {
+        let recipes = [1, 2, 3, 16, 32].iter().map(|&bs| with(|r| r.block_size = bs)).collect();
+        topic(b, Some(Feature::BlockSize), recipes);
+    }
+
+    pub fn shared_prefix_blocks(b: &dyn Backend) {
+        let recipes = vec![with(|r| {
+            r.seqs = vec![(8, 1), (8, 3), (8, 2)];
+            r.share = Some(Share {
+                group: 3,
+                blocks: 2,
+            });
+        })];
+        topic(b, None, recipes);
+    }
+
+    pub fn sliding_windows(b: &dyn Backend) {
+        // Both conventions, windows of one key, inside the sequence and past it.
+        let recipes = [1, 2, 5, 40]
+            .iter()
+            .flat_map(|&w| {
+                [
+                    with(|r| r.window = Some(w)),
+                    with(|r| {
+                        r.window = Some(w);
+                        r.kind = AttentionKind::EncoderOnly;
+                        r.seqs = vec![(0, 7), (0, 3)];
+                    }),
+                ]
+            })
+            .collect::<Vec<_>>();
+        let window_only: Vec<_> = recipes
+            .iter()
+            .filter(|r| r.kind == AttentionKind::Decoder)
+            .cloned()
+            .collect();
+        topic(b, Some(Feature::SlidingWindow), window_only);
+        let encoder: Vec<_> = recipes
+            .into_iter()
+            .filter(|r| r.kind == AttentionKind::EncoderOnly)
+            .collect();
+        if b.supports(&fit(b, &encoder[0]).config()).is_ok() {
+            topic(b, None, encoder);
+        }
+    }
+
+    pub fn soft_cap(b: &dyn Backend) {
+        let recipes = [1.0, 5.0, 30.0]
+            .iter()
+            .map(|&c| {
+                with(|r| {
+                    r.soft_cap = Some(c);
+                    r.values = Values::Normal { seed: 5, std: 3.0 };
+                })
+            })
+            .collect();
+        topic(b, Some(Feature::LogitsSoftCap), recipes);
+    }
+
+    pub fn alibi(b: &dyn Backend) {
+        topic(b, Some(Feature::Alibi), vec![with(|r| r.alibi = true)]);
+    }
+
+    pub fn sinks(b: &dyn Backend) {
+        topic(b, Some(Feature::Sinks), vec![with(|r| r.sinks = true)]);
+    }
+
+    pub fn large_logits(b: &dyn Backend) {
+        let recipe = with(|r| r.values = Values::Normal { seed: 9, std: 6.0 });
+        topic(b, None, vec![recipe]);
+    }
+
+    /// vLLM's small specs at their head configs, judged by attn-diff's tolerance (tighter than
+    /// upstream's 1e-2); a backend may decline one (the device's fp16-only rule), but what it
+    /// runs must pass.
+    pub fn upstream_small_specs(b: &dyn Backend) {
+        let mut ran = 0;
+        for uc in attn_harness::upstream::small_suite() {
+            let case = uc.build();
+            match judge(b, &case, Tolerance::for_case(&case)).0 {
+                Outcome::Pass(_) => ran += 1,
+                Outcome::Unsupported(u) => println!("{}: {}: {u}", b.name(), uc.label()),
+                Outcome::Diverged(d) => {
+                    panic!("{} on {}: {} {}", b.name(), uc.label(), d.kind, d.message)
+                }
+            }
+        }
+        println!("{}: {ran} upstream cases ran", b.name());
+    }
+}
+
+/// Every topic, for the settings sweeps below.
+const ALL_TOPICS: &[(&str, fn(&dyn Backend))] = &[
+    ("gqa_ratios", topics::gqa_ratios),
+    ("every_dtype", topics::every_dtype),
+    ("encoder_only", topics::encoder_only),
+    ("padding_and_stale_blocks", topics::padding_and_stale_blocks),
+    ("table_orders", topics::table_orders),
+    ("block_sizes", topics::block_sizes),
+    ("shared_prefix_blocks", topics::shared_prefix_blocks),
+    ("sliding_windows", topics::sliding_windows),
+    ("soft_cap", topics::soft_cap),
+    ("alibi", topics::alibi),
+    ("sinks", topics::sinks),
+    ("large_logits", topics::large_logits),
+    ("upstream_small_specs", topics::upstream_small_specs),
+];
+
+/// Every topic on every setting of `cpu`: each SIMD level this machine has, split-KV always
+/// (narrow tiles, far prefetch) and never (wide tiles, pair-dot scores), on 2 threads, and
+/// one single-threaded run that takes the no-pool path.
+#[test]
+fn every_cpu_setting_meets_every_topic() {
+    use attn_backends::cpu::{CpuBackend, CpuSettings, KvTiles, SimdChoice, SimdLevel, SplitKv};
+    let mut settings = vec![CpuSettings {
+        threads: 1,
+        ..CpuSettings::default()
+    }];
+    for level in SimdLevel::available() {
+        for (split_kv, kv_tiles) in [
+            (SplitKv::Always, KvTiles::Streaming),
+            (SplitKv::Never, KvTiles::Resident),
+        ] {
+            settings.push(CpuSettings {
+                threads: 2,
+                simd: SimdChoice::Force(level),
+                split_kv,
+                kv_tiles,
+            });
+        }
+    }
+    for s in settings {
+        let backend = CpuBackend::new(s.clone()).expect("an available level");
+        for (name, topic) in ALL_TOPICS {
+            println!("{s:?}: {name}");
+            topic(&backend);
+        }
+    }
+}
+
+/// Every topic on the Spyre backends with tiny budgets: one page per native chunk and one
+/// sequence per SDPA group, so the online softmax merges many chunks and groups split.
+#[cfg(feature = "spyre")]
+#[test]
+fn chunked_spyre_meets_every_topic() {
+    use attn_backends::spyre::{Budgets, Spyre};
+    let tiny = Budgets {
+        chunk_bytes: 1,
+        group_kv_bytes: 1,
+    };
+    for v in [Spyre::native(), Spyre::sdpa(), Spyre::device()] {
+        let backend = v.with_budgets(tiny);
+        for (name, topic) in ALL_TOPICS {
+            println!("{} (chunked): {name}", backend.name());
+            topic(&backend);
+        }
+    }
+}
+
+fn registered(name: &str) -> Arc<dyn Backend> {
+    backend_by_name(name).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// The numpy reference adapter, in the Python that `cargo xtask setup` provisioned.
+fn numpy_adapter() -> Arc<dyn Backend> {
+    let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let python = attn_harness::external::provisioned_python(&repo)
+        .map_or_else(|| "python3".into(), |p| p.display().to_string());
+    let script = repo.join("adapters/python/numpy_reference.py");
+    let spec = AdapterSpec::new("numpy-ref", vec![python, script.display().to_string()]);
+    Arc::new(ExternalBackend::start(spec).expect(
+        "the numpy adapter starts (it needs numpy and safetensors: `cargo xtask setup`)",
+    ))
+}
+
+/// One module per backend, one test per topic.
+macro_rules! conformance {
+    ($module:ident, $backend:expr) => {
+        mod $module {
+            use super::*;
+            fn backend() -> Arc<dyn Backend> {
+                $backend
+            }
+            conformance!(@topics gqa_ratios, every_dtype, encoder_only, padding_and_stale_blocks,
+                table_orders, block_sizes, shared_prefix_blocks, sliding_windows, soft_cap,
+                alibi, sinks, large_logits, upstream_small_specs);
+        }
+    };
+    (@topics $($topic:ident),*) => {
+        $(
+            #[test]
+            fn $topic() {
+                topics::$topic(backend().as_ref());
+            }
+        )*
+    };
+}
+
+conformance!(cpu, registered("cpu"));
+#[cfg(feature = "spyre")]
+conformance!(spyre_native, registered("spyre-native"));
+#[cfg(feature = "spyre")]
+conformance!(spyre_sdpa, registered("spyre-sdpa"));
+#[cfg(feature = "spyre")]
+conformance!(spyre_device, registered("spyre-device"));
+conformance!(numpy_adapter, numpy_adapter());
+
+/// Every registered backend has its module above: a new backend cannot join the registry
+/// without joining the suite.
+#[test]
+fn every_registered_backend_is_in_the_suite() {
+    let covered = ["cpu", "spyre-native", "spyre-sdpa", "spyre-device"];
+    for name in attn_backends::backend_names() {
+        assert!(
+            covered.contains(&name.as_str()),
+            "`{name}` is registered but has no conformance!(…) line in harness/tests/conformance.rs"
+        );
+    }
+}
+
+/// The suite bites: a backend that gets one topic wrong fails that topic.
+#[test]
+#[should_panic(expected = "diverged")]
+fn a_wrong_window_fails_the_window_topic() {
+    struct WindowOffByOne(Arc<dyn Backend>);
+    impl Backend for WindowOffByOne {
+        fn name(&self) -> &str {
+            "window-off-by-one"
+        }
+        fn supports(
+            &self,
+            c: &attn_reference::AttentionConfig,
+        ) -> Result<(), attn_backends::Unsupported> {
+            self.0.supports(c)
+        }
+        fn cache_layout(&self) -> attn_backends::CacheLayout {
+            self.0.cache_layout()
+        }
+        fn new_cache(
+            &self,
+            c: &attn_reference::AttentionConfig,
+            n: usize,
+        ) -> Result<attn_backends::KvCache, attn_backends::BackendError> {
+            self.0.new_cache(c, n)
+        }
+        fn write_kv(
+            &self,
+            c: &attn_reference::AttentionConfig,
+            cache: &mut attn_backends::KvCache,
+            w: &attn_backends::KvWrite<'_>,
+        ) -> Result<(), attn_backends::BackendError> {
+            self.0.write_kv(c, cache, w)
+        }
+        fn forward(
+            &self,
+            c: &attn_reference::AttentionConfig,
+            cache: &attn_backends::KvCache,
+            step: &attn_backends::StepInputs<'_>,
+        ) -> Result<Vec<f32>, attn_backends::BackendError> {
+            let mut wider = c.clone();
+            wider.sliding_window = c.sliding_window.map(|w| w + 1);
+            self.0.forward(&wider, cache, step)
+        }
+    }
+    topics::sliding_windows(&WindowOffByOne(registered("cpu")));
+}

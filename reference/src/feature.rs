@@ -1,0 +1,301 @@
+//! Every aspect of a case that a backend may not implement, declared once. Backends name one
+//! when they decline a case (`Unsupported { feature, detail }`), external adapters list the
+//! optional ones in their capabilities, `attn-diff list` probes each, and summaries group
+//! declined cases by it.
+
+use crate::{AttentionConfig, AttentionKind, DType};
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// One aspect of a case a backend may decline.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Feature {
+    /// The compute dtype (each dtype is probed on its own by `list`).
+    Dtype,
+    /// Encoder-only (bidirectional) attention.
+    EncoderOnly,
+    SlidingWindow,
+    LogitsSoftCap,
+    Alibi,
+    Sinks,
+    /// The head size (a SIMD width, a device tile).
+    HeadSize,
+    /// The KV-cache block size.
+    BlockSize,
+    /// The query/kv head packing (GQA ratio, head counts).
+    HeadLayout,
+    /// The batch's shape: number of sequences, lengths, query chunks.
+    BatchShape,
+    /// The machine the backend runs on (a missing instruction set).
+    Host,
+    /// A reason the backend gave that names none of the above (external adapters).
+    Other,
+}
+
+impl Feature {
+    pub const ALL: [Feature; 12] = [
+        Feature::Dtype,
+        Feature::EncoderOnly,
+        Feature::SlidingWindow,
+        Feature::LogitsSoftCap,
+        Feature::Alibi,
+        Feature::Sinks,
+        Feature::HeadSize,
+        Feature::BlockSize,
+        Feature::HeadLayout,
+        Feature::BatchShape,
+        Feature::Host,
+        Feature::Other,
+    ];
+
+    /// The optional attention features: on or off in a config, listed in an external
+    /// adapter's capabilities.
+    pub const OPTIONAL: [Feature; 5] = [
+        Feature::EncoderOnly,
+        Feature::SlidingWindow,
+        Feature::LogitsSoftCap,
+        Feature::Alibi,
+        Feature::Sinks,
+    ];
+
+    /// The stable name used in JSON and on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Feature::Dtype => "dtype",
+            Feature::EncoderOnly => "encoder_only",
+            Feature::SlidingWindow => "sliding_window",
+            Feature::LogitsSoftCap => "logits_soft_cap",
+            Feature::Alibi => "alibi",
+            Feature::Sinks => "sinks",
+            Feature::HeadSize => "head_size",
+            Feature::BlockSize => "block_size",
+            Feature::HeadLayout => "head_layout",
+            Feature::BatchShape => "batch_shape",
+            Feature::Host => "host",
+            Feature::Other => "other",
+        }
+    }
+
+    /// Words for a person.
+    pub fn label(self) -> &'static str {
+        match self {
+            Feature::Dtype => "dtype",
+            Feature::EncoderOnly => "encoder-only attention",
+            Feature::SlidingWindow => "sliding window",
+            Feature::LogitsSoftCap => "logits soft-cap",
+            Feature::Alibi => "ALiBi",
+            Feature::Sinks => "attention sinks",
+            Feature::HeadSize => "head size",
+            Feature::BlockSize => "block size",
+            Feature::HeadLayout => "head layout",
+            Feature::BatchShape => "batch shape",
+            Feature::Host => "host CPU",
+            Feature::Other => "other",
+        }
+    }
+
+    /// Whether `config` uses this optional feature (always false for the dimensions, which
+    /// every config has).
+    pub fn used_by(self, config: &AttentionConfig) -> bool {
+        match self {
+            Feature::EncoderOnly => config.kind == AttentionKind::EncoderOnly,
+            Feature::SlidingWindow => config.sliding_window.is_some(),
+            Feature::LogitsSoftCap => config.logits_soft_cap.is_some(),
+            Feature::Alibi => config.alibi_slopes.is_some(),
+            Feature::Sinks => config.sinks.is_some(),
+            _ => false,
+        }
+    }
+
+    /// Turn this optional feature off in `config` (the shrinker's "feature off" step); false
+    /// when there was nothing to turn off.
+    pub fn turn_off(self, config: &mut AttentionConfig) -> bool {
+        let was = self.used_by(config);
+        match self {
+            Feature::EncoderOnly => config.kind = AttentionKind::Decoder,
+            Feature::SlidingWindow => config.sliding_window = None,
+            Feature::LogitsSoftCap => config.logits_soft_cap = None,
+            Feature::Alibi => config.alibi_slopes = None,
+            Feature::Sinks => config.sinks = None,
+            _ => {}
+        }
+        was
+    }
+
+    /// Turn this optional feature on in `config` with a representative value (what `list`
+    /// asks a backend about).
+    pub fn turn_on(self, config: &mut AttentionConfig) {
+        match self {
+            Feature::EncoderOnly => config.kind = AttentionKind::EncoderOnly,
+            Feature::SlidingWindow => config.sliding_window = Some(64),
+            Feature::LogitsSoftCap => config.logits_soft_cap = Some(30.0),
+            Feature::Alibi => config.alibi_slopes = Some(vec![0.5; config.num_heads]),
+            Feature::Sinks => config.sinks = Some(vec![0.0; config.num_heads]),
+            _ => {}
+        }
+    }
+
+    /// Probes for `attn-diff list`: what to ask a backend (on top of a plain config it
+    /// accepts) to learn whether it has this feature, each with what the probe shows.
+    pub fn probes(self, base: &AttentionConfig) -> Vec<(String, AttentionConfig)> {
+        let with = |edit: &dyn Fn(&mut AttentionConfig)| {
+            let mut c = base.clone();
+            edit(&mut c);
+            c
+        };
+        match self {
+            Feature::Dtype => DType::ALL
+                .into_iter()
+                .map(|dtype| (dtype.name().to_string(), with(&|c| c.dtype = dtype)))
+                .collect(),
+            f if Feature::OPTIONAL.contains(&f) => {
+                vec![(f.label().to_string(), with(&|c| f.turn_on(c)))]
+            }
+            Feature::HeadSize => [3, 80, 256, 576]
+                .into_iter()
+                .map(|d| (format!("head size {d}"), with(&|c| c.head_size = d)))
+                .collect(),
+            Feature::BlockSize => [1, 3, 128, 256]
+                .into_iter()
+                .map(|b| (format!("block size {b}"), with(&|c| c.block_size = b)))
+                .collect(),
+            Feature::HeadLayout => [(9, 3), (8, 1), (8, 8)]
+                .into_iter()
+                .map(|(q, kv)| {
+                    (
+                        format!("{q}/{kv} heads"),
+                        with(&|c| {
+                            c.num_heads = q;
+                            c.num_kv_heads = kv;
+                            for f in [Feature::Alibi, Feature::Sinks] {
+                                if f.used_by(c) {
+                                    f.turn_on(c);
+                                }
+                            }
+                        }),
+                    )
+                })
+                .collect(),
+            _ => Vec::new(),
+        }
+    }
+}
+
+/// "I can't run this case": which feature, why in words that hold for every case declined for
+/// the same reason, and the case's own value apart (so 17 head sizes declined for one reason
+/// are one reason, not 17).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Unsupported {
+    pub feature: Feature,
+    /// E.g. "not a multiple of 64"; empty when the feature alone says it ("no ALiBi").
+    pub detail: String,
+    /// The case's value, e.g. "160"; none for an on/off feature.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
+}
+
+impl Unsupported {
+    pub fn new(feature: Feature, detail: impl Into<String>) -> Self {
+        Unsupported {
+            feature,
+            detail: detail.into(),
+            value: None,
+        }
+    }
+
+    /// The case's value of the declined feature.
+    pub fn value(mut self, value: impl fmt::Display) -> Self {
+        self.value = Some(value.to_string());
+        self
+    }
+
+    /// The reason without the case's value: what summaries group by.
+    pub fn reason(&self) -> String {
+        if self.feature == Feature::Other {
+            self.detail.clone()
+        } else if self.detail.is_empty() {
+            self.feature.label().to_string()
+        } else {
+            format!("{} {}", self.feature.label(), self.detail)
+        }
+    }
+}
+
+/// "head size 160: not a multiple of 64", "ALiBi".
+impl fmt::Display for Unsupported {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (&self.value, self.detail.is_empty()) {
+            _ if self.feature == Feature::Other => f.write_str(&self.detail),
+            (Some(v), false) => write!(f, "{} {v}: {}", self.feature.label(), self.detail),
+            (Some(v), true) => write!(f, "{} {v}", self.feature.label()),
+            (None, _) => f.write_str(&self.reason()),
+        }
+    }
+}
+
+impl fmt::Display for Feature {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for Feature {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        Feature::ALL
+            .into_iter()
+            .find(|f| f.name() == s)
+            .ok_or_else(|| {
+                format!(
+                    "unknown feature `{s}` (known: {})",
+                    Feature::ALL.map(Feature::name).join(", ")
+                )
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip_and_are_distinct() {
+        for f in Feature::ALL {
+            assert_eq!(f.name().parse::<Feature>(), Ok(f));
+            let json = serde_json::to_string(&f).unwrap();
+            assert_eq!(json, format!("\"{}\"", f.name()));
+        }
+        let mut names: Vec<_> = Feature::ALL.map(Feature::name).to_vec();
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), Feature::ALL.len());
+    }
+
+    #[test]
+    fn unsupported_reads_with_and_without_its_value() {
+        let u = Unsupported::new(Feature::HeadSize, "not a multiple of 64").value(160);
+        assert_eq!(u.to_string(), "head size 160: not a multiple of 64");
+        assert_eq!(u.reason(), "head size not a multiple of 64");
+        let u = Unsupported::new(Feature::Alibi, "");
+        assert_eq!(u.to_string(), "ALiBi");
+        let json = serde_json::to_value(&u).unwrap();
+        assert_eq!(json, serde_json::json!({"feature": "alibi", "detail": ""}));
+    }
+
+    #[test]
+    fn optional_features_turn_on_and_off() {
+        let plain = AttentionConfig::new(4, 2, 8, 16, DType::F32);
+        for f in Feature::OPTIONAL {
+            let mut c = plain.clone();
+            assert!(!f.used_by(&c), "{f}");
+            f.turn_on(&mut c);
+            assert!(f.used_by(&c), "{f}");
+            assert!(c.validate().is_ok(), "{f}: {:?}", c.validate());
+            assert!(f.turn_off(&mut c), "{f}");
+            assert_eq!(c, plain, "{f}");
+            assert!(!f.turn_off(&mut c), "{f}");
+        }
+    }
+}

@@ -1,0 +1,298 @@
+//! `attn-diff check`'s summary: per backend, what ran, what passed, what diverged and how, what
+//! was declined (grouped by feature), and the upstream suite's rows.
+
+use crate::coverage::CoverageReport;
+use crate::outcome::{CaseSize, DivergenceKind, Mismatch, ShrinkInfo};
+use crate::{nullable_f64, schema_version};
+use attn_reference::{Feature, Unsupported};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+/// One N-th of a run's property cases: case `i` belongs to shard `i % count`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Shard {
+    pub index: usize,
+    pub count: usize,
+}
+
+impl Shard {
+    pub const ALL: Shard = Shard { index: 0, count: 1 };
+
+    pub fn owns(&self, case_index: usize) -> bool {
+        case_index % self.count == self.index
+    }
+}
+
+impl std::str::FromStr for Shard {
+    type Err = String;
+    /// `I/N` with 0 <= I < N.
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (i, n) = s
+            .split_once('/')
+            .ok_or_else(|| format!("shard `{s}` must look like I/N, e.g. 0/4"))?;
+        let index: usize = i
+            .trim()
+            .parse()
+            .map_err(|_| format!("shard index `{i}` is not a number"))?;
+        let count: usize = n
+            .trim()
+            .parse()
+            .map_err(|_| format!("shard count `{n}` is not a number"))?;
+        if count == 0 || index >= count {
+            return Err(format!("shard `{s}`: need 0 <= I < N"));
+        }
+        Ok(Shard { index, count })
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CheckSummary {
+    #[serde(default = "schema_version")]
+    pub schema_version: u32,
+    pub seed: u64,
+    pub cases: u32,
+    pub shard: Shard,
+    pub deep: bool,
+    pub oracle_seconds: f64,
+    pub backends: Vec<BackendSummary>,
+    pub upstream: Vec<UpstreamRow>,
+    /// What each backend actually ran, by bucket (absent until a run computes it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub coverage: Option<CoverageReport>,
+}
+
+impl CheckSummary {
+    pub fn any_divergence(&self) -> bool {
+        self.backends.iter().any(|b| b.failed > 0)
+    }
+}
+
+/// Cases one backend declined for one reason (a feature and a value-free detail), with the
+/// distinct values of the cases it declined.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UnsupportedGroup {
+    pub feature: Feature,
+    pub detail: String,
+    pub cases: usize,
+    /// The declined cases' distinct values (head sizes, dtypes, …); empty for on/off features.
+    #[serde(default)]
+    pub values: BTreeSet<String>,
+}
+
+impl UnsupportedGroup {
+    /// The reason in words, without values ("head size not a multiple of 64").
+    pub fn reason(&self) -> String {
+        Unsupported::new(self.feature, self.detail.clone()).reason()
+    }
+}
+
+/// "head size not a multiple of 64 (17 sizes)".
+impl fmt::Display for UnsupportedGroup {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.reason())?;
+        match self.values.len() {
+            0 => Ok(()),
+            1 => write!(f, " ({})", self.values.iter().next().unwrap()),
+            n => write!(f, " ({n} {})", value_noun(self.feature)),
+        }
+    }
+}
+
+fn value_noun(feature: Feature) -> &'static str {
+    match feature {
+        Feature::HeadSize | Feature::BlockSize => "sizes",
+        Feature::Dtype => "dtypes",
+        Feature::HeadLayout => "head layouts",
+        _ => "values",
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BackendSummary {
+    pub backend: String,
+    pub cases_run: usize,
+    pub passed: usize,
+    pub failed: usize,
+    /// Declined cases, one group per (feature, detail), most frequent first.
+    pub unsupported: Vec<UnsupportedGroup>,
+    pub divergences: BTreeMap<DivergenceKind, usize>,
+    /// NaN (JSON null) when nothing was compared.
+    #[serde(deserialize_with = "nullable_f64")]
+    pub worst_abs_err: f64,
+    #[serde(deserialize_with = "nullable_f64")]
+    pub worst_rel_err: f64,
+    /// Time in the backend's forward calls.
+    pub backend_seconds: f64,
+    /// Wall time spent on this backend's cases (write + forward + compare).
+    pub wall_seconds: f64,
+    /// Property cases whose batch shares KV blocks between sequences.
+    pub shared_block_cases: usize,
+    /// Cases run up to and including the first divergence.
+    #[serde(default)]
+    pub first_divergence_at: Option<usize>,
+    pub failures: Vec<FailureRecord>,
+}
+
+impl BackendSummary {
+    pub fn new(backend: &str) -> Self {
+        BackendSummary {
+            backend: backend.to_string(),
+            ..Default::default()
+        }
+    }
+
+    /// Count a declined case into its group.
+    pub fn add_unsupported(&mut self, u: &Unsupported, cases: usize) {
+        let values = u.value.iter().cloned().collect();
+        self.add_group(UnsupportedGroup {
+            feature: u.feature,
+            detail: u.detail.clone(),
+            cases,
+            values,
+        });
+    }
+
+    /// Merge a group (from this run or another shard's) into this summary's groups.
+    pub fn add_group(&mut self, g: UnsupportedGroup) {
+        match self
+            .unsupported
+            .iter_mut()
+            .find(|x| x.feature == g.feature && x.detail == g.detail)
+        {
+            Some(x) => {
+                x.cases += g.cases;
+                x.values.extend(g.values);
+            }
+            None => self.unsupported.push(g),
+        }
+        self.unsupported.sort_by(|a, b| {
+            b.cases
+                .cmp(&a.cases)
+                .then(a.feature.cmp(&b.feature))
+                .then(a.detail.cmp(&b.detail))
+        });
+    }
+
+    pub fn unsupported_cases(&self) -> usize {
+        self.unsupported.iter().map(|g| g.cases).sum()
+    }
+
+    /// Cases that ran to a verdict (not declined).
+    pub fn cases_judged(&self) -> usize {
+        self.passed + self.failed
+    }
+
+    /// Judged cases per second of wall time; None when none ran.
+    pub fn cases_per_second(&self) -> Option<f64> {
+        (self.cases_run > 0 && self.wall_seconds > 0.0)
+            .then(|| self.cases_run as f64 / self.wall_seconds)
+    }
+}
+
+/// One upstream case on one backend.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "snake_case", deny_unknown_fields)]
+pub enum UpstreamStatus {
+    Pass,
+    Unsupported { reason: Unsupported },
+    Diverged { kind: DivergenceKind },
+}
+
+impl fmt::Display for UpstreamStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            UpstreamStatus::Pass => f.write_str("pass"),
+            UpstreamStatus::Unsupported { reason } => write!(f, "unsupported: {reason}"),
+            UpstreamStatus::Diverged { kind } => write!(f, "FAIL ({kind})"),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UpstreamRow {
+    pub backend: String,
+    pub test: String,
+    pub spec: String,
+    pub heads: (usize, usize),
+    pub status: UpstreamStatus,
+    /// NaN (JSON null) when the case did not run to a comparison.
+    #[serde(deserialize_with = "nullable_f64")]
+    pub max_abs_err: f64,
+    #[serde(deserialize_with = "nullable_f64")]
+    pub max_rel_err: f64,
+}
+
+/// A divergence, reported: the (shrunk) case's size, where it diverged, a hint, the replay
+/// file that reproduces it, and the report as printed.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FailureRecord {
+    pub backend: String,
+    /// Which case of the run failed first (before shrinking): `property case I (seed S)` or
+    /// an upstream case's label.
+    pub origin: String,
+    pub kind: DivergenceKind,
+    pub message: String,
+    pub size: CaseSize,
+    /// Where the replay file is (or will be, once artifacts are written).
+    pub replay: Option<String>,
+    pub shrink: Option<ShrinkInfo>,
+    pub first: Option<Mismatch>,
+    pub worst: Option<Mismatch>,
+    pub hint: Option<String>,
+    /// The error heat map, when one is drawn.
+    pub heatmap: Option<String>,
+    /// The report as `attn-diff` prints it (for people; never parsed).
+    pub text: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn declined_cases_group_by_reason_not_by_value() {
+        let mut b = BackendSummary::new("spyre-device");
+        for d in [80, 96, 80, 160] {
+            let u = Unsupported::new(Feature::HeadSize, "not a multiple of 64").value(d);
+            b.add_unsupported(&u, 1);
+        }
+        b.add_unsupported(&Unsupported::new(Feature::Dtype, "other than fp16").value("bf16"), 1);
+        assert_eq!(b.unsupported.len(), 2);
+        assert_eq!(b.unsupported_cases(), 5);
+        assert_eq!(
+            b.unsupported[0].to_string(),
+            "head size not a multiple of 64 (3 sizes)"
+        );
+        assert_eq!(b.unsupported[1].to_string(), "dtype other than fp16 (bf16)");
+    }
+
+    #[test]
+    fn upstream_status_is_tagged_json() {
+        let s = UpstreamStatus::Unsupported {
+            reason: Unsupported::new(Feature::Alibi, ""),
+        };
+        let json = serde_json::to_value(&s).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({"outcome": "unsupported", "reason": {"feature": "alibi", "detail": ""}})
+        );
+        assert_eq!(serde_json::from_value::<UpstreamStatus>(json).unwrap(), s);
+        assert_eq!(s.to_string(), "unsupported: ALiBi");
+    }
+
+    #[test]
+    fn shards_parse_and_partition() {
+        let s: Shard = "1/3".parse().unwrap();
+        assert!(s.owns(4) && !s.owns(3));
+        for bad in ["3/3", "1", "x/2", "0/0"] {
+            assert!(bad.parse::<Shard>().is_err(), "{bad}");
+        }
+    }
+}

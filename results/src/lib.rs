@@ -1,0 +1,81 @@
+//! # attn-results
+//!
+//! attn-diff's results as typed data, one model for every producer and consumer: the harness
+//! fills it (without I/O), its renderers (text, markdown, JSON) and artifact writers read it,
+//! and the pull-request bot (`attn-ci`) merges and replies from the same types. Nothing here
+//! is a display string meant to be parsed back.
+//!
+//! Every JSON document carries [`SCHEMA_VERSION`]; a reader refuses another version.
+
+pub mod bench;
+pub mod check;
+pub mod coverage;
+pub mod list;
+pub mod mutants;
+pub mod outcome;
+
+pub use bench::{BenchRow, BenchStatus, BenchSummary};
+pub use check::{
+    BackendSummary, CheckSummary, FailureRecord, Shard, UnsupportedGroup, UpstreamRow,
+    UpstreamStatus,
+};
+pub use coverage::CoverageReport;
+pub use list::{AdapterEntry, BackendEntry, Declined, ListDocument, SpecEntry};
+pub use mutants::{MutantRow, MutantsSummary};
+pub use outcome::{CaseSize, DivergenceKind, Mismatch, ShrinkInfo};
+
+/// The version of every JSON document attn-diff writes. Raised when a field changes meaning
+/// or disappears; a reader of another version refuses rather than misreads.
+pub const SCHEMA_VERSION: u32 = 2;
+
+/// serde's default for `schema_version` fields.
+pub fn schema_version() -> u32 {
+    SCHEMA_VERSION
+}
+
+/// A document read with the wrong `schema_version`, or malformed.
+#[derive(Debug)]
+pub enum ReadError {
+    Json(serde_json::Error),
+    Version { found: u64 },
+}
+
+impl std::fmt::Display for ReadError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ReadError::Json(e) => write!(f, "malformed attn-diff JSON: {e}"),
+            ReadError::Version { found } => write!(
+                f,
+                "attn-diff JSON has schema_version {found}; this build reads {SCHEMA_VERSION}"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for ReadError {}
+
+/// Read a document of this schema version: the version is checked before the fields, so an
+/// old or new document is named as such rather than as a missing field.
+pub fn from_json<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, ReadError> {
+    let value: serde_json::Value = serde_json::from_str(text).map_err(ReadError::Json)?;
+    let found = value
+        .get("schema_version")
+        .and_then(serde_json::Value::as_u64)
+        .unwrap_or(0);
+    if found != u64::from(SCHEMA_VERSION) {
+        return Err(ReadError::Version { found });
+    }
+    serde_json::from_value(value).map_err(ReadError::Json)
+}
+
+/// Pretty JSON of a document (NaN becomes null, as serde_json writes it).
+pub fn to_json<T: serde::Serialize>(doc: &T) -> String {
+    serde_json::to_string_pretty(doc)
+        .unwrap_or_else(|e| format!("{{\"error\": \"cannot serialize: {e}\"}}"))
+}
+
+/// serde_json writes a NaN as null; read null back as NaN.
+pub(crate) fn nullable_f64<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    use serde::Deserialize;
+    Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::NAN))
+}

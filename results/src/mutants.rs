@@ -1,0 +1,38 @@
+//! `attn-diff mutants`: what the harness catches, one row per deliberately wrong backend.
+
+use crate::outcome::CaseSize;
+use crate::schema_version;
+use serde::{Deserialize, Serialize};
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MutantRow {
+    pub mutant: String,
+    pub description: String,
+    pub killed: bool,
+    /// Property cases run up to the first divergence.
+    pub cases_to_kill: Option<usize>,
+    pub seconds: f64,
+    pub shrunk: Option<CaseSize>,
+    /// Killed by the upstream suite alone (its specs, its 1e-2 tolerance).
+    pub killed_by_upstream: bool,
+    /// The first upstream case that killed it.
+    pub upstream_killer: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MutantsSummary {
+    #[serde(default = "schema_version")]
+    pub schema_version: u32,
+    pub cases: u32,
+    pub seed: u64,
+    pub upstream_cases: usize,
+    pub rows: Vec<MutantRow>,
+}
+
+impl MutantsSummary {
+    pub fn all_killed(&self) -> bool {
+        self.rows.iter().all(|r| r.killed)
+    }
+}

@@ -1,0 +1,173 @@
+//! The Python environment the external-backend adapters and their tests run in: a virtual
+//! environment in the same cache as libtorch, holding the pinned packages below, made from
+//! whatever `python3` is on PATH without touching that Python.
+//!
+//! Like libtorch, it is built in a temporary directory beside its cache entry, verified (every
+//! package imports at its pinned version) and renamed into place, so an interrupted run leaves
+//! nothing half-made. A venv stays usable after the rename because its interpreter finds
+//! `pyvenv.cfg` and `site-packages` next to itself; only pip's script shebangs name the old
+//! path, so pip is always run as `python -m pip`.
+//!
+//! `<repo>/.python-env` links to it; the harness resolves a bare `python3` in `attn-diff.toml`
+//! to `.python-env/bin/python3`, and xtask puts its `bin` first on PATH for what it runs.
+
+use crate::libtorch::cache_root;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Every package the shipped adapters (`adapters/python/`) and the tests import, pinned.
+/// numpy 2.3 has wheels for CPython 3.11 to 3.14; safetensors' wheels are abi3.
+pub const PACKAGES: &[(&str, &str)] = &[("numpy", "2.3.5"), ("safetensors", "0.7.0")];
+
+/// The repo's link to the environment (git-ignored), which the harness looks for.
+pub const LINK: &str = ".python-env";
+
+/// Written last into a finished environment: the pins it was made with.
+const MARKER: &str = "attn-diff-packages.txt";
+
+fn pins() -> String {
+    PACKAGES
+        .iter()
+        .map(|(name, version)| format!("{name}=={version}\n"))
+        .collect()
+}
+
+/// A name that changes with the pins and the base Python, so a new pin or a new Python gets a
+/// fresh environment instead of a stale one.
+fn entry_name(base_version: &str) -> String {
+    // FNV-1a: stable across Rust versions, unlike DefaultHasher.
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in pins().bytes().chain(base_version.bytes()) {
+        hash = (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("python-{:012x}", hash & 0xffff_ffff_ffff)
+}
+
+fn interpreter(env: &Path) -> PathBuf {
+    env.join("bin").join("python3")
+}
+
+/// The version of the `python3` on PATH (the environment's base), e.g. "3.11.7".
+fn base_version() -> Result<String, String> {
+    let out = Command::new("python3")
+        .args(["-c", "import sys; print('%d.%d.%d' % sys.version_info[:3])"])
+        .output()
+        .map_err(|e| format!("python3 is required for the adapters' environment: {e}"))?;
+    if !out.status.success() {
+        return Err("`python3` on PATH does not run; install Python 3.11 or newer".into());
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+/// Every pinned package imports from `env` at its pinned version.
+fn verify(env: &Path) -> Result<(), String> {
+    let checks: String = PACKAGES
+        .iter()
+        .map(|(name, version)| {
+            format!(
+                "import {name}; v = {name}.__version__; \
+                 assert v == '{version}', '{name} is ' + v + ', not {version}'\n"
+            )
+        })
+        .collect();
+    let out = Command::new(interpreter(env))
+        .args(["-c", &checks])
+        .output()
+        .map_err(|e| format!("cannot run {}: {e}", interpreter(env).display()))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        let err = String::from_utf8_lossy(&out.stderr);
+        Err(format!(
+            "the Python environment {} fails its check: {}",
+            env.display(),
+            err.lines().last().unwrap_or("(no message)")
+        ))
+    }
+}
+
+fn is_complete(env: &Path) -> bool {
+    fs::read_to_string(env.join(MARKER)).is_ok_and(|text| text == pins()) && verify(env).is_ok()
+}
+
+fn run(cmd: &mut Command, what: &str) -> Result<(), String> {
+    let status = cmd
+        .status()
+        .map_err(|e| format!("{what}: cannot start {:?}: {e}", cmd.get_program()))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("{what} failed ({status})"))
+    }
+}
+
+fn build(tmp: &Path) -> Result<(), String> {
+    run(
+        Command::new("python3").args(["-m", "venv"]).arg(tmp),
+        "creating the virtual environment (Debian: apt-get install python3-venv)",
+    )?;
+    let specs: Vec<String> = PACKAGES.iter().map(|(n, v)| format!("{n}=={v}")).collect();
+    eprintln!(
+        "xtask: installing {} into the adapters' Python environment",
+        specs.join(" ")
+    );
+    run(
+        Command::new(interpreter(tmp))
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+                "--only-binary=:all:",
+            ])
+            .args(&specs),
+        "pip install of the adapters' packages (is PyPI reachable?)",
+    )?;
+    verify(tmp)?;
+    fs::write(tmp.join(MARKER), pins()).map_err(|e| format!("cannot write the marker: {e}"))
+}
+
+/// Ensure the environment exists, verified, and linked as `<repo>/.python-env`; returns it.
+pub fn setup() -> Result<PathBuf, String> {
+    let root = cache_root()?;
+    let dest = root.join(entry_name(&base_version()?));
+    if !is_complete(&dest) {
+        fs::create_dir_all(&root)
+            .map_err(|e| format!("cannot create cache {}: {e}", root.display()))?;
+        let tmp = root.join(format!(
+            ".{}.tmp-{}",
+            dest.file_name().unwrap().to_string_lossy(),
+            std::process::id()
+        ));
+        let _ = fs::remove_dir_all(&tmp);
+        let result = build(&tmp).and_then(|_| {
+            if dest.exists() {
+                // Half-made by an older layout, or its base Python was removed: replace it.
+                fs::remove_dir_all(&dest)
+                    .map_err(|e| format!("cannot remove stale {}: {e}", dest.display()))?;
+            }
+            fs::rename(&tmp, &dest)
+                .map_err(|e| format!("cannot move the environment into {}: {e}", dest.display()))
+        });
+        if let Err(e) = result {
+            let _ = fs::remove_dir_all(&tmp);
+            return Err(e);
+        }
+        // The rename must not have broken it (see the module docs).
+        verify(&dest)?;
+        eprintln!("xtask: Python environment ready in {}", dest.display());
+    }
+    crate::libtorch::link(&dest, LINK)?;
+    Ok(dest)
+}
+
+/// PATH with the environment's `bin` first, for the commands xtask runs.
+pub fn path_with(env: &Path) -> std::ffi::OsString {
+    let mut dirs = vec![env.join("bin")];
+    if let Some(path) = std::env::var_os("PATH") {
+        dirs.extend(std::env::split_paths(&path));
+    }
+    std::env::join_paths(dirs).unwrap_or_default()
+}
