@@ -303,6 +303,16 @@ pub fn render_usage_reply(e: &ParseError) -> String {
     )
 }
 
+/// The reply to a request whose commit could not be bound to the comment (the head moved, or
+/// `SHA=` is not the head): nothing ran.
+pub fn render_unbound_reply(e: &crate::binding::BindError) -> String {
+    format!(
+        "### attn-diff: not run\n\nNothing was run: the commit to test could not be bound to \
+         this comment.\n\n{}",
+        fenced(&e.to_string(), "text")
+    )
+}
+
 /// The reply when the run itself broke (a shard produced no summary, the merge failed).
 pub fn render_error_reply(req: &BotRequest, what: &str, ctx: &ReplyContext) -> String {
     let mut out = format!(
