@@ -578,7 +578,7 @@ mod tests {
         }
         // CRLF and a lone CR too.
         assert_eq!(parse("bot:test SEED=3\r\nSEED=4").unwrap().seed, 3);
-        assert_eq!(parse("bot:test SEED=3\rDEEP=1").unwrap().deep, false);
+        assert!(!parse("bot:test SEED=3\rDEEP=1").unwrap().deep);
     }
 
     #[test]
