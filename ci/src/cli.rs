@@ -9,11 +9,22 @@ pub const USAGE: &str = "\
 usage:
   attn-bot plan --out DIR [--comment TEXT] (--local | --allowlist FILE --author LOGIN --association ASSOC)
                 [--pr N] [--sha SHA] [--comment-id N] [--github-output FILE]
-      the comment (--comment, else $BOT_COMMENT) becomes DIR/request.json (+ DIR/reply.md)
+                [--head SHA --comment-at TIME [--head-suites FILE] [--force-pushes FILE]]
+      the comment (--comment, else $BOT_COMMENT) becomes DIR/request.json (+ DIR/reply.md);
+      with --head (required with --allowlist) the tested commit is bound to the comment: FILEs
+      hold, one per line, when the head's check suites were created and when the branch was
+      force-pushed
   attn-bot shard --request FILE --index I --shards DIR
       run shard I through cargo (in the current folder) into DIR/shard-I/
   attn-bot report --request FILE --shards DIR --out DIR [--replay-artifact NAME] [--run-url URL]
       merge DIR/shard-*/summary.json; write reply.md, status.json, summary.json, replays/; print the reply
+  attn-bot post-select --jobs FILE --artifacts FILE [--github-output FILE]
+      the bot run's jobs and artifacts (JSON lines) -> the ids of the plan job's request
+      artifact and of the result artifact (request-id=, result-id=)
+  attn-bot post --request DIR --comment FILE --actor LOGIN --run-created-at TIME --run-url URL
+                --conclusion WORD [--result DIR] --out DIR [--github-output FILE]
+      check the request against the comment and the run; write DIR/comment.json and
+      DIR/status.json (request bodies for GitHub's API) and pr=, sha=, post=, status=
   attn-bot usage
       print the comment grammar
 exit: 0 done (report: all passed), 1 divergence, 2 usage or I/O error, 3 a shard or the merge failed";
@@ -38,6 +49,8 @@ pub enum CliError {
     Gate,
     #[error("no comment: pass --comment or set BOT_COMMENT")]
     NoComment,
+    #[error("a comment's request needs --head and --comment-at, to bind the commit it tests")]
+    NoEvidence,
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -50,6 +63,15 @@ pub enum GateArgs {
     },
 }
 
+/// Where the plan finds what GitHub says about the pull request's head.
+#[derive(Debug, PartialEq, Eq)]
+pub struct EvidenceArgs {
+    pub head: String,
+    pub comment_at: String,
+    pub head_suites: Option<PathBuf>,
+    pub force_pushes: Option<PathBuf>,
+}
+
 #[derive(Debug, PartialEq, Eq)]
 pub enum Command {
     Plan {
@@ -59,6 +81,23 @@ pub enum Command {
         pr: Option<u64>,
         sha: Option<String>,
         comment_id: Option<u64>,
+        github_output: Option<PathBuf>,
+        evidence: Option<EvidenceArgs>,
+    },
+    PostSelect {
+        jobs: PathBuf,
+        artifacts: PathBuf,
+        github_output: Option<PathBuf>,
+    },
+    Post {
+        request: PathBuf,
+        comment: PathBuf,
+        actor: String,
+        run_created_at: String,
+        run_url: String,
+        conclusion: String,
+        result: Option<PathBuf>,
+        out: PathBuf,
         github_output: Option<PathBuf>,
     },
     Shard {
@@ -151,8 +190,22 @@ pub fn parse_args(args: &[String], env_comment: Option<String>) -> Result<Comman
                     "--sha",
                     "--comment-id",
                     "--github-output",
+                    "--head",
+                    "--comment-at",
+                    "--head-suites",
+                    "--force-pushes",
                 ],
             )?;
+            let evidence = match (o.get("--head"), o.get("--comment-at")) {
+                (Some(head), Some(comment_at)) => Some(EvidenceArgs {
+                    head,
+                    comment_at,
+                    head_suites: o.get("--head-suites").map(PathBuf::from),
+                    force_pushes: o.get("--force-pushes").map(PathBuf::from),
+                }),
+                (None, None) => None,
+                _ => return Err(CliError::NoEvidence),
+            };
             let gate = match (
                 o.flag("--local"),
                 o.get("--allowlist"),
@@ -167,6 +220,10 @@ pub fn parse_args(args: &[String], env_comment: Option<String>) -> Result<Comman
                 },
                 _ => return Err(CliError::Gate),
             };
+            // A comment's commit is always bound to it; only a local run may go without.
+            if matches!(gate, GateArgs::Comment { .. }) && evidence.is_none() {
+                return Err(CliError::NoEvidence);
+            }
             Ok(Command::Plan {
                 out: PathBuf::from(o.required("--out")?),
                 comment: o
@@ -177,6 +234,43 @@ pub fn parse_args(args: &[String], env_comment: Option<String>) -> Result<Comman
                 pr: o.number("--pr")?,
                 sha: o.get("--sha"),
                 comment_id: o.number("--comment-id")?,
+                github_output: o.get("--github-output").map(PathBuf::from),
+                evidence,
+            })
+        }
+        "post-select" => {
+            let o = Options::parse(rest, &[], &["--jobs", "--artifacts", "--github-output"])?;
+            Ok(Command::PostSelect {
+                jobs: PathBuf::from(o.required("--jobs")?),
+                artifacts: PathBuf::from(o.required("--artifacts")?),
+                github_output: o.get("--github-output").map(PathBuf::from),
+            })
+        }
+        "post" => {
+            let o = Options::parse(
+                rest,
+                &[],
+                &[
+                    "--request",
+                    "--comment",
+                    "--actor",
+                    "--run-created-at",
+                    "--run-url",
+                    "--conclusion",
+                    "--result",
+                    "--out",
+                    "--github-output",
+                ],
+            )?;
+            Ok(Command::Post {
+                request: PathBuf::from(o.required("--request")?),
+                comment: PathBuf::from(o.required("--comment")?),
+                actor: o.required("--actor")?,
+                run_created_at: o.required("--run-created-at")?,
+                run_url: o.required("--run-url")?,
+                conclusion: o.required("--conclusion")?,
+                result: o.get("--result").map(PathBuf::from),
+                out: PathBuf::from(o.required("--out")?),
                 github_output: o.get("--github-output").map(PathBuf::from),
             })
         }
@@ -238,6 +332,10 @@ mod tests {
                 "OWNER",
                 "--pr",
                 "5",
+                "--head",
+                "h",
+                "--comment-at",
+                "t",
             ]),
             Some("bot:test".into()),
         )
@@ -258,6 +356,31 @@ mod tests {
         assert_eq!(e, Err(CliError::Gate));
         let e = parse_args(&args(&["plan", "--out", "o", "--local"]), None);
         assert_eq!(e, Err(CliError::NoComment));
+    }
+
+    #[test]
+    fn a_comments_plan_needs_the_evidence_to_bind_its_commit() {
+        let gate = [
+            "plan",
+            "--out",
+            "o",
+            "--allowlist",
+            "l",
+            "--author",
+            "a",
+            "--association",
+            "OWNER",
+        ];
+        let e = parse_args(&args(&gate), Some("bot:test".into()));
+        assert_eq!(e, Err(CliError::NoEvidence));
+        let mut half = gate.to_vec();
+        half.extend(["--head", "h"]);
+        assert_eq!(
+            parse_args(&args(&half), Some("x".into())),
+            Err(CliError::NoEvidence)
+        );
+        // A local run binds nothing.
+        assert!(parse_args(&args(&["plan", "--out", "o", "--local"]), Some("x".into())).is_ok());
     }
 
     #[test]

@@ -1,10 +1,63 @@
 //! `attn-bot`: the pull-request bot's steps, as the workflows and `cargo xtask bot` run them.
 
 use attn_ci::allowlist::AllowList;
-use attn_ci::cli::{parse_args, Command, GateArgs, USAGE};
+use attn_ci::binding::{times_from_lines, Evidence};
+use attn_ci::cli::{parse_args, Command, EvidenceArgs, GateArgs, USAGE};
+use attn_ci::post::{self, PostError, RunFacts};
 use attn_ci::reply::ReplyContext;
 use attn_ci::run::{self, Gate, PlanInput, Report, RunError};
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+
+fn read(path: &Path) -> Result<String, RunError> {
+    std::fs::read_to_string(path).map_err(|source| RunError::Read {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// Append `key=value` lines to the workflow's output file (and say them on stderr).
+fn write_outputs(outputs: &str, path: Option<PathBuf>) -> Result<(), RunError> {
+    eprint!("{outputs}");
+    if let Some(path) = path {
+        use std::io::Write;
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .and_then(|mut f| f.write_all(outputs.as_bytes()))
+            .map_err(|source| RunError::Write { path, source })?;
+    }
+    Ok(())
+}
+
+fn write_json<T: serde::Serialize>(path: &Path, value: &T) -> Result<(), RunError> {
+    let text = serde_json::to_string(value).map_err(|source| RunError::Json {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    std::fs::write(path, text).map_err(|source| RunError::Write {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+fn evidence(args: EvidenceArgs) -> Result<Evidence, RunError> {
+    let times = |p: Option<PathBuf>| -> Result<Vec<String>, RunError> {
+        p.map_or(Ok(Vec::new()), |p| read(&p).map(|t| times_from_lines(&t)))
+    };
+    Ok(Evidence {
+        comment_at: args.comment_at,
+        head: args.head,
+        head_suites: times(args.head_suites)?,
+        force_pushes: times(args.force_pushes)?,
+    })
+}
+
+/// The posting step's refusals are errors like any other: nothing is posted.
+fn post_error(e: PostError) -> RunError {
+    RunError::Post(e.to_string())
+}
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -34,6 +87,7 @@ fn execute(command: Command) -> Result<u8, RunError> {
             sha,
             comment_id,
             github_output,
+            evidence: evidence_args,
         } => {
             let gate = match gate {
                 GateArgs::Local => Gate::Local,
@@ -61,20 +115,83 @@ fn execute(command: Command) -> Result<u8, RunError> {
                     pr,
                     sha,
                     comment_id,
+                    evidence: evidence_args.map(evidence).transpose()?,
                 },
                 &out,
             )?;
-            let outputs = run::github_outputs(&file);
-            eprint!("{outputs}");
-            if let Some(path) = github_output {
-                use std::io::Write;
-                std::fs::OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .open(&path)
-                    .and_then(|mut f| f.write_all(outputs.as_bytes()))
-                    .map_err(|source| RunError::Write { path, source })?;
+            write_outputs(&run::github_outputs(&file), github_output)?;
+            Ok(0)
+        }
+        Command::PostSelect {
+            jobs,
+            artifacts,
+            github_output,
+        } => {
+            let jobs = post::json_lines(&read(&jobs)?, "the jobs").map_err(post_error)?;
+            let artifacts =
+                post::json_lines(&read(&artifacts)?, "the artifacts").map_err(post_error)?;
+            let s = post::select(&jobs, &artifacts).map_err(post_error)?;
+            let result = s.result.map(|id| id.to_string()).unwrap_or_default();
+            write_outputs(
+                &format!("request-id={}\nresult-id={result}\n", s.request),
+                github_output,
+            )?;
+            Ok(0)
+        }
+        Command::Post {
+            request,
+            comment,
+            actor,
+            run_created_at,
+            run_url,
+            conclusion,
+            result,
+            out,
+            github_output,
+        } => {
+            let file = run::load_request(&request.join(run::REQUEST_FILE))?;
+            let run = RunFacts {
+                actor,
+                created_at: run_created_at,
+                url: run_url,
+                conclusion,
+            };
+            if file.outcome == run::Outcome::Ignored {
+                write_outputs("post=false\nstatus=false\n", github_output)?;
+                return Ok(0);
             }
+            let comment: post::Comment =
+                serde_json::from_str(&read(&comment)?).map_err(|source| RunError::Json {
+                    path: comment.clone(),
+                    source,
+                })?;
+            let pr = post::verify(&file, &comment, &run).map_err(post_error)?;
+            let result = result.filter(|d| d.is_dir());
+            let Some(p) =
+                post::compose(&file, pr, &run, &request, result.as_deref()).map_err(post_error)?
+            else {
+                write_outputs("post=false\nstatus=false\n", github_output)?;
+                return Ok(0);
+            };
+            std::fs::create_dir_all(&out).map_err(|source| RunError::Write {
+                path: out.clone(),
+                source,
+            })?;
+            write_json(
+                &out.join("comment.json"),
+                &serde_json::json!({ "body": p.body }),
+            )?;
+            let (sha, status) = match &p.status {
+                Some((sha, s)) => {
+                    write_json(&out.join("status.json"), s)?;
+                    (sha.as_str(), true)
+                }
+                None => ("", false),
+            };
+            write_outputs(
+                &format!("post=true\nstatus={status}\npr={}\nsha={sha}\n", p.pr),
+                github_output,
+            )?;
             Ok(0)
         }
         Command::Shard {

@@ -2,8 +2,9 @@
 //! failing case in a collapsed section naming its replay artifact), the usage reply to a
 //! comment it cannot parse, and the commit status.
 //!
-//! Nothing of the comment's own text is echoed but the offending word, in a code span; a
-//! request is shown in its canonical form.
+//! Nothing of the comment's own text is echoed but the offending word (and the value in the
+//! error message), both inside a fenced block longer than any run of backticks they hold, so
+//! no value can close it and become live markdown; a request is shown in its canonical form.
 
 use crate::catalog::is_mutant;
 use crate::request::{BotRequest, ParseError, USAGE};
@@ -295,12 +296,27 @@ pub fn status_of(s: &CheckSummary) -> Status {
     }
 }
 
-/// The reply to a comment the bot cannot parse.
+/// The reply to a comment the bot cannot parse. The message and the word hold the comment's
+/// own text, so they go in a fenced block, where mentions, links and HTML are inert.
 pub fn render_usage_reply(e: &ParseError) -> String {
     format!(
-        "### attn-diff: cannot run this request\n\n{e}; offending word: {}\n\nNothing was run. Usage:\n\n{}",
-        code(e.offending_word()),
+        "### attn-diff: cannot run this request\n\nNothing was run. The problem, and the word of \
+         the comment it is about:\n\n{}\nUsage:\n\n{}",
+        fenced(
+            &format!("{e}\noffending word: {}", e.offending_word()),
+            "text"
+        ),
         fenced(USAGE, "text")
+    )
+}
+
+/// The reply to a request whose commit could not be bound to the comment (the head moved, or
+/// `SHA=` is not the head): nothing ran.
+pub fn render_unbound_reply(e: &crate::binding::BindError) -> String {
+    format!(
+        "### attn-diff: not run\n\nNothing was run: the commit to test could not be bound to \
+         this comment.\n\n{}",
+        fenced(&e.to_string(), "text")
     )
 }
 
@@ -338,11 +354,52 @@ mod tests {
         assert_eq!(fenced("```\nx", "text"), "````text\n```\nx\n````\n");
     }
 
+    /// The reply with every fenced block removed, found as CommonMark does: an opening fence
+    /// of N backticks is closed only by a line of at least N backticks.
+    fn outside_fences(md: &str) -> String {
+        let mut out = String::new();
+        let mut open: Option<usize> = None;
+        for line in md.lines() {
+            let ticks = line.chars().take_while(|&c| c == '`').count();
+            match open {
+                None if ticks >= 3 => open = Some(ticks),
+                None => {
+                    out.push_str(line);
+                    out.push('\n');
+                }
+                Some(n) if ticks >= n && line.trim_end().len() == ticks => open = None,
+                Some(_) => {}
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn usage_reply_keeps_echoed_values_inside_the_fence() {
+        for comment in [
+            "bot:test CASES=a`@team`b",
+            "bot:test SEED=```@org/team```",
+            "bot:test FOO=``````\u{20}@you",
+            "bot:test BACKENDS=<img>,[x](http://e.com)",
+        ] {
+            let r = render_usage_reply(&parse(comment).unwrap_err());
+            let outside = outside_fences(&r);
+            for live in ["@", "<img", "](", "team"] {
+                assert!(
+                    !outside.contains(live),
+                    "{comment}: {live} outside the fence:\n{r}"
+                );
+            }
+            // The values are shown, inside.
+            assert!(r.contains("offending word: "), "{r}");
+        }
+    }
+
     #[test]
     fn usage_reply_names_the_word_and_runs_nothing() {
         let e = parse("bot:test CASES=0").unwrap_err();
         let r = render_usage_reply(&e);
-        assert!(r.contains("offending word: `CASES=0`"), "{r}");
+        assert!(r.contains("offending word: CASES=0\n"), "{r}");
         assert!(r.contains("CASES=0 is out of range 1..=100000"));
         assert!(r.contains("Nothing was run"));
         assert!(r.contains("BACKENDS=a,b,..."));

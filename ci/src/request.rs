@@ -5,8 +5,11 @@
 //! bot:test [KEY=VALUE]...
 //! ```
 //!
-//! Only the comment's first line is read; words are separated by whitespace; keys are
-//! upper-case and may appear once. See [`USAGE`] for the keys and their ranges.
+//! The comment must start with `bot:test` itself (no leading whitespace: the workflow's
+//! `startsWith` filter is the same test, see [`is_bot_command`]). Only its first line is read,
+//! and every line end GitHub or a renderer might honour ends it (see [`LINE_ENDS`]); words are
+//! separated by spaces and tabs only, so any other whitespace stays inside a word and makes it
+//! invalid. Keys are upper-case and may appear once. See [`USAGE`] for the keys and ranges.
 
 use crate::catalog;
 use serde::{Deserialize, Serialize};
@@ -22,6 +25,14 @@ pub const MAX_CASES: u32 = 100_000;
 pub const DEFAULT_CASES: u32 = 500;
 /// Shards (runners) per request: at least one, at most this many.
 pub const MAX_SHARDS: u32 = 8;
+/// Property cases one shard may run, and with `DEEP=1` (bigger batches, slower cases): a
+/// request over these needs more shards. Sized so a shard ends well inside the shard job's
+/// timeout (`attn-diff-sharded.yml`; docs/bot.md gives the worst case per comment).
+pub const MAX_CASES_PER_SHARD: u32 = 25_000;
+pub const MAX_DEEP_CASES_PER_SHARD: u32 = 12_500;
+/// Shortest and longest `SHA=` value (an abbreviated or a full commit id).
+pub const MIN_SHA: usize = 7;
+pub const MAX_SHA: usize = 40;
 /// Upstream specs one request may name.
 pub const MAX_SPECS: usize = 16;
 /// Backends one request may name.
@@ -41,6 +52,9 @@ bot:test [KEY=VALUE]...
   DEEP=0|1          bigger batches and longer sequences (default 0)
   SHARDS=N          runners to split the cases over, 1..=8 and at most CASES (default 1)
   MUTANTS=0|1       build the deliberately wrong backends too; every mutant must diverge (default 0)
+  SHA=hex           the commit to test: the pull request's head, 7 to 40 hex digits (default: the
+                    head when the comment was made); refused if the head is no longer that commit
+  cases per shard (CASES/SHARDS, rounded up): at most 25000, or 12500 with DEEP=1
 
 example: bot:test BACKENDS=cpu,spyre-sdpa CASES=20000 SPECS=large_decode,mixed_medium SEED=7 DEEP=1 SHARDS=4";
 
@@ -55,6 +69,9 @@ pub struct BotRequest {
     pub deep: bool,
     pub shards: u32,
     pub mutants: bool,
+    /// `SHA=`: the commit the maintainer reviewed (lower-case hex, possibly abbreviated).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sha: Option<String>,
 }
 
 impl Default for BotRequest {
@@ -67,6 +84,7 @@ impl Default for BotRequest {
             deep: false,
             shards: 1,
             mutants: false,
+            sha: None,
         }
     }
 }
@@ -81,10 +99,11 @@ pub enum Key {
     Deep,
     Shards,
     Mutants,
+    Sha,
 }
 
 impl Key {
-    pub const ALL: [Key; 7] = [
+    pub const ALL: [Key; 8] = [
         Key::Backends,
         Key::Cases,
         Key::Specs,
@@ -92,6 +111,7 @@ impl Key {
         Key::Deep,
         Key::Shards,
         Key::Mutants,
+        Key::Sha,
     ];
 
     pub fn name(self) -> &'static str {
@@ -103,6 +123,7 @@ impl Key {
             Key::Deep => "DEEP",
             Key::Shards => "SHARDS",
             Key::Mutants => "MUTANTS",
+            Key::Sha => "SHA",
         }
     }
 
@@ -124,7 +145,9 @@ pub enum ParseError {
     NotACommand { word: String },
     #[error("`{word}` is not KEY=VALUE")]
     NotKeyValue { word: String },
-    #[error("unknown key `{key}` (keys: BACKENDS, CASES, SPECS, SEED, DEEP, SHARDS, MUTANTS)")]
+    #[error(
+        "unknown key `{key}` (keys: BACKENDS, CASES, SPECS, SEED, DEEP, SHARDS, MUTANTS, SHA)"
+    )]
     UnknownKey { key: String, word: String },
     #[error("{key} is given twice")]
     DuplicateKey { key: Key, word: String },
@@ -171,6 +194,21 @@ pub enum ParseError {
     BadMutantName { name: String, word: String },
     #[error("unknown spec `{name}` (known: {})", attn_reference::specs::spec_names().join(", "))]
     UnknownSpec { name: String, word: String },
+    #[error("SHA=`{value}` is not {MIN_SHA} to {MAX_SHA} lower-case hex digits")]
+    BadSha { value: String, word: String },
+    #[error(
+        "{per_shard} cases per shard (CASES={cases} over SHARDS={shards}); at most {max}{deep}: \
+         raise SHARDS or lower CASES",
+        deep = if *deep { " with DEEP=1" } else { "" }
+    )]
+    ShardTooBig {
+        cases: u32,
+        shards: u32,
+        per_shard: u32,
+        max: u32,
+        deep: bool,
+        word: String,
+    },
     #[error("SHARDS={shards} is more than CASES={cases}")]
     ShardsExceedCases {
         shards: u32,
@@ -197,34 +235,72 @@ impl ParseError {
             | ParseError::MutantWithoutFlag { word, .. }
             | ParseError::BadMutantName { word, .. }
             | ParseError::UnknownSpec { word, .. }
+            | ParseError::BadSha { word, .. }
+            | ParseError::ShardTooBig { word, .. }
             | ParseError::ShardsExceedCases { word, .. } => word,
         }
     }
 }
 
-/// A word cut to a length fit to echo back.
+/// A word cut to a length fit to echo back, with every invisible or control character
+/// (zero-width, bidi override, odd whitespace) written as `\u{..}` so the reader sees it.
 fn echo(word: &str) -> String {
-    if word.chars().count() <= MAX_ECHO {
-        word.to_string()
-    } else {
-        let cut: String = word.chars().take(MAX_ECHO).collect();
-        format!("{cut}…")
+    let mut out = String::new();
+    for (i, c) in word.chars().enumerate() {
+        if i == MAX_ECHO {
+            out.push('…');
+            break;
+        }
+        if is_hidden(c) {
+            out.extend(c.escape_unicode());
+        } else {
+            out.push(c);
+        }
     }
+    out
 }
 
-/// Whether `comment` is addressed to the bot at all (its first word is `bot:test`); anything
-/// else is not for the bot and gets no reply.
+/// Characters that do not show as themselves: controls, whitespace other than a space, and
+/// the format characters (zero-width, joiners, bidi controls, byte-order mark, soft hyphen).
+fn is_hidden(c: char) -> bool {
+    c.is_control()
+        || (c.is_whitespace() && c != ' ')
+        || matches!(c, '\u{ad}' | '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}'
+            | '\u{2060}'..='\u{2069}' | '\u{feff}')
+}
+
+/// What ends the first line: `\n` and `\r`, and the other line ends of Unicode (vertical tab,
+/// form feed, NEL, line and paragraph separators), so that no "second line" a renderer shows
+/// can still set a key.
+pub const LINE_ENDS: [char; 7] = [
+    '\n', '\r', '\u{0b}', '\u{0c}', '\u{85}', '\u{2028}', '\u{2029}',
+];
+
+/// Whether `comment` is addressed to the bot: it starts with `bot:test`, exactly the bot
+/// workflow's `startsWith(github.event.comment.body, 'bot:test')`, so the two never disagree
+/// (a comment the workflow lets through is parsed, and one it drops would be ignored here
+/// too). Anything else is not for the bot and gets no reply.
 pub fn is_bot_command(comment: &str) -> bool {
-    first_line(comment).split_whitespace().next() == Some(COMMAND)
+    comment.starts_with(COMMAND)
 }
 
 fn first_line(comment: &str) -> &str {
-    comment.trim_start().lines().next().unwrap_or("")
+    comment.split(LINE_ENDS).next().unwrap_or("")
+}
+
+/// The first line's words: separated by spaces and tabs only.
+fn words(line: &str) -> impl Iterator<Item = &str> {
+    line.split([' ', '\t']).filter(|w| !w.is_empty())
 }
 
 /// Parse a comment into a request.
 pub fn parse(comment: &str) -> Result<BotRequest, ParseError> {
-    let mut words = first_line(comment).split_whitespace();
+    if !is_bot_command(comment) {
+        return Err(ParseError::NotACommand {
+            word: echo(words(first_line(comment)).next().unwrap_or("")),
+        });
+    }
+    let mut words = words(first_line(comment));
     match words.next() {
         Some(COMMAND) => {}
         other => {
@@ -236,6 +312,7 @@ pub fn parse(comment: &str) -> Result<BotRequest, ParseError> {
     let mut req = BotRequest::default();
     let mut seen: Vec<Key> = Vec::new();
     let mut shards_word = String::new();
+    let mut cases_word = String::new();
     let mut mutant_words: Vec<(String, String)> = Vec::new();
     for word in words {
         let shown = echo(word);
@@ -256,7 +333,23 @@ pub fn parse(comment: &str) -> Result<BotRequest, ParseError> {
             return Err(ParseError::EmptyValue { key, word: shown });
         }
         match key {
-            Key::Cases => req.cases = number(key, value, 1, MAX_CASES as u64, &shown)? as u32,
+            Key::Cases => {
+                req.cases = number(key, value, 1, MAX_CASES as u64, &shown)? as u32;
+                cases_word = shown;
+            }
+            Key::Sha => {
+                let ok = (MIN_SHA..=MAX_SHA).contains(&value.len())
+                    && value
+                        .bytes()
+                        .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
+                if !ok {
+                    return Err(ParseError::BadSha {
+                        value: echo(value),
+                        word: shown,
+                    });
+                }
+                req.sha = Some(value.to_string());
+            }
             Key::Seed => req.seed = number(key, value, 0, u64::MAX, &shown)?,
             Key::Shards => {
                 req.shards = number(key, value, 1, MAX_SHARDS as u64, &shown)? as u32;
@@ -311,6 +404,27 @@ pub fn parse(comment: &str) -> Result<BotRequest, ParseError> {
             shards: req.shards,
             cases: req.cases,
             word: shards_word,
+        });
+    }
+    let per_shard = req.cases.div_ceil(req.shards);
+    let max = if req.deep {
+        MAX_DEEP_CASES_PER_SHARD
+    } else {
+        MAX_CASES_PER_SHARD
+    };
+    if per_shard > max {
+        return Err(ParseError::ShardTooBig {
+            cases: req.cases,
+            shards: req.shards,
+            per_shard,
+            max,
+            deep: req.deep,
+            // The word to change: CASES if given, else SHARDS (or the command when both are
+            // defaults, which cannot exceed the cap).
+            word: [cases_word, shards_word]
+                .into_iter()
+                .find(|w| !w.is_empty())
+                .unwrap_or_else(|| COMMAND.to_string()),
         });
     }
     Ok(req)
@@ -395,6 +509,9 @@ impl BotRequest {
             " SEED={} DEEP={} SHARDS={} MUTANTS={}",
             self.seed, self.deep as u8, self.shards, self.mutants as u8
         ));
+        if let Some(sha) = &self.sha {
+            s.push_str(&format!(" SHA={sha}"));
+        }
         s
     }
 }
@@ -420,6 +537,7 @@ mod tests {
                 deep: true,
                 shards: 4,
                 mutants: true,
+                sha: None,
             }
         );
     }
@@ -427,7 +545,155 @@ mod tests {
     #[test]
     fn bare_command_takes_the_defaults() {
         assert_eq!(parse("bot:test").unwrap(), BotRequest::default());
-        assert_eq!(parse("  bot:test  \r\n").unwrap(), BotRequest::default());
+        assert_eq!(parse("bot:test  \t \r\n").unwrap(), BotRequest::default());
+    }
+
+    #[test]
+    fn leading_whitespace_is_not_a_command_as_in_the_workflow_filter() {
+        // The workflow runs only for bodies that start with `bot:test`; the parser agrees.
+        for c in [
+            " bot:test",
+            "\nbot:test",
+            "\u{feff}bot:test",
+            "\tbot:test CASES=1",
+        ] {
+            assert!(!is_bot_command(c), "{c:?}");
+            assert!(matches!(err(c), ParseError::NotACommand { .. }), "{c:?}");
+        }
+        // Whatever starts with the command reaches the parser and gets an answer.
+        assert!(is_bot_command("bot:testing"));
+        assert_eq!(err("bot:testing").offending_word(), "bot:testing");
+    }
+
+    #[test]
+    fn every_line_end_ends_the_first_line() {
+        for end in LINE_ENDS {
+            let c = format!("bot:test CASES=10{end}SHARDS=8 DEEP=1 MUTANTS=1");
+            let r = parse(&c).unwrap_or_else(|e| panic!("{end:?}: {e}"));
+            assert_eq!(
+                (r.cases, r.shards, r.deep, r.mutants),
+                (10, 1, false, false),
+                "{end:?}"
+            );
+        }
+        // CRLF and a lone CR too.
+        assert_eq!(parse("bot:test SEED=3\r\nSEED=4").unwrap().seed, 3);
+        assert!(!parse("bot:test SEED=3\rDEEP=1").unwrap().deep);
+    }
+
+    #[test]
+    fn other_whitespace_does_not_separate_words() {
+        // A no-break space, an em space or a zero-width space inside the line glue two words
+        // into one invalid word: never a silently accepted key.
+        for sep in ['\u{a0}', '\u{2003}', '\u{200b}', '\u{3000}'] {
+            let c = format!("bot:test CASES=10{sep}SHARDS=8");
+            let e = err(&c);
+            assert!(
+                matches!(
+                    e,
+                    ParseError::NotANumber {
+                        key: Key::Cases,
+                        ..
+                    }
+                ),
+                "{sep:?}: {e:?}"
+            );
+            // The hidden character is spelled out in the echoed word.
+            let shown = format!("{}", sep.escape_unicode());
+            assert!(
+                e.offending_word().contains(&shown),
+                "{sep:?}: {}",
+                e.offending_word()
+            );
+        }
+    }
+
+    #[test]
+    fn sha_is_hex_of_a_commit_length() {
+        let full = "0123456789abcdef0123456789abcdef01234567";
+        assert_eq!(
+            parse(&format!("bot:test SHA={full}"))
+                .unwrap()
+                .sha
+                .as_deref(),
+            Some(full)
+        );
+        assert_eq!(
+            parse("bot:test SHA=abcdef0").unwrap().sha.as_deref(),
+            Some("abcdef0")
+        );
+        for bad in [
+            "abcdef",
+            "ABCDEF0",
+            "abcdefg",
+            &format!("{full}0"),
+            "abc def0",
+        ] {
+            let c = format!("bot:test SHA={bad}");
+            assert!(
+                matches!(
+                    err(&c),
+                    ParseError::BadSha { .. } | ParseError::NotKeyValue { .. }
+                ),
+                "{bad}"
+            );
+        }
+        let r = parse(&format!("bot:test SHA={full} CASES=7")).unwrap();
+        assert_eq!(parse(&r.canonical()).unwrap(), r);
+        assert!(r.canonical().ends_with(&format!(" SHA={full}")));
+    }
+
+    #[test]
+    fn a_shard_has_a_case_cap() {
+        // At the cap: accepted (the nightly run's request is exactly at the deep cap).
+        assert!(parse("bot:test CASES=100000 DEEP=1 SHARDS=8").is_ok());
+        assert!(parse("bot:test CASES=25000").is_ok());
+        assert!(parse("bot:test CASES=50000 SHARDS=2").is_ok());
+        // One case over, rounding up: 25001 over 1 shard, 12501 deep, 50001 over 2.
+        let e = err("bot:test CASES=25001");
+        assert!(
+            matches!(
+                e,
+                ParseError::ShardTooBig {
+                    per_shard: 25001,
+                    max: 25_000,
+                    deep: false,
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        assert_eq!(e.offending_word(), "CASES=25001");
+        let e = err("bot:test DEEP=1 CASES=12501");
+        assert!(
+            matches!(
+                e,
+                ParseError::ShardTooBig {
+                    max: 12_500,
+                    deep: true,
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        let e = err("bot:test SHARDS=2 CASES=50001");
+        assert!(
+            matches!(
+                e,
+                ParseError::ShardTooBig {
+                    per_shard: 25001,
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        // The issue's example: one deep shard of 100000 cases.
+        let e = err("bot:test CASES=100000 DEEP=1 SHARDS=1");
+        assert_eq!(
+            e.to_string(),
+            "100000 cases per shard (CASES=100000 over SHARDS=1); at most 12500 with DEEP=1: \
+             raise SHARDS or lower CASES"
+        );
     }
 
     #[test]
@@ -469,7 +735,7 @@ mod tests {
         assert!(matches!(e, ParseError::NotACommand { .. }));
         assert_eq!(e.offending_word(), "please");
         assert_eq!(err("bot:testing").offending_word(), "bot:testing");
-        assert!(!is_bot_command("bot:testing CASES=1"));
+        assert!(!is_bot_command("please bot:test"));
         assert!(is_bot_command("bot:test CASES=x"));
     }
 
@@ -551,7 +817,8 @@ mod tests {
     fn long_words_are_cut_in_errors() {
         let long = format!("bot:test X{}=1", "A".repeat(500));
         let e = err(&long);
-        assert!(e.offending_word().chars().count() <= MAX_ECHO + 1);
+        assert_eq!(e.offending_word().chars().count(), MAX_ECHO + 1);
+        assert!(e.offending_word().ends_with('…'));
         assert!(e.to_string().len() < 300);
     }
 

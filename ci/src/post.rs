@@ -1,0 +1,646 @@
+//! What the posting workflow (`bot-post.yml`, which holds the write token) posts, decided from
+//! data only. The bot run it follows executed pull-request code, and that code holds the run's
+//! artifact token: it can upload, or overwrite, any artifact of the run. So:
+//!
+//! - the request is read only from the `bot-request` artifact the `plan` job uploaded (the one
+//!   job that runs no pull-request code), picked by id among the run's artifacts and accepted
+//!   only if it was created while a `plan` job of the run was running; one created at any
+//!   other time means it was replaced, and nothing is posted;
+//! - the comment it names is fetched from GitHub and must be on the named pull request, by the
+//!   request's author, who made the comment that started the run (the run's `actor`, which a
+//!   re-run by another maintainer does not change), at the time the request recorded, before
+//!   the run was created;
+//! - the pull request's output (`bot-result`) is sanitised ([`crate::sanitize`]) and posted
+//!   under a header naming the commit the request bound; the status goes on that commit.
+
+use crate::run::{Outcome, RequestFile};
+use crate::sanitize::{read_capped, wrap};
+use crate::time::parse_time;
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+use thiserror::Error;
+
+/// The artifact the plan job leaves the request in.
+pub const REQUEST_ARTIFACT: &str = "bot-request";
+/// The artifact the pull request's code leaves its reply and status in.
+pub const RESULT_ARTIFACT: &str = "bot-result";
+/// The job that writes the request (and runs no pull-request code).
+pub const PLAN_JOB: &str = "plan";
+/// A result artifact bigger than this is not downloaded.
+pub const MAX_RESULT_BYTES: u64 = 4 * 1024 * 1024;
+/// Seconds after the plan job's end an upload may still be stamped (GitHub rounds both times
+/// to the second; a job that needs the plan cannot start and upload that fast).
+const SLACK: i64 = 2;
+
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum PostError {
+    #[error("line {line} of {what} is not valid JSON: {message}")]
+    Json {
+        what: &'static str,
+        line: usize,
+        message: String,
+    },
+    #[error("the run has no {REQUEST_ARTIFACT} artifact written by its plan job")]
+    NoRequest,
+    #[error("artifact {id} ({REQUEST_ARTIFACT}) was created at {at}, outside every plan job: it was replaced, so nothing is posted")]
+    Replaced { id: u64, at: String },
+    #[error("the request names no {0}")]
+    Missing(&'static str),
+    #[error("comment {got} is not the request's comment {want}")]
+    WrongComment { got: u64, want: u64 },
+    #[error("comment {comment} is not on pull request {pr}")]
+    WrongPullRequest { comment: u64, pr: u64 },
+    #[error(
+        "the comment's author `{comment}` is not the request's `{request}` or the run's `{run}`"
+    )]
+    WrongAuthor {
+        comment: String,
+        request: String,
+        run: String,
+    },
+    #[error("the comment was made at {comment}, not at {request} as the request says, or after the run began ({run})")]
+    WrongTime {
+        comment: String,
+        request: String,
+        run: String,
+    },
+    #[error("the request's commit `{0}` is not a full commit id")]
+    BadSha(String),
+    #[error("{0}")]
+    Time(#[from] crate::time::TimeError),
+}
+
+/// A job of the run, as `GET .../actions/runs/{id}/jobs?filter=all` lists it.
+#[derive(Debug, Deserialize)]
+pub struct Job {
+    pub name: String,
+    pub started_at: Option<String>,
+    pub completed_at: Option<String>,
+}
+
+/// An artifact of the run, as `GET .../actions/runs/{id}/artifacts` lists it.
+#[derive(Debug, Deserialize)]
+pub struct Artifact {
+    pub id: u64,
+    pub name: String,
+    pub size_in_bytes: u64,
+    pub created_at: Option<String>,
+    #[serde(default)]
+    pub expired: bool,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct User {
+    pub login: String,
+}
+
+/// The comment, as `GET .../issues/comments/{id}` returns it.
+#[derive(Debug, Deserialize)]
+pub struct Comment {
+    pub id: u64,
+    pub issue_url: String,
+    pub user: User,
+    pub created_at: String,
+}
+
+/// JSON values one per line (as `gh api --paginate --jq '.jobs[]'` prints them).
+pub fn json_lines<T: for<'de> Deserialize<'de>>(
+    text: &str,
+    what: &'static str,
+) -> Result<Vec<T>, PostError> {
+    text.lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+        .map(|(i, l)| {
+            serde_json::from_str(l).map_err(|e| PostError::Json {
+                what,
+                line: i + 1,
+                message: e.to_string(),
+            })
+        })
+        .collect()
+}
+
+/// The artifacts to download: the request's (required) and the result's (if any, and small).
+#[derive(Debug, PartialEq, Eq)]
+pub struct Selected {
+    pub request: u64,
+    pub result: Option<u64>,
+}
+
+/// Pick the request artifact the plan job wrote, and the newest result artifact.
+pub fn select(jobs: &[Job], artifacts: &[Artifact]) -> Result<Selected, PostError> {
+    let mut windows = Vec::new();
+    for j in jobs.iter().filter(|j| j.name == PLAN_JOB) {
+        if let (Some(s), Some(e)) = (&j.started_at, &j.completed_at) {
+            windows.push((parse_time(s)?, parse_time(e)? + SLACK));
+        }
+    }
+    let mut request: Option<(i64, u64)> = None;
+    for a in artifacts
+        .iter()
+        .filter(|a| a.name == REQUEST_ARTIFACT && !a.expired)
+    {
+        let at = a.created_at.clone().unwrap_or_default();
+        let t = parse_time(&at).map_err(|_| PostError::Replaced {
+            id: a.id,
+            at: at.clone(),
+        })?;
+        if !windows.iter().any(|&(s, e)| s <= t && t <= e) {
+            return Err(PostError::Replaced { id: a.id, at });
+        }
+        // The newest: a re-run's plan job writes a new one.
+        if request.is_none_or(|r| (t, a.id) > r) {
+            request = Some((t, a.id));
+        }
+    }
+    let request = request.ok_or(PostError::NoRequest)?.1;
+    let result = artifacts
+        .iter()
+        .filter(|a| a.name == RESULT_ARTIFACT && !a.expired && a.size_in_bytes <= MAX_RESULT_BYTES)
+        .max_by_key(|a| {
+            (
+                a.created_at.as_deref().and_then(|t| parse_time(t).ok()),
+                a.id,
+            )
+        })
+        .map(|a| a.id);
+    Ok(Selected { request, result })
+}
+
+/// The run that is being answered, from the `workflow_run` event (GitHub's, not the run's).
+#[derive(Clone, Debug)]
+pub struct RunFacts {
+    /// Who made the comment that started the run (`workflow_run.actor`).
+    pub actor: String,
+    pub created_at: String,
+    pub url: String,
+    pub conclusion: String,
+}
+
+/// A commit status, as `POST .../statuses/{sha}` takes it.
+#[derive(Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StatusBody {
+    pub state: String,
+    pub description: String,
+    pub context: String,
+    pub target_url: String,
+}
+
+/// What to post.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Post {
+    pub pr: u64,
+    pub body: String,
+    /// The commit and its status, for a request that ran.
+    pub status: Option<(String, StatusBody)>,
+}
+
+fn is_full_sha(s: &str) -> bool {
+    s.len() == 40 && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+/// Text GitHub shows as it is (status descriptions are not markdown), kept to letters, digits,
+/// punctuation and single spaces.
+fn plain(s: &str, max: usize) -> String {
+    let words: Vec<&str> = s.split_whitespace().collect();
+    words
+        .join(" ")
+        .chars()
+        .filter(|c| !crate::sanitize::dropped(*c))
+        .take(max)
+        .collect()
+}
+
+/// Check the request against the comment and the run.
+pub fn verify(file: &RequestFile, comment: &Comment, run: &RunFacts) -> Result<u64, PostError> {
+    let pr = file.pr.ok_or(PostError::Missing("pull request"))?;
+    let want = file.comment_id.ok_or(PostError::Missing("comment"))?;
+    let author = file.author.as_deref().ok_or(PostError::Missing("author"))?;
+    let at = file
+        .comment_at
+        .as_deref()
+        .ok_or(PostError::Missing("comment time"))?;
+    if comment.id != want {
+        return Err(PostError::WrongComment {
+            got: comment.id,
+            want,
+        });
+    }
+    if !comment.issue_url.ends_with(&format!("/issues/{pr}")) {
+        return Err(PostError::WrongPullRequest { comment: want, pr });
+    }
+    let login = &comment.user.login;
+    if !login.eq_ignore_ascii_case(author) || !login.eq_ignore_ascii_case(&run.actor) {
+        return Err(PostError::WrongAuthor {
+            comment: login.clone(),
+            request: author.to_string(),
+            run: run.actor.clone(),
+        });
+    }
+    let made = parse_time(&comment.created_at)?;
+    if made != parse_time(at)? || made > parse_time(&run.created_at)? {
+        return Err(PostError::WrongTime {
+            comment: comment.created_at.clone(),
+            request: at.to_string(),
+            run: run.created_at.clone(),
+        });
+    }
+    Ok(pr)
+}
+
+/// The run's link and conclusion as safe to print: a GitHub URL or nothing, a word.
+fn run_link(run: &RunFacts) -> String {
+    let ok = run.url.starts_with("https://")
+        && run
+            .url
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"/:.-_".contains(&b));
+    if ok {
+        format!("[workflow run]({})", run.url)
+    } else {
+        "the workflow run".to_string()
+    }
+}
+
+fn conclusion(run: &RunFacts) -> String {
+    run.conclusion
+        .chars()
+        .filter(|c| c.is_ascii_lowercase() || *c == '_')
+        .take(20)
+        .collect()
+}
+
+/// What to post for a verified request: `request_dir` holds the plan job's files (trusted),
+/// `result_dir` the pull request's output (untrusted), if the run left any.
+pub fn compose(
+    file: &RequestFile,
+    pr: u64,
+    run: &RunFacts,
+    request_dir: &Path,
+    result_dir: Option<&Path>,
+) -> Result<Option<Post>, PostError> {
+    let link = run_link(run);
+    let body = match file.outcome {
+        Outcome::Ignored => return Ok(None),
+        Outcome::Failed => format!(
+            "### attn-diff: the bot could not plan this request\n\nNothing was run: see the \
+             {link}.\n"
+        ),
+        Outcome::Rejected | Outcome::Refused => {
+            match read_capped(&request_dir.join(crate::run::REPLY_FILE)) {
+                Ok((text, _)) => text,
+                Err(_) => format!("### attn-diff: not run\n\nSee the {link}.\n"),
+            }
+        }
+        Outcome::Run => {
+            let sha = file.sha.clone().unwrap_or_default();
+            if !is_full_sha(&sha) {
+                return Err(PostError::BadSha(plain(&sha, 64)));
+            }
+            let reply = result_dir
+                .map(|d| d.join(crate::run::REPLY_FILE))
+                .and_then(|p| read_capped(&p).ok());
+            let body = match reply {
+                Some((text, cut)) => wrap(&text, cut, &sha, &run.url),
+                None => format!(
+                    "### attn-diff: the run did not finish ({})\n\nCommit {sha}: see the {link}.\n",
+                    conclusion(run)
+                ),
+            };
+            let status = result_dir
+                .map(|d| d.join(crate::run::STATUS_FILE))
+                .and_then(|p| read_capped(&p).ok())
+                .and_then(|(text, _)| serde_json::from_str::<crate::reply::Status>(&text).ok());
+            let (state, what) = match status {
+                Some(s) => (
+                    serde_json::to_value(s.state)
+                        .ok()
+                        .and_then(|v| v.as_str().map(str::to_string))
+                        .unwrap_or_else(|| "error".into()),
+                    s.description,
+                ),
+                None => (
+                    "error".to_string(),
+                    format!("the run did not finish ({})", conclusion(run)),
+                ),
+            };
+            let status = StatusBody {
+                state,
+                description: plain(&format!("{}: {what}", &sha[..7]), 140),
+                context: crate::reply::STATUS_CONTEXT.to_string(),
+                target_url: run.url.clone(),
+            };
+            return Ok(Some(Post {
+                pr,
+                body,
+                status: Some((sha, status)),
+            }));
+        }
+    };
+    Ok(Some(Post {
+        pr,
+        body,
+        status: None,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::request::BotRequest;
+
+    const SHA: &str = "0123456789abcdef0123456789abcdef01234567";
+
+    fn job(name: &str, from: &str, to: &str) -> Job {
+        Job {
+            name: name.into(),
+            started_at: Some(from.into()),
+            completed_at: Some(to.into()),
+        }
+    }
+
+    fn artifact(id: u64, name: &str, at: &str) -> Artifact {
+        Artifact {
+            id,
+            name: name.into(),
+            size_in_bytes: 1000,
+            created_at: Some(at.into()),
+            expired: false,
+        }
+    }
+
+    fn jobs() -> Vec<Job> {
+        vec![
+            job("plan", "2026-05-01T12:00:10Z", "2026-05-01T12:01:00Z"),
+            job(
+                "run / shard 0",
+                "2026-05-01T12:01:20Z",
+                "2026-05-01T12:30:00Z",
+            ),
+        ]
+    }
+
+    #[test]
+    fn the_plan_jobs_request_is_selected_by_id_and_time() {
+        let arts = vec![
+            artifact(7, "bot-request", "2026-05-01T12:00:58Z"),
+            artifact(9, "bot-result", "2026-05-01T12:31:00Z"),
+            artifact(8, "attn-diff-shard-0", "2026-05-01T12:29:00Z"),
+        ];
+        assert_eq!(
+            select(&jobs(), &arts),
+            Ok(Selected {
+                request: 7,
+                result: Some(9)
+            })
+        );
+    }
+
+    #[test]
+    fn a_request_uploaded_by_a_shard_is_refused() {
+        // The pull request's code overwrote the request while a shard ran.
+        let arts = vec![artifact(11, "bot-request", "2026-05-01T12:10:00Z")];
+        assert_eq!(
+            select(&jobs(), &arts),
+            Err(PostError::Replaced {
+                id: 11,
+                at: "2026-05-01T12:10:00Z".into()
+            })
+        );
+        // Also when the plan job's own one is still there beside it.
+        let arts = vec![
+            artifact(7, "bot-request", "2026-05-01T12:00:58Z"),
+            artifact(11, "bot-request", "2026-05-01T12:01:30Z"),
+        ];
+        assert!(matches!(
+            select(&jobs(), &arts),
+            Err(PostError::Replaced { id: 11, .. })
+        ));
+        // None at all, or a "plan" job that never finished: nothing to trust.
+        assert_eq!(select(&jobs(), &[]), Err(PostError::NoRequest));
+        let unfinished = vec![Job {
+            name: "plan".into(),
+            started_at: Some("2026-05-01T12:00:10Z".into()),
+            completed_at: None,
+        }];
+        let arts = vec![artifact(7, "bot-request", "2026-05-01T12:00:58Z")];
+        assert!(matches!(
+            select(&unfinished, &arts),
+            Err(PostError::Replaced { .. })
+        ));
+    }
+
+    #[test]
+    fn a_rerun_takes_its_own_plans_request_and_big_results_are_skipped() {
+        let mut js = jobs();
+        js.push(job("plan", "2026-05-02T08:00:00Z", "2026-05-02T08:01:00Z"));
+        let mut big = artifact(13, "bot-result", "2026-05-02T09:00:00Z");
+        big.size_in_bytes = MAX_RESULT_BYTES + 1;
+        let arts = vec![
+            artifact(7, "bot-request", "2026-05-01T12:00:58Z"),
+            artifact(12, "bot-request", "2026-05-02T08:01:01Z"),
+            artifact(9, "bot-result", "2026-05-01T12:31:00Z"),
+            big,
+        ];
+        assert_eq!(
+            select(&js, &arts),
+            Ok(Selected {
+                request: 12,
+                result: Some(9)
+            })
+        );
+    }
+
+    #[test]
+    fn json_lines_read_gh_paginated_output() {
+        let text = "{\"name\":\"plan\",\"started_at\":null,\"completed_at\":null,\"x\":1}\n\n{\"name\":\"b\"}\n";
+        let jobs: Vec<Job> = json_lines(text, "jobs").unwrap();
+        assert_eq!(jobs.len(), 2);
+        let e = json_lines::<Job>("{\"name\":\"a\"}\nnot json\n", "jobs").unwrap_err();
+        assert!(matches!(e, PostError::Json { line: 2, .. }), "{e:?}");
+    }
+
+    fn request(outcome: Outcome) -> RequestFile {
+        RequestFile {
+            outcome,
+            request: Some(BotRequest::default()),
+            pr: Some(5),
+            sha: Some(SHA.into()),
+            comment_id: Some(77),
+            author: Some("Alice".into()),
+            comment_at: Some("2026-05-01T12:00:00Z".into()),
+            bound_by: None,
+        }
+    }
+
+    fn comment() -> Comment {
+        Comment {
+            id: 77,
+            issue_url: "https://api.github.com/repos/o/r/issues/5".into(),
+            user: User {
+                login: "alice".into(),
+            },
+            created_at: "2026-05-01T12:00:00Z".into(),
+        }
+    }
+
+    fn run() -> RunFacts {
+        RunFacts {
+            actor: "ALICE".into(),
+            created_at: "2026-05-01T12:00:02Z".into(),
+            url: "https://github.com/o/r/actions/runs/1".into(),
+            conclusion: "success".into(),
+        }
+    }
+
+    #[test]
+    fn the_request_must_match_the_comment_and_the_run() {
+        let file = request(Outcome::Run);
+        assert_eq!(verify(&file, &comment(), &run()), Ok(5));
+        let mut c = comment();
+        c.id = 78;
+        assert!(matches!(
+            verify(&file, &c, &run()),
+            Err(PostError::WrongComment { .. })
+        ));
+        let mut c = comment();
+        c.issue_url = "https://api.github.com/repos/o/r/issues/55".into();
+        assert!(matches!(
+            verify(&file, &c, &run()),
+            Err(PostError::WrongPullRequest { .. })
+        ));
+        let mut c = comment();
+        c.user.login = "mallory".into();
+        assert!(matches!(
+            verify(&file, &c, &run()),
+            Err(PostError::WrongAuthor { .. })
+        ));
+        // The run's actor is the commenter; who re-ran it does not enter.
+        let mut r = run();
+        r.actor = "bob".into();
+        assert!(matches!(
+            verify(&file, &comment(), &r),
+            Err(PostError::WrongAuthor { .. })
+        ));
+        // A comment made after the run began, or at another time than the request says.
+        let mut c = comment();
+        c.created_at = "2026-05-01T12:00:03Z".into();
+        let mut f = request(Outcome::Run);
+        f.comment_at = Some(c.created_at.clone());
+        assert!(matches!(
+            verify(&f, &c, &run()),
+            Err(PostError::WrongTime { .. })
+        ));
+        let mut f = request(Outcome::Run);
+        f.comment_at = Some("2026-05-01T11:00:00Z".into());
+        assert!(matches!(
+            verify(&f, &comment(), &run()),
+            Err(PostError::WrongTime { .. })
+        ));
+        f.comment_at = None;
+        assert_eq!(
+            verify(&f, &comment(), &run()),
+            Err(PostError::Missing("comment time"))
+        );
+    }
+
+    fn dirs(reply: Option<&str>, status: Option<&str>) -> std::path::PathBuf {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "attn-ci-post-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        if let Some(r) = reply {
+            std::fs::write(dir.join("reply.md"), r).unwrap();
+        }
+        if let Some(s) = status {
+            std::fs::write(dir.join("status.json"), s).unwrap();
+        }
+        dir
+    }
+
+    #[test]
+    fn a_run_is_posted_sanitised_under_its_commit() {
+        let result = dirs(
+            Some("### attn-diff: all passed\n@team [x](https://e.example)\n"),
+            Some(
+                r#"{"state":"success","description":"2 backends: all passed @bob\u0007","context":"attn-diff/bot"}"#,
+            ),
+        );
+        let post = compose(&request(Outcome::Run), 5, &run(), &result, Some(&result))
+            .unwrap()
+            .unwrap();
+        assert_eq!(post.pr, 5);
+        assert!(
+            post.body.contains(&format!("at commit {SHA}")),
+            "{}",
+            post.body
+        );
+        assert!(post.body.contains("＠team \\[x]"), "{}", post.body);
+        let (sha, status) = post.status.unwrap();
+        assert_eq!(sha, SHA);
+        assert_eq!(status.state, "success");
+        assert_eq!(status.description, "0123456: 2 backends: all passed @bob");
+        assert_eq!(status.context, "attn-diff/bot");
+        let _ = std::fs::remove_dir_all(&result);
+    }
+
+    #[test]
+    fn a_run_without_a_usable_result_is_an_error_status() {
+        let result = dirs(
+            None,
+            Some(r#"{"state":"pending","description":"x","context":"c"}"#),
+        );
+        let mut r = run();
+        r.conclusion = "cancelled".into();
+        let post = compose(&request(Outcome::Run), 5, &r, &result, Some(&result))
+            .unwrap()
+            .unwrap();
+        assert!(post
+            .body
+            .starts_with("### attn-diff: the run did not finish (cancelled)"));
+        assert!(post.body.contains(SHA));
+        let (_, status) = post.status.unwrap();
+        assert_eq!(status.state, "error");
+        assert_eq!(
+            status.description,
+            "0123456: the run did not finish (cancelled)"
+        );
+        let mut f = request(Outcome::Run);
+        f.sha = Some("main".into());
+        assert!(matches!(
+            compose(&f, 5, &run(), &result, None),
+            Err(PostError::BadSha(_))
+        ));
+        let _ = std::fs::remove_dir_all(&result);
+    }
+
+    #[test]
+    fn refusals_and_failed_plans_are_answered_without_a_status() {
+        let req = dirs(Some("### attn-diff: cannot run this request\n"), None);
+        let post = compose(&request(Outcome::Rejected), 5, &run(), &req, None)
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (post.body.as_str(), post.status),
+            ("### attn-diff: cannot run this request\n", None)
+        );
+        let post = compose(&request(Outcome::Failed), 5, &run(), &req, None)
+            .unwrap()
+            .unwrap();
+        assert!(post.body.contains("could not plan this request"));
+        assert!(post
+            .body
+            .contains("[workflow run](https://github.com/o/r/actions/runs/1)"));
+        assert_eq!(
+            compose(&request(Outcome::Ignored), 5, &run(), &req, None),
+            Ok(None)
+        );
+        let _ = std::fs::remove_dir_all(&req);
+    }
+}

@@ -1,0 +1,412 @@
+//! Markdown the pull request's own code wrote (its `reply.md`), made safe to post under the
+//! bot's name: no live @user or @org/team mention, no HTML but the collapsed-section tags, no
+//! link, image, autolink or cross-reference, no hidden or bidi characters, and a size cap both
+//! on what is read and on what is posted.
+//!
+//! Fenced code blocks are where GitHub renders nothing, so their content is kept as it is; to
+//! make sure GitHub sees the same blocks as this code does, every block is written back with a
+//! fresh fence at the start of the line, longer than any run of backticks inside it. Outside the
+//! fences every line is escaped.
+
+use std::io::Read;
+use std::path::Path;
+
+/// Bytes of the file read at most: the rest is never read.
+pub const MAX_READ: u64 = 48 * 1024;
+/// Characters of sanitised markdown posted at most (GitHub takes 65536 per comment, and the
+/// bot adds its header).
+pub const MAX_POST: usize = 60_000;
+
+/// The only HTML kept: the collapsed sections the bot's own reply uses, without attributes.
+const KEPT_TAGS: [&str; 4] = ["<details>", "</details>", "<summary>", "</summary>"];
+/// Entities kept as they are (the reply's table cells use them); any other `&` is escaped, so
+/// no entity can spell an `@` or a `<`.
+const KEPT_ENTITIES: [&str; 4] = ["&lt;", "&gt;", "&amp;", "&quot;"];
+/// What goes between the characters of an autolink or reference so GitHub sees none.
+const BREAK: char = '\u{200b}';
+
+/// Read at most [`MAX_READ`] bytes of `path` (a bigger file is cut, and said to be); invalid
+/// UTF-8 becomes U+FFFD. Returns the text and whether it was cut.
+pub fn read_capped(path: &Path) -> std::io::Result<(String, bool)> {
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)?
+        .take(MAX_READ + 1)
+        .read_to_end(&mut bytes)?;
+    let cut = bytes.len() as u64 > MAX_READ;
+    bytes.truncate(MAX_READ as usize);
+    Ok((String::from_utf8_lossy(&bytes).into_owned(), cut))
+}
+
+/// Characters dropped everywhere: controls (but tab) and the invisible format characters that
+/// can hide or reorder text (zero-width, bidi embeddings, overrides and isolates, BOM).
+pub(crate) fn dropped(c: char) -> bool {
+    (c.is_control() && c != '\t')
+        || matches!(c, '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}'
+            | '\u{2060}'..='\u{2069}' | '\u{feff}' | '\u{ad}')
+}
+
+/// A fence opening (or closing) line: up to three spaces, then three or more backticks or
+/// tildes. Returns the fence character and length and the rest of the line.
+fn fence(line: &str) -> Option<(char, usize, &str)> {
+    let indent = line.len() - line.trim_start_matches(' ').len();
+    if indent > 3 {
+        return None;
+    }
+    let rest = &line[indent..];
+    let c = rest.chars().next().filter(|c| matches!(c, '`' | '~'))?;
+    let n = rest.chars().take_while(|&x| x == c).count();
+    (n >= 3).then_some((c, n, &rest[n..]))
+}
+
+fn longest_backticks(lines: &[String]) -> usize {
+    let mut best = 0;
+    for l in lines {
+        let mut run = 0;
+        for c in l.chars() {
+            run = if c == '`' { run + 1 } else { 0 };
+            best = best.max(run);
+        }
+    }
+    best
+}
+
+/// A fenced block written back: after a blank line (which ends any HTML block, list, quote or
+/// table a kept tag or a text line began, so the fence is seen as one), with a backtick fence
+/// longer than any run inside, and an info string of letters, digits, `-` and `_` only.
+fn emit_block(out: &mut String, info: &str, lines: &[String]) {
+    let fence = "`".repeat(longest_backticks(lines).max(2) + 1);
+    out.push('\n');
+    let info: String = info
+        .trim()
+        .chars()
+        .take_while(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_'))
+        .take(20)
+        .collect();
+    out.push_str(&fence);
+    out.push_str(&info);
+    out.push('\n');
+    for l in lines {
+        out.push_str(l);
+        out.push('\n');
+    }
+    out.push_str(&fence);
+    out.push('\n');
+}
+
+/// Whether `s` ends with `suffix`, ASCII case ignored.
+fn ends_with_ci(s: &str, suffix: &str) -> bool {
+    s.len() >= suffix.len()
+        && s.is_char_boundary(s.len() - suffix.len())
+        && s[s.len() - suffix.len()..].eq_ignore_ascii_case(suffix)
+}
+
+/// One line outside the fences, escaped.
+fn escape_line(line: &str) -> String {
+    let mut out = String::with_capacity(line.len() + 16);
+    let mut rest = line;
+    while let Some(c) = rest.chars().next() {
+        let len = c.len_utf8();
+        let after = &rest[len..];
+        match c {
+            // Mentions, team mentions and e-mail autolinks: a full-width at sign is never one.
+            '@' => out.push('＠'),
+            '<' => match KEPT_TAGS.iter().find(|t| rest.starts_with(*t)) {
+                Some(tag) => {
+                    out.push_str(tag);
+                    rest = &rest[tag.len()..];
+                    continue;
+                }
+                None => out.push_str("&lt;"),
+            },
+            '&' => match KEPT_ENTITIES.iter().find(|e| rest.starts_with(*e)) {
+                Some(e) => {
+                    out.push_str(e);
+                    rest = &rest[e.len()..];
+                    continue;
+                }
+                None => out.push_str("&amp;"),
+            },
+            // Links, images, reference definitions and footnotes all need a `[`.
+            '[' => out.push_str("\\["),
+            // Bare URLs: `scheme://` and `www.` are what GitHub autolinks.
+            ':' if after.starts_with("//") => {
+                out.push(':');
+                out.push(BREAK);
+            }
+            '.' if ends_with_ci(&out, "www") => {
+                out.push(BREAK);
+                out.push('.');
+            }
+            // Cross-references (#12, GH-12) notify the referenced issue.
+            '#' | '-' if after.starts_with(|d: char| d.is_ascii_digit()) => {
+                if c == '#' || ends_with_ci(&out, "GH") {
+                    out.push(c);
+                    out.push(BREAK);
+                } else {
+                    out.push(c);
+                }
+            }
+            c if dropped(c) => {}
+            c => out.push(c),
+        }
+        rest = after;
+    }
+    out
+}
+
+/// An open fenced block: its fence, info string, lines, and their size so far.
+struct Block {
+    c: char,
+    n: usize,
+    info: String,
+    lines: Vec<String>,
+    chars: usize,
+    longest: usize,
+}
+
+impl Block {
+    /// Characters it takes once written (blank line, two fences, info, newlines).
+    fn size(&self) -> usize {
+        self.chars + 2 * (self.longest.max(2) + 1) + self.info.len() + 4
+    }
+}
+
+/// Sanitised `md`, at most [`MAX_POST`] characters and a closing note (cut at a line, an
+/// open block closed).
+pub fn sanitize(md: &str) -> String {
+    let mut out = String::new();
+    let mut chars = 0usize;
+    let mut block: Option<Block> = None;
+    let mut cut = false;
+    for line in md.lines() {
+        // Within a block only controls and hidden characters go (a lone `\r`, a line end to
+        // CommonMark, among them); the text is kept.
+        let kept: String = line.chars().filter(|&c| !dropped(c)).collect();
+        let piece = match &mut block {
+            Some(b) => {
+                let closes = fence(&kept).is_some_and(|(fc, fnum, rest)| {
+                    fc == b.c && fnum >= b.n && rest.trim().is_empty()
+                });
+                if !closes {
+                    let len = kept.chars().count() + 1;
+                    let longest = b
+                        .longest
+                        .max(longest_backticks(std::slice::from_ref(&kept)));
+                    if chars + b.size() + len + (longest - b.longest) * 2 > MAX_POST {
+                        cut = true;
+                        break;
+                    }
+                    b.chars += len;
+                    b.longest = longest;
+                    b.lines.push(kept);
+                    continue;
+                }
+                let mut s = String::new();
+                emit_block(&mut s, &b.info, &b.lines);
+                block = None;
+                s
+            }
+            None => match fence(&kept) {
+                Some((c, n, info)) if !(c == '`' && info.contains('`')) => {
+                    block = Some(Block {
+                        c,
+                        n,
+                        info: info.to_string(),
+                        lines: Vec::new(),
+                        chars: 0,
+                        longest: 0,
+                    });
+                    continue;
+                }
+                _ => {
+                    let mut s = escape_line(&kept);
+                    s.push('\n');
+                    s
+                }
+            },
+        };
+        let len = piece.chars().count();
+        if chars + len > MAX_POST {
+            cut = true;
+            break;
+        }
+        chars += len;
+        out.push_str(&piece);
+    }
+    // A block still open at the end (or at the cut) is closed; its size was kept in budget.
+    if let Some(b) = block {
+        emit_block(&mut out, &b.info, &b.lines);
+    }
+    if cut {
+        out.push_str("\n(cut: the rest is in the workflow run)\n");
+    }
+    out
+}
+
+/// The comment posted for a run: a header saying whose output this is, at which commit, and
+/// the sanitised output. `run_url` and `commit` come from GitHub, not from the output.
+pub fn wrap(output: &str, was_cut: bool, commit: &str, run_url: &str) -> String {
+    let mut body = format!(
+        "> [!NOTE]\n> The output of this pull request's own code at commit {commit}, run by \
+         the bot in [this workflow run]({run_url}). Mentions, links, images and HTML in it are \
+         disabled.\n\n"
+    );
+    body.push_str(&sanitize(output));
+    if was_cut {
+        body.push_str("\n(the output was longer than the bot reads: see the workflow run)\n");
+    }
+    body
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What GitHub would see outside fenced blocks (as CommonMark finds fences).
+    fn outside_fences(md: &str) -> String {
+        let mut out = String::new();
+        let mut open: Option<(char, usize)> = None;
+        for line in md.lines() {
+            match (open, fence(line)) {
+                (None, Some((c, n, _))) => open = Some((c, n)),
+                (None, None) => {
+                    out.push_str(line);
+                    out.push('\n');
+                }
+                (Some((c, n)), Some((fc, fnum, rest)))
+                    if fc == c && fnum >= n && rest.trim().is_empty() =>
+                {
+                    open = None
+                }
+                (Some(_), _) => {}
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn mentions_and_team_mentions_are_inert() {
+        let s = sanitize("ping @alice and @org/team, mail a@b.com\n");
+        assert!(!s.contains('@'), "{s}");
+        assert!(s.contains("＠alice") && s.contains("＠org/team"), "{s}");
+    }
+
+    #[test]
+    fn html_is_escaped_but_collapsed_sections() {
+        let s = sanitize("<details><summary>x <img src=x onerror=y></summary>\n<a href=\"h\">a</a>\n</details>\n<DETAILS open>\n");
+        assert!(s.starts_with("<details><summary>x &lt;img"), "{s}");
+        assert!(s.contains("&lt;a href") && s.contains("&lt;/a>"), "{s}");
+        assert!(s.contains("&lt;DETAILS open>"), "{s}");
+        assert!(
+            !s.replace(KEPT_TAGS[0], "")
+                .replace(KEPT_TAGS[1], "")
+                .replace(KEPT_TAGS[2], "")
+                .replace(KEPT_TAGS[3], "")
+                .contains('<'),
+            "{s}"
+        );
+        // An entity cannot spell a mention or a tag.
+        let s = sanitize("&#64;alice &#x3c;img&gt; &lt;ok&gt;\n");
+        assert!(
+            s.starts_with("&amp;#\u{200b}64;alice &amp;#x3c;img&gt; &lt;ok&gt;"),
+            "{s}"
+        );
+    }
+
+    #[test]
+    fn links_images_and_autolinks_are_inert() {
+        let s = sanitize(
+            "[click](https://evil.example) ![img](https://evil.example/x.png)\n[ref]: https://e.example\nsee www.evil.example or http://x.example <https://y.example>\nfixes #12 and org/repo#3, GH-4\n",
+        );
+        for live in ["https://", "http://", "www.", "<https", "#12", "#3", "GH-4"] {
+            assert!(!s.contains(live), "{live} in {s}");
+        }
+        // Every `[` (links, images, reference definitions) is escaped.
+        assert_eq!(s.matches('[').count(), 3);
+        assert_eq!(s.matches("\\[").count(), 3, "{s}");
+        assert!(s.contains("\\[click](https:\u{200b}//evil.example)"), "{s}");
+    }
+
+    #[test]
+    fn fenced_blocks_are_kept_and_cannot_be_escaped() {
+        // Kept as they are, in a fresh fence.
+        let s = sanitize("before\n```text\n<b>@x</b> [l](u)\n```\nafter @y\n");
+        assert_eq!(s, "before\n\n```text\n<b>@x</b> [l](u)\n```\nafter ＠y\n");
+        // A block holding a longer fence gets a longer fence: the inner line cannot close it.
+        let s = sanitize("````\n```\n@inside\n````\n@outside\n");
+        assert_eq!(s, "\n````\n```\n@inside\n````\n＠outside\n");
+        // A longer fence closes a shorter one (CommonMark): what follows is text.
+        let s = sanitize("```\n`````\n@after\n");
+        assert!(s.starts_with("\n```\n```\n＠after\n"), "{s}");
+        // An indented or tilde fence is normalised; an unclosed one is closed.
+        let s = sanitize("  ~~~~ rust {.x}\n@a\n~~~~~\n```\n@b");
+        assert!(!outside_fences(&s).contains('@'), "{s}");
+        assert!(s.starts_with("\n```rust\n@a\n```\n"), "{s}");
+        // A backtick "fence" with backticks in its info string is not one (CommonMark): text.
+        let s = sanitize("``` a`b\n@c\n");
+        assert!(!s.contains('@'), "{s}");
+    }
+
+    #[test]
+    fn a_kept_tag_cannot_swallow_a_block() {
+        // `<details>` starts an HTML block, which runs to the next blank line and would take
+        // a fence after it as raw HTML: the block is written after a blank line.
+        let s = sanitize("<details>\n```\n<img src=x>@team\n```\n</details>\n");
+        assert!(
+            s.starts_with("<details>\n\n```\n<img src=x>@team\n```\n"),
+            "{s}"
+        );
+    }
+
+    #[test]
+    fn hidden_characters_are_dropped() {
+        let s = sanitize("a\u{202e}b\u{200b}c\u{0}d\u{1b}[31m\u{feff}e\n```\nf\u{2066}g\n```\n");
+        assert_eq!(s, "abcd\\[31me\n\n```\nfg\n```\n");
+    }
+
+    #[test]
+    fn output_is_capped_and_blocks_closed() {
+        let long = format!("```\n{}", "@x\n".repeat(40_000));
+        let s = sanitize(&long);
+        assert!(s.chars().count() <= MAX_POST + 100, "{}", s.len());
+        assert!(
+            s.ends_with("```\n\n(cut: the rest is in the workflow run)\n"),
+            "{}",
+            &s[s.len() - 80..]
+        );
+        assert!(!outside_fences(&s).contains('@'));
+        // Escaping grows text (`<` is four bytes out): the cap is on what is posted.
+        let s = sanitize(&format!("{}\n", "<".repeat(14_000)).repeat(3));
+        assert_eq!(s.matches("&lt;").count(), 14_000, "one line of three fits");
+        assert!(s.ends_with("(cut: the rest is in the workflow run)\n"));
+    }
+
+    #[test]
+    fn reads_are_capped() {
+        let dir = std::env::temp_dir().join(format!("attn-ci-sanitize-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let big = dir.join("big.md");
+        std::fs::write(&big, "a".repeat(MAX_READ as usize + 10)).unwrap();
+        let (text, cut) = read_capped(&big).unwrap();
+        assert_eq!((text.len() as u64, cut), (MAX_READ, true));
+        let small = dir.join("small.md");
+        std::fs::write(&small, "hi\n").unwrap();
+        assert_eq!(read_capped(&small).unwrap(), ("hi\n".to_string(), false));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn the_header_names_the_commit_and_the_run() {
+        let sha = "0123456789abcdef0123456789abcdef01234567";
+        let b = wrap(
+            "### attn-diff: all passed\n@x\n",
+            false,
+            sha,
+            "https://github.com/o/r/actions/runs/1",
+        );
+        assert!(b.starts_with("> [!NOTE]\n> The output of this pull request's own code at commit 0123456789abcdef0123456789abcdef01234567,"), "{b}");
+        assert!(b.contains("](https://github.com/o/r/actions/runs/1)"));
+        assert!(b.contains("### attn-diff: all passed\n＠x\n"), "{b}");
+        assert!(wrap("x", true, sha, "u").contains("longer than the bot reads"));
+    }
+}
