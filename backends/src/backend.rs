@@ -80,6 +80,13 @@ pub trait Backend: Send + Sync {
 
     fn cache_layout(&self) -> CacheLayout;
 
+    /// Lengths where this backend changes code path (tile widths, split-KV sizes, query
+    /// chunks, padding multiples), in keys or query tokens: the strategy draws lengths just
+    /// below, at and just above each, where off-by-ones live.
+    fn thresholds(&self) -> Vec<usize> {
+        Vec::new()
+    }
+
     /// A cache of `num_blocks` blocks for `config`.
     fn new_cache(
         &self,

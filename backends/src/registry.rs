@@ -26,6 +26,19 @@ pub fn lookup_pool() -> Vec<Arc<dyn Backend>> {
     v
 }
 
+/// Every built-in backend's thresholds and the powers of two from 16 to 4096, sorted: the
+/// lengths the property strategy aims at (the same list whatever `--backend` selects, so a
+/// seed draws the same cases in every run).
+pub fn all_thresholds() -> Vec<usize> {
+    let mut t: Vec<usize> = (4..=12).map(|p| 1usize << p).collect();
+    for b in all_backends() {
+        t.extend(b.thresholds());
+    }
+    t.sort_unstable();
+    t.dedup();
+    t
+}
+
 /// Names of every registered backend.
 pub fn backend_names() -> Vec<String> {
     all_backends()

@@ -55,23 +55,61 @@ const POISON_SEED: u64 = 0xdead_beef;
 /// softmax and a leaked value shows in the output.
 const POISON_STD: f64 = 4.0;
 
+/// Caches up to this many blocks get stale data in every block; larger ones only around the
+/// blocks in use, so memory and time grow with the blocks a case uses, not with the cache
+/// (a 140,000-block cache would otherwise cost gigabytes of stale rows for a few tokens).
+pub const STALE_EVERY_BLOCK_UP_TO: usize = 4096;
+
+/// The blocks that get stale data: every block of a small cache; of a large one, the blocks
+/// in use (by a table or a slot), their neighbours on both sides (where an off-by-one block
+/// read lands), the null block and the last block.
+fn stale_blocks(case: &Case) -> Vec<usize> {
+    let n = case.layout.num_blocks;
+    if n <= STALE_EVERY_BLOCK_UP_TO {
+        return (0..n).collect();
+    }
+    let bs = case.config.block_size as i64;
+    let mut blocks = std::collections::BTreeSet::from([0, n - 1]);
+    let used = case
+        .layout
+        .block_table
+        .iter()
+        .flatten()
+        .map(|&b| b as usize)
+        .chain(
+            case.layout
+                .slot_mapping
+                .iter()
+                .filter(|&&s| s >= 0)
+                .map(|&s| (s / bs) as usize),
+        );
+    for b in used {
+        blocks.extend([b.saturating_sub(1), b, (b + 1).min(n - 1)]);
+    }
+    blocks.into_iter().collect()
+}
+
 /// Slots that no live token of the case owns (the null block, tails of partial blocks, spare
-/// blocks): what a real engine's cache would hold from earlier requests.
+/// blocks): what a real engine's cache would hold from earlier requests. In a large cache,
+/// only those of the blocks around the ones in use ([`STALE_EVERY_BLOCK_UP_TO`]).
 pub fn stale_slots(case: &Case) -> Vec<i64> {
     let bs = case.config.block_size;
-    let total = case.layout.num_blocks * bs;
-    let mut live = vec![false; total];
+    let mut live = std::collections::HashSet::new();
     for s in 0..case.num_seqs() {
         for p in 0..case.batch.seq_lens[s] {
-            live[case.slot_of(s, p) as usize] = true;
+            live.insert(case.slot_of(s, p));
         }
     }
-    (0..total as i64).filter(|&s| !live[s as usize]).collect()
+    stale_blocks(case)
+        .into_iter()
+        .flat_map(|b| (b * bs) as i64..((b + 1) * bs) as i64)
+        .filter(|s| !live.contains(s))
+        .collect()
 }
 
 /// A fresh cache for `case` (which must be valid), filled as an engine would have left it:
-/// stale data in every slot no live token owns, the context, then the step's new K/V
-/// written through `slot_mapping`.
+/// stale data in the slots no live token owns ([`stale_slots`]), the context, then the
+/// step's new K/V written through `slot_mapping`.
 pub fn prepare_cache(backend: &dyn Backend, case: &Case) -> Result<KvCache, BackendError> {
     let config = &case.config;
     backend.supports(config)?;

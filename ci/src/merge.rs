@@ -215,6 +215,7 @@ pub fn merge(mut shards: Vec<CheckSummary>) -> Result<CheckSummary, MergeError> 
         check_agree(i, "seed", s.seed, whole.seed)?;
         check_agree(i, "cases", s.cases, whole.cases)?;
         check_agree(i, "deep", s.deep, whole.deep)?;
+        check_agree(i, "long", s.long, whole.long)?;
         let theirs: Vec<String> = s.backends.iter().map(|b| b.backend.clone()).collect();
         check_agree(i, "backends", theirs.join(","), names.join(","))?;
         check_agree(i, "upstream cases", upstream_keys(&s), &up_keys)?;
@@ -287,6 +288,7 @@ mod tests {
             cases: 10,
             shard: Shard { index, count },
             deep: false,
+            long: false,
             oracle_seconds: 0.5,
             backends: vec![b],
             upstream: rows,

@@ -177,6 +177,26 @@ fn failure_section(f: &FailureRecord, ctx: &ReplyContext) -> String {
     out
 }
 
+/// Cases run per coverage bucket, per backend, with the empty buckets named first.
+fn coverage_section(report: &attn_results::CoverageReport, s: &CheckSummary) -> String {
+    let names: Vec<String> = s.backends.iter().map(|b| b.backend.clone()).collect();
+    let mut out = String::from("\n<details><summary>Coverage: cases run per bucket</summary>\n\n");
+    for l in attn_results::coverage::summary_lines(report, &names) {
+        let _ = writeln!(out, "- {}", cell(&l));
+    }
+    let _ = write!(out, "\n| dimension | bucket |");
+    for n in &names {
+        let _ = write!(out, " {} |", cell(n));
+    }
+    let _ = writeln!(out, "\n|---|---|{}", "---|".repeat(names.len()));
+    for row in attn_results::coverage::rows(report, &names) {
+        let cells: Vec<String> = row.iter().map(|c| cell(c)).collect();
+        let _ = writeln!(out, "| {} |", cells.join(" | "));
+    }
+    out.push_str("\n</details>\n");
+    out
+}
+
 /// Whether the run as a whole is good: every real backend agreed, every mutant was caught.
 pub fn all_ok(s: &CheckSummary) -> bool {
     s.backends.iter().all(|b| Verdict::of(b).ok())
@@ -241,6 +261,9 @@ pub fn render_reply(req: &BotRequest, s: &CheckSummary, ctx: &ReplyContext) -> S
             "\n<details><summary>Unsupported cases by feature</summary>\n\n{}\n</details>\n",
             reasons.join("\n")
         );
+    }
+    if let Some(report) = &s.coverage {
+        out.push_str(&coverage_section(report, s));
     }
     if !s.upstream.is_empty() {
         out.push_str("\n<details><summary>Upstream suite</summary>\n\n");

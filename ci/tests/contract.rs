@@ -17,6 +17,7 @@ fn a_real_summary_round_trips() {
         seed: 3,
         shard: Shard { index: 1, count: 2 },
         deep: false,
+        long: false,
         upstream: attn_harness::upstream::small_suite()
             .into_iter()
             .take(2)

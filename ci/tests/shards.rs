@@ -75,6 +75,7 @@ fn run(shard: Shard, out: &std::path::Path) -> CheckSummary {
         seed: 11,
         shard,
         deep: false,
+        long: false,
         upstream: attn_harness::upstream::small_suite()
             .into_iter()
             .filter(|c| c.spec == "small_decode")

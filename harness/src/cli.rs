@@ -132,6 +132,10 @@ pub struct CheckArgs {
     /// Bigger batches and longer sequences.
     #[arg(long)]
     pub deep: bool,
+    /// More of the long tier: one case in four (instead of one in 25) has a context of 4k to
+    /// 128k keys, a decode batch of up to 256 sequences or a cache past 2^31 elements.
+    #[arg(long)]
+    pub long: bool,
     /// How to write the summary.
     #[arg(long, value_enum, default_value_t = Format::Text)]
     pub format: Format,

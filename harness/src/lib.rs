@@ -20,4 +20,4 @@ pub mod render;
 // The pipeline's modules by their short names, as tests and tools have always used them.
 #[cfg(feature = "mutants")]
 pub use pipeline::mutants;
-pub use pipeline::{bench, check, compare, replay, runner, shrink, strategy, upstream};
+pub use pipeline::{bench, check, compare, coverage, replay, runner, shrink, strategy, upstream};

@@ -39,6 +39,8 @@ fn base() -> CaseRecipe {
         table: TableOrder::Permuted(7),
         values: Values::Normal { seed: 3, std: 1.0 },
         share: None,
+        scale: None,
+        cache_blocks: None,
     }
 }
 

@@ -63,6 +63,7 @@ fn options(backend: Arc<dyn Backend>, cases: u32, out: &str, shrink: ShrinkBudge
         seed: 1,
         shard: Shard::ALL,
         deep: false,
+        long: false,
         upstream: vec![],
         out_dir: std::env::temp_dir().join(out),
         shrink,

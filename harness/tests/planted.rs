@@ -17,6 +17,7 @@ fn options(backends: Vec<Arc<dyn Backend>>, cases: u32, out: &str) -> CheckOptio
         seed: 1,
         shard: Shard::ALL,
         deep: false,
+        long: false,
         upstream: vec![],
         out_dir: std::env::temp_dir().join(out),
         shrink: ShrinkBudget::default(),

@@ -27,6 +27,8 @@ pub enum Feature {
     HeadLayout,
     /// The batch's shape: number of sequences, lengths, query chunks.
     BatchShape,
+    /// The KV cache's size (a backend that cannot allocate a huge cache lazily).
+    CacheSize,
     /// The machine the backend runs on (a missing instruction set).
     Host,
     /// A reason the backend gave that names none of the above (external adapters).
@@ -34,7 +36,7 @@ pub enum Feature {
 }
 
 impl Feature {
-    pub const ALL: [Feature; 12] = [
+    pub const ALL: [Feature; 13] = [
         Feature::Dtype,
         Feature::EncoderOnly,
         Feature::SlidingWindow,
@@ -45,6 +47,7 @@ impl Feature {
         Feature::BlockSize,
         Feature::HeadLayout,
         Feature::BatchShape,
+        Feature::CacheSize,
         Feature::Host,
         Feature::Other,
     ];
@@ -72,6 +75,7 @@ impl Feature {
             Feature::BlockSize => "block_size",
             Feature::HeadLayout => "head_layout",
             Feature::BatchShape => "batch_shape",
+            Feature::CacheSize => "cache_size",
             Feature::Host => "host",
             Feature::Other => "other",
         }
@@ -90,6 +94,7 @@ impl Feature {
             Feature::BlockSize => "block size",
             Feature::HeadLayout => "head layout",
             Feature::BatchShape => "batch shape",
+            Feature::CacheSize => "KV cache size",
             Feature::Host => "host CPU",
             Feature::Other => "other",
         }

@@ -12,7 +12,11 @@ use std::fmt;
 pub enum BenchStatus {
     Ok,
     /// The warm-up output diverged from the oracle; the time is still measured and shown.
-    Wrong { mismatches: usize, max_abs_err: f64 },
+    Wrong {
+        mismatches: usize,
+        #[serde(deserialize_with = "crate::nullable_f64")]
+        max_abs_err: f64,
+    },
     Unsupported { reason: Unsupported },
     Error { message: String },
 }

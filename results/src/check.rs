@@ -56,6 +56,9 @@ pub struct CheckSummary {
     pub cases: u32,
     pub shard: Shard,
     pub deep: bool,
+    /// `--long`: more of the long tier.
+    #[serde(default)]
+    pub long: bool,
     pub oracle_seconds: f64,
     pub backends: Vec<BackendSummary>,
     pub upstream: Vec<UpstreamRow>,

@@ -4,6 +4,44 @@
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
+/// Every dimension with its buckets, in the order reports show them.
+pub const DIMENSIONS: &[(&str, &[&str])] = &[
+    ("dtype", &["f32", "bf16", "f16"]),
+    (
+        "head size",
+        &[
+            "1-8",
+            "d%8≠0",
+            "d%16=8",
+            "d%32=16",
+            "d%64=32",
+            "64k up to 256",
+            "64k above 256",
+        ],
+    ),
+    ("block size", &["1", "2-15", "16-64", "65-128", "above 128"]),
+    ("heads", &["single", "MHA", "MQA", "GQA 2-4", "GQA above 4"]),
+    ("scale", &["default", "custom"]),
+    (
+        "window",
+        &["none", "1", "inside the sequence", "past the sequence"],
+    ),
+    (
+        "features",
+        &["none", "encoder-only", "soft-cap", "ALiBi", "sinks"],
+    ),
+    (
+        "longest sequence",
+        &["1-16", "17-256", "257-4096", "4097-16384", "above 16384"],
+    ),
+    ("longest query", &["1", "2-8", "9-64", "above 64"]),
+    ("sequences", &["1", "2-8", "9-64", "above 64"]),
+    ("cache elements", &["below 2^20", "2^20 to 2^31", "above 2^31"]),
+    ("table order", &["ascending", "descending", "mixed"]),
+    ("sharing", &["shared blocks", "none"]),
+    ("padding", &["padding tokens", "none"]),
+];
+
 /// Cases run, by backend, then dimension, then bucket.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -41,4 +79,72 @@ impl CoverageReport {
             }
         }
     }
+
+    /// The declared buckets `backend` ran no case in.
+    pub fn uncovered(&self, backend: &str) -> Vec<(&'static str, &'static str)> {
+        let counts = self.backends.get(backend);
+        DIMENSIONS
+            .iter()
+            .flat_map(|(dim, buckets)| buckets.iter().map(move |b| (*dim, *b)))
+            .filter(|(dim, b)| {
+                counts
+                    .and_then(|c| c.get(*dim))
+                    .and_then(|c| c.get(*b))
+                    .is_none_or(|&n| n == 0)
+            })
+            .collect()
+    }
+}
+
+/// The report as table rows: one per declared (dimension, bucket), a count per backend in
+/// `backends` order ("0" where a backend ran none). Shared by every renderer.
+pub fn rows(report: &CoverageReport, backends: &[String]) -> Vec<Vec<String>> {
+    DIMENSIONS
+        .iter()
+        .flat_map(|(dim, buckets)| buckets.iter().map(move |b| (*dim, *b)))
+        .map(|(dim, bucket)| {
+            let mut row = vec![dim.to_string(), bucket.to_string()];
+            row.extend(backends.iter().map(|name| {
+                report
+                    .backends
+                    .get(name)
+                    .and_then(|d| d.get(dim))
+                    .and_then(|b| b.get(bucket))
+                    .copied()
+                    .unwrap_or(0)
+                    .to_string()
+            }));
+            row
+        })
+        .collect()
+}
+
+/// One line per backend: every bucket covered, or which are empty.
+pub fn summary_lines(report: &CoverageReport, backends: &[String]) -> Vec<String> {
+    let total: usize = DIMENSIONS.iter().map(|(_, b)| b.len()).sum();
+    backends
+        .iter()
+        .map(|name| {
+            let empty = report.uncovered(name);
+            if empty.is_empty() {
+                format!("{name}: all {total} buckets covered")
+            } else {
+                let shown: Vec<String> = empty
+                    .iter()
+                    .take(8)
+                    .map(|(d, b)| format!("{d} {b}"))
+                    .collect();
+                let more = if empty.len() > 8 {
+                    format!(", … {} more", empty.len() - 8)
+                } else {
+                    String::new()
+                };
+                format!(
+                    "{name}: {} of {total} buckets empty ({}{more})",
+                    empty.len(),
+                    shown.join(", ")
+                )
+            }
+        })
+        .collect()
 }

@@ -74,7 +74,7 @@ pub fn to_json<T: serde::Serialize>(doc: &T) -> String {
         .unwrap_or_else(|e| format!("{{\"error\": \"cannot serialize: {e}\"}}"))
 }
 
-/// serde_json writes a NaN as null; read null back as NaN.
+/// serde_json writes a NaN (or an infinity) as null; read null back as NaN.
 pub(crate) fn nullable_f64<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
     use serde::Deserialize;
     Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::NAN))

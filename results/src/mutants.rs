@@ -9,6 +9,9 @@ use serde::{Deserialize, Serialize};
 pub struct MutantRow {
     pub mutant: String,
     pub description: String,
+    /// The public bug it reproduces (repository and issue or pull request), if any.
+    #[serde(default)]
+    pub public_bug: Option<String>,
     pub killed: bool,
     /// Property cases run up to the first divergence.
     pub cases_to_kill: Option<usize>,

@@ -38,15 +38,20 @@ impl fmt::Display for DivergenceKind {
     }
 }
 
-/// One output element beyond the tolerance.
+/// One output element beyond the tolerance (NaN and infinities, as JSON null, read back as
+/// NaN).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Mismatch {
     pub token: usize,
     pub head: usize,
     pub dim: usize,
+    #[serde(deserialize_with = "crate::nullable_f64")]
     pub expected: f64,
+    #[serde(deserialize_with = "crate::nullable_f64")]
     pub actual: f64,
+    #[serde(deserialize_with = "crate::nullable_f64")]
     pub abs_err: f64,
+    #[serde(deserialize_with = "crate::nullable_f64")]
     pub rel_err: f64,
 }
 
@@ -89,5 +94,26 @@ impl fmt::Display for CaseSize {
             "{} seq, {} tok, len {}, {}/{} heads, d {}",
             self.sequences, self.tokens, self.max_seq_len, self.heads, self.kv_heads, self.head_size
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_non_finite_mismatch_survives_json() {
+        let m = Mismatch {
+            token: 0,
+            head: 1,
+            dim: 2,
+            expected: 0.5,
+            actual: f64::NAN,
+            abs_err: f64::INFINITY,
+            rel_err: f64::NAN,
+        };
+        let back: Mismatch = serde_json::from_str(&serde_json::to_string(&m).unwrap()).unwrap();
+        assert_eq!((back.token, back.expected), (0, 0.5));
+        assert!(back.actual.is_nan() && back.abs_err.is_nan() && back.rel_err.is_nan());
     }
 }

@@ -133,12 +133,13 @@ pub fn actionlint() -> Result<(), String> {
 const CARGO_DENY: &str = "0.20.2";
 
 /// `cargo deny check bans licenses sources` against `deny.toml`. Uses a `cargo-deny` of the
-/// pinned version on PATH (e.g. in ~/.cargo/bin), else the one in `target/cargo-deny`, else
+/// pinned version on PATH (e.g. in ~/.cargo/bin), else the one in the set-up cache, else
 /// installs it there first. Advisories are left out: they fetch a database from GitHub, and a
 /// new advisory would fail builds of unchanged code.
 pub fn deny() -> Result<(), String> {
     let root = libtorch::repo_root();
-    let prefix = root.join("target/cargo-deny");
+    // In the set-up cache (kept between clones, like libtorch), not the clone's target/.
+    let prefix = libtorch::cache_root()?.join(format!("cargo-deny-{CARGO_DENY}"));
     let pinned = |bin: &Path| {
         Command::new(bin).arg("--version").output().is_ok_and(|o| {
             String::from_utf8_lossy(&o.stdout).trim() == format!("cargo-deny {CARGO_DENY}")

@@ -6,7 +6,8 @@
 //! - `test`     setup if needed, then the whole workspace's tests
 //! - `fixtures` rewrite the golden fixtures (refused under CI)
 //! - `bot`      run a `bot:test` comment locally as the pull-request bot would, print its reply
-//! - `lint`     actionlint and zizmor on the workflows, clippy with warnings denied, rustfmt check
+//! - `lint`     actionlint and zizmor on the workflows, clippy with warnings denied, cargo-deny,
+//!   rustfmt check
 
 mod bot;
 mod libtorch;
@@ -24,7 +25,7 @@ fn usage() -> ExitCode {
          test [ARGS]      set up, then run the workspace's tests (`cargo test ARGS`)\n  \
          fixtures         rewrite fixtures/golden from the oracle (not under CI)\n  \
          bot --comment C  run a `bot:test` comment as the pull-request bot would; print its reply\n  \
-         lint [WHICH]     actionlint, zizmor, clippy -D warnings, fmt --check (WHICH: any of them)",
+         lint [WHICH]     actionlint, zizmor, clippy -D warnings, deny, fmt --check (WHICH: any of them)",
         libtorch::VERSION
     );
     ExitCode::from(2)

@@ -31,6 +31,13 @@ const TILE_KEYS_PER_ROW: usize = 8;
 const NARROW_MIN_TILE_KEYS: usize = 32;
 const WIDE_MIN_TILE_KEYS: usize = 128;
 const MAX_TILE_KEYS: usize = 512;
+/// Key counts where a task's tiling changes (for the strategy's threshold lengths).
+pub const TILE_THRESHOLDS: [usize; 4] = [
+    TILE_KEYS_PER_ROW,
+    NARROW_MIN_TILE_KEYS,
+    WIDE_MIN_TILE_KEYS,
+    MAX_TILE_KEYS,
+];
 
 /// How far ahead of the block being read the next one is prefetched when K/V streams from
 /// memory: a few tens of KiB in flight per thread hide DRAM latency; much more only evicts

@@ -71,10 +71,14 @@ impl CpuKvCache {
                     .is_some_and(|b| b <= isize::MAX as usize)
             })
             .ok_or_else(|| format!("a cache of {geometry:?} does not fit in memory"))?;
+        // Zeroed allocations (`vec![0; n]` of a primitive asks the allocator for zeroed
+        // memory): pages no write touches cost nothing, so a huge cache of which a case uses a
+        // few blocks is cheap. bf16/f16 zeros are all-zero bits, so they come as u16 zeros.
+        use half::vec::HalfBitsVecExt;
         let data = match dtype {
             DType::F32 => KvData::F32(vec![0.0; len]),
-            DType::Bf16 => KvData::Bf16(vec![bf16::ZERO; len]),
-            DType::F16 => KvData::F16(vec![f16::ZERO; len]),
+            DType::Bf16 => KvData::Bf16(vec![0u16; len].reinterpret_into()),
+            DType::F16 => KvData::F16(vec![0u16; len].reinterpret_into()),
         };
         Ok(CpuKvCache {
             dtype,

@@ -439,6 +439,12 @@ impl Backend for CpuBackend {
         Ok(())
     }
 
+    fn thresholds(&self) -> Vec<usize> {
+        let mut t = kernel::TILE_THRESHOLDS.to_vec();
+        t.extend(scheduler::SPLIT_THRESHOLDS);
+        t
+    }
+
     fn cache_layout(&self) -> CacheLayout {
         CacheLayout {
             shape: "[num_blocks, num_kv_heads, (K^T [head_size, block_size], V [block_size, head_size])]",

@@ -20,6 +20,13 @@ use std::ops::Range;
 const MAX_ROWS_PER_TASK: usize = 64;
 /// Automatic splits keep at least this many keys per split, so the merge stays cheap.
 const MIN_KEYS_PER_SPLIT: usize = 256;
+/// Lengths where the schedule changes: rows per task (query tokens × heads) and the keys
+/// that make a second split (and a third).
+pub const SPLIT_THRESHOLDS: [usize; 3] = [
+    MAX_ROWS_PER_TASK,
+    MIN_KEYS_PER_SPLIT,
+    2 * MIN_KEYS_PER_SPLIT,
+];
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Task {

@@ -20,27 +20,61 @@ pub use wrap::{Mutation, WrappedMutant};
 pub struct MutantInfo {
     pub name: &'static str,
     pub description: &'static str,
+    /// The public bug it reproduces (repository and issue or pull request), if it is one.
+    pub public_bug: Option<&'static str>,
+}
+
+const fn m(name: &'static str, description: &'static str) -> MutantInfo {
+    MutantInfo {
+        name,
+        description,
+        public_bug: None,
+    }
+}
+
+const fn public(name: &'static str, bug: &'static str, description: &'static str) -> MutantInfo {
+    MutantInfo {
+        name,
+        description,
+        public_bug: Some(bug),
+    }
 }
 
 /// The catalogue: (name, the bug it imitates).
 pub const CATALOGUE: &[MutantInfo] = &[
-    MutantInfo { name: "window-off-by-one", description: "a decoder window of w sees w + 1 keys" },
-    MutantInfo { name: "decoder-window-encoder-convention", description: "a decoder window applied as |p - k| < w, so queries see future keys" },
-    MutantInfo { name: "gqa-modulo", description: "query head h reads kv head h % Hkv instead of h / (Hq / Hkv)" },
-    MutantInfo { name: "slot-block-boundary", description: "the first key of a block is read through the previous logical block" },
-    MutantInfo { name: "padding-slot-written", description: "a padding token's slot -1 wraps to the cache's last slot and is written" },
-    MutantInfo { name: "neighbour-table-row", description: "a sequence's last logical block is looked up in the next sequence's table row" },
-    MutantInfo { name: "causal-offset-query-len", description: "the causal mask places query j at query_len + j instead of context_len + j" },
-    MutantInfo { name: "softmax-no-max", description: "softmax without subtracting the running max (overflows on large logits)" },
-    MutantInfo { name: "sink-in-numerator", description: "the attention sink is added to the numerator as if it carried a value of 1" },
-    MutantInfo { name: "soft-cap-after-alibi", description: "the logit soft-cap is applied after the ALiBi bias instead of before" },
-    MutantInfo { name: "alibi-sign-flipped", description: "ALiBi adds slope * (p - k) instead of slope * (k - p)" },
-    MutantInfo { name: "scale-applied-twice", description: "logits are scaled by scale^2" },
-    MutantInfo { name: "padding-row-nan", description: "a fully masked padding row computes 0/0 and the NaN leaks into a real row" },
-    MutantInfo { name: "low-precision-accumulation", description: "softmax sums and P·V accumulate in the input dtype (bf16/f16) instead of f32" },
-    MutantInfo { name: "split-merge-drops-rescale", description: "the split-KV merge forgets to rescale the second split by exp(m2 - m)" },
-    MutantInfo { name: "last-partial-block-ignored", description: "keys in a sequence's last, partially filled block are skipped" },
-    MutantInfo { name: "shared-block-gathered-once", description: "a gather that assumes each block belongs to one sequence: a block already gathered for an earlier sequence reads as zeros" },
+    public("window-off-by-one", "sgl-project/sglang#34273", "a decoder window of w sees w + 1 keys"),
+    public("decoder-window-encoder-convention", "ModelTC/LightLLM#1311", "a decoder window applied as |p - k| < w, so queries see future keys"),
+    m("gqa-modulo", "query head h reads kv head h % Hkv instead of h / (Hq / Hkv)"),
+    m("slot-block-boundary", "the first key of a block is read through the previous logical block"),
+    m("padding-slot-written", "a padding token's slot -1 wraps to the cache's last slot and is written"),
+    m("neighbour-table-row", "a sequence's last logical block is looked up in the next sequence's table row"),
+    m("causal-offset-query-len", "the causal mask places query j at query_len + j instead of context_len + j"),
+    m("softmax-no-max", "softmax without subtracting the running max (overflows on large logits)"),
+    m("sink-in-numerator", "the attention sink is added to the numerator as if it carried a value of 1"),
+    m("soft-cap-after-alibi", "the logit soft-cap is applied after the ALiBi bias instead of before"),
+    m("alibi-sign-flipped", "ALiBi adds slope * (p - k) instead of slope * (k - p)"),
+    m("scale-applied-twice", "logits are scaled by scale^2"),
+    m("padding-row-nan", "a fully masked padding row computes 0/0 and the NaN leaks into a real row"),
+    m("low-precision-accumulation", "softmax sums and P·V accumulate in the input dtype (bf16/f16) instead of f32"),
+    m("split-merge-drops-rescale", "the split-KV merge forgets to rescale the second split by exp(m2 - m)"),
+    m("last-partial-block-ignored", "keys in a sequence's last, partially filled block are skipped"),
+    m("shared-block-gathered-once", "a gather that assumes each block belongs to one sequence: a block already gathered for an earlier sequence reads as zeros"),
+    // The bug zoo: public bugs of paged-attention kernels, each as it behaved.
+    public("window-one-short", "vllm-project/vllm#3385", "a decoder window of w attends w - 1 keys (one fewer than the model's convention)"),
+    public("window-by-whole-blocks", "vllm-project/vllm#4768", "the window starts at a block boundary, so a few keys before it are attended too"),
+    public("decode-ignores-window", "EricLBuehler/mistral.rs#2094", "the paged decode kernel is called without the window: decode tokens attend the whole context"),
+    public("window-ignored-with-gqa", "vllm-project/vllm#17476", "the sliding window is lost when query heads share kv heads (GQA/MQA only)"),
+    public("unhit-table-rows-zeroed", "vllm-project/vllm#7018", "when some sequences hit the prefix cache, the table rows of those that did not are left zeroed"),
+    public("soft-cap-tanh-overflow", "vLLM CPU_ATTN, docs/findings.md", "tanh computed through exp(2x) in f32: a soft-capped logit past ~44 * cap turns the output into NaN"),
+    public("pv-skipped-below-64", "vllm-project/vllm#34570", "the P·V loop runs head_size / 64 times: no value is accumulated for head sizes below 64"),
+    public("custom-scale-ignored", "tenstorrent/tt-metal#33304", "the scale argument is ignored: logits use head_size^-0.5 whatever the model sets"),
+    public("scale-forgotten", "mlc-ai/mlc-llm#3426", "a fallback path passes no softmax scale: logits are not scaled at all"),
+    public("int32-write-offset", "vllm-project/vllm#1486", "reshape-and-cache computes element offsets in int32: past 2^31 elements a write lands elsewhere"),
+    public("int32-read-offset", "vllm-project/vllm#50427", "paged K/V offsets computed in int32: past 2^31 elements a read comes from elsewhere"),
+    public("page-offset-past-128", "flashinfer-ai/flashinfer#4347", "with pages above 128 tokens, the offset inside a page wraps at 128"),
+    // Thresholds where kernels change path.
+    m("partition-merge-no-rescale", "partitions of 256 keys merged without the max rescale (wrong only past 256 keys)"),
+    m("simd-tail-dropped", "q·k skips the last head_size % 8 dimensions (a vector loop without its scalar tail)"),
 ];
 
 /// Every mutant, as a backend named `mutant:<name>`.
@@ -75,6 +109,20 @@ pub fn mutant(name: &str) -> Option<Arc<dyn Backend>> {
         "split-merge-drops-rescale" => plain(Bug::SplitMergeDropsRescale),
         "last-partial-block-ignored" => plain(Bug::LastPartialBlockIgnored),
         "shared-block-gathered-once" => plain(Bug::SharedBlockGatheredOnce),
+        "window-one-short" => plain(Bug::WindowOneShort),
+        "window-by-whole-blocks" => plain(Bug::WindowByWholeBlocks),
+        "decode-ignores-window" => plain(Bug::DecodeIgnoresWindow),
+        "window-ignored-with-gqa" => plain(Bug::WindowIgnoredWithGqa),
+        "unhit-table-rows-zeroed" => plain(Bug::UnhitTableRowsZeroed),
+        "soft-cap-tanh-overflow" => plain(Bug::SoftCapTanhOverflow),
+        "pv-skipped-below-64" => plain(Bug::PvSkippedBelow64),
+        "custom-scale-ignored" => plain(Bug::CustomScaleIgnored),
+        "scale-forgotten" => plain(Bug::ScaleForgotten),
+        "int32-write-offset" => plain(Bug::Int32WriteOffset),
+        "int32-read-offset" => plain(Bug::Int32ReadOffset),
+        "page-offset-past-128" => plain(Bug::PageOffsetPast128),
+        "partition-merge-no-rescale" => plain(Bug::PartitionMergeNoRescale),
+        "simd-tail-dropped" => plain(Bug::SimdTailDropped),
         _ => None,
     }
 }

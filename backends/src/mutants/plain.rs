@@ -24,6 +24,35 @@ pub enum Bug {
     SplitMergeDropsRescale,
     LastPartialBlockIgnored,
     SharedBlockGatheredOnce,
+    // Public bugs (see the catalogue in `mutants/mod.rs` for the issue each reproduces).
+    WindowOneShort,
+    WindowByWholeBlocks,
+    DecodeIgnoresWindow,
+    WindowIgnoredWithGqa,
+    UnhitTableRowsZeroed,
+    SoftCapTanhOverflow,
+    PvSkippedBelow64,
+    CustomScaleIgnored,
+    ScaleForgotten,
+    Int32WriteOffset,
+    Int32ReadOffset,
+    PageOffsetPast128,
+    // Thresholds.
+    PartitionMergeNoRescale,
+    SimdTailDropped,
+}
+
+/// An element offset computed in int32, as the buggy kernels do: past 2^31 it wraps, and the
+/// access lands elsewhere in the buffer (in C it lands outside it; here it stays inside so
+/// the divergence is a wrong value rather than a crash).
+fn int32_offset(offset: usize, len: usize) -> usize {
+    (offset as i32 as i64).rem_euclid(len.max(1) as i64) as usize
+}
+
+/// tanh as `(e^{2x} - 1) / (e^{2x} + 1)` in f32: inf / inf = NaN once 2x passes ln(f32::MAX).
+fn tanh_by_exp(x: f32) -> f32 {
+    let e = (2.0 * x).exp();
+    (e - 1.0) / (e + 1.0)
 }
 
 pub struct PlainBackend {
@@ -98,8 +127,13 @@ impl Backend for PlainBackend {
                     message: format!("slot {slot} past the cache ({slots} slots)"),
                 });
             }
-            cache.k[s * row..(s + 1) * row].copy_from_slice(&kv.key[t * row..(t + 1) * row]);
-            cache.v[s * row..(s + 1) * row].copy_from_slice(&kv.value[t * row..(t + 1) * row]);
+            let at = if self.bug == Bug::Int32WriteOffset {
+                int32_offset(s * row, cache.k.len() - row + 1)
+            } else {
+                s * row
+            };
+            cache.k[at..at + row].copy_from_slice(&kv.key[t * row..(t + 1) * row]);
+            cache.v[at..at + row].copy_from_slice(&kv.value[t * row..(t + 1) * row]);
         }
         Ok(())
     }
@@ -113,7 +147,24 @@ impl Backend for PlainBackend {
         let cache = cache_as::<SlotCache>(&self.name, cache)?;
         let (hq, hkv, d, bs) = (c.num_heads, c.num_kv_heads, c.head_size, c.block_size);
         let group = hq / hkv;
-        let scale = c.effective_scale() as f32;
+        let scale = match self.bug {
+            Bug::CustomScaleIgnored => 1.0 / (d as f32).sqrt(),
+            Bug::ScaleForgotten => 1.0,
+            _ => c.effective_scale() as f32,
+        };
+        // Sequences whose tables share a block with another's (a prefix-cache hit).
+        let hit: Vec<bool> = (0..step.seq_lens.len())
+            .map(|s| {
+                let mine = &step.block_table[s][..step.seq_lens[s].div_ceil(bs)];
+                (0..step.seq_lens.len()).any(|o| {
+                    o != s
+                        && step.block_table[o][..step.seq_lens[o].div_ceil(bs)]
+                            .iter()
+                            .any(|b| mine.contains(b))
+                })
+            })
+            .collect();
+        let any_hit = hit.iter().any(|&h| h);
         let round = |x: f32| {
             if self.bug == Bug::LowPrecisionAccumulation {
                 c.dtype.round(x)
@@ -131,7 +182,12 @@ impl Backend for PlainBackend {
             let seq_len = step.seq_lens[s];
             let query_len = q1 - q0;
             let ctx = seq_len - query_len;
-            let row = &step.block_table[s];
+            let zeroed = vec![0u32; step.block_table[s].len()];
+            let row = if self.bug == Bug::UnhitTableRowsZeroed && any_hit && !hit[s] {
+                &zeroed
+            } else {
+                &step.block_table[s]
+            };
             for &blk in &row[..seq_len.div_ceil(bs)] {
                 owner.entry(blk).or_insert(s);
             }
@@ -142,8 +198,19 @@ impl Backend for PlainBackend {
                 } else {
                     p
                 };
+                let window = match (self.bug, c.sliding_window) {
+                    (Bug::DecodeIgnoresWindow, _) if query_len == 1 => None,
+                    (Bug::WindowIgnoredWithGqa, _) if group > 1 => None,
+                    (Bug::WindowOneShort, Some(w)) if c.kind == AttentionKind::Decoder => {
+                        Some(w.saturating_sub(1).max(1))
+                    }
+                    (_, w) => w,
+                };
                 let (mut lo, mut hi) =
-                    attn_reference::oracle::visible_keys(c.kind, c.sliding_window, p_mask, seq_len);
+                    attn_reference::oracle::visible_keys(c.kind, window, p_mask, seq_len);
+                if self.bug == Bug::WindowByWholeBlocks && c.sliding_window.is_some() {
+                    lo = lo / bs * bs;
+                }
                 if self.bug == Bug::DecoderWindowEncoderConvention
                     && c.kind == AttentionKind::Decoder
                 {
@@ -163,7 +230,12 @@ impl Backend for PlainBackend {
                         } else {
                             k / bs
                         };
-                    row[block] as usize * bs + k % bs
+                    let offset = if self.bug == Bug::PageOffsetPast128 && bs > 128 {
+                        k % bs % 128
+                    } else {
+                        k % bs
+                    };
+                    row[block] as usize * bs + offset
                 };
                 for h in 0..hq {
                     let kvh = h / group;
@@ -177,11 +249,28 @@ impl Backend for PlainBackend {
                         {
                             return zeros;
                         }
-                        &buf[(slot(k) * hkv + kvh) * d..][..d]
+                        let at = (slot(k) * hkv + kvh) * d;
+                        let at = if self.bug == Bug::Int32ReadOffset {
+                            int32_offset(at, buf.len() - d + 1)
+                        } else {
+                            at
+                        };
+                        &buf[at..][..d]
                     };
                     let logit = |k: usize| {
                         let kr = read(false, k);
-                        let mut l = scale * q.iter().zip(kr).map(|(a, b)| a * b).sum::<f32>();
+                        // The vector width's multiple of the head size, for the tail bug.
+                        let dims = if self.bug == Bug::SimdTailDropped && d > 8 {
+                            d / 8 * 8
+                        } else {
+                            d
+                        };
+                        let mut l = scale
+                            * q[..dims]
+                                .iter()
+                                .zip(&kr[..dims])
+                                .map(|(a, b)| a * b)
+                                .sum::<f32>();
                         let alibi = c
                             .alibi_slopes
                             .as_ref()
@@ -190,13 +279,21 @@ impl Backend for PlainBackend {
                             (Bug::SoftCapAfterAlibi, Some(cap)) => {
                                 l = cap * ((l + alibi) / cap).tanh()
                             }
+                            (Bug::SoftCapTanhOverflow, Some(cap)) => {
+                                l = cap * tanh_by_exp(l / cap) + alibi
+                            }
                             (_, Some(cap)) => l = cap * (l / cap).tanh() + alibi,
                             (_, None) => l += alibi,
                         }
                         l
                     };
-                    // Two splits over the visible keys, each an online softmax.
-                    let mid = keys.len() / 2;
+                    // Two splits over the visible keys, each an online softmax; the partition
+                    // bug splits at 256 keys, as a partitioned decode kernel does.
+                    let mid = if self.bug == Bug::PartitionMergeNoRescale {
+                        keys.len().min(256)
+                    } else {
+                        keys.len() / 2
+                    };
                     let split = |ks: &[usize]| {
                         let mut part = Partial {
                             max: f32::NEG_INFINITY,
@@ -219,8 +316,11 @@ impl Backend for PlainBackend {
                             let w = (l - m).exp();
                             let vr = read(true, k);
                             part.sum = round(part.sum * rescale + w);
-                            for (a, v) in part.acc.iter_mut().zip(vr) {
-                                *a = round(*a * rescale + w * v);
+                            // A P·V loop whose trip count is head_size / 64: none below 64.
+                            if !(self.bug == Bug::PvSkippedBelow64 && d < 64) {
+                                for (a, v) in part.acc.iter_mut().zip(vr) {
+                                    *a = round(*a * rescale + w * v);
+                                }
                             }
                             part.max = m;
                         }
@@ -236,7 +336,9 @@ impl Backend for PlainBackend {
                     };
                     let fb = if b.max == f32::NEG_INFINITY {
                         0.0
-                    } else if self.bug == Bug::SplitMergeDropsRescale {
+                    } else if self.bug == Bug::SplitMergeDropsRescale
+                        || (self.bug == Bug::PartitionMergeNoRescale && keys.len() > 256)
+                    {
                         1.0
                     } else {
                         (b.max - m).exp()

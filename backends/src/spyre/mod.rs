@@ -23,7 +23,7 @@ use crate::{
     cache_as, cache_as_mut, Backend, BackendError, CacheLayout, KvCache, KvWrite, StepInputs,
     Unsupported,
 };
-use attn_reference::{AttentionConfig, DType};
+use attn_reference::{AttentionConfig, DType, Feature};
 use cache::SpyreCache;
 use plan::{group_sequences, one_per_group, output_rows, GroupCost, GroupIndex};
 use std::sync::Arc;
@@ -217,6 +217,11 @@ impl Backend for Spyre {
         }
     }
 
+    fn thresholds(&self) -> Vec<usize> {
+        // The device pads keys to a multiple of 256 and computes queries in chunks of 32.
+        vec![device::KV_MULTIPLE, 2 * device::KV_MULTIPLE, device::Q_CHUNK]
+    }
+
     fn new_cache(
         &self,
         config: &AttentionConfig,
@@ -225,6 +230,16 @@ impl Backend for Spyre {
         init_threads();
         step::check_config(config).map_err(|m| self.invalid(m))?;
         self.supports(config)?;
+        let bytes = 2 * num_blocks * config.block_size * config.num_kv_heads * config.head_size
+            * config.dtype.size_bytes();
+        if bytes > MAX_CACHE_BYTES {
+            return Err(Unsupported::new(
+                Feature::CacheSize,
+                "above 1 GiB (libtorch zero-fills every page of the cache)",
+            )
+            .value(format!("{num_blocks} blocks"))
+            .into());
+        }
         let cache = SpyreCache::new(config, num_blocks).map_err(self.failed())?;
         Ok(Box::new(cache))
     }
@@ -258,6 +273,10 @@ impl Backend for Spyre {
 }
 
 /// The registered spyre variants.
+/// The largest KV cache the Spyre backends allocate: `Tensor::zeros` touches every page, so a
+/// huge cache would be resident in full (the `cpu` backend allocates lazily instead).
+const MAX_CACHE_BYTES: usize = 1 << 30;
+
 pub fn backends() -> Vec<Arc<dyn Backend>> {
     vec![
         Arc::new(Spyre::native()),

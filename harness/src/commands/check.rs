@@ -46,6 +46,7 @@ pub fn run(args: CheckArgs, global: GlobalArgs) -> anyhow::Result<bool> {
         seed: args.seed,
         shard,
         deep: args.deep,
+        long: args.long,
         upstream: up,
         out_dir: args.out,
         shrink: ShrinkBudget::default(),

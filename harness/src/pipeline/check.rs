@@ -7,7 +7,7 @@ use crate::compare::Tolerance;
 use crate::render::report::{failure_record, FailureFiles};
 use crate::runner::{evaluate, Divergence, Outcome};
 use crate::shrink::{shrink_fully, ShrinkBudget, Shrunk};
-use crate::strategy::{recipe, CaseRecipe, StrategyLimits};
+use crate::strategy::{strategy_for, CaseRecipe, StrategyLimits};
 use crate::upstream::UpstreamCase;
 use attn_backends::Backend;
 use attn_reference::{reference_output, Case, InputRng};
@@ -29,6 +29,8 @@ pub struct CheckOptions {
     pub seed: u64,
     pub shard: Shard,
     pub deep: bool,
+    /// The long tier for one case in four (`--long`), contexts up to 128k.
+    pub long: bool,
     /// Upstream cases to run besides the property cases.
     pub upstream: Vec<UpstreamCase>,
     pub out_dir: PathBuf,
@@ -87,7 +89,7 @@ pub fn case_tree(
         Config::default(),
         TestRng::from_seed(RngAlgorithm::ChaCha, &bytes),
     );
-    recipe(limits)
+    strategy_for(index, limits)
         .new_tree(&mut runner)
         .expect("recipe strategy never rejects")
 }
@@ -203,10 +205,11 @@ pub fn shares_blocks(case: &Case) -> bool {
 }
 
 pub fn run_check(mut opts: CheckOptions) -> CheckRun {
-    let limits = if opts.deep {
-        StrategyLimits::DEEP
-    } else {
-        StrategyLimits::DEFAULT
+    let limits = match (opts.deep, opts.long) {
+        (false, false) => StrategyLimits::DEFAULT,
+        (true, false) => StrategyLimits::DEEP,
+        (false, true) => StrategyLimits::DEFAULT.long(),
+        (true, true) => StrategyLimits::DEEP.long(),
     };
     let mut summaries: Vec<BackendSummary> = opts
         .backends
@@ -214,6 +217,7 @@ pub fn run_check(mut opts: CheckOptions) -> CheckRun {
         .map(|b| BackendSummary::new(b.name()))
         .collect();
     let mut artifacts = Vec::new();
+    let mut coverage = attn_results::CoverageReport::default();
     let mut oracle_time = Duration::ZERO;
     let mut on_event = opts.on_event.take();
     let mut tell = |e: Event<'_>| {
@@ -237,6 +241,9 @@ pub fn run_check(mut opts: CheckOptions) -> CheckRun {
             let t0 = Instant::now();
             let (outcome, time) = evaluate(backend.as_ref(), &case, &expected, tol);
             record(summary, &outcome, time);
+            if !matches!(outcome, Outcome::Unsupported(_)) {
+                crate::coverage::count(&mut coverage, backend.name(), &case);
+            }
             summary.shared_block_cases += shared as usize;
             if let Outcome::Diverged(d) = &outcome {
                 if summary.failures.is_empty() {
@@ -272,6 +279,9 @@ pub fn run_check(mut opts: CheckOptions) -> CheckRun {
             let (outcome, time) =
                 evaluate(backend.as_ref(), &case, &expected, Tolerance::upstream());
             record(summary, &outcome, time);
+            if !matches!(outcome, Outcome::Unsupported(_)) {
+                crate::coverage::count(&mut coverage, backend.name(), &case);
+            }
             let (status, abs, rel) = match &outcome {
                 Outcome::Pass(c) => (UpstreamStatus::Pass, c.max_abs_err, c.max_rel_err),
                 Outcome::Unsupported(u) => (
@@ -332,10 +342,11 @@ pub fn run_check(mut opts: CheckOptions) -> CheckRun {
             cases: opts.cases,
             shard: opts.shard,
             deep: opts.deep,
+            long: opts.long,
             oracle_seconds: oracle_time.as_secs_f64(),
             backends: summaries,
             upstream: upstream_rows,
-            coverage: None,
+            coverage: Some(coverage),
         },
         artifacts,
     }

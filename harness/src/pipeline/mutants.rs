@@ -42,6 +42,7 @@ pub fn run_mutants(
                 seed,
                 shard: Shard::ALL,
                 deep: false,
+                long: false,
                 upstream: vec![],
                 out_dir: out_dir.clone(),
                 shrink: ShrinkBudget::default(),
@@ -51,6 +52,7 @@ pub fn run_mutants(
             let row = MutantRow {
                 mutant: format!("mutant:{}", info.name),
                 description: info.description.to_string(),
+                public_bug: info.public_bug.map(str::to_string),
                 killed: b.failed > 0,
                 cases_to_kill: b.first_divergence_at,
                 seconds: start.elapsed().as_secs_f64(),

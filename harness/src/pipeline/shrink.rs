@@ -88,10 +88,12 @@ fn candidates(r: &CaseRecipe) -> Vec<CaseRecipe> {
             });
         }
         let (ctx, q) = r.seqs[i];
-        for new_ctx in [0, ctx / 2, ctx.saturating_sub(1)] {
+        // Halving, then smaller cuts, then one: a 100k context that only fails past 256
+        // keys gets to 257 in a few dozen steps rather than thousands.
+        for new_ctx in [0, ctx / 2, ctx - ctx / 8, ctx - ctx / 64, ctx.saturating_sub(1)] {
             push(&|c| c.seqs[i].0 = new_ctx);
         }
-        for new_q in [1, q / 2, q.saturating_sub(1)] {
+        for new_q in [1, q / 2, q - q / 8, q.saturating_sub(1)] {
             push(&|c| c.seqs[i].1 = new_q.max(1));
         }
         // Move tokens from the query into the context (keeps the length, shortens the query).
@@ -119,6 +121,17 @@ fn candidates(r: &CaseRecipe) -> Vec<CaseRecipe> {
         for new_w in [1, w / 2, w - 1] {
             push(&|c| c.window = Some(new_w.max(1)));
         }
+    }
+    push(&|c| c.scale = None);
+    if let Some(total) = r.cache_blocks {
+        // Keep the blocks high while it still fails; drop the huge cache when it does not
+        // matter.
+        push(&|c| c.cache_blocks = None);
+        push(&|c| c.cache_blocks = Some(total / 2));
+    }
+    if r.seqs.len() > 8 {
+        // Large batches: drop half the sequences at once.
+        push(&|c| c.seqs.truncate(c.seqs.len() / 2));
     }
     push(&|c| c.num_kv_heads = 1);
     push(&|c| c.num_kv_heads = (c.num_kv_heads - 1).max(1));

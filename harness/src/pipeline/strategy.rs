@@ -60,6 +60,13 @@ pub struct CaseRecipe {
     /// blocks (decoder only; their contexts are lengthened to hold them).
     #[serde(default)]
     pub share: Option<Share>,
+    /// A custom softmax scale (None: the default `head_size^-0.5`).
+    #[serde(default)]
+    pub scale: Option<f32>,
+    /// A cache of this many blocks with the case's blocks at its top (huge caches: element
+    /// offsets past 2^31); None: just the blocks the case needs.
+    #[serde(default)]
+    pub cache_blocks: Option<usize>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -69,26 +76,73 @@ pub struct Share {
 }
 
 /// Size limits of generated cases.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct StrategyLimits {
     pub max_seqs: usize,
     pub max_context: usize,
     pub max_query: usize,
+    /// One case in this many is of the long tier (long contexts, large decode batches, huge
+    /// caches; see [`Tier`]).
+    pub long_every: usize,
+    /// The longest context of the long tier.
+    pub max_long_context: usize,
 }
 
 impl StrategyLimits {
-    /// Small cases: fast, and where off-by-ones are visible.
+    /// Small cases where off-by-ones are visible, and one in 25 from the long tier: every run
+    /// of 500 holds contexts past 16k and 4k, a 256-sequence decode batch and a huge cache.
     pub const DEFAULT: StrategyLimits = StrategyLimits {
         max_seqs: 8,
         max_context: 80,
         max_query: 24,
+        long_every: 25,
+        max_long_context: 40_000,
     };
     /// `--deep`: bigger batches and longer sequences.
     pub const DEEP: StrategyLimits = StrategyLimits {
         max_seqs: 32,
         max_context: 1200,
         max_query: 80,
+        ..StrategyLimits::DEFAULT
     };
+
+    /// `--long`: the long tier for one case in four, contexts up to 128k.
+    pub fn long(self) -> StrategyLimits {
+        StrategyLimits {
+            long_every: 4,
+            max_long_context: 131_072,
+            ..self
+        }
+    }
+}
+
+/// Which part of the case space a property case comes from, by its index (so every run of
+/// a seed holds the same mix, and shards split it evenly).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Tier {
+    /// Small cases, lengths and sizes aimed at thresholds ([`recipe`]).
+    Small,
+    /// One or two sequences with contexts from 4k up, few heads ([`long_context`]).
+    LongContext,
+    /// Decode batches of 64 to 256 sequences ([`decode_batch`]).
+    DecodeBatch,
+    /// A few short sequences whose blocks sit at the top of a cache whose element offsets
+    /// pass 2^31 ([`huge_cache`]).
+    HugeCache,
+}
+
+impl Tier {
+    pub fn of(index: usize, limits: StrategyLimits) -> Tier {
+        let every = limits.long_every.max(1);
+        if index % every != every / 2 {
+            return Tier::Small;
+        }
+        match (index / every) % 4 {
+            0 | 2 => Tier::LongContext,
+            1 => Tier::DecodeBatch,
+            _ => Tier::HugeCache,
+        }
+    }
 }
 
 /// ALiBi slopes as models define them: a geometric sequence `2^(-8 (h + 1) / H)`.
@@ -113,6 +167,7 @@ impl CaseRecipe {
             self.dtype,
         );
         c.kind = self.kind;
+        c.scale = self.scale;
         c.sliding_window = self.window;
         c.logits_soft_cap = self.soft_cap;
         if self.alibi {
@@ -194,6 +249,9 @@ impl CaseRecipe {
             simplify_values(&mut case, seed, self.sharing().as_ref());
         }
         self.lay_out_blocks(&mut case);
+        if let Some(total) = self.cache_blocks {
+            move_to_the_top(&mut case, total);
+        }
         debug_assert_eq!(case.validate(), Ok(()), "{self:?}");
         case
     }
@@ -258,6 +316,26 @@ impl CaseRecipe {
     }
 }
 
+/// Grow the cache to `total` blocks and move every block the case uses (all but the null
+/// block) to its top, so block ids and element offsets are as large as the cache allows.
+fn move_to_the_top(case: &mut Case, total: usize) {
+    let n = case.layout.num_blocks;
+    if total <= n {
+        return;
+    }
+    let shift = (total - n) as u32;
+    let bs = case.config.block_size as i64;
+    for b in case.layout.block_table.iter_mut().flatten() {
+        if *b != 0 {
+            *b += shift;
+        }
+    }
+    for s in case.layout.slot_mapping.iter_mut().filter(|s| **s >= bs) {
+        *s += shift as i64 * bs;
+    }
+    case.layout.num_blocks = total;
+}
+
 /// Replace every tensor value with a small integer in [-2, 2] (exact in every dtype),
 /// keeping shared prefix tokens identical.
 fn simplify_values(case: &mut Case, seed: u64, sharing: Option<&SharedPrefix>) {
@@ -283,8 +361,57 @@ fn simplify_values(case: &mut Case, seed: u64, sharing: Option<&SharedPrefix>) {
     }
 }
 
+/// Head sizes models use.
+pub const MODEL_HEAD_SIZES: [usize; 13] = [16, 32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512, 576];
+
+/// Head sizes at the edges of the vector widths (8, 16, 32, 64 floats): one below and one
+/// above a multiple, and multiples of 8 that are not of 16, of 16 not of 32, of 32 not of 64.
+pub fn vector_edge_head_sizes() -> Vec<usize> {
+    let mut v: Vec<usize> = [8usize, 16, 32, 64, 128, 192, 256, 512, 576]
+        .iter()
+        .flat_map(|&w| [w - 1, w + 1])
+        .chain([24, 40, 48, 72, 88, 96, 104, 120, 136, 160, 224, 288, 320, 544])
+        .filter(|&d| d <= 576)
+        .collect();
+    v.sort_unstable();
+    v.dedup();
+    v
+}
+
 fn head_size() -> impl Strategy<Value = usize> {
-    prop_oneof![3 => 1usize..=8, 1 => prop::sample::select(vec![16usize, 32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512])]
+    prop_oneof![
+        5 => 1usize..=8,
+        2 => prop::sample::select(MODEL_HEAD_SIZES.to_vec()),
+        2 => prop::sample::select(vector_edge_head_sizes()),
+        1 => 1usize..=576,
+    ]
+}
+
+/// Block sizes: small ones (shrinking goes there), vLLM's, above 128 and not powers of two.
+fn block_size() -> impl Strategy<Value = usize> {
+    prop_oneof![
+        4 => prop::sample::select(vec![1usize, 2, 3, 16, 32, 64]),
+        1 => prop::sample::select(vec![5usize, 7, 24, 48, 96, 128, 129, 160, 255, 256]),
+    ]
+}
+
+/// The default scale most of the time; otherwise scales as models set them: 256^-0.5 (a
+/// query pre-attention scalar larger than the head size), 1, tiny and large.
+fn scale() -> impl Strategy<Value = Option<f32>> {
+    prop_oneof![
+        6 => Just(None),
+        1 => prop::sample::select(vec![0.0625f32, 1.0, 1e-3, 0.01, 2.0, 4.0]).prop_map(Some),
+    ]
+}
+
+/// A length just below, at or just above one of `thresholds` no larger than `max`.
+fn near_threshold(max: usize) -> impl Strategy<Value = usize> {
+    let near: Vec<usize> = attn_backends::all_thresholds()
+        .into_iter()
+        .filter(|&t| t <= max)
+        .flat_map(|t| [t - 1, t, t + 1])
+        .collect();
+    prop::sample::select(near)
 }
 
 fn values() -> impl Strategy<Value = Values> {
@@ -308,7 +435,62 @@ fn kind() -> impl Strategy<Value = AttentionKind> {
     prop_oneof![4 => Just(AttentionKind::Decoder), 1 => Just(AttentionKind::EncoderOnly)]
 }
 
-/// The strategy for recipes within `limits`.
+/// Work of a recipe in multiply-adds of the oracle: every query against every key it may
+/// see, for every head and dimension (windows ignored: an upper bound).
+pub fn cost(r: &CaseRecipe) -> usize {
+    let (seq_lens, query_lens) = r.lens();
+    let pairs: usize = seq_lens.iter().zip(&query_lens).map(|(&l, &q)| l * q).sum();
+    pairs * r.num_heads() * r.head_size
+}
+
+/// The small tier's cost ceiling: the default run stays within its time budget.
+pub const SMALL_COST: usize = 20_000_000;
+/// The long tier's: long contexts with few heads and small head sizes.
+pub const LONG_COST: usize = 200_000_000;
+
+/// Make `r` fit `budget` ([`cost`]) deterministically: fewer heads first, then a smaller head
+/// size, then shorter queries, then shorter contexts, so the lengths (what the tier is
+/// about) go last.
+pub fn fit_cost(mut r: CaseRecipe, budget: usize) -> CaseRecipe {
+    while cost(&r) > budget {
+        if r.group > 1 {
+            r.group = 1;
+        } else if r.num_kv_heads > 1 {
+            r.num_kv_heads = 1;
+        } else if r.head_size > 64 {
+            r.head_size = 64;
+        } else if let Some(q) = r.seqs.iter_mut().filter(|s| s.1 > 8).max_by_key(|s| s.1) {
+            q.1 = (q.1 / 2).max(8);
+        } else if r.head_size > 8 {
+            r.head_size = 8;
+        } else if let Some(s) = r.seqs.iter_mut().filter(|s| s.0 > 0).max_by_key(|s| s.0) {
+            s.0 /= 2;
+        } else {
+            break;
+        }
+    }
+    r
+}
+
+/// The strategy of property case `index`: its [`Tier`]'s.
+pub fn strategy_for(index: usize, limits: StrategyLimits) -> BoxedStrategy<CaseRecipe> {
+    match Tier::of(index, limits) {
+        Tier::Small => recipe(limits).boxed(),
+        Tier::LongContext => {
+            // Alternately past 16k and between 4k and 16k keys.
+            let min = if (index / limits.long_every.max(1)) % 4 == 0 {
+                16_385
+            } else {
+                4_097
+            };
+            long_context(min, limits.max_long_context.max(min)).boxed()
+        }
+        Tier::DecodeBatch => decode_batch().boxed(),
+        Tier::HugeCache => huge_cache().boxed(),
+    }
+}
+
+/// The small tier: recipes within `limits`, lengths and sizes aimed at thresholds.
 pub fn recipe(limits: StrategyLimits) -> impl Strategy<Value = CaseRecipe> {
     let heads = (
         1usize..=4,
@@ -316,24 +498,34 @@ pub fn recipe(limits: StrategyLimits) -> impl Strategy<Value = CaseRecipe> {
     );
     let shape = (
         head_size(),
-        prop::sample::select(vec![1usize, 2, 3, 16, 32, 64]),
+        block_size(),
         prop::sample::select(DType::ALL.to_vec()),
         kind(),
     );
     let seq = (
-        prop_oneof![2 => 0usize..=8, 1 => 0usize..=limits.max_context],
-        prop_oneof![2 => 1usize..=2, 1 => 1usize..=limits.max_query],
+        prop_oneof![
+            6 => 0usize..=8,
+            3 => 0usize..=limits.max_context,
+            2 => near_threshold(limits.max_context.max(600)),
+        ],
+        prop_oneof![
+            4 => 1usize..=2,
+            2 => 2usize..=8,
+            2 => 1usize..=limits.max_query,
+            1 => near_threshold(64),
+        ],
     );
     let seqs = prop::collection::vec(seq, 1..=limits.max_seqs);
-    let longest = limits.max_context + limits.max_query;
+    let longest = limits.max_context.max(600) + limits.max_query.max(65);
     let features = (
         prop::option::weighted(
             0.35,
-            prop_oneof![2 => 1usize..=8, 1 => 1usize..=longest + 2],
+            prop_oneof![2 => 1usize..=8, 1 => 1usize..=longest + 2, 1 => near_threshold(longest)],
         ),
         prop::option::weighted(0.2, prop::sample::select(vec![1.0f32, 5.0, 30.0, 50.0])),
         prop::bool::weighted(0.2),
         prop::bool::weighted(0.2),
+        scale(),
     );
     let layout = (
         prop_oneof![4 => Just(0usize), 1 => 1usize..=4],
@@ -349,29 +541,120 @@ pub fn recipe(limits: StrategyLimits) -> impl Strategy<Value = CaseRecipe> {
             (num_kv_heads, group),
             (head_size, block_size, dtype, kind),
             seqs,
-            (window, soft_cap, alibi, sinks),
+            (window, soft_cap, alibi, sinks, scale),
             (padding_tokens, spare_blocks, table, share),
             values,
-        )| CaseRecipe {
-            num_kv_heads,
-            group,
-            head_size,
-            block_size,
-            dtype,
-            kind,
-            seqs,
-            window,
-            soft_cap,
-            alibi,
-            sinks,
-            padding_tokens,
-            spare_blocks,
-            table,
-            values,
-            share,
+        )| {
+            let r = CaseRecipe {
+                num_kv_heads,
+                group,
+                head_size,
+                block_size,
+                dtype,
+                kind,
+                seqs,
+                window,
+                soft_cap,
+                alibi,
+                sinks,
+                padding_tokens,
+                spare_blocks,
+                table,
+                values,
+                share,
+                scale,
+                cache_blocks: None,
+            };
+            fit_cost(r, SMALL_COST)
         },
     )
 }
+
+/// A plain decoder recipe of the long tier: few heads, small head sizes, normal values.
+fn long_base(
+    (num_kv_heads, group, head_size, block_size, dtype): (usize, usize, usize, usize, DType),
+    seqs: Vec<(usize, usize)>,
+    seed: u64,
+) -> CaseRecipe {
+    CaseRecipe {
+        num_kv_heads,
+        group,
+        head_size,
+        block_size,
+        dtype,
+        kind: AttentionKind::Decoder,
+        seqs,
+        window: None,
+        soft_cap: None,
+        alibi: false,
+        sinks: false,
+        padding_tokens: 0,
+        spare_blocks: 0,
+        table: TableOrder::Permuted(seed),
+        values: Values::Normal { seed, std: 1.0 },
+        share: None,
+        scale: None,
+        cache_blocks: None,
+    }
+}
+
+fn long_shape() -> impl Strategy<Value = (usize, usize, usize, usize, DType)> {
+    (
+        1usize..=2,
+        1usize..=2,
+        prop::sample::select(vec![8usize, 16, 64]),
+        prop::sample::select(vec![16usize, 32, 128, 256]),
+        prop::sample::select(DType::ALL.to_vec()),
+    )
+}
+
+/// Contexts of `min..=max` keys (often just around a power of two), decode or a speculative
+/// or chunked-prefill query, sometimes a window.
+pub fn long_context(min: usize, max: usize) -> impl Strategy<Value = CaseRecipe> {
+    let near: Vec<usize> = (12..=17)
+        .map(|p| 1usize << p)
+        .filter(|&t| t > min && t < max)
+        .flat_map(|t| [t - 1, t, t + 1])
+        .chain([min])
+        .collect();
+    let context = prop_oneof![1 => prop::sample::select(near), 1 => min..=max];
+    let query = prop_oneof![3 => 1usize..=8, 1 => 9usize..=2048];
+    let seqs = prop::collection::vec((context, query), 1..=2);
+    let window = prop::option::weighted(
+        0.3,
+        prop::sample::select(vec![1usize, 257, 513, 2048, 4096]),
+    );
+    (long_shape(), seqs, window, any::<u64>()).prop_map(|(shape, seqs, window, seed)| {
+        let mut r = long_base(shape, seqs, seed);
+        r.window = window;
+        fit_cost(r, LONG_COST)
+    })
+}
+
+/// Decode batches of 64 to 256 sequences.
+pub fn decode_batch() -> impl Strategy<Value = CaseRecipe> {
+    let context = prop_oneof![2 => 0usize..=64, 1 => near_threshold(600)];
+    let seqs = prop::collection::vec((context, Just(1usize)), 64..=256);
+    (long_shape(), seqs, any::<u64>())
+        .prop_map(|(shape, seqs, seed)| fit_cost(long_base(shape, seqs, seed), LONG_COST))
+}
+
+/// The blocks of a few short sequences at the top of a cache of 140,000 blocks of 16 tokens,
+/// 8 kv heads of 128: element offsets past 2^31 (2.3·10^9 elements), as in a large model's
+/// layer; backends must allocate lazily or decline (`Feature::CacheSize`).
+pub fn huge_cache() -> impl Strategy<Value = CaseRecipe> {
+    let seqs = prop::collection::vec((0usize..=300, 1usize..=8), 1..=2);
+    (seqs, prop::sample::select(DType::ALL.to_vec()), any::<u64>()).prop_map(
+        |(seqs, dtype, seed)| {
+            let mut r = long_base((8, 1, 128, 16, dtype), seqs, seed);
+            r.cache_blocks = Some(HUGE_CACHE_BLOCKS);
+            r
+        },
+    )
+}
+
+/// Blocks of the huge-cache tier: 140,000 × 16 slots × 8 × 128 = 2.3·10^9 elements.
+pub const HUGE_CACHE_BLOCKS: usize = 140_000;
 
 #[cfg(test)]
 mod tests {
@@ -407,6 +690,8 @@ mod tests {
             table: TableOrder::Sequential,
             values: Values::Simple(1),
             share: None,
+            scale: None,
+            cache_blocks: None,
         };
         assert_eq!(r.build().layout.block_table, vec![vec![1, 2], vec![3, 4]]);
         r.table = TableOrder::Reversed;

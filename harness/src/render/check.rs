@@ -159,12 +159,42 @@ fn headline(s: &CheckSummary) -> String {
         "all passed"
     };
     format!(
-        "attn-diff check: {} property case(s){} seed {}{shard}, {} upstream case(s): {verdict}",
+        "attn-diff check: {} property case(s){}{} seed {}{shard}, {} upstream case(s): {verdict}",
         s.cases,
         if s.deep { " (deep)" } else { "" },
+        if s.long { " (long)" } else { "" },
         s.seed,
         s.upstream.len() / s.backends.len().max(1)
     )
+}
+
+fn backend_names(s: &CheckSummary) -> Vec<String> {
+    s.backends.iter().map(|b| b.backend.clone()).collect()
+}
+
+fn coverage_header(s: &CheckSummary) -> Vec<&str> {
+    let mut h = vec!["dimension", "bucket"];
+    h.extend(s.backends.iter().map(|b| b.backend.as_str()));
+    h
+}
+
+/// Coverage: the full table with `-v`, else one line per backend.
+fn coverage_text(s: &CheckSummary, detail: Detail) -> String {
+    let Some(report) = &s.coverage else {
+        return String::new();
+    };
+    let names = backend_names(s);
+    let mut out = String::new();
+    if detail == Detail::Verbose {
+        out.push_str(&table::text(
+            &coverage_header(s),
+            &attn_results::coverage::rows(report, &names),
+        ));
+    }
+    for l in attn_results::coverage::summary_lines(report, &names) {
+        let _ = writeln!(out, "coverage: {l}");
+    }
+    out
 }
 
 pub fn render_text(s: &CheckSummary, detail: Detail) -> String {
@@ -187,6 +217,7 @@ pub fn render_text(s: &CheckSummary, detail: Detail) -> String {
     if let Some(l) = upstream_line(s) {
         let _ = writeln!(out, "{l}");
     }
+    out.push_str(&coverage_text(s, detail));
     let shared: usize = s.backends.first().map_or(0, |b| b.shared_block_cases);
     let _ = writeln!(
         out,
@@ -212,6 +243,19 @@ pub fn render_markdown(s: &CheckSummary) -> String {
                 .collect::<Vec<_>>()
                 .join("\n")
         );
+    }
+    if let Some(report) = &s.coverage {
+        let names = backend_names(s);
+        out.push_str("\n<details><summary>Coverage: cases run per bucket</summary>\n\n");
+        for l in attn_results::coverage::summary_lines(report, &names) {
+            let _ = writeln!(out, "- {l}");
+        }
+        out.push('\n');
+        out.push_str(&table::markdown(
+            &coverage_header(s),
+            &attn_results::coverage::rows(report, &names),
+        ));
+        out.push_str("\n</details>\n");
     }
     if !s.upstream.is_empty() {
         out.push_str("\n<details><summary>Upstream suite</summary>\n\n");

@@ -18,18 +18,20 @@ fn rows(s: &MutantsSummary) -> Vec<Vec<String>> {
                 } else {
                     "no".into()
                 },
+                r.public_bug.clone().unwrap_or_else(|| "-".into()),
             ]
         })
         .collect()
 }
 
-const HEADER: [&str; 6] = [
+const HEADER: [&str; 7] = [
     "mutant",
     "killed",
     "cases",
     "seconds",
     "shrunk case",
     "upstream suite",
+    "public bug",
 ];
 
 fn kill_rate(s: &MutantsSummary) -> String {

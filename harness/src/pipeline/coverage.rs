@@ -1,0 +1,192 @@
+//! What the cases a backend actually ran (declined ones excluded) covered: each case falls in
+//! one bucket of every dimension of `attn_results::coverage::DIMENSIONS` (several for
+//! `features`), which declares them so a report can show the empty ones.
+
+use crate::check::shares_blocks;
+use attn_reference::{AttentionKind, Case};
+use attn_results::CoverageReport;
+
+fn range_bucket(x: usize, edges: &[(usize, &'static str)], above: &'static str) -> &'static str {
+    edges
+        .iter()
+        .find(|(max, _)| x <= *max)
+        .map_or(above, |(_, b)| b)
+}
+
+fn head_size(d: usize) -> &'static str {
+    match d {
+        1..=8 => "1-8",
+        _ if d % 8 != 0 => "d%8≠0",
+        _ if d % 16 != 0 => "d%16=8",
+        _ if d % 32 != 0 => "d%32=16",
+        _ if d % 64 != 0 => "d%64=32",
+        _ if d <= 256 => "64k up to 256",
+        _ => "64k above 256",
+    }
+}
+
+fn heads(case: &Case) -> &'static str {
+    let (q, kv) = (case.config.num_heads, case.config.num_kv_heads);
+    match (kv, q / kv.max(1)) {
+        (1, 1) => "single",
+        (_, 1) => "MHA",
+        (1, _) => "MQA",
+        (_, 2..=4) => "GQA 2-4",
+        _ => "GQA above 4",
+    }
+}
+
+fn window(case: &Case) -> &'static str {
+    match case.config.sliding_window {
+        None => "none",
+        Some(1) => "1",
+        Some(w) if case.batch.seq_lens.iter().any(|&l| l > w) => "inside the sequence",
+        Some(_) => "past the sequence",
+    }
+}
+
+fn table_order(case: &Case) -> &'static str {
+    let bs = case.config.block_size;
+    let (mut up, mut down) = (false, false);
+    for (s, row) in case.layout.block_table.iter().enumerate() {
+        let used = &row[..case.batch.seq_lens[s].div_ceil(bs)];
+        for w in used.windows(2) {
+            up |= w[1] > w[0];
+            down |= w[1] < w[0];
+        }
+    }
+    match (up, down) {
+        (_, false) => "ascending",
+        (false, true) => "descending",
+        (true, true) => "mixed",
+    }
+}
+
+/// The buckets `case` falls in, as (dimension, bucket).
+pub fn buckets(case: &Case) -> Vec<(&'static str, &'static str)> {
+    let c = &case.config;
+    let mut v = vec![
+        ("dtype", c.dtype.name()),
+        ("head size", head_size(c.head_size)),
+        (
+            "block size",
+            range_bucket(
+                c.block_size,
+                &[(1, "1"), (15, "2-15"), (64, "16-64"), (128, "65-128")],
+                "above 128",
+            ),
+        ),
+        ("heads", heads(case)),
+        (
+            "scale",
+            if c.scale.is_some() {
+                "custom"
+            } else {
+                "default"
+            },
+        ),
+        ("window", window(case)),
+    ];
+    let mut features = Vec::new();
+    if c.kind == AttentionKind::EncoderOnly {
+        features.push("encoder-only");
+    }
+    if c.logits_soft_cap.is_some() {
+        features.push("soft-cap");
+    }
+    if c.alibi_slopes.is_some() {
+        features.push("ALiBi");
+    }
+    if c.sinks.is_some() {
+        features.push("sinks");
+    }
+    if features.is_empty() {
+        features.push("none");
+    }
+    v.extend(features.into_iter().map(|f| ("features", f)));
+    let longest = case.batch.seq_lens.iter().copied().max().unwrap_or(0);
+    let longest_query = case.batch.query_lens.iter().copied().max().unwrap_or(0);
+    let elements =
+        case.layout.num_blocks as u128 * (c.block_size * c.num_kv_heads * c.head_size) as u128;
+    v.extend([
+        (
+            "longest sequence",
+            range_bucket(
+                longest,
+                &[(16, "1-16"), (256, "17-256"), (4096, "257-4096"), (16384, "4097-16384")],
+                "above 16384",
+            ),
+        ),
+        (
+            "longest query",
+            range_bucket(longest_query, &[(1, "1"), (8, "2-8"), (64, "9-64")], "above 64"),
+        ),
+        (
+            "sequences",
+            range_bucket(case.num_seqs(), &[(1, "1"), (8, "2-8"), (64, "9-64")], "above 64"),
+        ),
+        (
+            "cache elements",
+            if elements < 1 << 20 {
+                "below 2^20"
+            } else if elements <= 1 << 31 {
+                "2^20 to 2^31"
+            } else {
+                "above 2^31"
+            },
+        ),
+        ("table order", table_order(case)),
+        (
+            "sharing",
+            if shares_blocks(case) {
+                "shared blocks"
+            } else {
+                "none"
+            },
+        ),
+        (
+            "padding",
+            if case.num_tokens() > case.num_real_tokens() {
+                "padding tokens"
+            } else {
+                "none"
+            },
+        ),
+    ]);
+    v
+}
+
+/// Count `case` for `backend`.
+pub fn count(report: &mut CoverageReport, backend: &str, case: &Case) {
+    for (dim, bucket) in buckets(case) {
+        report.count(backend, dim, bucket);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    use attn_results::coverage::DIMENSIONS;
+
+    #[test]
+    fn every_bucket_a_case_falls_in_is_declared() {
+        use crate::strategy::{strategy_for, StrategyLimits};
+        use proptest::strategy::{Strategy, ValueTree};
+        let mut runner = proptest::test_runner::TestRunner::deterministic();
+        for index in 0..60 {
+            let limits = StrategyLimits::DEFAULT;
+            let r = strategy_for(index, limits)
+                .new_tree(&mut runner)
+                .unwrap()
+                .current();
+            for (dim, bucket) in buckets(&r.build()) {
+                let declared = DIMENSIONS.iter().find(|(d, _)| *d == dim).map(|(_, b)| *b);
+                assert!(
+                    declared.is_some_and(|b| b.contains(&bucket)),
+                    "{dim}: {bucket}"
+                );
+            }
+        }
+    }
+}
