@@ -303,7 +303,7 @@ mod tests {
     fn every_option_of_every_subcommand_has_help() {
         let mut cmd = Cli::command();
         cmd.build();
-        for sub in cmd.get_subcommands() {
+        for sub in cmd.get_subcommands().filter(|s| s.get_name() != "help") {
             for arg in sub.get_arguments() {
                 assert!(
                     arg.get_help().is_some() || arg.get_id() == "help" || arg.get_id() == "version",

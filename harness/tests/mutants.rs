@@ -1,16 +1,31 @@
-//! Every mutant of the catalogue is killed by the default budget and shrunk to a small case.
+//! Every mutant of the catalogue is killed by the default budget and shrunk to a small case:
+//! one a person reads on one screen, or, for a bug that lives at a threshold, a case at the
+//! threshold itself (257 keys for a 256-key partition, not 40k).
 #![cfg(feature = "mutants")]
 
 use attn_harness::check::DEFAULT_CASES;
 use attn_harness::mutants::run_mutants;
+use attn_results::CaseSize;
 
-/// Bounds on a shrunk case: a person reads it on one screen.
-const MAX_SEQUENCES: usize = 3;
-const MAX_SEQ_LEN: usize = 40;
-/// Low-precision accumulation is statistical: its minimal case keeps enough heads for one
-/// rounding excursion to pass the tolerance.
-const MAX_HEADS: usize = 16;
-const MAX_HEAD_SIZE: usize = 8;
+/// Bounds on a shrunk case: (sequences, longest sequence, heads × head size).
+fn bounds(mutant: &str) -> (usize, usize, usize) {
+    match mutant {
+        // Thresholds: the smallest case past them.
+        "mutant:page-offset-past-128" => (1, 129, 8),
+        "mutant:partition-merge-no-rescale" => (1, 257, 8),
+        "mutant:simd-tail-dropped" => (1, 8, 9),
+        // Element offsets past 2^31 need the huge cache's 8 kv heads of about 128.
+        "mutant:int32-write-offset" | "mutant:int32-read-offset" => (1, 8, 8 * 128),
+        // Statistical: enough terms for one rounding excursion to pass the tolerance.
+        "mutant:low-precision-accumulation" => (3, 40, 256),
+        _ => (3, 40, 64),
+    }
+}
+
+fn too_big(mutant: &str, size: &CaseSize) -> bool {
+    let (seqs, len, work) = bounds(mutant);
+    size.sequences > seqs || size.max_seq_len > len || size.heads * size.head_size > work
+}
 
 #[test]
 fn every_mutant_is_killed_and_shrunk_small() {
@@ -22,7 +37,9 @@ fn every_mutant_is_killed_and_shrunk_small() {
         &|_| {},
     )
     .summary;
-    assert!(s.rows.len() >= 15);
+    assert!(s.rows.len() >= 29);
+    let public = s.rows.iter().filter(|r| r.public_bug.is_some()).count();
+    assert!(public >= 14, "{public} mutants name a public bug");
     let mut problems = Vec::new();
     for r in &s.rows {
         if !r.killed {
@@ -36,11 +53,7 @@ fn every_mutant_is_killed_and_shrunk_small() {
             .shrunk
             .as_ref()
             .expect("a killed mutant has a shrunk case");
-        if size.sequences > MAX_SEQUENCES
-            || size.max_seq_len > MAX_SEQ_LEN
-            || size.heads > MAX_HEADS
-            || size.head_size > MAX_HEAD_SIZE
-        {
+        if too_big(&r.mutant, size) {
             problems.push(format!("{} shrunk only to {size:?}", r.mutant));
         }
     }
@@ -50,19 +63,19 @@ fn every_mutant_is_killed_and_shrunk_small() {
 
 #[test]
 fn the_sharing_mutant_breaks_only_with_shared_blocks() {
-    let s = run_mutants(
-        DEFAULT_CASES,
-        1,
-        &[],
-        std::env::temp_dir().join("attn-diff-mutants-share"),
-        &|_| {},
-    )
-    .summary;
-    let r = s
-        .rows
-        .iter()
-        .find(|r| r.mutant == "mutant:shared-block-gathered-once")
-        .unwrap();
-    let size = r.shrunk.as_ref().expect("killed");
-    assert_eq!(size.sequences, 2, "{size:?}");
+    use attn_harness::check::{run_check, CheckOptions, Shard};
+    let run = run_check(CheckOptions {
+        backends: vec![attn_backends::mutants::mutant("shared-block-gathered-once").unwrap()],
+        cases: DEFAULT_CASES,
+        seed: 1,
+        shard: Shard::ALL,
+        deep: false,
+        long: false,
+        upstream: vec![],
+        out_dir: std::env::temp_dir().join("attn-diff-mutants-share"),
+        shrink: attn_harness::shrink::ShrinkBudget::default(),
+        on_event: None,
+    });
+    let f = &run.summary.backends[0].failures[0];
+    assert_eq!(f.size.sequences, 2, "{}", f.text);
 }

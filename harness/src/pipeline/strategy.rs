@@ -124,7 +124,7 @@ pub enum Tier {
     Small,
     /// One or two sequences with contexts from 4k up, few heads ([`long_context`]).
     LongContext,
-    /// Decode batches of 64 to 256 sequences ([`decode_batch`]).
+    /// Decode batches of 16 to 256 sequences ([`decode_batch`]).
     DecodeBatch,
     /// A few short sequences whose blocks sit at the top of a cache whose element offsets
     /// pass 2^31 ([`huge_cache`]).
@@ -631,10 +631,13 @@ pub fn long_context(min: usize, max: usize) -> impl Strategy<Value = CaseRecipe>
     })
 }
 
-/// Decode batches of 64 to 256 sequences.
+/// Decode batches of 16 to 256 sequences (half of them past 64).
 pub fn decode_batch() -> impl Strategy<Value = CaseRecipe> {
-    let context = prop_oneof![2 => 0usize..=64, 1 => near_threshold(600)];
-    let seqs = prop::collection::vec((context, Just(1usize)), 64..=256);
+    let context = || prop_oneof![2 => 0usize..=64, 1 => near_threshold(600)];
+    let seqs = prop_oneof![
+        prop::collection::vec((context(), Just(1usize)), 16..=64),
+        prop::collection::vec((context(), Just(1usize)), 65..=256),
+    ];
     (long_shape(), seqs, any::<u64>())
         .prop_map(|(shape, seqs, seed)| fit_cost(long_base(shape, seqs, seed), LONG_COST))
 }
