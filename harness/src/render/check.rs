@@ -8,7 +8,7 @@ use std::fmt::Write;
 /// How much of the upstream suite a text summary shows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Detail {
-    /// Only the upstream rows that did not pass (a clean run prints a summary).
+    /// Only the upstream rows that diverged (the rest are counted in one summary line).
     Summary,
     /// Every upstream row (`-v`).
     Verbose,
@@ -92,7 +92,9 @@ const BACKEND_HEADER: [&str; 9] = [
 fn upstream_rows(s: &CheckSummary, detail: Detail) -> Vec<Vec<String>> {
     s.upstream
         .iter()
-        .filter(|u| detail == Detail::Verbose || u.status != UpstreamStatus::Pass)
+        .filter(|u| {
+            detail == Detail::Verbose || matches!(u.status, UpstreamStatus::Diverged { .. })
+        })
         .map(|u| {
             vec![
                 u.backend.clone(),
