@@ -19,7 +19,5 @@ pub use backend::{
     cache_as, cache_as_mut, Backend, BackendError, CacheLayout, KvCache, KvWrite, StepInputs,
     Unsupported,
 };
-pub use registry::{
-    all_backends, all_thresholds, backend_by_name, backend_names, uses_libtorch,
-};
+pub use registry::{all_backends, all_thresholds, backend_by_name, backend_names, uses_libtorch};
 pub use run::{prepare_cache, run_case, step_inputs, CacheEvictor, CaseRun};

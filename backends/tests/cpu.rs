@@ -6,8 +6,7 @@ mod common;
 use attn_backends::cpu::{CpuBackend, CpuSettings, KvTiles, SimdChoice, SimdLevel, SplitKv};
 use attn_backends::{run_case, Backend, BackendError, KvWrite, StepInputs};
 use attn_reference::{
-    build_case, reference_output, AttentionConfig, AttentionKind,
-    BuildOptions, Case, DType,
+    build_case, reference_output, AttentionConfig, AttentionKind, BuildOptions, Case, DType,
 };
 use common::compare;
 use proptest::prelude::*;

@@ -8,8 +8,8 @@ mod common;
 use attn_backends::spyre::{Budgets, Spyre};
 use attn_backends::{run_case, Backend, BackendError};
 use attn_reference::{
-    build_case, build_spec_case, reference_output, spec_by_name, AttentionConfig,
-    BuildOptions, Case, DType,
+    build_case, build_spec_case, reference_output, spec_by_name, AttentionConfig, BuildOptions,
+    Case, DType,
 };
 use common::compare;
 

@@ -252,7 +252,12 @@ mod tests {
         ]
     }
 
-    fn shard(index: usize, count: usize, passed: usize, upstream: &[UpstreamStatus]) -> CheckSummary {
+    fn shard(
+        index: usize,
+        count: usize,
+        passed: usize,
+        upstream: &[UpstreamStatus],
+    ) -> CheckSummary {
         let rows: Vec<UpstreamRow> = upstream
             .iter()
             .enumerate()

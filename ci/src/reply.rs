@@ -133,18 +133,6 @@ fn file_name(path: &str) -> &str {
     path.rsplit(['/', '\\']).next().unwrap_or(path)
 }
 
-fn failed_cell(b: &BackendSummary) -> String {
-    if b.failed == 0 {
-        return "0".into();
-    }
-    let kinds: Vec<String> = b
-        .divergences
-        .iter()
-        .map(|(k, n)| format!("{n} {k}"))
-        .collect();
-    format!("{} ({})", b.failed, kinds.join(", "))
-}
-
 fn failure_section(f: &FailureRecord, ctx: &ReplyContext) -> String {
     let mut out = String::new();
     let _ = writeln!(
@@ -232,7 +220,7 @@ pub fn render_reply(req: &BotRequest, s: &CheckSummary, ctx: &ReplyContext) -> S
             Verdict::of(b).label(),
             b.cases_run,
             b.passed,
-            cell(&failed_cell(b)),
+            cell(&b.failed_by_kind()),
             b.unsupported_cases(),
             err(b.worst_abs_err),
             err(b.worst_rel_err),
@@ -243,16 +231,14 @@ pub fn render_reply(req: &BotRequest, s: &CheckSummary, ctx: &ReplyContext) -> S
         .backends
         .iter()
         .flat_map(|b| {
-            b.unsupported
-                .iter()
-                .map(move |g| {
-                    format!(
-                        "- {}: {} unsupported: {}",
-                        cell(&b.backend),
-                        g.cases,
-                        cell(&g.to_string())
-                    )
-                })
+            b.unsupported.iter().map(move |g| {
+                format!(
+                    "- {}: {} unsupported: {}",
+                    cell(&b.backend),
+                    g.cases,
+                    cell(&g.to_string())
+                )
+            })
         })
         .collect();
     if !reasons.is_empty() {

@@ -10,8 +10,8 @@ use attn_ci::merge::merge;
 use attn_ci::reply::{render_reply, status_of, ReplyContext, State};
 use attn_ci::summary::CheckSummary;
 use attn_harness::check::{run_check, CheckOptions, Shard};
-use attn_harness::shrink::ShrinkBudget;
 use attn_harness::render::check::render_json;
+use attn_harness::shrink::ShrinkBudget;
 use attn_reference::AttentionConfig;
 use std::sync::Arc;
 use std::time::Duration;
@@ -27,7 +27,7 @@ impl Backend for Faulty {
     fn supports(&self, config: &AttentionConfig) -> Result<(), Unsupported> {
         if config.head_size % 2 == 1 {
             return Err(
-                Unsupported::new(attn_reference::Feature::HeadSize, "odd").value(config.head_size),
+                Unsupported::new(attn_reference::Feature::HeadSize, "odd").value(config.head_size)
             );
         }
         self.0.supports(config)

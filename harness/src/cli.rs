@@ -158,7 +158,12 @@ pub struct ReplayArgs {
 #[derive(Args, Debug)]
 pub struct ExportArgs {
     /// An upstream spec to build the case from (`attn-diff list` names them).
-    #[arg(long, conflicts_with = "case", required_unless_present = "case", value_name = "SPEC")]
+    #[arg(
+        long,
+        conflicts_with = "case",
+        required_unless_present = "case",
+        value_name = "SPEC"
+    )]
     pub spec: Option<String>,
     /// A replay file (JSON case) to export instead.
     #[arg(long, value_name = "FILE")]

@@ -92,7 +92,13 @@ pub fn case_to_safetensors(case: &Case, expected: Option<&[f64]>) -> Vec<u8> {
             name: "block_table".into(),
             dtype: Dtype::I32,
             shape: vec![b, case.max_blocks_per_seq()],
-            data: encode_i32(case.layout.block_table.iter().flatten().map(|&x| x as usize)),
+            data: encode_i32(
+                case.layout
+                    .block_table
+                    .iter()
+                    .flatten()
+                    .map(|&x| x as usize),
+            ),
         },
         Owned {
             name: "slot_mapping".into(),

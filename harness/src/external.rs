@@ -33,7 +33,10 @@ pub fn provisioned_python(dir: &Path) -> Option<PathBuf> {
 /// for": the provisioned environment when there is one, else whatever PATH finds. Any other
 /// program (a path, `python3.12`, a wrapper) is the user's choice and kept as written.
 fn resolve_interpreter(mut command: Vec<String>, dir: &Path) -> Vec<String> {
-    if matches!(command.first().map(String::as_str), Some("python3" | "python")) {
+    if matches!(
+        command.first().map(String::as_str),
+        Some("python3" | "python")
+    ) {
         if let Some(python) = provisioned_python(dir) {
             command[0] = python.display().to_string();
         }
@@ -311,7 +314,10 @@ mod tests {
         let specs = parse_config(text, Path::new("t"), &dir).unwrap();
         let provisioned = bin.join("python3").display().to_string();
         assert_eq!(specs[0].command, vec![provisioned.clone(), "a.py".into()]);
-        assert_eq!(specs[1].command[0], "/usr/bin/python3", "a named interpreter is kept");
+        assert_eq!(
+            specs[1].command[0], "/usr/bin/python3",
+            "a named interpreter is kept"
+        );
         assert_eq!(specs[2].command[0], provisioned);
         std::fs::remove_dir_all(&dir).unwrap();
     }

@@ -124,7 +124,10 @@ mod topics {
     }
 
     pub fn every_dtype(b: &dyn Backend) {
-        let recipes = DType::ALL.iter().map(|&dt| with(|r| r.dtype = dt)).collect();
+        let recipes = DType::ALL
+            .iter()
+            .map(|&dt| with(|r| r.dtype = dt))
+            .collect();
         topic(b, Some(Feature::Dtype), recipes);
     }
 
@@ -168,7 +171,10 @@ mod topics {
     }
 
     pub fn block_sizes(b: &dyn Backend) {
-        let recipes = [1, 2, 3, 16, 32].iter().map(|&bs| with(|r| r.block_size = bs)).collect();
+        let recipes = [1, 2, 3, 16, 32]
+            .iter()
+            .map(|&bs| with(|r| r.block_size = bs))
+            .collect();
         topic(b, Some(Feature::BlockSize), recipes);
     }
 
@@ -337,9 +343,11 @@ fn numpy_adapter() -> Arc<dyn Backend> {
         .map_or_else(|| "python3".into(), |p| p.display().to_string());
     let script = repo.join("adapters/python/numpy_reference.py");
     let spec = AdapterSpec::new("numpy-ref", vec![python, script.display().to_string()]);
-    Arc::new(ExternalBackend::start(spec).expect(
-        "the numpy adapter starts (it needs numpy and safetensors: `cargo xtask setup`)",
-    ))
+    Arc::new(
+        ExternalBackend::start(spec).expect(
+            "the numpy adapter starts (it needs numpy and safetensors: `cargo xtask setup`)",
+        ),
+    )
 }
 
 /// One module per backend, one test per topic.

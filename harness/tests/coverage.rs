@@ -2,23 +2,15 @@
 //! head-size tails, block sizes above 128, custom scales, windows, contexts past 16k, decode
 //! batches past 64, caches past 2^31 elements, …) holds at least one case `cpu` ran.
 
-use attn_harness::check::{run_check, CheckOptions, Shard, DEFAULT_CASES};
-use attn_harness::shrink::ShrinkBudget;
+use attn_harness::check::{run_check, CheckOptions, DEFAULT_CASES};
 
 #[test]
 fn the_default_run_covers_every_bucket_for_cpu() {
-    let run = run_check(CheckOptions {
-        backends: vec![attn_backends::backend_by_name("cpu").expect("cpu")],
-        cases: DEFAULT_CASES,
-        seed: 1,
-        shard: Shard::ALL,
-        deep: false,
-        long: false,
-        upstream: vec![],
-        out_dir: std::env::temp_dir().join("attn-diff-coverage"),
-        shrink: ShrinkBudget::default(),
-        on_event: None,
-    });
+    let run = run_check(CheckOptions::new(
+        vec![attn_backends::backend_by_name("cpu").expect("cpu")],
+        DEFAULT_CASES,
+        std::env::temp_dir().join("attn-diff-coverage"),
+    ));
     let b = &run.summary.backends[0];
     assert_eq!(b.failed, 0, "{:?}", b.failures.first().map(|f| &f.text));
     let report = run.summary.coverage.as_ref().expect("a coverage report");

@@ -63,19 +63,12 @@ fn every_mutant_is_killed_and_shrunk_small() {
 
 #[test]
 fn the_sharing_mutant_breaks_only_with_shared_blocks() {
-    use attn_harness::check::{run_check, CheckOptions, Shard};
-    let run = run_check(CheckOptions {
-        backends: vec![attn_backends::mutants::mutant("shared-block-gathered-once").unwrap()],
-        cases: DEFAULT_CASES,
-        seed: 1,
-        shard: Shard::ALL,
-        deep: false,
-        long: false,
-        upstream: vec![],
-        out_dir: std::env::temp_dir().join("attn-diff-mutants-share"),
-        shrink: attn_harness::shrink::ShrinkBudget::default(),
-        on_event: None,
-    });
+    use attn_harness::check::{run_check, CheckOptions};
+    let run = run_check(CheckOptions::new(
+        vec![attn_backends::mutants::mutant("shared-block-gathered-once").unwrap()],
+        DEFAULT_CASES,
+        std::env::temp_dir().join("attn-diff-mutants-share"),
+    ));
     let f = &run.summary.backends[0].failures[0];
     assert_eq!(f.size.sequences, 2, "{}", f.text);
 }

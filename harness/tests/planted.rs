@@ -50,7 +50,10 @@ fn window_off_by_one_is_caught_and_shrunk_small() {
     let _ = std::fs::remove_dir_all(std::env::temp_dir().join("attn-diff-window"));
     let s = run_check(options(vec![Arc::new(bad)], 500, "attn-diff-window"));
     // The pipeline only names the files; they exist once the artifacts are written.
-    let pending = s.artifacts[0].replay.clone().expect("a replay file is pending");
+    let pending = s.artifacts[0]
+        .replay
+        .clone()
+        .expect("a replay file is pending");
     assert!(!pending.0.exists(), "the pipeline wrote {:?}", pending.0);
     s.write_artifacts();
     let b = &s.summary.backends[0];

@@ -90,9 +90,16 @@ mod tests {
             let back = decode_values(dt, &encode_values(dt, &v));
             let rounded: Vec<f32> = v.iter().map(|&x| dt.round(x)).collect();
             assert_eq!(back, rounded, "{dt}");
-            assert_eq!(encode_values(dt, &v).len(), v.len() * dt.size_bytes(), "{dt}");
+            assert_eq!(
+                encode_values(dt, &v).len(),
+                v.len() * dt.size_bytes(),
+                "{dt}"
+            );
         }
-        assert_eq!(decode_i32(&encode_i32([0, 7, 1 << 20])), vec![0, 7, 1 << 20]);
+        assert_eq!(
+            decode_i32(&encode_i32([0, 7, 1 << 20])),
+            vec![0, 7, 1 << 20]
+        );
         assert_eq!(decode_i64(&encode_i64(&[-1, 5])), vec![-1, 5]);
         assert_eq!(decode_f64(&encode_f64(&[0.25, -3.0])), vec![0.25, -3.0]);
     }

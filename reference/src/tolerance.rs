@@ -110,7 +110,6 @@ impl Tolerance {
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -17,8 +17,12 @@ pub enum BenchStatus {
         #[serde(deserialize_with = "crate::nullable_f64")]
         max_abs_err: f64,
     },
-    Unsupported { reason: Unsupported },
-    Error { message: String },
+    Unsupported {
+        reason: Unsupported,
+    },
+    Error {
+        message: String,
+    },
 }
 
 impl BenchStatus {

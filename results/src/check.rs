@@ -181,6 +181,19 @@ impl BackendSummary {
         });
     }
 
+    /// "3 (2 mismatch, 1 panic)", or "0".
+    pub fn failed_by_kind(&self) -> String {
+        if self.failed == 0 {
+            return "0".into();
+        }
+        let kinds: Vec<String> = self
+            .divergences
+            .iter()
+            .map(|(k, n)| format!("{n} {k}"))
+            .collect();
+        format!("{} ({})", self.failed, kinds.join(", "))
+    }
+
     pub fn unsupported_cases(&self) -> usize {
         self.unsupported.iter().map(|g| g.cases).sum()
     }
@@ -266,7 +279,10 @@ mod tests {
             let u = Unsupported::new(Feature::HeadSize, "not a multiple of 64").value(d);
             b.add_unsupported(&u, 1);
         }
-        b.add_unsupported(&Unsupported::new(Feature::Dtype, "other than fp16").value("bf16"), 1);
+        b.add_unsupported(
+            &Unsupported::new(Feature::Dtype, "other than fp16").value("bf16"),
+            1,
+        );
         assert_eq!(b.unsupported.len(), 2);
         assert_eq!(b.unsupported_cases(), 5);
         assert_eq!(

@@ -36,7 +36,10 @@ pub const DIMENSIONS: &[(&str, &[&str])] = &[
     ),
     ("longest query", &["1", "2-8", "9-64", "above 64"]),
     ("sequences", &["1", "2-8", "9-64", "above 64"]),
-    ("cache elements", &["below 2^20", "2^20 to 2^31", "above 2^31"]),
+    (
+        "cache elements",
+        &["below 2^20", "2^20 to 2^31", "above 2^31"],
+    ),
     ("table order", &["ascending", "descending", "mixed"]),
     ("sharing", &["shared blocks", "none"]),
     ("padding", &["padding tokens", "none"]),

@@ -92,7 +92,12 @@ impl fmt::Display for CaseSize {
         write!(
             f,
             "{} seq, {} tok, len {}, {}/{} heads, d {}",
-            self.sequences, self.tokens, self.max_seq_len, self.heads, self.kv_heads, self.head_size
+            self.sequences,
+            self.tokens,
+            self.max_seq_len,
+            self.heads,
+            self.kv_heads,
+            self.head_size
         )
     }
 }

@@ -76,7 +76,8 @@ fn is_complete(dir: &Path) -> bool {
         })
 }
 
-fn run(cmd: &mut Command, what: &str) -> Result<(), String> {
+/// Run `cmd`; `what` names it in the error.
+pub fn run(cmd: &mut Command, what: &str) -> Result<(), String> {
     let status = cmd
         .status()
         .map_err(|e| format!("{what}: cannot start {:?}: {e}", cmd.get_program()))?;

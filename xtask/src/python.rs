@@ -11,7 +11,7 @@
 //! `<repo>/.python-env` links to it; the harness resolves a bare `python3` in `attn-diff.toml`
 //! to `.python-env/bin/python3`, and xtask puts its `bin` first on PATH for what it runs.
 
-use crate::libtorch::cache_root;
+use crate::libtorch::{cache_root, run};
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -91,17 +91,6 @@ fn is_complete(env: &Path) -> bool {
     fs::read_to_string(env.join(MARKER)).is_ok_and(|text| text == pins()) && verify(env).is_ok()
 }
 
-fn run(cmd: &mut Command, what: &str) -> Result<(), String> {
-    let status = cmd
-        .status()
-        .map_err(|e| format!("{what}: cannot start {:?}: {e}", cmd.get_program()))?;
-    if status.success() {
-        Ok(())
-    } else {
-        Err(format!("{what} failed ({status})"))
-    }
-}
-
 fn build(tmp: &Path) -> Result<(), String> {
     run(
         Command::new("python3").args(["-m", "venv"]).arg(tmp),
@@ -161,6 +150,52 @@ pub fn setup() -> Result<PathBuf, String> {
     }
     crate::libtorch::link(&dest, LINK)?;
     Ok(dest)
+}
+
+/// A command-line tool from PyPI (`package==version`), in a virtual environment of its own in
+/// the set-up cache (made now if missing or not `works`); returns the path of `binary`. The
+/// system Python is never modified.
+pub fn tool(
+    package: &str,
+    version: &str,
+    binary: &str,
+    works: impl Fn(&Path) -> bool,
+) -> Result<PathBuf, String> {
+    let env = cache_root()?.join(format!("{package}-{version}"));
+    let bin = env.join("bin").join(binary);
+    if works(&bin) {
+        return Ok(bin);
+    }
+    eprintln!(
+        "xtask: installing {package} {version} into {}",
+        env.display()
+    );
+    run(
+        Command::new("python3")
+            .args(["-m", "venv", "--clear"])
+            .arg(&env),
+        "creating a virtual environment (Debian: apt-get install python3-venv)",
+    )?;
+    run(
+        Command::new(interpreter(&env))
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+            ])
+            .arg(format!("{package}=={version}")),
+        &format!("pip install of {package} {version} (is PyPI reachable?)"),
+    )?;
+    if works(&bin) {
+        Ok(bin)
+    } else {
+        Err(format!(
+            "{package} {version} installed but {} does not run",
+            bin.display()
+        ))
+    }
 }
 
 /// PATH with the environment's `bin` first, for the commands xtask runs.

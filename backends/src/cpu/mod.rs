@@ -412,10 +412,11 @@ impl Backend for CpuBackend {
     fn supports(&self, config: &AttentionConfig) -> Result<(), Unsupported> {
         let (hq, hkv) = (config.num_heads, config.num_kv_heads);
         if hq == 0 || hkv == 0 || hq % hkv != 0 {
-            return Err(
-                Unsupported::new(Feature::HeadLayout, "query heads not a multiple of kv heads")
-                    .value(format!("{hq}/{hkv}")),
-            );
+            return Err(Unsupported::new(
+                Feature::HeadLayout,
+                "query heads not a multiple of kv heads",
+            )
+            .value(format!("{hq}/{hkv}")));
         }
         if config.head_size == 0 || config.block_size == 0 {
             return Err(Unsupported::new(
@@ -429,10 +430,8 @@ impl Backend for CpuBackend {
         ] {
             if let Some(v) = v {
                 if v.len() != hq {
-                    return Err(
-                        Unsupported::new(feature, "needs one entry per query head")
-                            .value(format!("{} for {hq}", v.len())),
-                    );
+                    return Err(Unsupported::new(feature, "needs one entry per query head")
+                        .value(format!("{} for {hq}", v.len())));
                 }
             }
         }

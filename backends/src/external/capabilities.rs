@@ -53,19 +53,19 @@ impl Capabilities {
         }
         if let Some(b) = &self.block_sizes {
             if !b.contains(&c.block_size) {
-                return Err(
-                    Unsupported::new(Feature::BlockSize, format!("other than {}", list(b)))
-                        .value(c.block_size),
-                );
+                return Err(Unsupported::new(
+                    Feature::BlockSize,
+                    format!("other than {}", list(b)),
+                )
+                .value(c.block_size));
             }
         }
         if let Some(m) = self.block_size_multiple_of {
             if m > 0 && !c.block_size.is_multiple_of(m) {
-                return Err(Unsupported::new(
-                    Feature::BlockSize,
-                    format!("not a multiple of {m}"),
-                )
-                .value(c.block_size));
+                return Err(
+                    Unsupported::new(Feature::BlockSize, format!("not a multiple of {m}"))
+                        .value(c.block_size),
+                );
             }
         }
         if let Some(k) = &self.kinds {

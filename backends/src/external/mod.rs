@@ -16,8 +16,8 @@ mod protocol;
 mod spec;
 mod stderr_tail;
 
-pub use capabilities::Capabilities;
 pub use attn_reference::Feature;
+pub use capabilities::Capabilities;
 pub use protocol::{Hello, ProtocolError, PROTOCOL, PROTOCOL_VERSION};
 pub use spec::{AdapterSpec, DEFAULT_STARTUP_TIMEOUT, DEFAULT_TIMEOUT};
 

@@ -24,7 +24,11 @@ const HEAD_MULTIPLE: usize = 64;
 
 pub(crate) fn supports(c: &AttentionConfig) -> Result<(), Unsupported> {
     if c.dtype != DType::F16 {
-        return Err(Unsupported::new(Feature::Dtype, "other than fp16 (the device computes in fp16 only)").value(c.dtype));
+        return Err(Unsupported::new(
+            Feature::Dtype,
+            "other than fp16 (the device computes in fp16 only)",
+        )
+        .value(c.dtype));
     }
     if !c.head_size.is_multiple_of(HEAD_MULTIPLE) {
         return Err(Unsupported::new(

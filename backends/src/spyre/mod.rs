@@ -219,7 +219,11 @@ impl Backend for Spyre {
 
     fn thresholds(&self) -> Vec<usize> {
         // The device pads keys to a multiple of 256 and computes queries in chunks of 32.
-        vec![device::KV_MULTIPLE, 2 * device::KV_MULTIPLE, device::Q_CHUNK]
+        vec![
+            device::KV_MULTIPLE,
+            2 * device::KV_MULTIPLE,
+            device::Q_CHUNK,
+        ]
     }
 
     fn new_cache(
@@ -230,7 +234,11 @@ impl Backend for Spyre {
         init_threads();
         step::check_config(config).map_err(|m| self.invalid(m))?;
         self.supports(config)?;
-        let bytes = 2 * num_blocks * config.block_size * config.num_kv_heads * config.head_size
+        let bytes = 2
+            * num_blocks
+            * config.block_size
+            * config.num_kv_heads
+            * config.head_size
             * config.dtype.size_bytes();
         if bytes > MAX_CACHE_BYTES {
             return Err(Unsupported::new(

@@ -84,8 +84,7 @@ pub fn run(args: BenchArgs, global: GlobalArgs) -> anyhow::Result<bool> {
     };
     println!("{text}");
     if let Some(path) = args.plot {
-        plot(&summary, &path)
-            .map_err(|e| usage(format!("cannot draw {}: {e}", path.display())))?;
+        plot(&summary, &path).map_err(|e| usage(format!("cannot draw {}: {e}", path.display())))?;
         eprintln!("wrote {}", path.display());
     }
     Ok(summary.all_ok())

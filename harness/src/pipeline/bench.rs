@@ -267,4 +267,3 @@ pub fn run_bench(opts: &BenchOptions) -> BenchSummary {
         rows,
     }
 }
-

@@ -64,6 +64,23 @@ impl CheckRun {
 }
 
 impl CheckOptions {
+    /// `cases` property cases of seed 1 on `backends`, unsharded, no upstream cases, the
+    /// default shrink budget, failures' files under `out_dir`.
+    pub fn new(backends: Vec<Arc<dyn Backend>>, cases: u32, out_dir: PathBuf) -> CheckOptions {
+        CheckOptions {
+            backends,
+            cases,
+            seed: 1,
+            shard: Shard::ALL,
+            deep: false,
+            long: false,
+            upstream: Vec::new(),
+            out_dir,
+            shrink: ShrinkBudget::default(),
+            on_event: None,
+        }
+    }
+
     pub fn default_cases() -> u32 {
         if std::env::var_os("PROPTEST_CASES").is_some() {
             Config::default().cases
@@ -172,7 +189,12 @@ fn shrink_and_report(
     let e = reference_output(&minimal);
     let (out, _) = evaluate(backend, &minimal, &e, Tolerance::for_case(&minimal));
     let origin = format!("property case {} (seed {})", f.index, f.seed);
-    let stem = format!("{}-seed{}-case{}", sanitize(backend.name()), f.seed, f.index);
+    let stem = format!(
+        "{}-seed{}-case{}",
+        sanitize(backend.name()),
+        f.seed,
+        f.index
+    );
     match out {
         Outcome::Diverged(d) => report(
             backend.name(),

@@ -113,17 +113,30 @@ pub fn buckets(case: &Case) -> Vec<(&'static str, &'static str)> {
             "longest sequence",
             range_bucket(
                 longest,
-                &[(16, "1-16"), (256, "17-256"), (4096, "257-4096"), (16384, "4097-16384")],
+                &[
+                    (16, "1-16"),
+                    (256, "17-256"),
+                    (4096, "257-4096"),
+                    (16384, "4097-16384"),
+                ],
                 "above 16384",
             ),
         ),
         (
             "longest query",
-            range_bucket(longest_query, &[(1, "1"), (8, "2-8"), (64, "9-64")], "above 64"),
+            range_bucket(
+                longest_query,
+                &[(1, "1"), (8, "2-8"), (64, "9-64")],
+                "above 64",
+            ),
         ),
         (
             "sequences",
-            range_bucket(case.num_seqs(), &[(1, "1"), (8, "2-8"), (64, "9-64")], "above 64"),
+            range_bucket(
+                case.num_seqs(),
+                &[(1, "1"), (8, "2-8"), (64, "9-64")],
+                "above 64",
+            ),
         ),
         (
             "cache elements",

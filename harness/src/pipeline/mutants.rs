@@ -96,4 +96,3 @@ pub fn run_mutants(
         artifacts,
     }
 }
-

@@ -90,7 +90,13 @@ fn candidates(r: &CaseRecipe) -> Vec<CaseRecipe> {
         let (ctx, q) = r.seqs[i];
         // Halving, then smaller cuts, then one: a 100k context that only fails past 256
         // keys gets to 257 in a few dozen steps rather than thousands.
-        for new_ctx in [0, ctx / 2, ctx - ctx / 8, ctx - ctx / 64, ctx.saturating_sub(1)] {
+        for new_ctx in [
+            0,
+            ctx / 2,
+            ctx - ctx / 8,
+            ctx - ctx / 64,
+            ctx.saturating_sub(1),
+        ] {
             push(&|c| c.seqs[i].0 = new_ctx);
         }
         for new_q in [1, q / 2, q - q / 8, q.saturating_sub(1)] {

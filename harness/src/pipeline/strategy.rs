@@ -190,7 +190,9 @@ impl CaseRecipe {
     pub fn without(&self, f: Feature) -> Option<CaseRecipe> {
         let mut c = self.clone();
         let used = match f {
-            Feature::EncoderOnly => std::mem::replace(&mut c.kind, AttentionKind::Decoder) != AttentionKind::Decoder,
+            Feature::EncoderOnly => {
+                std::mem::replace(&mut c.kind, AttentionKind::Decoder) != AttentionKind::Decoder
+            }
             Feature::SlidingWindow => c.window.take().is_some(),
             Feature::LogitsSoftCap => c.soft_cap.take().is_some(),
             Feature::Alibi => std::mem::take(&mut c.alibi),
@@ -362,7 +364,8 @@ fn simplify_values(case: &mut Case, seed: u64, sharing: Option<&SharedPrefix>) {
 }
 
 /// Head sizes models use.
-pub const MODEL_HEAD_SIZES: [usize; 13] = [16, 32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512, 576];
+pub const MODEL_HEAD_SIZES: [usize; 13] =
+    [16, 32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512, 576];
 
 /// Head sizes at the edges of the vector widths (8, 16, 32, 64 floats): one below and one
 /// above a multiple, and multiples of 8 that are not of 16, of 16 not of 32, of 32 not of 64.
@@ -370,7 +373,9 @@ pub fn vector_edge_head_sizes() -> Vec<usize> {
     let mut v: Vec<usize> = [8usize, 16, 32, 64, 128, 192, 256, 512, 576]
         .iter()
         .flat_map(|&w| [w - 1, w + 1])
-        .chain([24, 40, 48, 72, 88, 96, 104, 120, 136, 160, 224, 288, 320, 544])
+        .chain([
+            24, 40, 48, 72, 88, 96, 104, 120, 136, 160, 224, 288, 320, 544,
+        ])
         .filter(|&d| d <= 576)
         .collect();
     v.sort_unstable();
@@ -647,13 +652,16 @@ pub fn decode_batch() -> impl Strategy<Value = CaseRecipe> {
 /// layer; backends must allocate lazily or decline (`Feature::CacheSize`).
 pub fn huge_cache() -> impl Strategy<Value = CaseRecipe> {
     let seqs = prop::collection::vec((0usize..=300, 1usize..=8), 1..=2);
-    (seqs, prop::sample::select(DType::ALL.to_vec()), any::<u64>()).prop_map(
-        |(seqs, dtype, seed)| {
+    (
+        seqs,
+        prop::sample::select(DType::ALL.to_vec()),
+        any::<u64>(),
+    )
+        .prop_map(|(seqs, dtype, seed)| {
             let mut r = long_base((8, 1, 128, 16, dtype), seqs, seed);
             r.cache_blocks = Some(HUGE_CACHE_BLOCKS);
             r
-        },
-    )
+        })
 }
 
 /// Blocks of the huge-cache tier: 140,000 × 16 slots × 8 × 128 = 2.3·10^9 elements.

@@ -101,7 +101,9 @@ pub fn plot(s: &BenchSummary, path: &std::path::Path) -> Result<(), String> {
                     .map(|sp| {
                         s.rows
                             .iter()
-                            .find(|r| &r.backend == b && &r.spec == sp && r.status == BenchStatus::Ok)
+                            .find(|r| {
+                                &r.backend == b && &r.spec == sp && r.status == BenchStatus::Ok
+                            })
                             .map_or(f64::NAN, |r| r.median_ms)
                     })
                     .collect(),

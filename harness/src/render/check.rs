@@ -2,7 +2,7 @@
 //! JSON for machines.
 
 use crate::render::table;
-use attn_results::{BackendSummary, CheckSummary, UpstreamStatus};
+use attn_results::{CheckSummary, UpstreamStatus};
 use std::fmt::Write;
 
 /// How much of the upstream suite a text summary shows.
@@ -34,18 +34,6 @@ fn unsupported_lines(s: &CheckSummary) -> Vec<String> {
         .collect()
 }
 
-fn failed_cell(b: &BackendSummary) -> String {
-    if b.failed == 0 {
-        return "0".into();
-    }
-    let kinds: Vec<String> = b
-        .divergences
-        .iter()
-        .map(|(k, n)| format!("{n} {k}"))
-        .collect();
-    format!("{} ({})", b.failed, kinds.join(", "))
-}
-
 /// Per-backend rows; a backend that ran nothing shows "-" rather than rates or errors.
 fn backend_rows(s: &CheckSummary) -> Vec<Vec<String>> {
     s.backends
@@ -57,7 +45,7 @@ fn backend_rows(s: &CheckSummary) -> Vec<Vec<String>> {
                 b.backend.clone(),
                 b.cases_run.to_string(),
                 if ran { b.passed.to_string() } else { dash() },
-                if ran { failed_cell(b) } else { dash() },
+                if ran { b.failed_by_kind() } else { dash() },
                 if ran {
                     b.unsupported_cases().to_string()
                 } else {
@@ -123,14 +111,14 @@ fn upstream_line(s: &CheckSummary) -> Option<String> {
         .backends
         .iter()
         .map(|b| {
-            let rows: Vec<_> = s.upstream.iter().filter(|u| u.backend == b.backend).collect();
-            let count = |f: &dyn Fn(&UpstreamStatus) -> bool| {
-                rows.iter().filter(|u| f(&u.status)).count()
-            };
-            let mut parts = vec![format!(
-                "{} passed",
-                count(&|x| *x == UpstreamStatus::Pass)
-            )];
+            let rows: Vec<_> = s
+                .upstream
+                .iter()
+                .filter(|u| u.backend == b.backend)
+                .collect();
+            let count =
+                |f: &dyn Fn(&UpstreamStatus) -> bool| rows.iter().filter(|u| f(&u.status)).count();
+            let mut parts = vec![format!("{} passed", count(&|x| *x == UpstreamStatus::Pass))];
             let failed = count(&|x| matches!(x, UpstreamStatus::Diverged { .. }));
             if failed > 0 {
                 parts.push(format!("{failed} FAILED"));

@@ -113,11 +113,7 @@ fn render(r: &FailureRecord, case: &Case, expected: &[f64], d: &Divergence) -> S
     }
     match &r.replay {
         Some(p) => {
-            let _ = writeln!(
-                s,
-                "replay:  attn-diff replay {p} --backend {}",
-                r.backend
-            );
+            let _ = writeln!(s, "replay:  attn-diff replay {p} --backend {}", r.backend);
         }
         None => {
             let _ = writeln!(s, "replay:  (no replay file written)");
