@@ -264,8 +264,11 @@ mod topics {
     }
 }
 
+/// A topic: every case of it run on one backend.
+type Topic = fn(&dyn Backend);
+
 /// Every topic, for the settings sweeps below.
-const ALL_TOPICS: &[(&str, fn(&dyn Backend))] = &[
+const ALL_TOPICS: &[(&str, Topic)] = &[
     ("gqa_ratios", topics::gqa_ratios),
     ("every_dtype", topics::every_dtype),
     ("encoder_only", topics::encoder_only),

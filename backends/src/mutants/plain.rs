@@ -177,13 +177,13 @@ impl Backend for PlainBackend {
         let mut owner: HashMap<u32, usize> = HashMap::new();
         let zeros = vec![0.0f32; d];
 
-        for s in 0..step.seq_lens.len() {
+        for (s, &seq_hit) in hit.iter().enumerate() {
             let (q0, q1) = (step.query_start_loc[s], step.query_start_loc[s + 1]);
             let seq_len = step.seq_lens[s];
             let query_len = q1 - q0;
             let ctx = seq_len - query_len;
             let zeroed = vec![0u32; step.block_table[s].len()];
-            let row = if self.bug == Bug::UnhitTableRowsZeroed && any_hit && !hit[s] {
+            let row = if self.bug == Bug::UnhitTableRowsZeroed && any_hit && !seq_hit {
                 &zeroed
             } else {
                 &step.block_table[s]

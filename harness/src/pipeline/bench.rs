@@ -23,8 +23,11 @@ pub struct BenchOptions {
     /// Evict the caches before every timed call ([`CacheEvictor`]).
     pub cold: bool,
     /// Told what is being timed, for a progress display.
-    pub on_event: Option<Box<dyn Fn(BenchEvent<'_>) + Send>>,
+    pub on_event: Option<OnBenchEvent>,
 }
+
+/// A progress callback of [`run_bench`].
+pub type OnBenchEvent = Box<dyn Fn(BenchEvent<'_>) + Send>;
 
 /// What `run_bench` is doing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -36,8 +36,11 @@ pub struct CheckOptions {
     pub out_dir: PathBuf,
     pub shrink: ShrinkBudget,
     /// Told what the run is doing (for a progress bar).
-    pub on_event: Option<Box<dyn FnMut(Event<'_>) + Send>>,
+    pub on_event: Option<OnEvent>,
 }
+
+/// A progress callback of [`run_check`].
+pub type OnEvent = Box<dyn FnMut(Event<'_>) + Send>;
 
 /// What `run_check` is doing, for a progress display.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -16,10 +16,10 @@ fn range_bucket(x: usize, edges: &[(usize, &'static str)], above: &'static str) 
 fn head_size(d: usize) -> &'static str {
     match d {
         1..=8 => "1-8",
-        _ if d % 8 != 0 => "d%8≠0",
-        _ if d % 16 != 0 => "d%16=8",
-        _ if d % 32 != 0 => "d%32=16",
-        _ if d % 64 != 0 => "d%64=32",
+        _ if !d.is_multiple_of(8) => "d%8≠0",
+        _ if !d.is_multiple_of(16) => "d%16=8",
+        _ if !d.is_multiple_of(32) => "d%32=16",
+        _ if !d.is_multiple_of(64) => "d%64=32",
         _ if d <= 256 => "64k up to 256",
         _ => "64k above 256",
     }

@@ -483,7 +483,7 @@ pub fn strategy_for(index: usize, limits: StrategyLimits) -> BoxedStrategy<CaseR
         Tier::Small => recipe(limits).boxed(),
         Tier::LongContext => {
             // Alternately past 16k and between 4k and 16k keys.
-            let min = if (index / limits.long_every.max(1)) % 4 == 0 {
+            let min = if (index / limits.long_every.max(1)).is_multiple_of(4) {
                 16_385
             } else {
                 4_097
