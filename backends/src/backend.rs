@@ -2,7 +2,7 @@
 //! says which configs it cannot run (the harness reports those, never fails or hides them),
 //! owns its KV-cache layout, writes K/V through `slot_mapping`, and runs one forward step.
 
-use attn_reference::AttentionConfig;
+use attn_reference::{AttentionConfig, Feature};
 use std::any::Any;
 use thiserror::Error;
 
@@ -75,8 +75,15 @@ pub trait Backend: Send + Sync {
     /// The registered name, e.g. `cpu` or `spyre-sdpa`.
     fn name(&self) -> &str;
 
-    /// `Err` with a reason when this backend cannot run `config`.
+    /// `Err` with a reason when this backend cannot run `config` (beyond the optional
+    /// features, which [`declines`] checks from [`Backend::optional_features`]).
     fn supports(&self, config: &AttentionConfig) -> Result<(), Unsupported>;
+
+    /// The optional features (of `Feature::OPTIONAL`) this backend implements. A case using
+    /// any other is declined for that feature before `supports` is asked.
+    fn optional_features(&self) -> Vec<Feature> {
+        Feature::ESTABLISHED.to_vec()
+    }
 
     fn cache_layout(&self) -> CacheLayout;
 
@@ -110,6 +117,19 @@ pub trait Backend: Send + Sync {
         cache: &KvCache,
         step: &StepInputs<'_>,
     ) -> Result<Vec<f32>, BackendError>;
+}
+
+/// Whether `backend` declines `config`: an optional feature it does not implement, then its
+/// own `supports`. Everything that asks a backend whether it runs a case asks this.
+pub fn declines(backend: &dyn Backend, config: &AttentionConfig) -> Result<(), Unsupported> {
+    let implemented = backend.optional_features();
+    if let Some(f) = Feature::OPTIONAL
+        .into_iter()
+        .find(|f| f.used_by(config) && !implemented.contains(f))
+    {
+        return Err(Unsupported::new(f, "not implemented"));
+    }
+    backend.supports(config)
 }
 
 /// Downcast a cache to the backend's own type, with an error rather than a panic when a

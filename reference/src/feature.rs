@@ -62,6 +62,18 @@ impl Feature {
         Feature::Sinks,
     ];
 
+    /// The optional features every backend of this project implemented when the list was
+    /// made: what [`Backend::optional_features`](../attn_backends) claims by default. A feature
+    /// added to [`Feature::OPTIONAL`] later is not here, so every backend declines it until
+    /// it says otherwise: a new feature can never be silently skipped.
+    pub const ESTABLISHED: [Feature; 5] = [
+        Feature::EncoderOnly,
+        Feature::SlidingWindow,
+        Feature::LogitsSoftCap,
+        Feature::Alibi,
+        Feature::Sinks,
+    ];
+
     /// The stable name used in JSON and on the command line.
     pub fn name(self) -> &'static str {
         match self {

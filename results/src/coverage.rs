@@ -1,10 +1,12 @@
 //! The coverage report's place in the model: per backend, how many cases it actually ran in
 //! each bucket of each dimension (dtype, head-size class, …), declined cases excluded.
 
+use attn_reference::Feature;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
-/// Every dimension with its buckets, in the order reports show them.
+/// The dimensions with fixed buckets (the `features` dimension comes from the feature list:
+/// [`dimensions`]).
 pub const DIMENSIONS: &[(&str, &[&str])] = &[
     ("dtype", &["f32", "bf16", "f16"]),
     (
@@ -27,10 +29,6 @@ pub const DIMENSIONS: &[(&str, &[&str])] = &[
         &["none", "1", "inside the sequence", "past the sequence"],
     ),
     (
-        "features",
-        &["none", "encoder-only", "soft-cap", "ALiBi", "sinks"],
-    ),
-    (
         "longest sequence",
         &["1-16", "17-256", "257-4096", "4097-16384", "above 16384"],
     ),
@@ -44,6 +42,22 @@ pub const DIMENSIONS: &[(&str, &[&str])] = &[
     ("sharing", &["shared blocks", "none"]),
     ("padding", &["padding tokens", "none"]),
 ];
+
+/// Every dimension with its buckets, as reports show them: [`DIMENSIONS`], with `features`
+/// (one bucket per optional feature of `attn_reference::Feature`, and `none`) after the window.
+pub fn dimensions() -> Vec<(&'static str, Vec<&'static str>)> {
+    let mut dims: Vec<(&'static str, Vec<&'static str>)> =
+        DIMENSIONS.iter().map(|(d, b)| (*d, b.to_vec())).collect();
+    let features = std::iter::once("none")
+        .chain(Feature::OPTIONAL.iter().map(|f| f.label()))
+        .collect();
+    let at = dims
+        .iter()
+        .position(|(d, _)| *d == "window")
+        .map_or(0, |i| i + 1);
+    dims.insert(at, ("features", features));
+    dims
+}
 
 /// Cases run, by backend, then dimension, then bucket.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -86,9 +100,9 @@ impl CoverageReport {
     /// The declared buckets `backend` ran no case in.
     pub fn uncovered(&self, backend: &str) -> Vec<(&'static str, &'static str)> {
         let counts = self.backends.get(backend);
-        DIMENSIONS
-            .iter()
-            .flat_map(|(dim, buckets)| buckets.iter().map(move |b| (*dim, *b)))
+        dimensions()
+            .into_iter()
+            .flat_map(|(dim, buckets)| buckets.into_iter().map(move |b| (dim, b)))
             .filter(|(dim, b)| {
                 counts
                     .and_then(|c| c.get(*dim))
@@ -102,9 +116,9 @@ impl CoverageReport {
 /// The report as table rows: one per declared (dimension, bucket), a count per backend in
 /// `backends` order ("0" where a backend ran none). Shared by every renderer.
 pub fn rows(report: &CoverageReport, backends: &[String]) -> Vec<Vec<String>> {
-    DIMENSIONS
-        .iter()
-        .flat_map(|(dim, buckets)| buckets.iter().map(move |b| (*dim, *b)))
+    dimensions()
+        .into_iter()
+        .flat_map(|(dim, buckets)| buckets.into_iter().map(move |b| (dim, b)))
         .map(|(dim, bucket)| {
             let mut row = vec![dim.to_string(), bucket.to_string()];
             row.extend(backends.iter().map(|name| {
@@ -124,7 +138,7 @@ pub fn rows(report: &CoverageReport, backends: &[String]) -> Vec<Vec<String>> {
 
 /// One line per backend: every bucket covered, or which are empty.
 pub fn summary_lines(report: &CoverageReport, backends: &[String]) -> Vec<String> {
-    let total: usize = DIMENSIONS.iter().map(|(_, b)| b.len()).sum();
+    let total: usize = dimensions().iter().map(|(_, b)| b.len()).sum();
     backends
         .iter()
         .map(|name| {

@@ -82,6 +82,10 @@ impl Backend for WrappedMutant {
         self.inner.supports(config)
     }
 
+    fn optional_features(&self) -> Vec<attn_reference::Feature> {
+        self.inner.optional_features()
+    }
+
     fn cache_layout(&self) -> CacheLayout {
         self.inner.cache_layout()
     }

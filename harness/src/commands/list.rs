@@ -4,7 +4,7 @@
 use super::usage;
 use crate::cli::ListArgs;
 use crate::render::{table, Format};
-use attn_backends::{all_backends, Backend};
+use attn_backends::{all_backends, declines, Backend};
 use attn_reference::{AttentionConfig, DType, Feature};
 use attn_results::list::Declined;
 use attn_results::{AdapterEntry, BackendEntry, ListDocument, SpecEntry};
@@ -49,14 +49,13 @@ fn entry(backend: &dyn Backend) -> BackendEntry {
     let base = [DType::Bf16, DType::F16, DType::F32]
         .into_iter()
         .map(plain)
-        .find(|c| backend.supports(c).is_ok())
+        .find(|c| declines(backend, c).is_ok())
         .unwrap_or_else(|| plain(DType::Bf16));
     let declines = Feature::ALL
         .into_iter()
         .flat_map(|f| f.probes(&base))
         .filter_map(|(probe, config)| {
-            backend
-                .supports(&config)
+            declines(backend, &config)
                 .err()
                 .map(|reason| Declined { probe, reason })
         })

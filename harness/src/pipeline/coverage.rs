@@ -3,7 +3,7 @@
 //! `features`), which declares them so a report can show the empty ones.
 
 use crate::check::shares_blocks;
-use attn_reference::{AttentionKind, Case};
+use attn_reference::{Case, Feature};
 use attn_results::CoverageReport;
 
 fn range_bucket(x: usize, edges: &[(usize, &'static str)], above: &'static str) -> &'static str {
@@ -87,19 +87,11 @@ pub fn buckets(case: &Case) -> Vec<(&'static str, &'static str)> {
         ),
         ("window", window(case)),
     ];
-    let mut features = Vec::new();
-    if c.kind == AttentionKind::EncoderOnly {
-        features.push("encoder-only");
-    }
-    if c.logits_soft_cap.is_some() {
-        features.push("soft-cap");
-    }
-    if c.alibi_slopes.is_some() {
-        features.push("ALiBi");
-    }
-    if c.sinks.is_some() {
-        features.push("sinks");
-    }
+    let mut features: Vec<&'static str> = Feature::OPTIONAL
+        .into_iter()
+        .filter(|f| f.used_by(c))
+        .map(Feature::label)
+        .collect();
     if features.is_empty() {
         features.push("none");
     }
@@ -180,7 +172,7 @@ pub fn count(report: &mut CoverageReport, backend: &str, case: &Case) {
 mod tests {
     use super::*;
 
-    use attn_results::coverage::DIMENSIONS;
+    use attn_results::coverage::dimensions;
 
     #[test]
     fn every_bucket_a_case_falls_in_is_declared() {
@@ -194,7 +186,10 @@ mod tests {
                 .unwrap()
                 .current();
             for (dim, bucket) in buckets(&r.build()) {
-                let declared = DIMENSIONS.iter().find(|(d, _)| *d == dim).map(|(_, b)| *b);
+                let declared = dimensions()
+                    .into_iter()
+                    .find(|(d, _)| *d == dim)
+                    .map(|(_, b)| b);
                 assert!(
                     declared.is_some_and(|b| b.contains(&bucket)),
                     "{dim}: {bucket}"
