@@ -30,17 +30,9 @@ fn base() -> CaseRecipe {
         dtype: DType::F32,
         kind: AttentionKind::Decoder,
         seqs: vec![(6, 1), (0, 7), (9, 3)],
-        window: None,
-        soft_cap: None,
-        alibi: false,
-        sinks: false,
-        padding_tokens: 0,
-        spare_blocks: 0,
         table: TableOrder::Permuted(7),
         values: Values::Normal { seed: 3, std: 1.0 },
-        share: None,
-        scale: None,
-        cache_blocks: None,
+        ..CaseRecipe::plain()
     }
 }
 

@@ -153,6 +153,33 @@ pub fn alibi_slopes(num_heads: usize) -> Vec<f32> {
 }
 
 impl CaseRecipe {
+    /// One decode token over a short context, f32, one head of size 2, blocks of 2: no
+    /// feature, no padding, sequential blocks, small-integer values. Other recipes are this
+    /// with fields set (`CaseRecipe { .., ..CaseRecipe::plain() }`), so a new field needs no
+    /// edit where recipes are written out.
+    pub fn plain() -> CaseRecipe {
+        CaseRecipe {
+            num_kv_heads: 1,
+            group: 1,
+            head_size: 2,
+            block_size: 2,
+            dtype: DType::F32,
+            kind: AttentionKind::Decoder,
+            seqs: vec![(3, 1)],
+            window: None,
+            soft_cap: None,
+            alibi: false,
+            sinks: false,
+            padding_tokens: 0,
+            spare_blocks: 0,
+            table: TableOrder::Sequential,
+            values: Values::Simple(1),
+            share: None,
+            scale: None,
+            cache_blocks: None,
+        }
+    }
+
     pub fn num_heads(&self) -> usize {
         self.num_kv_heads * self.group
     }
@@ -568,7 +595,7 @@ pub fn recipe(limits: StrategyLimits) -> impl Strategy<Value = CaseRecipe> {
                 values,
                 share,
                 scale,
-                cache_blocks: None,
+                ..CaseRecipe::plain()
             };
             fit_cost(r, SMALL_COST)
         },
@@ -587,19 +614,10 @@ fn long_base(
         head_size,
         block_size,
         dtype,
-        kind: AttentionKind::Decoder,
         seqs,
-        window: None,
-        soft_cap: None,
-        alibi: false,
-        sinks: false,
-        padding_tokens: 0,
-        spare_blocks: 0,
         table: TableOrder::Permuted(seed),
         values: Values::Normal { seed, std: 1.0 },
-        share: None,
-        scale: None,
-        cache_blocks: None,
+        ..CaseRecipe::plain()
     }
 }
 
@@ -699,10 +717,7 @@ mod tests {
             padding_tokens: 0,
             spare_blocks: 0,
             table: TableOrder::Sequential,
-            values: Values::Simple(1),
-            share: None,
-            scale: None,
-            cache_blocks: None,
+            ..CaseRecipe::plain()
         };
         assert_eq!(r.build().layout.block_table, vec![vec![1, 2], vec![3, 4]]);
         r.table = TableOrder::Reversed;
