@@ -29,14 +29,18 @@ pub fn lookup_pool() -> Vec<Arc<dyn Backend>> {
 /// Every built-in backend's thresholds and the powers of two from 16 to 4096, sorted: the
 /// lengths the property strategy aims at (the same list whatever `--backend` selects, so a
 /// seed draws the same cases in every run).
-pub fn all_thresholds() -> Vec<usize> {
-    let mut t: Vec<usize> = (4..=12).map(|p| 1usize << p).collect();
-    for b in all_backends() {
-        t.extend(b.thresholds());
-    }
-    t.sort_unstable();
-    t.dedup();
-    t
+/// Computed once: the strategy asks for every property case.
+pub fn all_thresholds() -> &'static [usize] {
+    static THRESHOLDS: std::sync::OnceLock<Vec<usize>> = std::sync::OnceLock::new();
+    THRESHOLDS.get_or_init(|| {
+        let mut t: Vec<usize> = (4..=12).map(|p| 1usize << p).collect();
+        for b in all_backends() {
+            t.extend(b.thresholds());
+        }
+        t.sort_unstable();
+        t.dedup();
+        t
+    })
 }
 
 /// Names of every registered backend.

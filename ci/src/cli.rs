@@ -313,33 +313,28 @@ pub fn parse_args(args: &[String], env_comment: Option<String>) -> Result<Comman
 mod tests {
     use super::*;
 
+    /// A plan for a comment, through the allowlist gate (without the commit's evidence).
+    const COMMENT_GATE: [&str; 9] = [
+        "plan",
+        "--out",
+        "o",
+        "--allowlist",
+        "l",
+        "--author",
+        "a",
+        "--association",
+        "OWNER",
+    ];
+
     fn args(s: &[&str]) -> Vec<String> {
         s.iter().map(|x| x.to_string()).collect()
     }
 
     #[test]
     fn plan_takes_the_comment_from_the_environment() {
-        let c = parse_args(
-            &args(&[
-                "plan",
-                "--out",
-                "o",
-                "--allowlist",
-                "l",
-                "--author",
-                "a",
-                "--association",
-                "OWNER",
-                "--pr",
-                "5",
-                "--head",
-                "h",
-                "--comment-at",
-                "t",
-            ]),
-            Some("bot:test".into()),
-        )
-        .unwrap();
+        let mut plan = COMMENT_GATE.to_vec();
+        plan.extend(["--pr", "5", "--head", "h", "--comment-at", "t"]);
+        let c = parse_args(&args(&plan), Some("bot:test".into())).unwrap();
         assert!(
             matches!(c, Command::Plan { ref comment, pr: Some(5), gate: GateArgs::Comment { .. }, .. } if comment == "bot:test")
         );
@@ -360,17 +355,7 @@ mod tests {
 
     #[test]
     fn a_comments_plan_needs_the_evidence_to_bind_its_commit() {
-        let gate = [
-            "plan",
-            "--out",
-            "o",
-            "--allowlist",
-            "l",
-            "--author",
-            "a",
-            "--association",
-            "OWNER",
-        ];
+        let gate = COMMENT_GATE;
         let e = parse_args(&args(&gate), Some("bot:test".into()));
         assert_eq!(e, Err(CliError::NoEvidence));
         let mut half = gate.to_vec();

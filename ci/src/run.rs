@@ -291,7 +291,7 @@ pub fn shard(
     let stdout = String::from_utf8_lossy(&output.stdout);
     // attn-diff: 0 agreed, 1 diverged (both with a summary), anything else is an error.
     let summary = match output.status.code() {
-        Some(0 | 1) => crate::summary::from_json(&stdout).ok(),
+        Some(0 | 1) => attn_results::from_json::<CheckSummary>(&stdout).ok(),
         _ => None,
     };
     let Some(summary) = summary else {
@@ -369,7 +369,7 @@ pub fn report(
         let dir = shard_dir(shards, i);
         let path = dir.join(SUMMARY_FILE);
         if path.is_file() {
-            match crate::summary::from_json(&read(&path)?) {
+            match attn_results::from_json::<CheckSummary>(&read(&path)?) {
                 Ok(s) => summaries.push(s),
                 Err(e) => problems.push(format!("shard {i}: {} is not valid: {e}", path.display())),
             }
@@ -393,7 +393,7 @@ pub fn report(
         return Ok(Report::Broken);
     };
     copy_artifacts(&merged, shards, req.shards, out)?;
-    write(&out.join(SUMMARY_FILE), &crate::summary::to_json(&merged))?;
+    write(&out.join(SUMMARY_FILE), &attn_results::to_json(&merged))?;
     write(&out.join(REPLY_FILE), &render_reply(req, &merged, ctx))?;
     write(&out.join(STATUS_FILE), &to_json(&status_of(&merged)))?;
     Ok(if crate::reply::all_ok(&merged) {

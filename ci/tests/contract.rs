@@ -3,28 +3,27 @@
 //! summary, a document of another `schema_version` is refused by name, and an unknown field is
 //! an error rather than something a merge silently drops.
 
-use attn_ci::summary::{from_json, to_json};
+use attn_ci::summary::CheckSummary;
+use attn_results::to_json;
+
+fn from_json(text: &str) -> Result<CheckSummary, attn_results::ReadError> {
+    attn_results::from_json(text)
+}
 use attn_harness::check::{run_check, CheckOptions, Shard};
 use attn_harness::render::check::render_json;
-use attn_harness::shrink::ShrinkBudget;
 
 #[test]
 fn a_real_summary_round_trips() {
     let dir = std::env::temp_dir().join(format!("attn-ci-contract-{}", std::process::id()));
+    let cpu = attn_backends::backend_by_name("cpu").expect("cpu");
     let run = run_check(CheckOptions {
-        backends: vec![attn_backends::backend_by_name("cpu").expect("cpu")],
-        cases: 8,
         seed: 3,
         shard: Shard { index: 1, count: 2 },
-        deep: false,
-        long: false,
         upstream: attn_harness::upstream::small_suite()
             .into_iter()
             .take(2)
             .collect(),
-        out_dir: dir.clone(),
-        shrink: ShrinkBudget::default(),
-        on_event: None,
+        ..CheckOptions::new(vec![cpu], 8, dir.clone())
     });
     let json = render_json(&run.summary);
     let ours = from_json(&json).expect("attn-ci reads attn-diff's JSON");

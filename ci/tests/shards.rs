@@ -70,25 +70,20 @@ fn run(shard: Shard, out: &std::path::Path) -> CheckSummary {
     let cpu = attn_backends::backend_by_name("cpu").expect("cpu is registered");
     let faulty: Arc<dyn Backend> = Arc::new(Faulty(cpu.clone()));
     let run = run_check(CheckOptions {
-        backends: vec![cpu, faulty],
-        cases: 60,
         seed: 11,
         shard,
-        deep: false,
-        long: false,
         upstream: attn_harness::upstream::small_suite()
             .into_iter()
             .filter(|c| c.spec == "small_decode")
             .collect(),
-        out_dir: out.to_path_buf(),
         shrink: ShrinkBudget {
             max_steps: 200,
             max_time: Duration::from_secs(5),
         },
-        on_event: None,
+        ..CheckOptions::new(vec![cpu, faulty], 60, out.to_path_buf())
     });
     // Through the JSON, as the workflow passes it between jobs.
-    attn_ci::summary::from_json(&render_json(&run.summary))
+    attn_results::from_json::<CheckSummary>(&render_json(&run.summary))
         .expect("the bot reads the harness's JSON")
 }
 

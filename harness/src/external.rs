@@ -29,6 +29,12 @@ pub fn provisioned_python(dir: &Path) -> Option<PathBuf> {
     python.is_file().then_some(python)
 }
 
+/// The interpreter to run an adapter of this checkout with: the provisioned environment's, or
+/// `python3` from PATH when set-up has not made one.
+pub fn adapter_python(dir: &Path) -> String {
+    provisioned_python(dir).map_or_else(|| "python3".into(), |p| p.display().to_string())
+}
+
 /// A bare `python3` (or `python`) in a config file means "the Python the adapters were set up
 /// for": the provisioned environment when there is one, else whatever PATH finds. Any other
 /// program (a path, `python3.12`, a wrapper) is the user's choice and kept as written.

@@ -334,8 +334,7 @@ fn registered(name: &str) -> Arc<dyn Backend> {
 /// The numpy reference adapter, in the Python that `cargo xtask setup` provisioned.
 fn numpy_adapter() -> Arc<dyn Backend> {
     let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-    let python = attn_harness::external::provisioned_python(&repo)
-        .map_or_else(|| "python3".into(), |p| p.display().to_string());
+    let python = attn_harness::external::adapter_python(&repo);
     let script = repo.join("adapters/python/numpy_reference.py");
     let spec = AdapterSpec::new("numpy-ref", vec![python, script.display().to_string()]);
     Arc::new(

@@ -7,9 +7,9 @@
 
 use attn_backends::external::{AdapterSpec, ExternalBackend};
 use attn_backends::Backend;
-use attn_harness::check::{run_check, CheckOptions, Shard};
+use attn_harness::check::{run_check, CheckOptions};
 use attn_harness::compare::Tolerance;
-use attn_harness::external::provisioned_python;
+use attn_harness::external::adapter_python;
 use attn_harness::runner::{evaluate, DivergenceKind, Outcome};
 use attn_harness::shrink::ShrinkBudget;
 use attn_reference::{build_case, reference_output, AttentionConfig, BuildOptions, Case, DType};
@@ -34,9 +34,9 @@ fn serial() -> MutexGuard<'static, ()> {
     guard
 }
 
-/// The Python the adapters were set up for (see `attn_harness::external::provisioned_python`).
+/// The Python the adapters were set up for.
 fn python() -> String {
-    provisioned_python(&repo()).map_or_else(|| "python3".into(), |p| p.display().to_string())
+    adapter_python(&repo())
 }
 
 fn repo() -> PathBuf {
@@ -58,16 +58,8 @@ fn misbehaving(mode: &str, marker: &str) -> AdapterSpec {
 
 fn options(backend: Arc<dyn Backend>, cases: u32, out: &str, shrink: ShrinkBudget) -> CheckOptions {
     CheckOptions {
-        backends: vec![backend],
-        cases,
-        seed: 1,
-        shard: Shard::ALL,
-        deep: false,
-        long: false,
-        upstream: vec![],
-        out_dir: std::env::temp_dir().join(out),
         shrink,
-        on_event: None,
+        ..CheckOptions::new(vec![backend], cases, std::env::temp_dir().join(out))
     }
 }
 

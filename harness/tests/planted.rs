@@ -5,24 +5,12 @@ mod support;
 use attn_backends::Backend;
 use attn_harness::check::{run_check, CheckOptions, Shard};
 use attn_harness::runner::DivergenceKind;
-use attn_harness::shrink::ShrinkBudget;
 use std::sync::Arc;
 use std::time::Instant;
 use support::{Naive, Plant};
 
 fn options(backends: Vec<Arc<dyn Backend>>, cases: u32, out: &str) -> CheckOptions {
-    CheckOptions {
-        backends,
-        cases,
-        seed: 1,
-        shard: Shard::ALL,
-        deep: false,
-        long: false,
-        upstream: vec![],
-        out_dir: std::env::temp_dir().join(out),
-        shrink: ShrinkBudget::default(),
-        on_event: None,
-    }
+    CheckOptions::new(backends, cases, std::env::temp_dir().join(out))
 }
 
 #[test]

@@ -198,11 +198,6 @@ impl BackendSummary {
         self.unsupported.iter().map(|g| g.cases).sum()
     }
 
-    /// Cases that ran to a verdict (not declined).
-    pub fn cases_judged(&self) -> usize {
-        self.passed + self.failed
-    }
-
     /// Judged cases per second of wall time; None when none ran.
     pub fn cases_per_second(&self) -> Option<f64> {
         (self.cases_run > 0 && self.wall_seconds > 0.0)

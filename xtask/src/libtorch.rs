@@ -306,33 +306,44 @@ pub fn link(target: &Path, name: &str) -> Result<(), String> {
     fs::rename(&tmp, &link).map_err(|e| format!("cannot replace {}: {e}", link.display()))
 }
 
+/// Make the cache entry `dest` with `build`, which fills an empty temporary directory beside
+/// it; the directory is renamed into place only when `build` succeeded (replacing a stale or
+/// half-made entry), and removed otherwise, so an interrupted run leaves nothing half-made.
+pub fn install_entry(
+    dest: &Path,
+    build: impl FnOnce(&Path) -> Result<(), String>,
+) -> Result<(), String> {
+    let root = dest.parent().ok_or("a cache entry has a parent folder")?;
+    fs::create_dir_all(root).map_err(|e| format!("cannot create cache {}: {e}", root.display()))?;
+    let name = dest.file_name().unwrap_or_default().to_string_lossy();
+    let tmp = root.join(format!(".{name}.tmp-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&tmp);
+    let result = build(&tmp).and_then(|_| {
+        if dest.exists() {
+            fs::remove_dir_all(dest)
+                .map_err(|e| format!("cannot remove stale {}: {e}", dest.display()))?;
+        }
+        fs::rename(&tmp, dest).map_err(|e| format!("cannot move into {}: {e}", dest.display()))
+    });
+    if result.is_err() {
+        let _ = fs::remove_dir_all(&tmp);
+    }
+    result
+}
+
 /// Ensure libtorch is assembled and linked; returns its directory.
 pub fn setup() -> Result<PathBuf, String> {
     let root = cache_root()?;
     let dest = root.join(format!("libtorch-{VERSION}"));
     if !is_complete(&dest) {
         require_tools()?;
-        fs::create_dir_all(&root)
-            .map_err(|e| format!("cannot create cache {}: {e}", root.display()))?;
-        let tmp = root.join(format!(".libtorch-{VERSION}.tmp-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&tmp);
-        fs::create_dir_all(&tmp).map_err(|e| format!("cannot create {}: {e}", tmp.display()))?;
-        let result =
-            download(&root.join("wheels"), &tmp).and_then(|_| assemble(&root.join("wheels"), &tmp));
-        let result = result.and_then(|_| {
+        install_entry(&dest, |tmp| {
+            fs::create_dir_all(tmp).map_err(|e| format!("cannot create {}: {e}", tmp.display()))?;
+            download(&root.join("wheels"), tmp)?;
+            assemble(&root.join("wheels"), tmp)?;
             let _ = fs::remove_file(tmp.join("requirements.txt"));
-            if dest.exists() {
-                // A half-made or stale entry from an older layout: replace it.
-                fs::remove_dir_all(&dest)
-                    .map_err(|e| format!("cannot remove stale {}: {e}", dest.display()))?;
-            }
-            fs::rename(&tmp, &dest)
-                .map_err(|e| format!("cannot move libtorch into {}: {e}", dest.display()))
-        });
-        if let Err(e) = result {
-            let _ = fs::remove_dir_all(&tmp);
-            return Err(e);
-        }
+            Ok(())
+        })?;
         eprintln!("xtask: libtorch {VERSION} ready in {}", dest.display());
     }
     link(&dest, ".libtorch")?;

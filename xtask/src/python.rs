@@ -11,7 +11,7 @@
 //! `<repo>/.python-env` links to it; the harness resolves a bare `python3` in `attn-diff.toml`
 //! to `.python-env/bin/python3`, and xtask puts its `bin` first on PATH for what it runs.
 
-use crate::libtorch::{cache_root, run};
+use crate::libtorch::{cache_root, install_entry, run};
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -91,59 +91,49 @@ fn is_complete(env: &Path) -> bool {
     fs::read_to_string(env.join(MARKER)).is_ok_and(|text| text == pins()) && verify(env).is_ok()
 }
 
-fn build(tmp: &Path) -> Result<(), String> {
+/// A virtual environment at `env` from the `python3` on PATH.
+fn make_venv(env: &Path) -> Result<(), String> {
     run(
-        Command::new("python3").args(["-m", "venv"]).arg(tmp),
-        "creating the virtual environment (Debian: apt-get install python3-venv)",
-    )?;
-    let specs: Vec<String> = PACKAGES.iter().map(|(n, v)| format!("{n}=={v}")).collect();
-    eprintln!(
-        "xtask: installing {} into the adapters' Python environment",
-        specs.join(" ")
-    );
+        Command::new("python3").args(["-m", "venv"]).arg(env),
+        "creating a virtual environment (Debian: apt-get install python3-venv)",
+    )
+}
+
+/// `pip install` of `specs` into the environment `env` (binary wheels only when asked).
+fn pip_install(env: &Path, specs: &[String], only_binary: bool) -> Result<(), String> {
     run(
-        Command::new(interpreter(tmp))
+        Command::new(interpreter(env))
             .args([
                 "-m",
                 "pip",
                 "install",
                 "--quiet",
                 "--disable-pip-version-check",
-                "--only-binary=:all:",
             ])
-            .args(&specs),
-        "pip install of the adapters' packages (is PyPI reachable?)",
-    )?;
+            .args(only_binary.then_some("--only-binary=:all:"))
+            .args(specs),
+        &format!("pip install of {} (is PyPI reachable?)", specs.join(" ")),
+    )
+}
+
+fn build(tmp: &Path) -> Result<(), String> {
+    make_venv(tmp)?;
+    let specs: Vec<String> = PACKAGES.iter().map(|(n, v)| format!("{n}=={v}")).collect();
+    eprintln!(
+        "xtask: installing {} into the adapters' Python environment",
+        specs.join(" ")
+    );
+    pip_install(tmp, &specs, true)?;
     verify(tmp)?;
     fs::write(tmp.join(MARKER), pins()).map_err(|e| format!("cannot write the marker: {e}"))
 }
 
 /// Ensure the environment exists, verified, and linked as `<repo>/.python-env`; returns it.
 pub fn setup() -> Result<PathBuf, String> {
-    let root = cache_root()?;
-    let dest = root.join(entry_name(&base_version()?));
+    let dest = cache_root()?.join(entry_name(&base_version()?));
     if !is_complete(&dest) {
-        fs::create_dir_all(&root)
-            .map_err(|e| format!("cannot create cache {}: {e}", root.display()))?;
-        let tmp = root.join(format!(
-            ".{}.tmp-{}",
-            dest.file_name().unwrap().to_string_lossy(),
-            std::process::id()
-        ));
-        let _ = fs::remove_dir_all(&tmp);
-        let result = build(&tmp).and_then(|_| {
-            if dest.exists() {
-                // Half-made by an older layout, or its base Python was removed: replace it.
-                fs::remove_dir_all(&dest)
-                    .map_err(|e| format!("cannot remove stale {}: {e}", dest.display()))?;
-            }
-            fs::rename(&tmp, &dest)
-                .map_err(|e| format!("cannot move the environment into {}: {e}", dest.display()))
-        });
-        if let Err(e) = result {
-            let _ = fs::remove_dir_all(&tmp);
-            return Err(e);
-        }
+        // A stale entry (half-made, or its base Python removed) is replaced.
+        install_entry(&dest, build)?;
         // The rename must not have broken it (see the module docs).
         verify(&dest)?;
         eprintln!("xtask: Python environment ready in {}", dest.display());
@@ -170,24 +160,10 @@ pub fn tool(
         "xtask: installing {package} {version} into {}",
         env.display()
     );
-    run(
-        Command::new("python3")
-            .args(["-m", "venv", "--clear"])
-            .arg(&env),
-        "creating a virtual environment (Debian: apt-get install python3-venv)",
-    )?;
-    run(
-        Command::new(interpreter(&env))
-            .args([
-                "-m",
-                "pip",
-                "install",
-                "--quiet",
-                "--disable-pip-version-check",
-            ])
-            .arg(format!("{package}=={version}")),
-        &format!("pip install of {package} {version} (is PyPI reachable?)"),
-    )?;
+    install_entry(&env, |tmp| {
+        make_venv(tmp)?;
+        pip_install(tmp, &[format!("{package}=={version}")], false)
+    })?;
     if works(&bin) {
         Ok(bin)
     } else {

@@ -152,9 +152,14 @@ impl Backend for PlainBackend {
             Bug::ScaleForgotten => 1.0,
             _ => c.effective_scale() as f32,
         };
-        // Sequences whose tables share a block with another's (a prefix-cache hit).
+        // Sequences whose tables share a block with another's (a prefix-cache hit): only the
+        // table-row bug needs them, and the scan is quadratic in the batch.
+        let find_hits = self.bug == Bug::UnhitTableRowsZeroed;
         let hit: Vec<bool> = (0..step.seq_lens.len())
             .map(|s| {
+                if !find_hits {
+                    return false;
+                }
                 let mine = &step.block_table[s][..step.seq_lens[s].div_ceil(bs)];
                 (0..step.seq_lens.len()).any(|o| {
                     o != s

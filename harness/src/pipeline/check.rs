@@ -261,13 +261,14 @@ pub fn run_check(mut opts: CheckOptions) -> CheckRun {
         let expected = reference_output(&case);
         oracle_time += t0.elapsed();
         let shared = shares_blocks(&case);
+        let buckets = crate::coverage::buckets(&case);
         let tol = Tolerance::for_case(&case);
         for (backend, summary) in opts.backends.iter().zip(summaries.iter_mut()) {
             let t0 = Instant::now();
             let (outcome, time) = evaluate(backend.as_ref(), &case, &expected, tol);
             record(summary, &outcome, time);
             if !matches!(outcome, Outcome::Unsupported(_)) {
-                crate::coverage::count(&mut coverage, backend.name(), &case);
+                crate::coverage::count(&mut coverage, backend.name(), &buckets);
             }
             summary.shared_block_cases += shared as usize;
             if let Outcome::Diverged(d) = &outcome {
@@ -299,13 +300,14 @@ pub fn run_check(mut opts: CheckOptions) -> CheckRun {
         let t0 = Instant::now();
         let expected = reference_output(&case);
         oracle_time += t0.elapsed();
+        let buckets = crate::coverage::buckets(&case);
         for (backend, summary) in opts.backends.iter().zip(summaries.iter_mut()) {
             let t0 = Instant::now();
             let (outcome, time) =
                 evaluate(backend.as_ref(), &case, &expected, Tolerance::upstream());
             record(summary, &outcome, time);
             if !matches!(outcome, Outcome::Unsupported(_)) {
-                crate::coverage::count(&mut coverage, backend.name(), &case);
+                crate::coverage::count(&mut coverage, backend.name(), &buckets);
             }
             let (status, abs, rel) = match &outcome {
                 Outcome::Pass(c) => (UpstreamStatus::Pass, c.max_abs_err, c.max_rel_err),

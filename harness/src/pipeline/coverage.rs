@@ -161,9 +161,9 @@ pub fn buckets(case: &Case) -> Vec<(&'static str, &'static str)> {
     v
 }
 
-/// Count `case` for `backend`.
-pub fn count(report: &mut CoverageReport, backend: &str, case: &Case) {
-    for (dim, bucket) in buckets(case) {
+/// Count a case that `backend` ran, by its [`buckets`] (computed once per case).
+pub fn count(report: &mut CoverageReport, backend: &str, buckets: &[(&str, &str)]) {
+    for (dim, bucket) in buckets {
         report.count(backend, dim, bucket);
     }
 }

@@ -3,10 +3,9 @@
 //! small random cases catch that fixed specs at 1e-2 do not.
 
 use crate::artifacts::Artifact;
-use crate::check::{run_check, CheckOptions, Shard};
+use crate::check::{run_check, CheckOptions};
 use crate::compare::Tolerance;
 use crate::runner::{evaluate, Outcome};
-use crate::shrink::ShrinkBudget;
 use crate::upstream::UpstreamCase;
 use attn_backends::mutants::{mutant, CATALOGUE};
 use attn_reference::reference_output;
@@ -37,16 +36,8 @@ pub fn run_mutants(
             let backend = mutant(info.name).expect("catalogue names are known");
             let start = Instant::now();
             let run = run_check(CheckOptions {
-                backends: vec![backend],
-                cases,
                 seed,
-                shard: Shard::ALL,
-                deep: false,
-                long: false,
-                upstream: vec![],
-                out_dir: out_dir.clone(),
-                shrink: ShrinkBudget::default(),
-                on_event: None,
+                ..CheckOptions::new(vec![backend], cases, out_dir.clone())
             });
             let b = &run.summary.backends[0];
             let row = MutantRow {

@@ -439,7 +439,8 @@ fn scale() -> impl Strategy<Value = Option<f32>> {
 /// A length just below, at or just above one of `thresholds` no larger than `max`.
 fn near_threshold(max: usize) -> impl Strategy<Value = usize> {
     let near: Vec<usize> = attn_backends::all_thresholds()
-        .into_iter()
+        .iter()
+        .copied()
         .filter(|&t| t <= max)
         .flat_map(|t| [t - 1, t, t + 1])
         .collect();
@@ -703,20 +704,7 @@ mod tests {
     #[test]
     fn table_orders_place_blocks_as_named() {
         let mut r = CaseRecipe {
-            num_kv_heads: 1,
-            group: 1,
-            head_size: 2,
-            block_size: 2,
-            dtype: DType::F32,
-            kind: AttentionKind::Decoder,
             seqs: vec![(3, 1), (3, 1)],
-            window: None,
-            soft_cap: None,
-            alibi: false,
-            sinks: false,
-            padding_tokens: 0,
-            spare_blocks: 0,
-            table: TableOrder::Sequential,
             ..CaseRecipe::plain()
         };
         assert_eq!(r.build().layout.block_table, vec![vec![1, 2], vec![3, 4]]);
