@@ -199,6 +199,8 @@ class VllmCpuAttn(Adapter):
 
 
 if __name__ == "__main__":
+    if os.environ.get("ATTN_DIFF_THREADS"):  # `attn-diff bench --threads N`
+        torch.set_num_threads(int(os.environ["ATTN_DIFF_THREADS"]))
     lib = load_kernel()
     if "--probe" in sys.argv[1:]:
         print(f"loaded {lib}")

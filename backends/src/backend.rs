@@ -4,6 +4,7 @@
 
 use attn_reference::{AttentionConfig, Feature};
 use std::any::Any;
+use std::time::Duration;
 use thiserror::Error;
 
 /// "I can't run this case", naming the [`attn_reference::Feature`]: reported per backend by
@@ -117,6 +118,13 @@ pub trait Backend: Send + Sync {
         cache: &KvCache,
         step: &StepInputs<'_>,
     ) -> Result<Vec<f32>, BackendError>;
+
+    /// The time the backend itself measured for its last `forward`, when it runs somewhere
+    /// a wall clock around the call would mismeasure (another process: the exchange and
+    /// the translation of inputs are not the kernel). `bench` times with it when given.
+    fn reported_kernel_time(&self) -> Option<Duration> {
+        None
+    }
 }
 
 /// Whether `backend` declines `config`: an optional feature it does not implement, then its

@@ -193,9 +193,12 @@ pub struct ExportArgs {
 
 #[derive(Args, Debug)]
 pub struct BenchArgs {
-    /// Comma-separated backend names (default: every registered backend).
+    /// Comma-separated backend names (default: every registered backend); `external:NAME`
+    /// runs an adapter, timed by the kernel time it reports, interleaved with the others.
     #[arg(long, value_delimiter = ',', value_name = "NAME,...")]
     pub backend: Vec<String>,
+    #[command(flatten)]
+    pub external: ExternalArgs,
     /// Upstream spec to time (default: every decoder spec). Repeatable.
     #[arg(long = "spec", value_name = "SPEC")]
     pub specs: Vec<String>,

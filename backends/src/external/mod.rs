@@ -308,4 +308,9 @@ impl Backend for ExternalBackend {
         let cache = cache_as::<ExternalCache>(&self.name, cache)?;
         self.run_remote(config, cache, step)
     }
+
+    /// The adapter's own `kernel_seconds` for its last case.
+    fn reported_kernel_time(&self) -> Option<Duration> {
+        self.last_kernel_time()
+    }
 }

@@ -3,11 +3,36 @@
 use super::{spec_named, usage};
 use crate::bench::{run_bench, BenchEvent, BenchOptions};
 use crate::cli::{BenchArgs, GlobalArgs};
+use crate::external::{ExternalArgs, PREFIX};
 use crate::progress::Progress;
 use crate::render::bench::{plot, render_markdown, render_text};
 use crate::render::Format;
 use crate::upstream;
+use attn_backends::Backend;
 use attn_reference::{AttentionConfig, AttentionKind, BatchSpec};
+use std::sync::Arc;
+
+/// Environment variable that tells an adapter how many threads `--threads` asks for (the
+/// shipped adapters pass it to `torch.set_num_threads`).
+pub const THREADS_ENV: &str = "ATTN_DIFF_THREADS";
+
+/// A built-in backend with `threads` workers, or an adapter told the same.
+fn bench_backend(
+    name: &str,
+    threads: Option<usize>,
+    external: &ExternalArgs,
+) -> anyhow::Result<Arc<dyn Backend>> {
+    let Some(adapter) = name.strip_prefix(PREFIX) else {
+        return attn_backends::registry::backend_with_threads(name, threads).map_err(usage);
+    };
+    let mut spec = external.spec(adapter).map_err(|e| usage(e.to_string()))?;
+    if let Some(n) = threads {
+        spec.env.insert(THREADS_ENV.into(), n.to_string());
+    }
+    Ok(Arc::new(attn_backends::external::ExternalBackend::start(
+        spec,
+    )?))
+}
 
 pub fn run(args: BenchArgs, global: GlobalArgs) -> anyhow::Result<bool> {
     let mut config = AttentionConfig::new(
@@ -37,9 +62,7 @@ pub fn run(args: BenchArgs, global: GlobalArgs) -> anyhow::Result<bool> {
     };
     let backends = names
         .iter()
-        .map(|n| {
-            attn_backends::registry::backend_with_threads(n.trim(), args.threads).map_err(usage)
-        })
+        .map(|n| bench_backend(n.trim(), args.threads, &args.external))
         .collect::<anyhow::Result<Vec<_>>>()?;
     if args.reps == 0 {
         return Err(usage("--reps must be at least 1"));

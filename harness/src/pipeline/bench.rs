@@ -2,7 +2,9 @@
 //! side by side in one run (backends interleaved A B A B ... so machine drift hits all alike),
 //! with the machine's streaming read bandwidth measured in the same run as the physical limit
 //! beside each decode number, and each backend's output checked against the oracle once per
-//! spec (a fast wrong backend is reported as wrong, not fast).
+//! spec (a fast wrong backend is reported as wrong, not fast). A backend in another process
+//! is timed by the kernel time it reports ([`Backend::reported_kernel_time`]), so the
+//! exchange between the processes is not counted.
 
 use crate::compare::{compare, Tolerance};
 use attn_backends::{prepare_cache, step_inputs, Backend, BackendError, CacheEvictor, KvCache};
@@ -158,7 +160,11 @@ pub fn run_bench(opts: &BenchOptions) -> BenchSummary {
             let peak = peak_extra_bytes(|| {
                 result = Some(p.backend.forward(&case.config, &p.cache, &step))
             });
-            p.peak = peak.unwrap_or(f64::NAN);
+            // A backend in another process grows that process, not this one.
+            p.peak = match p.backend.reported_kernel_time() {
+                Some(_) => f64::NAN,
+                None => peak.unwrap_or(f64::NAN),
+            };
             match result {
                 Some(Ok(out)) => {
                     let cmp = compare(
@@ -195,7 +201,9 @@ pub fn run_bench(opts: &BenchOptions) -> BenchSummary {
                 }
                 let start = Instant::now();
                 let out = p.backend.forward(&case.config, &p.cache, &step);
-                p.times.push(start.elapsed());
+                let wall = start.elapsed();
+                p.times
+                    .push(p.backend.reported_kernel_time().unwrap_or(wall));
                 std::hint::black_box(out.ok());
             }
         }
