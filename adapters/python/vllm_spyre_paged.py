@@ -58,6 +58,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from attn_diff_adapter import Adapter, Unsupported, serve  # noqa: E402
 
 DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
+# Upstream allocates the whole cache as one tensor; attn-diff's huge-cache cases (140,000
+# blocks) would take gigabytes per case.
+MAX_CACHE_BYTES = int(float(os.environ.get("ATTN_DIFF_MAX_CACHE_GIB", "2")) * 2**30)
 UPSTREAM_MODULE = "vllm_spyre_next.v1.attention.backends.spyre_paged_attn"
 
 
@@ -219,6 +222,14 @@ class SpyrePaged(Adapter):
         shape = self.backend.get_kv_cache_shape(
             num_blocks, config.block_size, config.num_kv_heads, config.head_size, "auto"
         )
+        size = DTYPES[config.dtype].itemsize
+        for n in shape:
+            size *= n
+        if size > MAX_CACHE_BYTES:
+            raise Unsupported(
+                f"a KV cache of {size / 2**30:.1f} GiB is over this machine's limit "
+                f"(ATTN_DIFF_MAX_CACHE_GIB={MAX_CACHE_BYTES / 2**30:g})"
+            )
         return {
             "impl": impl,
             "kv": torch.zeros(shape, dtype=DTYPES[config.dtype]),

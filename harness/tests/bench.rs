@@ -78,3 +78,71 @@ fn cold_bench_times_and_checks_every_backend() {
     let json = serde_json::to_value(&s).unwrap();
     assert_eq!(json["cold"], true);
 }
+
+/// A backend that says how long its kernel took (as an adapter in another process does).
+struct SelfTimed(Naive);
+
+impl Backend for SelfTimed {
+    fn name(&self) -> &str {
+        "self-timed"
+    }
+    fn supports(&self, c: &AttentionConfig) -> Result<(), attn_backends::Unsupported> {
+        self.0.supports(c)
+    }
+    fn cache_layout(&self) -> attn_backends::CacheLayout {
+        self.0.cache_layout()
+    }
+    fn new_cache(
+        &self,
+        c: &AttentionConfig,
+        n: usize,
+    ) -> Result<attn_backends::KvCache, attn_backends::BackendError> {
+        self.0.new_cache(c, n)
+    }
+    fn write_kv(
+        &self,
+        c: &AttentionConfig,
+        cache: &mut attn_backends::KvCache,
+        kv: &attn_backends::KvWrite<'_>,
+    ) -> Result<(), attn_backends::BackendError> {
+        self.0.write_kv(c, cache, kv)
+    }
+    fn forward(
+        &self,
+        c: &AttentionConfig,
+        cache: &attn_backends::KvCache,
+        step: &attn_backends::StepInputs<'_>,
+    ) -> Result<Vec<f32>, attn_backends::BackendError> {
+        self.0.forward(c, cache, step)
+    }
+    fn reported_kernel_time(&self) -> Option<std::time::Duration> {
+        Some(std::time::Duration::from_millis(250))
+    }
+}
+
+/// A backend that reports its own kernel time is timed by it, not by the wall clock around
+/// the call, and its memory (another process's) is not measured here.
+#[test]
+fn a_backend_reporting_its_kernel_time_is_timed_by_it() {
+    let opts = BenchOptions {
+        backends: vec![
+            Arc::new(Naive::correct()),
+            Arc::new(SelfTimed(Naive::correct())),
+        ],
+        specs: vec![spec_by_name("small_decode").unwrap()],
+        config: AttentionConfig::new(4, 2, 16, 16, DType::Bf16),
+        reps: 3,
+        threads: 1,
+        baseline: None,
+        seed: 1,
+        cold: false,
+        on_event: None,
+    };
+    let s = run_bench(&opts);
+    let (wall, reported) = (&s.rows[0], &s.rows[1]);
+    assert_eq!(reported.status, BenchStatus::Ok);
+    assert_eq!(reported.median_ms, 250.0);
+    assert_eq!(reported.min_ms, 250.0);
+    assert!(reported.peak_extra_mib.is_nan());
+    assert!(wall.median_ms < 250.0 && wall.peak_extra_mib.is_finite());
+}

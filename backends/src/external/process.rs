@@ -219,7 +219,11 @@ impl AdapterProcess {
         unsafe {
             libc::kill(-(self.child.id() as libc::pid_t), libc::SIGKILL);
         }
-        match self.child.wait() {
+        let reaped = self.child.wait();
+        // Killed grandchildren (an adapter started through a shell) die on their own time,
+        // which on a busy machine is later than their parent's reaping.
+        wait_for_group_exit(self.child.id(), GROUP_EXIT_LIMIT);
+        match reaped {
             Ok(s) => {
                 self.reaped = Some(s);
                 if exited_by_itself {
@@ -251,4 +255,31 @@ impl Drop for AdapterProcess {
     fn drop(&mut self) {
         self.finish(EXIT_GRACE);
     }
+}
+
+/// How long [`AdapterProcess::finish`] waits for the killed group's last members to end.
+const GROUP_EXIT_LIMIT: Duration = Duration::from_secs(2);
+
+/// Wait until no process of group `pgid` is still running (zombies, which only their new
+/// parent can reap, do not count), or `limit` passes. Linux reads `/proc`; elsewhere this
+/// returns at once.
+fn wait_for_group_exit(pgid: u32, limit: Duration) {
+    let until = Instant::now() + limit;
+    while group_has_live_members(pgid) && Instant::now() < until {
+        thread::sleep(Duration::from_millis(5));
+    }
+}
+
+fn group_has_live_members(pgid: u32) -> bool {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return false;
+    };
+    dir.flatten().any(|entry| {
+        let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+        // "pid (comm) STATE PPID PGRP ...": the fields after the last ')'.
+        let rest: Vec<&str> = stat
+            .rsplit_once(')')
+            .map_or(vec![], |(_, r)| r.split_whitespace().collect());
+        rest.get(2) == Some(&pgid.to_string().as_str()) && rest.first() != Some(&"Z")
+    })
 }
