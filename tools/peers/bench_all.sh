@@ -5,14 +5,14 @@
 #
 #   tools/peers/bench_all.sh OUT.json [attn-diff bench options...]
 #
-# Needs ./target/release/attn-diff, the adapters' venv of docs/external-backends.md
+# Needs ./target/release/attn-diff (or $ATTN_DIFF), the adapters' venv of docs/external-backends.md
 # ($VLLM_PYTHON, default ~/.cache/attn-diff/venv-vllm/bin/python) and upstream's
 # spyre_paged_attn.py ($SPYRE_FILE, see docs/findings-vllm-spyre.md).
 set -eu
 out=$1; shift
 py=${VLLM_PYTHON:-$HOME/.cache/attn-diff/venv-vllm/bin/python}
 spyre="$py adapters/python/vllm_spyre_paged.py --file ${SPYRE_FILE:?set SPYRE_FILE} --construct keywords --padding none"
-./target/release/attn-diff bench -q --format json --threads 2 \
+"${ATTN_DIFF:-./target/release/attn-diff}" bench -q --format json --threads 2 \
     --backend cpu,spyre-native,spyre-sdpa,external:vllm-cpu,external:vllm-spyre-native,external:vllm-spyre-sdpa,external:sdpa-floor \
     --external vllm-cpu="$py adapters/python/vllm_cpu_attn.py" \
     --external vllm-spyre-native="$spyre --mode native" \
