@@ -116,6 +116,10 @@ pub struct CheckArgs {
     /// Property cases to run (default: PROPTEST_CASES, else 500).
     #[arg(long, value_name = "N")]
     pub cases: Option<u32>,
+    /// Serving traces to run after the property cases: one cache across many scheduled
+    /// steps (blocks freed and reused, prefix hits, preemption, chunked prefill).
+    #[arg(long, default_value_t = crate::pipeline::trace::DEFAULT_TRACES, value_name = "N")]
+    pub traces: u32,
     /// Seed of the property cases: the same seed draws the same cases on any machine.
     #[arg(long, default_value_t = 1, value_name = "SEED")]
     pub seed: u64,

@@ -257,6 +257,16 @@ impl Backend for ExternalBackend {
         self.hello.capabilities.check(config)
     }
 
+    /// Protocol version 1 sends each forward with every write since the cache was made: the
+    /// adapter rebuilds its cache per call, so a trace would test the replay, not the
+    /// adapter's cache across steps.
+    fn runs_traces(&self) -> Result<(), Unsupported> {
+        Err(Unsupported::new(
+            Feature::Trace,
+            "protocol version 1 has no sessions: the adapter's cache is rebuilt for every call",
+        ))
+    }
+
     fn cache_layout(&self) -> CacheLayout {
         CacheLayout {
             shape: "adapter-defined",
