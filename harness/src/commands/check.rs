@@ -53,6 +53,13 @@ pub fn run(args: CheckArgs, global: GlobalArgs) -> anyhow::Result<bool> {
         deep: args.deep,
         long: args.long,
         traces: args.traces,
+        trace_shapes: {
+            let d = crate::pipeline::trace::TraceShapes::default();
+            crate::pipeline::trace::TraceShapes {
+                head_sizes: args.trace_head_sizes.map_or(d.head_sizes, |l| l.0),
+                block_sizes: args.trace_block_sizes.map_or(d.block_sizes, |l| l.0),
+            }
+        },
         upstream: up,
         out_dir: args.out,
         shrink: ShrinkBudget::default(),

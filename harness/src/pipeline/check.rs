@@ -33,6 +33,8 @@ pub struct CheckOptions {
     pub long: bool,
     /// Serving traces to run after the property cases (one cache across many steps).
     pub traces: u32,
+    /// The head and block sizes traces draw from.
+    pub trace_shapes: crate::pipeline::trace::TraceShapes,
     /// Upstream cases to run besides the property cases.
     pub upstream: Vec<UpstreamCase>,
     pub out_dir: PathBuf,
@@ -82,6 +84,7 @@ impl CheckOptions {
             deep: false,
             long: false,
             traces: crate::pipeline::trace::DEFAULT_TRACES,
+            trace_shapes: Default::default(),
             upstream: Vec::new(),
             out_dir,
             shrink: ShrinkBudget::default(),

@@ -10,7 +10,7 @@ use attn_reference::{reference_output, AttentionConfig, Case, DType, InputRng, T
 use std::time::Duration;
 
 /// Traces a `check` runs when `--traces` does not say otherwise.
-pub const DEFAULT_TRACES: u32 = 60;
+pub const DEFAULT_TRACES: u32 = 100;
 
 /// A trace with what judging it needs: each step as a case and its oracle output.
 pub struct JudgedTrace {
@@ -49,6 +49,15 @@ pub enum TraceOutcome {
 /// Run `backend` through every step of `t` on one cache.
 pub fn evaluate_trace(backend: &dyn Backend, t: &JudgedTrace) -> (TraceOutcome, Duration) {
     let mut time = Duration::ZERO;
+    if t.steps.is_empty() {
+        return (
+            TraceOutcome::Pass {
+                max_abs_err: 0.0,
+                max_rel_err: 0.0,
+            },
+            time,
+        );
+    }
     let failed_start = |result| {
         let tol = Tolerance::for_case(&t.steps[0]);
         let (outcome, _) = judge(result, &t.steps[0], &t.expected[0], tol);
@@ -89,17 +98,47 @@ fn diverged_or_unsupported(outcome: Outcome, step: usize) -> TraceOutcome {
     }
 }
 
+/// The head and block sizes traces draw from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TraceShapes {
+    pub head_sizes: Vec<usize>,
+    pub block_sizes: Vec<usize>,
+}
+
+impl Default for TraceShapes {
+    /// Small and odd sizes (the point is the cache's life, not the kernel's width) and the
+    /// common ones.
+    fn default() -> Self {
+        TraceShapes {
+            head_sizes: vec![1, 2, 4, 8, 13, 16, 32, 64, 80, 128],
+            block_sizes: vec![1, 2, 3, 4, 5, 8, 16, 16, 32],
+        }
+    }
+}
+
 /// Trace recipe `index` of `seed`: a deterministic function of both, so shards and replays
-/// regenerate the same trace. Small shapes (the point is the cache's life, not the kernel's
-/// width), a tight cache (so blocks are reused and sequences preempted), shared prefixes in
-/// about half the traces.
+/// regenerate the same trace. Small shapes, a tight cache (so blocks are reused and
+/// sequences preempted), shared prefixes in about half the traces.
 pub fn trace_recipe(seed: u64, index: usize) -> TraceRecipe {
+    trace_recipe_with(seed, index, &TraceShapes::default())
+}
+
+/// [`trace_recipe`] with head and block sizes drawn from `shapes` (to aim traces at what a
+/// backend runs: `--trace-head-sizes`, `--trace-block-sizes`).
+pub fn trace_recipe_with(seed: u64, index: usize, shapes: &TraceShapes) -> TraceRecipe {
     let mut rng = InputRng::new(seed ^ 0x7 ^ (index as u64).wrapping_mul(0xA24B_AED4_963E_E407));
     let mut pick = |lo: usize, hi: usize| lo + rng.below((hi - lo + 1) as u64) as usize;
     let num_kv_heads = pick(1, 2);
     let num_heads = num_kv_heads * [1, 2, 4][pick(0, 2)];
-    let head_size = [1, 2, 4, 8, 13, 16, 32, 64][pick(0, 7)];
-    let block_size = [1, 2, 3, 4, 5, 8, 16][pick(0, 6)];
+    let one_of = |v: &[usize], i: usize| v[i.min(v.len() - 1)];
+    let head_size = one_of(
+        &shapes.head_sizes,
+        pick(0, shapes.head_sizes.len().max(1) - 1),
+    );
+    let block_size = one_of(
+        &shapes.block_sizes,
+        pick(0, shapes.block_sizes.len().max(1) - 1),
+    );
     let dtype = [DType::F32, DType::F32, DType::Bf16, DType::F16][pick(0, 3)];
     let mut config = AttentionConfig::new(num_heads, num_kv_heads, head_size, block_size, dtype);
     if pick(0, 5) == 0 {
@@ -136,4 +175,23 @@ fn rng_seed(seed: u64, index: usize) -> u64 {
 /// The trace of recipe `index` of `seed`, ready to judge.
 pub fn trace_for(seed: u64, index: usize) -> JudgedTrace {
     JudgedTrace::new(generate(&trace_recipe(seed, index)))
+}
+
+/// A comma-separated list of sizes (`--trace-head-sizes`, `--trace-block-sizes`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SizeList(pub Vec<usize>);
+
+/// Parse a comma-separated list of sizes from 1 to 1024.
+pub fn parse_sizes(text: &str) -> Result<SizeList, String> {
+    let sizes: Vec<usize> = text
+        .split(',')
+        .map(|t| {
+            t.trim()
+                .parse::<usize>()
+                .ok()
+                .filter(|&n| (1..=1024).contains(&n))
+                .ok_or_else(|| format!("`{t}` is not a size from 1 to 1024"))
+        })
+        .collect::<Result<_, _>>()?;
+    Ok(SizeList(sizes))
 }

@@ -4,7 +4,7 @@
 
 use crate::artifacts::Artifact;
 use crate::check::{sanitize, CheckOptions, Event};
-use crate::pipeline::trace::{evaluate_trace, trace_recipe, JudgedTrace, TraceOutcome};
+use crate::pipeline::trace::{evaluate_trace, trace_recipe_with, JudgedTrace, TraceOutcome};
 use crate::pipeline::trace_shrink::shrink_trace;
 use crate::render::trace_report::trace_failure_record;
 use crate::runner::Divergence;
@@ -27,7 +27,11 @@ pub fn run_traces(
             continue;
         }
         let t0 = Instant::now();
-        let judged = JudgedTrace::new(generate(&trace_recipe(opts.seed, index)));
+        let judged = JudgedTrace::new(generate(&trace_recipe_with(
+            opts.seed,
+            index,
+            &opts.trace_shapes,
+        )));
         *oracle_time += t0.elapsed();
         if judged.steps.is_empty() {
             continue;
@@ -99,7 +103,7 @@ fn shrink_and_report(
     let kind = divergence.kind;
     let shrunk = shrink_trace(
         backend,
-        trace_recipe(opts.seed, index),
+        trace_recipe_with(opts.seed, index, &opts.trace_shapes),
         step,
         kind,
         opts.shrink,
