@@ -56,9 +56,11 @@ fn misbehaving(mode: &str, marker: &str) -> AdapterSpec {
     )
 }
 
+/// Property cases only: these tests count cases (traces through adapters have their own).
 fn options(backend: Arc<dyn Backend>, cases: u32, out: &str, shrink: ShrinkBudget) -> CheckOptions {
     CheckOptions {
         shrink,
+        traces: 0,
         ..CheckOptions::new(vec![backend], cases, std::env::temp_dir().join(out))
     }
 }

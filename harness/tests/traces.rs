@@ -10,31 +10,42 @@ use attn_backends::{
 };
 use attn_harness::check::{run_check, CheckOptions};
 use attn_harness::compare::Tolerance;
-use attn_harness::pipeline::trace::{evaluate_trace, trace_for, TraceOutcome};
+use attn_harness::pipeline::trace::{
+    evaluate_trace, trace_for, trace_recipe_with, JudgedTrace, TraceOutcome, TraceShapes,
+};
 use attn_harness::runner::{evaluate, Outcome};
+use attn_reference::trace::generate;
 use attn_reference::{reference_output, AttentionConfig};
 
 #[test]
 fn every_built_in_backend_keeps_its_cache_across_a_traces_steps() {
+    // The default traces, then (for a backend that declines most shapes, as `spyre-device`
+    // does all but fp16 with head sizes in 64s) traces aimed at common head sizes.
+    let aimed = TraceShapes {
+        head_sizes: vec![64, 128],
+        ..TraceShapes::default()
+    };
+    let traces = (0..25)
+        .map(|i| (i, TraceShapes::default()))
+        .chain((0..400).map(|i| (i, aimed.clone())));
     for backend in attn_backends::all_backends() {
-        let (mut passed, mut declined) = (0, 0);
-        for index in 0..25 {
-            let t = trace_for(3, index);
+        let mut passed = 0;
+        for (index, shapes) in traces.clone() {
+            if passed >= 25 {
+                break;
+            }
+            let t = JudgedTrace::new(generate(&trace_recipe_with(3, index, &shapes)));
             match evaluate_trace(backend.as_ref(), &t).0 {
                 TraceOutcome::Pass { .. } => passed += 1,
-                TraceOutcome::Unsupported(_) => declined += 1,
+                TraceOutcome::Unsupported(_) => {}
                 TraceOutcome::Diverged { step, divergence } => panic!(
-                    "{} diverged on trace {index} step {step}: {}",
+                    "{} diverged on trace {index} ({shapes:?}) step {step}: {}",
                     backend.name(),
                     divergence.message
                 ),
             }
         }
-        assert!(
-            passed > 0,
-            "{} ran none of 25 traces ({declined} declined)",
-            backend.name()
-        );
+        assert!(passed >= 5, "{} ran only {passed} traces", backend.name());
     }
 }
 
