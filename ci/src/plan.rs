@@ -95,7 +95,7 @@ mod tests {
         let args = check_args(&r, 0, Path::new("o"));
         assert_eq!(
             args.join(" "),
-            "check --cases 500 --seed 1 --shard 0/1 --format json --out o/replays"
+            "check --cases 500 --traces 100 --seed 1 --shard 0/1 --format json --out o/replays"
         );
         assert_eq!(
             cargo_run_args(&r).join(" "),

@@ -550,6 +550,7 @@ mod tests {
             BotRequest {
                 backends: vec!["cpu".into(), "spyre-sdpa".into()],
                 cases: 20000,
+                traces: DEFAULT_TRACES,
                 specs: vec!["large_decode".into(), "mixed_medium".into()],
                 seed: 7,
                 deep: true,
