@@ -70,13 +70,16 @@ struct RowMemory {
     last_slot: i64,
 }
 
+/// The K and V rows a slot holds.
+type SlotRows = (i64, Vec<f32>, Vec<f32>);
+
 #[derive(Default)]
 struct Memory {
     rows: Vec<RowMemory>,
     /// Every row written so far, by slot (for the block snapshots).
     shadow: HashMap<i64, (Vec<f32>, Vec<f32>)>,
     /// Contents of blocks as they were when last read full.
-    snapshots: HashMap<u32, Vec<(i64, Vec<f32>, Vec<f32>)>>,
+    snapshots: HashMap<u32, Vec<SlotRows>>,
 }
 
 /// The cache sits behind a mutex (`Mutex<StatefulCache>` is the `KvCache`): `forward` applies
@@ -156,7 +159,7 @@ impl StatefulMutant {
                 }
                 StepBug::PrefixHitOverwritten => {
                     let admitted = !memory.rows.is_empty() && prev.is_none();
-                    if admitted && row.context_len > 0 && row.context_len % bs == 0 {
+                    if admitted && row.context_len > 0 && row.context_len.is_multiple_of(bs) {
                         let start = row.context_len - bs;
                         for (j, t) in row.tokens.clone().take(bs).enumerate() {
                             out.push((t, row.slot(start + j, bs)));
@@ -291,7 +294,7 @@ impl Backend for StatefulMutant {
                 // Partial blocks with a snapshot are read from it.
                 let stale: Vec<u32> = rows
                     .iter()
-                    .filter(|r| r.seq_len % bs != 0)
+                    .filter(|r| !r.seq_len.is_multiple_of(bs))
                     .map(|r| r.table[r.seq_len / bs])
                     .filter(|b| memory.snapshots.contains_key(b))
                     .collect();

@@ -176,7 +176,7 @@ pub fn trace_buckets(trace: &attn_reference::Trace) -> Vec<(&'static str, &'stat
                 .iter()
                 .any(|b| freed.contains(b));
             chunked |= s.phase == Phase::ChunkedPrefill;
-            new_block |= s.phase == Phase::Decode && s.context_len % bs == 0;
+            new_block |= s.phase == Phase::Decode && s.context_len.is_multiple_of(bs);
         }
         for f in &st.freed {
             preempted |= f.reason == FreeReason::Preempted;

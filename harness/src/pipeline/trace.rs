@@ -42,7 +42,7 @@ pub enum TraceOutcome {
     Unsupported(Unsupported),
     Diverged {
         step: usize,
-        divergence: Divergence,
+        divergence: Box<Divergence>,
     },
 }
 
@@ -92,7 +92,10 @@ pub fn evaluate_trace(backend: &dyn Backend, t: &JudgedTrace) -> (TraceOutcome, 
 
 fn diverged_or_unsupported(outcome: Outcome, step: usize) -> TraceOutcome {
     match outcome {
-        Outcome::Diverged(divergence) => TraceOutcome::Diverged { step, divergence },
+        Outcome::Diverged(divergence) => TraceOutcome::Diverged {
+            step,
+            divergence: Box::new(divergence),
+        },
         Outcome::Unsupported(u) => TraceOutcome::Unsupported(u),
         Outcome::Pass(_) => unreachable!("only failures are passed here"),
     }

@@ -111,7 +111,7 @@ fn shrink_and_report(
     let minimal = JudgedTrace::new(generate(&shrunk.recipe));
     let (judged, step, divergence, shrunk) = match evaluate_trace(backend, &minimal).0 {
         TraceOutcome::Diverged { step, divergence } if divergence.kind == kind => {
-            (&minimal, step, divergence, Some(&shrunk))
+            (&minimal, step, *divergence, Some(&shrunk))
         }
         // Flaky: the minimal trace passed when re-run; report the original.
         _ => (original, step, divergence.clone(), None),

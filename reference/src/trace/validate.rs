@@ -33,7 +33,7 @@ impl Trace {
         let kvrow = c.num_kv_heads * c.head_size;
         for (i, s) in self.sequences.iter().enumerate() {
             let rows = |field: &str, v: &[f32], row: usize| {
-                if v.len() % row == 0 {
+                if v.len().is_multiple_of(row) {
                     Ok(v.len() / row)
                 } else {
                     Err(TraceError::RaggedRows {
