@@ -41,8 +41,9 @@ fn generated_traces_are_valid_and_reach_every_serving_event() {
                     .filter(|b| freed.contains(*b))
                     .count();
                 chunked += (s.phase == Phase::ChunkedPrefill) as usize;
-                decode_new_block +=
-                    (s.phase == Phase::Decode && s.context_len.is_multiple_of(t.config.block_size)) as usize;
+                decode_new_block += (s.phase == Phase::Decode
+                    && s.context_len.is_multiple_of(t.config.block_size))
+                    as usize;
             }
             hits += st.prefix_hits.len();
             for f in &st.freed {
