@@ -168,3 +168,33 @@ fn check_runs_traces_by_default_and_counts_them() {
     );
     assert!(b.trace_steps > b.traces_run * 5, "{} steps", b.trace_steps);
 }
+
+#[test]
+fn replay_runs_a_trace_file_and_rejects_a_broken_one_by_field() {
+    let dir = std::env::temp_dir().join("attn-diff-trace-replay");
+    std::fs::create_dir_all(&dir).unwrap();
+    let good = dir.join("trace.json");
+    std::fs::write(
+        &good,
+        serde_json::to_string(&trace_for(1, 2).trace).unwrap(),
+    )
+    .unwrap();
+    let replay = |file: &std::path::Path| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_attn-diff"))
+            .args(["replay", &file.display().to_string(), "--backend", "cpu"])
+            .output()
+            .expect("attn-diff runs")
+    };
+    let o = replay(&good);
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(0), "{stdout}");
+    assert!(stdout.contains("cpu: pass"), "{stdout}");
+    let mut broken = trace_for(1, 2).trace;
+    broken.steps[0].seqs[0].block_table.push(1);
+    let bad = dir.join("broken.json");
+    std::fs::write(&bad, serde_json::to_string(&broken).unwrap()).unwrap();
+    let o = replay(&bad);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("steps[0].seqs[0].block_table"), "{stderr}");
+}
