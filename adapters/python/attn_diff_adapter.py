@@ -1,4 +1,4 @@
-"""Helper for attn-diff external-backend adapters (protocol version 1).
+"""Helper for attn-diff external-backend adapters (protocol versions 1 and 2).
 
 An adapter is a program that attn-diff starts once and talks to over its stdin and stdout,
 one framed message at a time (an 8-byte little-endian length, then a safetensors payload);
@@ -16,6 +16,12 @@ subclasses :class:`Adapter` (its methods mirror attn-diff's Rust ``Backend`` tra
 
     if __name__ == "__main__":
         serve(MyBackend())
+
+With protocol version 2 (what this helper speaks unless the adapter sets ``sessions =
+False``), attn-diff runs a serving trace as a session: one ``new_cache``, then per step only
+that step's writes and ``forward``, on the same cache object. So ``cache`` must keep what was
+written until it is overwritten, and any state an adapter keeps between calls must follow
+each step's block table and slot mapping.
 
 Raise :class:`Unsupported` for a case the backend cannot run; any other exception becomes an
 ``error`` reply (its traceback is the message) and the adapter keeps serving. Only frames go
@@ -47,6 +53,8 @@ except ImportError as missing:  # one line that says how to get them, not a trac
 
 PROTOCOL = "attn-diff-external"
 VERSION = 1
+#: The version with sessions: a cache kept across `step` messages.
+SESSION_VERSION = 2
 MAX_FRAME_BYTES = 1 << 32
 
 
@@ -128,6 +136,8 @@ class Adapter:
     description: Optional[str] = None
     #: Declared restrictions, see docs/external-backends.md ("capabilities"); {} = none.
     capabilities: dict = {}
+    #: Whether to offer protocol version 2 (sessions: one cache across a trace's steps).
+    sessions: bool = True
 
     def check(self, config: Config) -> None:
         """Raise Unsupported for configs the capabilities cannot express."""
@@ -201,13 +211,24 @@ def message(meta: dict, tensors: Optional[dict] = None) -> bytes:
 # ---- one case --------------------------------------------------------------------------
 
 
-def run_case(adapter: Adapter, meta: dict, tensors: dict):
-    """Build the cache, apply the writes in order, run the step: (output, kernel_seconds)."""
+def run_case(adapter: Adapter, meta: dict, tensors: dict, session=None):
+    """Apply the writes in order to a cache and run the step: (output, kernel_seconds).
+
+    Without a session (a `case` message), the cache is new. With one (a `step` message), it
+    is the session's cache: new when the step says `fresh`, else the one the last step used.
+    """
     config = Config.from_json(meta["config"])
     adapter.check(config)
     num_writes = int(meta["num_writes"])
     num_tokens = int(meta["num_tokens"])
-    cache = adapter.new_cache(config, int(meta["num_blocks"]))
+    if session is None or meta.get("fresh") == "1" or session.get("id") != meta.get("session"):
+        if session is not None:
+            session.clear()
+        cache = adapter.new_cache(config, int(meta["num_blocks"]))
+        if session is not None:
+            session.update(id=meta.get("session"), cache=cache)
+    else:
+        cache = session["cache"]
     last_slots = np.full(num_tokens, -1, dtype=np.int64)
     for i in range(num_writes):
         slots = tensors[f"write.{i}.slot_mapping"].astype(np.int64)
@@ -236,16 +257,22 @@ def run_case(adapter: Adapter, meta: dict, tensors: dict):
     return np.ascontiguousarray(out), float(elapsed)
 
 
+#: The one session an adapter keeps (a new session replaces it): {"id", "cache"}.
+_SESSION: dict = {}
+
+
 def answer(adapter: Adapter, payload: bytes) -> bytes:
     meta = metadata_of(payload)
     kind = meta.get("message")
     if kind == "hello":
         if meta.get("protocol") != PROTOCOL or meta.get("version") != str(VERSION):
             raise ProtocolError(f"attn-diff speaks {meta.get('protocol')} v{meta.get('version')}")
+        offered = str(meta.get("versions", VERSION)).split(",")
+        version = SESSION_VERSION if adapter.sessions and str(SESSION_VERSION) in offered else VERSION
         reply = {
             "message": "hello",
             "protocol": PROTOCOL,
-            "version": VERSION,
+            "version": version,
             "name": adapter.name,
             "capabilities": json.dumps(adapter.capabilities),
         }
@@ -253,13 +280,16 @@ def answer(adapter: Adapter, payload: bytes) -> bytes:
             reply["description"] = adapter.description
         return message(reply)
     case_id = meta.get("case_id", "")
-    if kind != "case":
+    if kind not in ("case", "step"):
         return message({"message": "error", "case_id": case_id, "error": f"unknown message {kind!r}"})
     try:
-        out, seconds = run_case(adapter, meta, st_load(payload))
+        session = _SESSION if kind == "step" else None
+        out, seconds = run_case(adapter, meta, st_load(payload), session)
     except Unsupported as u:
+        _SESSION.clear()
         return message({"message": "unsupported", "case_id": case_id, "reason": str(u)})
     except Exception:  # the backend failed on this case; keep serving
+        _SESSION.clear()
         return message({"message": "error", "case_id": case_id, "error": traceback.format_exc()[-4000:]})
     return message(
         {"message": "output", "case_id": case_id, "kernel_seconds": repr(seconds)},

@@ -17,6 +17,11 @@ AVX2 build) into PyTorch without importing the rest of vLLM, and drives its ops 
   multiples of 32 on AMX machines, `vec16` for head sizes that are multiples of 16 but not
   of 32 or for block sizes that are not multiples of 32, `vec` otherwise.
 
+Through the helper's protocol version 2, a serving trace runs on one cache tensor across all
+of its steps (`new_cache` once, then each step's writes and forward), as vLLM's model runner
+keeps its KV cache; `--trace-head-sizes 32,64,80,96,112,128,256 --trace-block-sizes 16,32`
+aims traces at the shapes below.
+
 Encoder-only cases run the same kernel with `causal=False` over the case's paged cache (vLLM
 itself builds a scratch cache with its own block table for encoder-only layers, then calls
 this kernel non-causally).

@@ -1,6 +1,15 @@
 //! The backend trait, in the spirit of vLLM's attention backends: a backend names itself,
 //! says which configs it cannot run (the harness reports those, never fails or hides them),
 //! owns its KV-cache layout, writes K/V through `slot_mapping`, and runs one forward step.
+//!
+//! **A cache lives across steps.** One cache from [`Backend::new_cache`] serves every step of
+//! a trace (see `attn_reference::trace` and [`crate::trace`]): K/V written by
+//! [`Backend::write_kv`] stays at its slot until a later write to that slot (freed blocks are
+//! handed to other sequences without clearing); [`Backend::forward`] reads the cache where the
+//! step's block table says and never changes stored K/V; any state a backend keeps between
+//! calls (converted blocks, per-sequence pointers, a persistent batch) must follow the step's
+//! block table and slot mapping, whatever earlier steps did. A single case is the one-step
+//! trace of a fresh cache.
 
 use attn_reference::{AttentionConfig, Feature};
 use std::any::Any;
@@ -95,7 +104,15 @@ pub trait Backend: Send + Sync {
         Vec::new()
     }
 
-    /// A cache of `num_blocks` blocks for `config`.
+    /// `Err` when this backend cannot keep a cache across the steps of a trace (an adapter
+    /// speaking a protocol without sessions), naming [`Feature::Trace`]. Built-in backends
+    /// can: their caches are plain memory kept between calls (the module's contract).
+    fn runs_traces(&self) -> Result<(), Unsupported> {
+        Ok(())
+    }
+
+    /// A cache of `num_blocks` blocks for `config`; see the module's contract for its life
+    /// across steps.
     fn new_cache(
         &self,
         config: &AttentionConfig,

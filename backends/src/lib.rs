@@ -14,6 +14,7 @@ pub mod registry;
 pub mod run;
 #[cfg(feature = "spyre")]
 pub mod spyre;
+pub mod trace;
 
 pub use backend::{
     cache_as, cache_as_mut, declines, Backend, BackendError, CacheLayout, KvCache, KvWrite,
@@ -21,3 +22,4 @@ pub use backend::{
 };
 pub use registry::{all_backends, all_thresholds, backend_by_name, backend_names, uses_libtorch};
 pub use run::{prepare_cache, run_case, step_inputs, CacheEvictor, CaseRun};
+pub use trace::TraceSession;

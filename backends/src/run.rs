@@ -114,6 +114,7 @@ pub fn prepare_cache(backend: &dyn Backend, case: &Case) -> Result<KvCache, Back
     let config = &case.config;
     crate::declines(backend, config)?;
     let mut cache = backend.new_cache(config, case.layout.num_blocks)?;
+    stale_fill(backend, config, &mut cache, &stale_slots(case))?;
     let mut write = |key: &[f32], value: &[f32], slot_mapping: &[i64]| {
         backend.write_kv(
             config,
@@ -125,14 +126,6 @@ pub fn prepare_cache(backend: &dyn Backend, case: &Case) -> Result<KvCache, Back
             },
         )
     };
-    let row = config.num_kv_heads * config.head_size;
-    let stale = stale_slots(case);
-    if !stale.is_empty() {
-        let mut rng = InputRng::new(POISON_SEED);
-        let k = rng.normal_vec(stale.len() * row, POISON_STD, config.dtype);
-        let v = rng.normal_vec(stale.len() * row, POISON_STD, config.dtype);
-        write(&k, &v, &stale)?;
-    }
     let ctx_slots = case.context_slot_mapping();
     if !ctx_slots.is_empty() {
         let (k, v) = case.context_kv_flat();
@@ -141,6 +134,50 @@ pub fn prepare_cache(backend: &dyn Backend, case: &Case) -> Result<KvCache, Back
     let t = &case.tensors;
     write(&t.key, &t.value, &case.layout.slot_mapping)?;
     Ok(cache)
+}
+
+/// Write stale data (large seeded values) into `slots`, as earlier requests would have left.
+pub(crate) fn stale_fill(
+    backend: &dyn Backend,
+    config: &attn_reference::AttentionConfig,
+    cache: &mut KvCache,
+    slots: &[i64],
+) -> Result<(), BackendError> {
+    if slots.is_empty() {
+        return Ok(());
+    }
+    let row = config.num_kv_heads * config.head_size;
+    let mut rng = InputRng::new(POISON_SEED);
+    let key = rng.normal_vec(slots.len() * row, POISON_STD, config.dtype);
+    let value = rng.normal_vec(slots.len() * row, POISON_STD, config.dtype);
+    backend.write_kv(
+        config,
+        cache,
+        &KvWrite {
+            key: &key,
+            value: &value,
+            slot_mapping: slots,
+        },
+    )
+}
+
+/// `Err` unless `output` has one row per token of `case`.
+pub(crate) fn check_output_len(
+    backend: &dyn Backend,
+    case: &Case,
+    output: &[f32],
+) -> Result<(), BackendError> {
+    let want = case.num_tokens() * case.config.num_heads * case.config.head_size;
+    if output.len() == want {
+        return Ok(());
+    }
+    Err(BackendError::Failed {
+        backend: backend.name().to_string(),
+        message: format!(
+            "returned {} output values, expected {want} ([num_tokens, num_heads, head_size])",
+            output.len()
+        ),
+    })
 }
 
 /// The forward inputs of `case`; `query_start_loc` is `case.query_start_loc()`.
@@ -163,16 +200,7 @@ pub fn run_case(backend: &dyn Backend, case: &Case) -> Result<CaseRun, BackendEr
     let start = Instant::now();
     let output = backend.forward(config, &cache, &step)?;
     let forward_time = start.elapsed();
-    let want = case.num_tokens() * config.num_heads * config.head_size;
-    if output.len() != want {
-        return Err(BackendError::Failed {
-            backend: backend.name().to_string(),
-            message: format!(
-                "returned {} output values, expected {want} ([num_tokens, num_heads, head_size])",
-                output.len()
-            ),
-        });
-    }
+    check_output_len(backend, case, &output)?;
     Ok(CaseRun {
         output,
         forward_time,

@@ -130,6 +130,16 @@ fn add(into: &mut BackendSummary, part: BackendSummary) {
     into.backend_seconds += part.backend_seconds;
     into.wall_seconds += part.wall_seconds;
     into.shared_block_cases += part.shared_block_cases;
+    into.traces_run += part.traces_run;
+    into.trace_steps += part.trace_steps;
+    into.traces_failed += part.traces_failed;
+    into.first_trace_divergence_at = match (
+        into.first_trace_divergence_at,
+        part.first_trace_divergence_at,
+    ) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
     // Per-shard counts are not comparable; keep the earliest any shard saw.
     into.first_divergence_at = match (into.first_divergence_at, part.first_divergence_at) {
         (Some(a), Some(b)) => Some(a.min(b)),
@@ -216,6 +226,7 @@ pub fn merge(mut shards: Vec<CheckSummary>) -> Result<CheckSummary, MergeError> 
         check_agree(i, "cases", s.cases, whole.cases)?;
         check_agree(i, "deep", s.deep, whole.deep)?;
         check_agree(i, "long", s.long, whole.long)?;
+        check_agree(i, "traces", s.traces, whole.traces)?;
         let theirs: Vec<String> = s.backends.iter().map(|b| b.backend.clone()).collect();
         check_agree(i, "backends", theirs.join(","), names.join(","))?;
         check_agree(i, "upstream cases", upstream_keys(&s), &up_keys)?;
@@ -294,6 +305,7 @@ mod tests {
             shard: Shard { index, count },
             deep: false,
             long: false,
+            traces: 0,
             oracle_seconds: 0.5,
             backends: vec![b],
             upstream: rows,

@@ -40,6 +40,8 @@ pub fn check_args(req: &BotRequest, index: u32, out: &Path) -> Vec<String> {
     args.extend([
         "--cases".into(),
         req.cases.to_string(),
+        "--traces".into(),
+        req.traces.to_string(),
         "--seed".into(),
         req.seed.to_string(),
         "--shard".into(),
@@ -77,7 +79,7 @@ mod tests {
         let args = check_args(&r, 2, Path::new("out/shard-2"));
         assert_eq!(
             args.join(" "),
-            "check --backend cpu,spyre-sdpa --cases 20000 --seed 7 --shard 2/4 \
+            "check --backend cpu,spyre-sdpa --cases 20000 --traces 100 --seed 7 --shard 2/4 \
              --spec large_decode --spec mixed_medium --deep --format json --out out/shard-2/replays"
         );
         assert_eq!(
@@ -93,7 +95,7 @@ mod tests {
         let args = check_args(&r, 0, Path::new("o"));
         assert_eq!(
             args.join(" "),
-            "check --cases 500 --seed 1 --shard 0/1 --format json --out o/replays"
+            "check --cases 500 --traces 100 --seed 1 --shard 0/1 --format json --out o/replays"
         );
         assert_eq!(
             cargo_run_args(&r).join(" "),

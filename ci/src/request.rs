@@ -25,6 +25,15 @@ pub const MAX_CASES: u32 = 100_000;
 pub const DEFAULT_CASES: u32 = 500;
 /// Shards (runners) per request: at least one, at most this many.
 pub const MAX_SHARDS: u32 = 8;
+/// Serving traces per request: at most this many (0 turns them off).
+pub const MAX_TRACES: u32 = 20_000;
+/// Traces when the comment names none (as `attn-diff check`).
+pub const DEFAULT_TRACES: u32 = 100;
+
+fn default_traces() -> u32 {
+    DEFAULT_TRACES
+}
+
 /// Property cases one shard may run, and with `DEEP=1` (bigger batches, slower cases): a
 /// request over these needs more shards. Sized so a shard ends well inside the shard job's
 /// timeout (`attn-diff-sharded.yml`; docs/bot.md gives the worst case per comment).
@@ -47,6 +56,7 @@ bot:test [KEY=VALUE]...
   BACKENDS=a,b,...  backends to run (default: every registered backend)
                     known: cpu, spyre-native, spyre-sdpa, spyre-device; mutant:<name> with MUTANTS=1
   CASES=N           property cases, 1..=100000 (default 500)
+  TRACES=N          serving traces (one cache across many steps), 0..=20000 (default 100)
   SPECS=a,b,...     upstream specs to run besides the small suite (at most 16)
   SEED=N            case seed, 0..=18446744073709551615 (default 1)
   DEEP=0|1          bigger batches and longer sequences (default 0)
@@ -64,6 +74,9 @@ pub struct BotRequest {
     /// Backend names; empty means every registered backend.
     pub backends: Vec<String>,
     pub cases: u32,
+    /// Serving traces, split over the shards like the cases.
+    #[serde(default = "default_traces")]
+    pub traces: u32,
     pub specs: Vec<String>,
     pub seed: u64,
     pub deep: bool,
@@ -79,6 +92,7 @@ impl Default for BotRequest {
         BotRequest {
             backends: Vec::new(),
             cases: DEFAULT_CASES,
+            traces: DEFAULT_TRACES,
             specs: Vec::new(),
             seed: 1,
             deep: false,
@@ -94,6 +108,7 @@ impl Default for BotRequest {
 pub enum Key {
     Backends,
     Cases,
+    Traces,
     Specs,
     Seed,
     Deep,
@@ -103,9 +118,10 @@ pub enum Key {
 }
 
 impl Key {
-    pub const ALL: [Key; 8] = [
+    pub const ALL: [Key; 9] = [
         Key::Backends,
         Key::Cases,
+        Key::Traces,
         Key::Specs,
         Key::Seed,
         Key::Deep,
@@ -118,6 +134,7 @@ impl Key {
         match self {
             Key::Backends => "BACKENDS",
             Key::Cases => "CASES",
+            Key::Traces => "TRACES",
             Key::Specs => "SPECS",
             Key::Seed => "SEED",
             Key::Deep => "DEEP",
@@ -146,7 +163,7 @@ pub enum ParseError {
     #[error("`{word}` is not KEY=VALUE")]
     NotKeyValue { word: String },
     #[error(
-        "unknown key `{key}` (keys: BACKENDS, CASES, SPECS, SEED, DEEP, SHARDS, MUTANTS, SHA)"
+        "unknown key `{key}` (keys: BACKENDS, CASES, TRACES, SPECS, SEED, DEEP, SHARDS, MUTANTS, SHA)"
     )]
     UnknownKey { key: String, word: String },
     #[error("{key} is given twice")]
@@ -337,6 +354,7 @@ pub fn parse(comment: &str) -> Result<BotRequest, ParseError> {
                 req.cases = number(key, value, 1, MAX_CASES as u64, &shown)? as u32;
                 cases_word = shown;
             }
+            Key::Traces => req.traces = number(key, value, 0, MAX_TRACES as u64, &shown)? as u32,
             Key::Sha => {
                 let ok = (MIN_SHA..=MAX_SHA).contains(&value.len())
                     && value
@@ -501,7 +519,7 @@ impl BotRequest {
         if !self.backends.is_empty() {
             s.push_str(&format!(" BACKENDS={}", self.backends.join(",")));
         }
-        s.push_str(&format!(" CASES={}", self.cases));
+        s.push_str(&format!(" CASES={} TRACES={}", self.cases, self.traces));
         if !self.specs.is_empty() {
             s.push_str(&format!(" SPECS={}", self.specs.join(",")));
         }
@@ -532,6 +550,7 @@ mod tests {
             BotRequest {
                 backends: vec!["cpu".into(), "spyre-sdpa".into()],
                 cases: 20000,
+                traces: DEFAULT_TRACES,
                 specs: vec!["large_decode".into(), "mixed_medium".into()],
                 seed: 7,
                 deep: true,
@@ -694,6 +713,18 @@ mod tests {
             "100000 cases per shard (CASES=100000 over SHARDS=1); at most 12500 with DEEP=1: \
              raise SHARDS or lower CASES"
         );
+    }
+
+    #[test]
+    fn traces_are_a_number_of_their_own() {
+        assert_eq!(parse("bot:test").unwrap().traces, DEFAULT_TRACES);
+        let r = parse("bot:test TRACES=0 CASES=5").unwrap();
+        assert_eq!((r.traces, r.cases), (0, 5));
+        assert_eq!(parse(&r.canonical()).unwrap(), r);
+        assert!(matches!(
+            parse("bot:test TRACES=20001"),
+            Err(ParseError::OutOfRange { .. })
+        ));
     }
 
     #[test]

@@ -7,9 +7,11 @@ use attn_reference::Case;
 use std::path::PathBuf;
 
 /// One failure's files, pending.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct Artifact {
     pub replay: Option<(PathBuf, Case)>,
+    /// A diverging trace's replay file.
+    pub trace: Option<(PathBuf, attn_reference::Trace)>,
     pub heatmap: Option<HeatMap>,
 }
 
@@ -42,6 +44,17 @@ impl HeatMap {
 /// stands without it).
 pub fn write_all(artifacts: &[Artifact]) {
     for a in artifacts {
+        if let Some((path, trace)) = &a.trace {
+            let written = serde_json::to_string(trace)
+                .map_err(|e| e.to_string())
+                .and_then(|json| {
+                    attn_reference::golden::write_atomic(path, json.as_bytes())
+                        .map_err(|e| e.to_string())
+                });
+            if let Err(e) = written {
+                eprintln!("warning: cannot write trace file {}: {e}", path.display());
+            }
+        }
         if let Some((path, case)) = &a.replay {
             let written = serde_json::to_string(case)
                 .map_err(|e| e.to_string())

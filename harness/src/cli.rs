@@ -116,6 +116,17 @@ pub struct CheckArgs {
     /// Property cases to run (default: PROPTEST_CASES, else 500).
     #[arg(long, value_name = "N")]
     pub cases: Option<u32>,
+    /// Serving traces to run after the property cases: one cache across many scheduled
+    /// steps (blocks freed and reused, prefix hits, preemption, chunked prefill).
+    #[arg(long, default_value_t = crate::pipeline::trace::DEFAULT_TRACES, value_name = "N")]
+    pub traces: u32,
+    /// Head sizes traces draw from (default: 1,2,4,8,13,16,32,64,80,128), to aim them at
+    /// what a backend runs.
+    #[arg(long, value_parser = crate::pipeline::trace::parse_sizes, value_name = "D,...")]
+    pub trace_head_sizes: Option<crate::pipeline::trace::SizeList>,
+    /// Block sizes traces draw from (default: 1,2,3,4,5,8,16,32).
+    #[arg(long, value_parser = crate::pipeline::trace::parse_sizes, value_name = "B,...")]
+    pub trace_block_sizes: Option<crate::pipeline::trace::SizeList>,
     /// Seed of the property cases: the same seed draws the same cases on any machine.
     #[arg(long, default_value_t = 1, value_name = "SEED")]
     pub seed: u64,
@@ -146,7 +157,8 @@ pub struct CheckArgs {
 
 #[derive(Args, Debug)]
 pub struct ReplayArgs {
-    /// The case to run: a replay file (JSON) or a safetensors file written by `export`.
+    /// The case to run: a replay file (JSON: a case, or a trace, which runs every step on one
+    /// cache) or a safetensors file written by `export`.
     pub file: PathBuf,
     /// Comma-separated backends to run (default: every registered backend).
     #[arg(long, value_delimiter = ',', value_name = "NAME,...")]

@@ -56,9 +56,11 @@ fn misbehaving(mode: &str, marker: &str) -> AdapterSpec {
     )
 }
 
+/// Property cases only: these tests count cases (traces through adapters have their own).
 fn options(backend: Arc<dyn Backend>, cases: u32, out: &str, shrink: ShrinkBudget) -> CheckOptions {
     CheckOptions {
         shrink,
+        traces: 0,
         ..CheckOptions::new(vec![backend], cases, std::env::temp_dir().join(out))
     }
 }
@@ -505,6 +507,10 @@ fn vllm_spyre_findings_reproduce_when_installed() {
             "vllm-spyre-padding-crash.json",
         ),
         (
+            "--construct keywords --mode sdpa",
+            "vllm-spyre-padding-overwrites-last-slot.json",
+        ),
+        (
             "--construct keywords --padding none",
             "vllm-spyre-native-f32-in-bf16.json",
         ),
@@ -528,4 +534,62 @@ fn vllm_spyre_findings_reproduce_when_installed() {
         stdout.contains("Sliding window not supported yet"),
         "vLLM's positional construction no longer fails (finding 1):\n{stdout}"
     );
+}
+
+fn numpy_adapter(sessions: bool) -> ExternalBackend {
+    let script = repo().join("adapters/python/numpy_reference.py");
+    let spec = if sessions {
+        AdapterSpec::new("numpy-ref", vec![python(), script.display().to_string()])
+    } else {
+        // The same adapter answering protocol version 1.
+        AdapterSpec::new(
+            "numpy-ref-v1",
+            vec![
+                python(),
+                "-c".into(),
+                concat!(
+                    "import runpy, sys; sys.argv = [sys.argv[1]];",
+                    "sys.path.insert(0, __import__('os').path.dirname(sys.argv[0]));",
+                    "import attn_diff_adapter; attn_diff_adapter.Adapter.sessions = False;",
+                    "runpy.run_path(sys.argv[0], run_name='__main__')"
+                )
+                .into(),
+                script.display().to_string(),
+            ],
+        )
+    };
+    ExternalBackend::start(spec).expect("adapter starts")
+}
+
+#[test]
+fn a_version_2_adapter_keeps_its_cache_across_a_traces_steps() {
+    use attn_harness::pipeline::trace::{evaluate_trace, trace_for, TraceOutcome};
+    let _g = serial();
+    let backend = numpy_adapter(true);
+    assert_eq!(backend.hello().version, 2);
+    for index in 0..8 {
+        match evaluate_trace(&backend, &trace_for(5, index)).0 {
+            TraceOutcome::Pass { .. } | TraceOutcome::Unsupported(_) => {}
+            TraceOutcome::Diverged { step, divergence } => {
+                panic!("trace {index} step {step}: {}", divergence.message)
+            }
+        }
+    }
+    // Single cases are one-step sessions.
+    assert!(matches!(run(&backend, &small_case(3)), Outcome::Pass(_)));
+}
+
+#[test]
+fn a_version_1_adapter_runs_cases_and_declines_traces() {
+    use attn_harness::pipeline::trace::{evaluate_trace, trace_for, TraceOutcome};
+    let _g = serial();
+    let backend = numpy_adapter(false);
+    assert_eq!(backend.hello().version, 1);
+    assert!(matches!(run(&backend, &small_case(2)), Outcome::Pass(_)));
+    match evaluate_trace(&backend, &trace_for(5, 0)).0 {
+        TraceOutcome::Unsupported(u) => {
+            assert_eq!(u.feature, attn_reference::Feature::Trace, "{u}")
+        }
+        other => panic!("expected unsupported, got {other:?}"),
+    }
 }

@@ -37,7 +37,7 @@ fn every_mutant_is_killed_and_shrunk_small() {
         &|_| {},
     )
     .summary;
-    assert!(s.rows.len() >= 29);
+    assert!(s.rows.len() >= 34);
     let public = s.rows.iter().filter(|r| r.public_bug.is_some()).count();
     assert!(public >= 14, "{public} mutants name a public bug");
     let mut problems = Vec::new();
@@ -48,6 +48,13 @@ fn every_mutant_is_killed_and_shrunk_small() {
                 r.mutant, DEFAULT_CASES, r.description
             ));
             continue;
+        }
+        let name = r.mutant.trim_start_matches("mutant:");
+        if attn_backends::mutants::trace_only(name) && r.cases_to_kill.is_some() {
+            problems.push(format!(
+                "{} is trace-only but a single-step case killed it",
+                r.mutant
+            ));
         }
         let size = r
             .shrunk
@@ -71,4 +78,70 @@ fn the_sharing_mutant_breaks_only_with_shared_blocks() {
     ));
     let f = &run.summary.backends[0].failures[0];
     assert_eq!(f.size.sequences, 2, "{}", f.text);
+}
+
+/// The trace-only mutants: no single-step property case of the default budget and no case
+/// of the upstream suite kills them; the default traces do, each shrunk to a trace of at
+/// most three steps whose report names the diverging step and the blocks' history.
+#[test]
+fn trace_only_mutants_escape_single_steps_and_die_on_traces() {
+    use attn_backends::mutants::{mutant, trace_only, CATALOGUE};
+    use attn_harness::check::{run_check, CheckOptions};
+    use attn_harness::compare::Tolerance;
+    use attn_harness::runner::{evaluate, Outcome};
+    let names: Vec<&str> = CATALOGUE
+        .iter()
+        .map(|m| m.name)
+        .filter(|n| trace_only(n))
+        .collect();
+    assert!(names.len() >= 5, "{names:?}");
+    let upstream: Vec<_> = attn_harness::upstream::small_suite()
+        .iter()
+        .map(|u| {
+            let case = u.build();
+            let expected = attn_reference::reference_output(&case);
+            (u.label(), case, expected)
+        })
+        .collect();
+    for name in names {
+        let backend = mutant(name).unwrap();
+        for (label, case, expected) in &upstream {
+            let (o, _) = evaluate(backend.as_ref(), case, expected, Tolerance::upstream());
+            assert!(
+                !matches!(o, Outcome::Diverged(_)),
+                "{name} killed by upstream {label}"
+            );
+        }
+        let run = run_check(CheckOptions::new(
+            vec![backend],
+            DEFAULT_CASES,
+            std::env::temp_dir().join("attn-diff-mutants-traces"),
+        ));
+        let b = &run.summary.backends[0];
+        assert_eq!(
+            b.first_divergence_at, None,
+            "{name}: a single-step case diverged"
+        );
+        assert!(
+            b.traces_failed > 0,
+            "{name} survived {} traces",
+            b.traces_run
+        );
+        let f = &b.failures[0];
+        println!("{}", f.text);
+        let steps: usize = f
+            .text
+            .lines()
+            .find_map(|l| l.strip_prefix("trace:   "))
+            .and_then(|l| l.split(' ').next())
+            .and_then(|n| n.parse().ok())
+            .expect("the report names the trace's steps");
+        assert!(
+            steps <= 3,
+            "{name} shrunk only to {steps} steps:\n{}",
+            f.text
+        );
+        assert!(f.text.contains("history of blocks"), "{}", f.text);
+        assert!(f.origin.contains(", step "), "{}", f.origin);
+    }
 }

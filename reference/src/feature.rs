@@ -31,12 +31,15 @@ pub enum Feature {
     CacheSize,
     /// The machine the backend runs on (a missing instruction set).
     Host,
+    /// Multi-step traces: one cache kept across a trace's steps (an adapter whose protocol
+    /// has no sessions cannot).
+    Trace,
     /// A reason the backend gave that names none of the above (external adapters).
     Other,
 }
 
 impl Feature {
-    pub const ALL: [Feature; 13] = [
+    pub const ALL: [Feature; 14] = [
         Feature::Dtype,
         Feature::EncoderOnly,
         Feature::SlidingWindow,
@@ -49,6 +52,7 @@ impl Feature {
         Feature::BatchShape,
         Feature::CacheSize,
         Feature::Host,
+        Feature::Trace,
         Feature::Other,
     ];
 
@@ -89,6 +93,7 @@ impl Feature {
             Feature::BatchShape => "batch_shape",
             Feature::CacheSize => "cache_size",
             Feature::Host => "host",
+            Feature::Trace => "trace",
             Feature::Other => "other",
         }
     }
@@ -108,6 +113,7 @@ impl Feature {
             Feature::BatchShape => "batch shape",
             Feature::CacheSize => "KV cache size",
             Feature::Host => "host CPU",
+            Feature::Trace => "multi-step traces",
             Feature::Other => "other",
         }
     }

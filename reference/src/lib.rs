@@ -6,6 +6,7 @@
 //! - vLLM's named batch specs and head configs ([`specs`]) and its KV-cache construction
 //!   ([`builder`]), with inputs from a portable seeded RNG ([`rng`]);
 //! - the f64 oracle ([`oracle::reference_output`]);
+//! - serving traces ([`trace`]): one cache across many scheduled steps;
 //! - golden fixtures of the oracle on the upstream specs ([`golden`]).
 
 pub mod builder;
@@ -20,6 +21,7 @@ pub mod oracle;
 pub mod rng;
 pub mod specs;
 mod tolerance;
+pub mod trace;
 mod validate;
 
 pub use builder::{build_case, build_spec_case, BuildOptions, SharedPrefix};
@@ -32,4 +34,5 @@ pub use oracle::reference_output;
 pub use rng::InputRng;
 pub use specs::{all_specs, spec_by_name, BatchSpec};
 pub use tolerance::Tolerance;
+pub use trace::{Trace, TraceError, TraceRecipe};
 pub use validate::{MAX_BLOCKS, MAX_CASE_FILE_BYTES, MAX_DIM, MAX_HEADS};

@@ -59,6 +59,9 @@ pub struct CheckSummary {
     /// `--long`: more of the long tier.
     #[serde(default)]
     pub long: bool,
+    /// Serving traces (`--traces`), run after the property cases.
+    #[serde(default)]
+    pub traces: u32,
     pub oracle_seconds: f64,
     pub backends: Vec<BackendSummary>,
     pub upstream: Vec<UpstreamRow>,
@@ -138,6 +141,17 @@ pub struct BackendSummary {
     /// Cases run up to and including the first divergence.
     #[serde(default)]
     pub first_divergence_at: Option<usize>,
+    /// Traces run (declined ones included; they count in `unsupported` too), their steps
+    /// compared, and the traces that diverged (also counted in `failed`).
+    #[serde(default)]
+    pub traces_run: usize,
+    #[serde(default)]
+    pub trace_steps: usize,
+    #[serde(default)]
+    pub traces_failed: usize,
+    /// Traces run up to and including the first diverging one.
+    #[serde(default)]
+    pub first_trace_divergence_at: Option<usize>,
     pub failures: Vec<FailureRecord>,
 }
 

@@ -41,6 +41,18 @@ pub const DIMENSIONS: &[(&str, &[&str])] = &[
     ("table order", &["ascending", "descending", "mixed"]),
     ("sharing", &["shared blocks", "none"]),
     ("padding", &["padding tokens", "none"]),
+    // Traces (counted per trace, not per case).
+    ("trace steps", &["1-8", "9-24", "above 24"]),
+    (
+        "trace events",
+        &[
+            "freed block reused",
+            "prefix hit",
+            "preemption",
+            "chunked prefill",
+            "decode into a new block",
+        ],
+    ),
 ];
 
 /// Every dimension with its buckets, as reports show them: [`DIMENSIONS`], with `features`

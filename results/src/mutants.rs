@@ -15,6 +15,9 @@ pub struct MutantRow {
     pub killed: bool,
     /// Property cases run up to the first divergence.
     pub cases_to_kill: Option<usize>,
+    /// Traces run up to the first diverging one (after all property cases).
+    #[serde(default)]
+    pub traces_to_kill: Option<usize>,
     pub seconds: f64,
     pub shrunk: Option<CaseSize>,
     /// Killed by the upstream suite alone (its specs, its 1e-2 tolerance).
@@ -29,6 +32,9 @@ pub struct MutantsSummary {
     #[serde(default = "schema_version")]
     pub schema_version: u32,
     pub cases: u32,
+    /// Traces each mutant ran after its property cases.
+    #[serde(default)]
+    pub traces: u32,
     pub seed: u64,
     pub upstream_cases: usize,
     pub rows: Vec<MutantRow>,

@@ -4,7 +4,9 @@
 //!
 //! attn-diff starts the adapter once and keeps it. `new_cache` and `write_kv` only record
 //! what to write; `forward` sends the whole case (every write in order, then the step) as one
-//! request and waits for one reply. A timeout kills the adapter (it is restarted for the next
+//! request and waits for one reply (version 1), or, to an adapter speaking version 2, one
+//! `step` of the cache's session with the writes since its last step: the adapter keeps the
+//! session's cache, so a trace runs on one cache as it does in-process. A timeout kills the adapter (it is restarted for the next
 //! case) and is a [`BackendError::Timeout`]; a dead adapter is a [`BackendError::Crashed`]
 //! ending with its stderr; a malformed reply is a [`BackendError::Protocol`] naming what was
 //! wrong.
@@ -53,15 +55,21 @@ pub struct RecordedWrite {
 }
 
 /// An external backend's "cache": the real one lives in the adapter, built from these.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Debug)]
 pub struct ExternalCache {
     pub num_blocks: usize,
     pub writes: Vec<RecordedWrite>,
+    /// The session this cache is (protocol version 2), unique per backend.
+    pub session: u64,
+    /// (adapter start it was sent to, writes sent): a restarted adapter lost the session, so
+    /// its next step resends every write.
+    sent: Mutex<(u64, usize)>,
 }
 
 struct State {
     process: Option<AdapterProcess>,
     next_case: u64,
+    next_session: u64,
     last_kernel: Option<Duration>,
     starts: u64,
 }
@@ -128,6 +136,7 @@ impl ExternalBackend {
             state: Mutex::new(State {
                 process: Some(process),
                 next_case: 0,
+                next_session: 0,
                 last_kernel: None,
                 starts: 1,
             }),
@@ -193,7 +202,16 @@ impl ExternalBackend {
         }
         let id = st.next_case;
         st.next_case += 1;
-        let request = protocol::case_request(id, config, cache, step);
+        let sessions = self.hello.version >= protocol::SESSION_VERSION;
+        let mut sent = cache.sent.lock().unwrap_or_else(|p| p.into_inner());
+        let request = if sessions {
+            let fresh = sent.1 == 0 || sent.0 != st.starts;
+            protocol::step_request(id, config, cache, (sent.1, fresh), step)
+        } else {
+            protocol::case_request(id, config, cache, step)
+        };
+        // Until a reply arrives, the adapter may or may not hold these writes: resend all.
+        *sent = (0, 0);
         let Some(mut p) = st.process.take() else {
             return Err(self.crashed("the adapter is not running".into()));
         };
@@ -233,6 +251,7 @@ impl ExternalBackend {
                         kernel_seconds,
                     } => {
                         st.last_kernel = kernel_seconds.map(Duration::from_secs_f64);
+                        *sent = (st.starts, cache.writes.len());
                         Ok(values)
                     }
                     Reply::Unsupported(reason) => {
@@ -257,6 +276,19 @@ impl Backend for ExternalBackend {
         self.hello.capabilities.check(config)
     }
 
+    /// Version 2 keeps a session's cache in the adapter across `step` messages. Version 1
+    /// sends each forward with every write since the cache was made: the adapter rebuilds
+    /// its cache per call, so a trace would test the replay, not its cache across steps.
+    fn runs_traces(&self) -> Result<(), Unsupported> {
+        if self.hello.version >= protocol::SESSION_VERSION {
+            return Ok(());
+        }
+        Err(Unsupported::new(
+            Feature::Trace,
+            "protocol version 1 has no sessions: the adapter's cache is rebuilt for every call",
+        ))
+    }
+
     fn cache_layout(&self) -> CacheLayout {
         CacheLayout {
             shape: "adapter-defined",
@@ -265,8 +297,15 @@ impl Backend for ExternalBackend {
     }
 
     fn new_cache(&self, _: &AttentionConfig, num_blocks: usize) -> Result<KvCache, BackendError> {
+        let session = {
+            let mut st = self.state();
+            st.next_session += 1;
+            st.next_session
+        };
         Ok(Box::new(ExternalCache {
             num_blocks,
+            session,
+            sent: Mutex::new((0, 0)),
             writes: Vec::new(),
         }))
     }

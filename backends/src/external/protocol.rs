@@ -1,9 +1,14 @@
-//! The messages of protocol version 1 (documented in `docs/external-backends.md`): each is a
-//! safetensors payload whose metadata key `message` names it.
+//! The messages of protocol versions 1 and 2 (documented in `docs/external-backends.md`):
+//! each is a safetensors payload whose metadata key `message` names it.
 //!
-//! - `hello` (attn-diff → adapter): metadata `protocol`, `version`.
-//! - `hello` (adapter → attn-diff): metadata `protocol`, `version`, `name`, `capabilities`
-//!   (JSON, see [`Capabilities`]), optionally `description`.
+//! - `hello` (attn-diff → adapter): metadata `protocol`, `version` (1, what every adapter
+//!   understands) and `versions` (`1,2`: what this attn-diff speaks).
+//! - `hello` (adapter → attn-diff): metadata `protocol`, `version` (1, or 2 when it speaks
+//!   sessions), `name`, `capabilities` (JSON, see [`Capabilities`]), optionally `description`.
+//! - `step` (attn-diff → adapter, version 2): one step of a session: metadata `session` (and
+//!   `fresh` = 1 when the session starts: drop any earlier session, make a new cache), the
+//!   writes since the session's last step, then the step. The adapter keeps the session's
+//!   cache for its next step; replies as to `case`.
 //! - `case` (attn-diff → adapter): one whole case; the adapter builds its cache, applies the
 //!   writes in order, runs the step, and answers with exactly one of
 //! - `output` (tensor `output [num_tokens, num_heads, head_size]`, F32, F64, F16 or BF16;
@@ -20,6 +25,8 @@ use thiserror::Error;
 
 pub const PROTOCOL: &str = "attn-diff-external";
 pub const PROTOCOL_VERSION: u32 = 1;
+/// The version with sessions (a cache kept across `step` messages).
+pub const SESSION_VERSION: u32 = 2;
 
 /// What was wrong with a message the adapter sent.
 #[derive(Debug, Error, Clone, PartialEq)]
@@ -56,6 +63,8 @@ pub enum ProtocolError {
 /// The adapter's half of the handshake.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Hello {
+    /// The version the adapter speaks: [`PROTOCOL_VERSION`] or [`SESSION_VERSION`].
+    pub version: u32,
     pub name: String,
     pub description: Option<String>,
     pub capabilities: Capabilities,
@@ -102,6 +111,7 @@ pub fn hello_request() -> Vec<u8> {
             ("message", "hello".into()),
             ("protocol", PROTOCOL.into()),
             ("version", PROTOCOL_VERSION.to_string()),
+            ("versions", format!("{PROTOCOL_VERSION},{SESSION_VERSION}")),
         ]),
     )
 }
@@ -141,19 +151,23 @@ pub fn parse_hello(bytes: &[u8]) -> Result<Hello, ProtocolError> {
     if protocol != PROTOCOL {
         return Err(bad("protocol", protocol, format!("expected `{PROTOCOL}`")));
     }
-    let version = get(&m, WHAT, "version")?;
-    if version != PROTOCOL_VERSION.to_string() {
-        return Err(bad(
-            "version",
-            version,
-            format!("this attn-diff speaks version {PROTOCOL_VERSION}"),
-        ));
-    }
+    let version_text = get(&m, WHAT, "version")?;
+    let version = match version_text.parse::<u32>() {
+        Ok(v @ (PROTOCOL_VERSION | SESSION_VERSION)) => v,
+        _ => {
+            return Err(bad(
+                "version",
+                version_text,
+                format!("this attn-diff speaks version {PROTOCOL_VERSION} or {SESSION_VERSION}"),
+            ))
+        }
+    };
     let name = get(&m, WHAT, "name")?.to_string();
     let caps_text = m.get("capabilities").map(String::as_str).unwrap_or("{}");
     let capabilities: Capabilities = serde_json::from_str(caps_text)
         .map_err(|e| bad("capabilities", caps_text, e.to_string()))?;
     Ok(Hello {
+        version,
         name,
         description: m.get("description").cloned(),
         capabilities,
@@ -173,11 +187,54 @@ pub fn case_request(
     cache: &ExternalCache,
     step: &StepInputs<'_>,
 ) -> Vec<u8> {
+    request(
+        case_id,
+        config,
+        cache.num_blocks,
+        &cache.writes,
+        step,
+        &[("message", "case".into())],
+    )
+}
+
+/// One step of session `session`: the writes not sent yet (all of them when `fresh`), then
+/// the step.
+pub fn step_request(
+    case_id: u64,
+    config: &AttentionConfig,
+    cache: &ExternalCache,
+    (from, fresh): (usize, bool),
+    step: &StepInputs<'_>,
+) -> Vec<u8> {
+    let from = if fresh { 0 } else { from };
+    request(
+        case_id,
+        config,
+        cache.num_blocks,
+        &cache.writes[from..],
+        step,
+        &[
+            ("message", "step".into()),
+            ("version", SESSION_VERSION.to_string()),
+            ("session", cache.session.to_string()),
+            ("fresh", u8::from(fresh).to_string()),
+        ],
+    )
+}
+
+fn request(
+    case_id: u64,
+    config: &AttentionConfig,
+    num_blocks: usize,
+    writes: &[super::RecordedWrite],
+    step: &StepInputs<'_>,
+    extra: &[(&str, String)],
+) -> Vec<u8> {
     let (hq, hkv, d) = (config.num_heads, config.num_kv_heads, config.head_size);
     let b = step.seq_lens.len();
     let width = step.block_table.first().map_or(0, Vec::len);
     let mut tensors = Vec::new();
-    for (i, w) in cache.writes.iter().enumerate() {
+    for (i, w) in writes.iter().enumerate() {
         let n = w.slot_mapping.len();
         tensors.push((
             format!("write.{i}.key"),
@@ -229,21 +286,19 @@ pub fn case_request(
         vec![b, width],
         i32_bytes(step.block_table.iter().flatten().map(|&x| x as usize)),
     ));
-    serialize(
-        tensors,
-        meta(&[
-            ("message", "case".into()),
-            ("version", PROTOCOL_VERSION.to_string()),
-            ("case_id", case_id.to_string()),
-            (
-                "config",
-                serde_json::to_string(config).expect("config serializes"),
-            ),
-            ("num_blocks", cache.num_blocks.to_string()),
-            ("num_tokens", step.num_tokens.to_string()),
-            ("num_writes", cache.writes.len().to_string()),
-        ]),
-    )
+    let mut m = meta(&[
+        ("version", PROTOCOL_VERSION.to_string()),
+        ("case_id", case_id.to_string()),
+        (
+            "config",
+            serde_json::to_string(config).expect("config serializes"),
+        ),
+        ("num_blocks", num_blocks.to_string()),
+        ("num_tokens", step.num_tokens.to_string()),
+        ("num_writes", writes.len().to_string()),
+    ]);
+    m.extend(extra.iter().map(|(k, v)| (k.to_string(), v.clone())));
+    serialize(tensors, m)
 }
 
 fn decode_output(dtype: Dtype, bytes: &[u8]) -> Option<Vec<f32>> {

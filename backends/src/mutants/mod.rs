@@ -5,15 +5,19 @@
 //!   slot mapping, the block table, the query heads), as a buggy caller would;
 //! - [`plain`] mutants are a small scalar copy of a paged-attention kernel (online softmax in
 //!   two KV splits merged by log-sum-exp, the shape of `cpu`'s split-KV path) with one
-//!   switch flipped, for bugs that live inside a kernel.
+//!   switch flipped, for bugs that live inside a kernel;
+//! - [`stateful`] mutants keep state between steps and break only when a cache lives across
+//!   a trace's steps (single cases and the upstream suite cannot see them).
 
 mod plain;
+mod stateful;
 mod wrap;
 
 use crate::Backend;
 use std::sync::Arc;
 
 pub use plain::{Bug, PlainBackend};
+pub use stateful::{StatefulMutant, StepBug};
 pub use wrap::{Mutation, WrappedMutant};
 
 /// One mutant of the catalogue.
@@ -75,7 +79,18 @@ pub const CATALOGUE: &[MutantInfo] = &[
     // Thresholds where kernels change path.
     m("partition-merge-no-rescale", "partitions of 256 keys merged without the max rescale (wrong only past 256 keys)"),
     m("simd-tail-dropped", "q·k skips the last head_size % 8 dimensions (a vector loop without its scalar tail)"),
+    // Trace-only: state kept between steps.
+    m("trace-new-block-into-previous", "a decode token that starts a new block is written into the sequence's previous block"),
+    m("trace-stale-row-table", "a batch row keeps its last sequence's block table: not invalidated when blocks are freed and reused"),
+    m("trace-prefix-hit-overwritten", "a sequence admitted with a prefix hit also writes its first tokens over the last hit block"),
+    m("trace-stale-block-snapshot", "full blocks kept converted across steps: a block reused by a shorter sequence reads the old contents"),
+    m("trace-chunk-off-by-one", "a continuing chunk of a chunked prefill is written one position early"),
 ];
+
+/// Whether mutant `name` can only break across the steps of a trace.
+pub fn trace_only(name: &str) -> bool {
+    name.starts_with("trace-")
+}
 
 /// Every mutant, as a backend named `mutant:<name>`.
 pub fn all_mutants() -> Vec<Arc<dyn Backend>> {
@@ -91,6 +106,7 @@ pub fn mutant(name: &str) -> Option<Arc<dyn Backend>> {
     let plain = |b: Bug| {
         Some(Arc::new(PlainBackend::new(&format!("mutant:{name}"), b)) as Arc<dyn Backend>)
     };
+    let step = |b: StepBug| Some(Arc::new(StatefulMutant::new(name, b)) as Arc<dyn Backend>);
     match name {
         "window-off-by-one" => wrap(Mutation::WindowOneWider),
         "gqa-modulo" => wrap(Mutation::GqaModulo),
@@ -123,6 +139,11 @@ pub fn mutant(name: &str) -> Option<Arc<dyn Backend>> {
         "page-offset-past-128" => plain(Bug::PageOffsetPast128),
         "partition-merge-no-rescale" => plain(Bug::PartitionMergeNoRescale),
         "simd-tail-dropped" => plain(Bug::SimdTailDropped),
+        "trace-new-block-into-previous" => step(StepBug::NewBlockIntoPrevious),
+        "trace-stale-row-table" => step(StepBug::StaleRowTable),
+        "trace-prefix-hit-overwritten" => step(StepBug::PrefixHitOverwritten),
+        "trace-stale-block-snapshot" => step(StepBug::StaleBlockSnapshot),
+        "trace-chunk-off-by-one" => step(StepBug::ChunkOffByOne),
         _ => None,
     }
 }

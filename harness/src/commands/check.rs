@@ -26,7 +26,8 @@ pub fn run(args: CheckArgs, global: GlobalArgs) -> anyhow::Result<bool> {
     let cases = args.cases.unwrap_or_else(CheckOptions::default_cases);
     let shard = args.shard;
     let owned = (0..cases as usize).filter(|&i| shard.owns(i)).count();
-    let progress = Progress::new(global.quiet, (owned + up.len()) as u64, "cases");
+    let traces = (0..args.traces as usize).filter(|&i| shard.owns(i)).count();
+    let progress = Progress::new(global.quiet, (owned + traces + up.len()) as u64, "cases");
     progress.phase("property cases");
     let bar = progress.handle();
     let on_event = Box::new(move |e: Event<'_>| match e {
@@ -38,6 +39,10 @@ pub fn run(args: CheckArgs, global: GlobalArgs) -> anyhow::Result<bool> {
             bar.phase("upstream suite");
             bar.step();
         }
+        Event::Trace => {
+            bar.phase("traces");
+            bar.step();
+        }
         Event::Shrinking { backend } => bar.phase(format!("shrinking {backend}")),
     });
     let run = run_check(CheckOptions {
@@ -47,6 +52,14 @@ pub fn run(args: CheckArgs, global: GlobalArgs) -> anyhow::Result<bool> {
         shard,
         deep: args.deep,
         long: args.long,
+        traces: args.traces,
+        trace_shapes: {
+            let d = crate::pipeline::trace::TraceShapes::default();
+            crate::pipeline::trace::TraceShapes {
+                head_sizes: args.trace_head_sizes.map_or(d.head_sizes, |l| l.0),
+                block_sizes: args.trace_block_sizes.map_or(d.block_sizes, |l| l.0),
+            }
+        },
         upstream: up,
         out_dir: args.out,
         shrink: ShrinkBudget::default(),

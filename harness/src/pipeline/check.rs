@@ -31,6 +31,10 @@ pub struct CheckOptions {
     pub deep: bool,
     /// The long tier for one case in four (`--long`), contexts up to 128k.
     pub long: bool,
+    /// Serving traces to run after the property cases (one cache across many steps).
+    pub traces: u32,
+    /// The head and block sizes traces draw from.
+    pub trace_shapes: crate::pipeline::trace::TraceShapes,
     /// Upstream cases to run besides the property cases.
     pub upstream: Vec<UpstreamCase>,
     pub out_dir: PathBuf,
@@ -49,6 +53,8 @@ pub enum Event<'a> {
     PropertyCase,
     /// An upstream case ran on every backend.
     UpstreamCase,
+    /// A trace ran on every backend.
+    Trace,
     /// A divergence of `backend` is being shrunk (until the next case event).
     Shrinking { backend: &'a str },
 }
@@ -77,6 +83,8 @@ impl CheckOptions {
             shard: Shard::ALL,
             deep: false,
             long: false,
+            traces: crate::pipeline::trace::DEFAULT_TRACES,
+            trace_shapes: Default::default(),
             upstream: Vec::new(),
             out_dir,
             shrink: ShrinkBudget::default(),
@@ -169,6 +177,7 @@ fn report(
     let record = failure_record(backend, origin, case, expected, d, files, shrunk);
     let artifact = Artifact {
         replay: Some((replay, case.clone())),
+        trace: None,
         heatmap,
     };
     (record, artifact)
@@ -294,6 +303,15 @@ pub fn run_check(mut opts: CheckOptions) -> CheckRun {
         tell(Event::PropertyCase);
     }
 
+    crate::pipeline::trace_check::run_traces(
+        &opts,
+        &mut summaries,
+        &mut artifacts,
+        &mut coverage,
+        &mut oracle_time,
+        &mut tell,
+    );
+
     let mut upstream_rows = Vec::new();
     for uc in &opts.upstream {
         let case = uc.build();
@@ -370,6 +388,7 @@ pub fn run_check(mut opts: CheckOptions) -> CheckRun {
             shard: opts.shard,
             deep: opts.deep,
             long: opts.long,
+            traces: opts.traces,
             oracle_seconds: oracle_time.as_secs_f64(),
             backends: summaries,
             upstream: upstream_rows,

@@ -162,6 +162,42 @@ pub fn buckets(case: &Case) -> Vec<(&'static str, &'static str)> {
 }
 
 /// Count a case that `backend` ran, by its [`buckets`] (computed once per case).
+/// The buckets of a trace: its length and the serving events it holds (several or none).
+pub fn trace_buckets(trace: &attn_reference::Trace) -> Vec<(&'static str, &'static str)> {
+    use attn_reference::trace::{FreeReason, Phase};
+    let steps = range_bucket(trace.steps.len(), &[(8, "1-8"), (24, "9-24")], "above 24");
+    let mut out = vec![("trace steps", steps)];
+    let bs = trace.config.block_size;
+    let mut freed = std::collections::HashSet::new();
+    let (mut reused, mut preempted, mut chunked, mut new_block) = (false, false, false, false);
+    for st in &trace.steps {
+        for s in &st.seqs {
+            reused |= s.block_table[s.context_len / bs..]
+                .iter()
+                .any(|b| freed.contains(b));
+            chunked |= s.phase == Phase::ChunkedPrefill;
+            new_block |= s.phase == Phase::Decode && s.context_len.is_multiple_of(bs);
+        }
+        for f in &st.freed {
+            preempted |= f.reason == FreeReason::Preempted;
+            freed.extend(f.blocks.iter().copied());
+        }
+    }
+    let hit = trace.steps.iter().any(|s| !s.prefix_hits.is_empty());
+    for (on, bucket) in [
+        (reused, "freed block reused"),
+        (hit, "prefix hit"),
+        (preempted, "preemption"),
+        (chunked, "chunked prefill"),
+        (new_block, "decode into a new block"),
+    ] {
+        if on {
+            out.push(("trace events", bucket));
+        }
+    }
+    out
+}
+
 pub fn count(report: &mut CoverageReport, backend: &str, buckets: &[(&str, &str)]) {
     for (dim, bucket) in buckets {
         report.count(backend, dim, bucket);

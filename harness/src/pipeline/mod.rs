@@ -12,4 +12,7 @@ pub mod replay;
 pub mod runner;
 pub mod shrink;
 pub mod strategy;
+pub mod trace;
+pub mod trace_check;
+pub mod trace_shrink;
 pub mod upstream;

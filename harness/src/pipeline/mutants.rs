@@ -46,6 +46,7 @@ pub fn run_mutants(
                 public_bug: info.public_bug.map(str::to_string),
                 killed: b.failed > 0,
                 cases_to_kill: b.first_divergence_at,
+                traces_to_kill: b.first_trace_divergence_at,
                 seconds: start.elapsed().as_secs_f64(),
                 shrunk: b.failures.first().map(|f| f.size.clone()),
                 killed_by_upstream: false,
@@ -80,6 +81,7 @@ pub fn run_mutants(
         summary: MutantsSummary {
             schema_version: attn_results::SCHEMA_VERSION,
             cases,
+            traces: crate::pipeline::trace::DEFAULT_TRACES,
             seed,
             upstream_cases: upstream.len(),
             rows,

@@ -1,7 +1,7 @@
 //! Running one backend on one case and judging the result against the oracle.
 
 use crate::compare::{compare, Comparison, Tolerance};
-use attn_backends::{run_case, Backend, BackendError, Unsupported};
+use attn_backends::{run_case, Backend, BackendError, CaseRun, Unsupported};
 use attn_reference::Case;
 use serde::Serialize;
 use std::cell::RefCell;
@@ -66,6 +66,19 @@ fn install_panic_hook() {
     });
 }
 
+/// Run `f`, turning a panic into its message (recorded by the panic hook, not printed).
+pub fn catch_panic<T>(f: impl FnOnce() -> T) -> Result<T, String> {
+    install_panic_hook();
+    CAPTURING.with(|c| *c.borrow_mut() = true);
+    let result = catch_unwind(AssertUnwindSafe(f));
+    CAPTURING.with(|c| *c.borrow_mut() = false);
+    result.map_err(|_| {
+        PANIC_MESSAGE
+            .with(|m| m.borrow_mut().take())
+            .unwrap_or_else(|| "panicked".into())
+    })
+}
+
 /// Run `backend` on a valid `case` and judge it against `expected` (the oracle's output).
 pub fn evaluate(
     backend: &dyn Backend,
@@ -73,10 +86,16 @@ pub fn evaluate(
     expected: &[f64],
     tol: Tolerance,
 ) -> (Outcome, Duration) {
-    install_panic_hook();
-    CAPTURING.with(|c| *c.borrow_mut() = true);
-    let result = catch_unwind(AssertUnwindSafe(|| run_case(backend, case)));
-    CAPTURING.with(|c| *c.borrow_mut() = false);
+    judge(catch_panic(|| run_case(backend, case)), case, expected, tol)
+}
+
+/// Judge what a backend did with `case` (a panic's message, its error, or its output).
+pub fn judge(
+    result: Result<Result<CaseRun, BackendError>, String>,
+    case: &Case,
+    expected: &[f64],
+    tol: Tolerance,
+) -> (Outcome, Duration) {
     let diverged = |kind, message: String| {
         Outcome::Diverged(Divergence {
             kind,
@@ -86,12 +105,7 @@ pub fn evaluate(
         })
     };
     match result {
-        Err(_) => {
-            let msg = PANIC_MESSAGE
-                .with(|m| m.borrow_mut().take())
-                .unwrap_or_else(|| "panicked".into());
-            (diverged(DivergenceKind::Panic, msg), Duration::ZERO)
-        }
+        Err(msg) => (diverged(DivergenceKind::Panic, msg), Duration::ZERO),
         Ok(Err(BackendError::Unsupported(u))) => (Outcome::Unsupported(u), Duration::ZERO),
         Ok(Err(e)) => (diverged(error_kind(&e), e.to_string()), Duration::ZERO),
         Ok(Ok(run)) => {

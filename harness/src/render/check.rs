@@ -149,11 +149,12 @@ fn headline(s: &CheckSummary) -> String {
         "all passed"
     };
     format!(
-        "attn-diff check: {} property case(s){}{} seed {}{shard}, {} upstream case(s): {verdict}",
+        "attn-diff check: {} property case(s){}{} seed {}{shard}, {} trace(s), {} upstream case(s): {verdict}",
         s.cases,
         if s.deep { " (deep)" } else { "" },
         if s.long { " (long)" } else { "" },
         s.seed,
+        s.traces,
         s.upstream.len() / s.backends.len().max(1)
     )
 }
@@ -207,6 +208,9 @@ pub fn render_text(s: &CheckSummary, detail: Detail) -> String {
     if let Some(l) = upstream_line(s) {
         let _ = writeln!(out, "{l}");
     }
+    if let Some(l) = traces_line(s) {
+        let _ = writeln!(out, "{l}");
+    }
     out.push_str(&coverage_text(s, detail));
     let shared: usize = s.backends.first().map_or(0, |b| b.shared_block_cases);
     let _ = writeln!(
@@ -219,9 +223,49 @@ pub fn render_text(s: &CheckSummary, detail: Detail) -> String {
     out
 }
 
+/// Traces per backend: "traces: 60 per backend (one cache across their steps); cpu 60
+/// passed (612 steps), mutant:x 1 diverged after 3 traces".
+pub fn traces_line(s: &CheckSummary) -> Option<String> {
+    if s.traces == 0 {
+        return None;
+    }
+    let per: Vec<String> = s
+        .backends
+        .iter()
+        .map(|b| {
+            let declined = b
+                .unsupported
+                .iter()
+                .filter(|g| g.feature == attn_reference::Feature::Trace)
+                .map(|g| g.cases)
+                .sum::<usize>();
+            if b.traces_failed > 0 {
+                format!(
+                    "{} {} diverged (first at trace {})",
+                    b.backend,
+                    b.traces_failed,
+                    b.first_trace_divergence_at.unwrap_or(0)
+                )
+            } else if declined == b.traces_run && declined > 0 {
+                format!("{} declined (no sessions)", b.backend)
+            } else {
+                format!("{} passed ({} steps)", b.backend, b.trace_steps)
+            }
+        })
+        .collect();
+    Some(format!(
+        "traces: {} per backend (one cache across their steps); {}",
+        s.backends.first().map_or(0, |b| b.traces_run),
+        per.join(", ")
+    ))
+}
+
 pub fn render_markdown(s: &CheckSummary) -> String {
     let mut out = format!("### {}\n\n", headline(s));
     out.push_str(&table::markdown(&BACKEND_HEADER, &backend_rows(s)));
+    if let Some(l) = traces_line(s) {
+        let _ = writeln!(out, "\n{l}");
+    }
     let lines = unsupported_lines(s);
     if !lines.is_empty() {
         let _ = write!(

@@ -9,6 +9,7 @@ pub mod mutants;
 pub mod plot;
 pub mod report;
 pub mod table;
+pub mod trace_report;
 
 use clap::ValueEnum;
 

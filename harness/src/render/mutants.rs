@@ -11,6 +11,7 @@ fn rows(s: &MutantsSummary) -> Vec<Vec<String>> {
                 r.mutant.clone(),
                 if r.killed { "yes".into() } else { "NO".into() },
                 r.cases_to_kill.map_or("-".into(), |n| n.to_string()),
+                r.traces_to_kill.map_or("-".into(), |n| n.to_string()),
                 format!("{:.1}", r.seconds),
                 r.shrunk.as_ref().map_or("-".into(), |s| s.to_string()),
                 if r.killed_by_upstream {
@@ -24,10 +25,11 @@ fn rows(s: &MutantsSummary) -> Vec<Vec<String>> {
         .collect()
 }
 
-const HEADER: [&str; 7] = [
+const HEADER: [&str; 8] = [
     "mutant",
     "killed",
     "cases",
+    "traces",
     "seconds",
     "shrunk case",
     "upstream suite",
@@ -39,9 +41,10 @@ fn kill_rate(s: &MutantsSummary) -> String {
     let k = s.rows.iter().filter(|r| r.killed).count();
     let u = s.rows.iter().filter(|r| r.killed_by_upstream).count();
     format!(
-        "kill rate: attn-diff {k}/{n} ({:.0}%) with {} property cases; upstream suite alone {u}/{n} ({:.0}%) over {} cases",
+        "kill rate: attn-diff {k}/{n} ({:.0}%) with {} property cases and {} traces (cases: the first diverging property case, - when no single-step case did; traces: the first diverging trace); upstream suite alone {u}/{n} ({:.0}%) over {} cases",
         100.0 * k as f64 / n as f64,
         s.cases,
+        s.traces,
         100.0 * u as f64 / n as f64,
         s.upstream_cases
     )

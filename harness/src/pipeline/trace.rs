@@ -1,0 +1,200 @@
+//! Traces through a backend: drawing a trace recipe from (seed, index), the oracle of every
+//! step, and running a backend with one cache across all steps, every step judged. The first
+//! diverging step ends the run.
+
+use crate::compare::Tolerance;
+use crate::runner::{catch_panic, judge, Divergence, Outcome};
+use attn_backends::{Backend, TraceSession, Unsupported};
+use attn_reference::trace::{generate, TraceRecipe};
+use attn_reference::{reference_output, AttentionConfig, Case, DType, InputRng, Trace};
+use std::time::Duration;
+
+/// Traces a `check` runs when `--traces` does not say otherwise.
+pub const DEFAULT_TRACES: u32 = 100;
+
+/// A trace with what judging it needs: each step as a case and its oracle output.
+pub struct JudgedTrace {
+    pub trace: Trace,
+    pub steps: Vec<Case>,
+    pub expected: Vec<Vec<f64>>,
+}
+
+impl JudgedTrace {
+    /// The steps and oracle of a valid trace.
+    pub fn new(trace: Trace) -> JudgedTrace {
+        let steps: Vec<Case> = (0..trace.steps.len()).map(|i| trace.step_case(i)).collect();
+        let expected = steps.iter().map(reference_output).collect();
+        JudgedTrace {
+            trace,
+            steps,
+            expected,
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub enum TraceOutcome {
+    /// Every step agreed; the worst errors over all steps.
+    Pass {
+        max_abs_err: f64,
+        max_rel_err: f64,
+    },
+    Unsupported(Unsupported),
+    Diverged {
+        step: usize,
+        divergence: Box<Divergence>,
+    },
+}
+
+/// Run `backend` through every step of `t` on one cache.
+pub fn evaluate_trace(backend: &dyn Backend, t: &JudgedTrace) -> (TraceOutcome, Duration) {
+    let mut time = Duration::ZERO;
+    if t.steps.is_empty() {
+        return (
+            TraceOutcome::Pass {
+                max_abs_err: 0.0,
+                max_rel_err: 0.0,
+            },
+            time,
+        );
+    }
+    let failed_start = |result| {
+        let tol = Tolerance::for_case(&t.steps[0]);
+        let (outcome, _) = judge(result, &t.steps[0], &t.expected[0], tol);
+        diverged_or_unsupported(outcome, 0)
+    };
+    let mut session = match catch_panic(|| TraceSession::start(backend, &t.trace)) {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => return (failed_start(Ok(Err(e))), time),
+        Err(panic) => return (failed_start(Err(panic)), time),
+    };
+    let (mut abs, mut rel) = (0.0f64, 0.0f64);
+    for (i, (case, expected)) in t.steps.iter().zip(&t.expected).enumerate() {
+        let result = catch_panic(|| session.step(case));
+        let (outcome, dt) = judge(result, case, expected, Tolerance::for_case(case));
+        time += dt;
+        match outcome {
+            Outcome::Pass(c) => {
+                abs = abs.max(c.max_abs_err);
+                rel = rel.max(c.max_rel_err);
+            }
+            other => return (diverged_or_unsupported(other, i), time),
+        }
+    }
+    (
+        TraceOutcome::Pass {
+            max_abs_err: abs,
+            max_rel_err: rel,
+        },
+        time,
+    )
+}
+
+fn diverged_or_unsupported(outcome: Outcome, step: usize) -> TraceOutcome {
+    match outcome {
+        Outcome::Diverged(divergence) => TraceOutcome::Diverged {
+            step,
+            divergence: Box::new(divergence),
+        },
+        Outcome::Unsupported(u) => TraceOutcome::Unsupported(u),
+        Outcome::Pass(_) => unreachable!("only failures are passed here"),
+    }
+}
+
+/// The head and block sizes traces draw from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TraceShapes {
+    pub head_sizes: Vec<usize>,
+    pub block_sizes: Vec<usize>,
+}
+
+impl Default for TraceShapes {
+    /// Small and odd sizes (the point is the cache's life, not the kernel's width) and the
+    /// common ones.
+    fn default() -> Self {
+        TraceShapes {
+            head_sizes: vec![1, 2, 4, 8, 13, 16, 32, 64, 80, 128],
+            block_sizes: vec![1, 2, 3, 4, 5, 8, 16, 16, 32],
+        }
+    }
+}
+
+/// Trace recipe `index` of `seed`: a deterministic function of both, so shards and replays
+/// regenerate the same trace. Small shapes, a tight cache (so blocks are reused and
+/// sequences preempted), shared prefixes in about half the traces.
+pub fn trace_recipe(seed: u64, index: usize) -> TraceRecipe {
+    trace_recipe_with(seed, index, &TraceShapes::default())
+}
+
+/// [`trace_recipe`] with head and block sizes drawn from `shapes` (to aim traces at what a
+/// backend runs: `--trace-head-sizes`, `--trace-block-sizes`).
+pub fn trace_recipe_with(seed: u64, index: usize, shapes: &TraceShapes) -> TraceRecipe {
+    let mut rng = InputRng::new(seed ^ 0x7 ^ (index as u64).wrapping_mul(0xA24B_AED4_963E_E407));
+    let mut pick = |lo: usize, hi: usize| lo + rng.below((hi - lo + 1) as u64) as usize;
+    let num_kv_heads = pick(1, 2);
+    let num_heads = num_kv_heads * [1, 2, 4][pick(0, 2)];
+    let one_of = |v: &[usize], i: usize| v[i.min(v.len() - 1)];
+    let head_size = one_of(
+        &shapes.head_sizes,
+        pick(0, shapes.head_sizes.len().max(1) - 1),
+    );
+    let block_size = one_of(
+        &shapes.block_sizes,
+        pick(0, shapes.block_sizes.len().max(1) - 1),
+    );
+    let dtype = [DType::F32, DType::F32, DType::Bf16, DType::F16][pick(0, 3)];
+    let mut config = AttentionConfig::new(num_heads, num_kv_heads, head_size, block_size, dtype);
+    if pick(0, 5) == 0 {
+        config.sliding_window = Some(pick(1, 24));
+    }
+    if pick(0, 7) == 0 {
+        config.logits_soft_cap = Some(10.0);
+    }
+    let n = pick(1, 6);
+    let sharing = if pick(0, 1) == 0 {
+        pick(2, 6).min(n)
+    } else {
+        0
+    };
+    TraceRecipe {
+        config,
+        prompts: (0..n).map(|_| pick(1, 4 * block_size + 3)).collect(),
+        outputs: (0..n).map(|_| pick(0, 2 * block_size + 2)).collect(),
+        sharing,
+        shared_prefix: pick(block_size, 3 * block_size),
+        chunk: pick(1, 3 * block_size),
+        token_budget: pick(2, 6 * block_size),
+        max_running: pick(1, 4),
+        cache_blocks: pick(2, 12),
+        max_steps: 48,
+        seed: rng_seed(seed, index),
+    }
+}
+
+fn rng_seed(seed: u64, index: usize) -> u64 {
+    seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ index as u64
+}
+
+/// The trace of recipe `index` of `seed`, ready to judge.
+pub fn trace_for(seed: u64, index: usize) -> JudgedTrace {
+    JudgedTrace::new(generate(&trace_recipe(seed, index)))
+}
+
+/// A comma-separated list of sizes (`--trace-head-sizes`, `--trace-block-sizes`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SizeList(pub Vec<usize>);
+
+/// Parse a comma-separated list of sizes from 1 to 1024.
+pub fn parse_sizes(text: &str) -> Result<SizeList, String> {
+    let sizes: Vec<usize> = text
+        .split(',')
+        .map(|t| {
+            t.trim()
+                .parse::<usize>()
+                .ok()
+                .filter(|&n| (1..=1024).contains(&n))
+                .ok_or_else(|| format!("`{t}` is not a size from 1 to 1024"))
+        })
+        .collect::<Result<_, _>>()?;
+    Ok(SizeList(sizes))
+}

@@ -1,0 +1,137 @@
+//! Shrinking a diverging trace: greedy, most drastic first, keeping the divergence kind. In
+//! order of preference: fewer steps (stop right after the diverging one), fewer sequences,
+//! shorter prompts, outputs and chunks, a smaller cache and batch, then the per-case shrinks
+//! of the diverging step's shape (heads, head size, block size, dtype, features).
+
+use crate::pipeline::trace::{evaluate_trace, JudgedTrace, TraceOutcome};
+use crate::shrink::ShrinkBudget;
+use attn_backends::Backend;
+use attn_reference::trace::{generate, TraceRecipe};
+use attn_reference::DType;
+use attn_results::DivergenceKind;
+use std::time::{Duration, Instant};
+
+pub struct ShrunkTrace {
+    pub recipe: TraceRecipe,
+    /// Candidates that still diverged.
+    pub accepted: usize,
+    /// Candidates tried.
+    pub steps: usize,
+    pub elapsed: Duration,
+}
+
+/// The step where `recipe`'s trace diverges on `backend` with `kind`, if it does.
+pub fn diverges(
+    backend: &dyn Backend,
+    recipe: &TraceRecipe,
+    kind: DivergenceKind,
+) -> Option<usize> {
+    let trace = generate(recipe);
+    if trace.steps.is_empty() || trace.validate().is_err() {
+        return None;
+    }
+    match evaluate_trace(backend, &JudgedTrace::new(trace)).0 {
+        TraceOutcome::Diverged { step, divergence } if divergence.kind == kind => Some(step),
+        _ => None,
+    }
+}
+
+/// Shrink `recipe` (which diverges at `step` with `kind`) while it keeps diverging.
+pub fn shrink_trace(
+    backend: &dyn Backend,
+    recipe: TraceRecipe,
+    step: usize,
+    kind: DivergenceKind,
+    budget: ShrinkBudget,
+) -> ShrunkTrace {
+    let start = Instant::now();
+    let mut best = recipe;
+    best.max_steps = best.max_steps.min(step + 1);
+    let (mut accepted, mut steps) = (0, 0);
+    // Walk the candidate kinds in order; after an accepted one, try the same kind again on
+    // the smaller trace before moving on, and sweep again while a sweep made progress.
+    let (mut i, mut progress) = (0, false);
+    while steps < budget.max_steps && start.elapsed() < budget.max_time {
+        let cs = candidates(&best);
+        if i >= cs.len() {
+            if !progress {
+                break;
+            }
+            (i, progress) = (0, false);
+            continue;
+        }
+        steps += 1;
+        match diverges(backend, &cs[i], kind) {
+            Some(at) => {
+                best = cs[i].clone();
+                best.max_steps = best.max_steps.min(at + 1);
+                accepted += 1;
+                progress = true;
+            }
+            None => i += 1,
+        }
+    }
+    ShrunkTrace {
+        recipe: best,
+        accepted,
+        steps,
+        elapsed: start.elapsed(),
+    }
+}
+
+/// Simpler neighbours of `r`, most drastic first.
+fn candidates(r: &TraceRecipe) -> Vec<TraceRecipe> {
+    let mut out = Vec::new();
+    let mut push = |f: &dyn Fn(&mut TraceRecipe)| {
+        let mut c = r.clone();
+        f(&mut c);
+        if &c != r {
+            out.push(c);
+        }
+    };
+    push(&|c| c.max_steps = c.max_steps.saturating_sub(1).max(1));
+    for i in 0..r.prompts.len() {
+        push(&|c| {
+            c.prompts.remove(i);
+            c.outputs.remove(i);
+            if i < c.sharing {
+                c.sharing -= 1;
+            }
+        });
+    }
+    push(&|c| c.sharing = 0);
+    push(&|c| c.shared_prefix = 0);
+    for i in 0..r.prompts.len() {
+        push(&|c| c.outputs[i] = 0);
+        push(&|c| c.outputs[i] /= 2);
+        push(&|c| c.outputs[i] = c.outputs[i].saturating_sub(1));
+        push(&|c| c.prompts[i] = c.prompts[i].div_ceil(2));
+        push(&|c| c.prompts[i] = c.prompts[i].saturating_sub(1).max(1));
+    }
+    push(&|c| c.shared_prefix /= 2);
+    push(&|c| c.shared_prefix = c.shared_prefix.saturating_sub(1));
+    push(&|c| c.chunk = 1);
+    push(&|c| c.chunk = c.chunk.div_ceil(2));
+    push(&|c| c.chunk = c.chunk.saturating_sub(1).max(1));
+    push(&|c| c.token_budget = c.token_budget.div_ceil(2).max(1));
+    push(&|c| c.token_budget = c.token_budget.saturating_sub(1).max(1));
+    push(&|c| c.max_running = c.max_running.saturating_sub(1).max(1));
+    push(&|c| c.cache_blocks = c.cache_blocks.min(1));
+    push(&|c| c.cache_blocks = c.cache_blocks.div_ceil(2));
+    push(&|c| c.cache_blocks = c.cache_blocks.saturating_sub(1));
+    // The per-case shrinks of the step's shape.
+    push(&|c| {
+        c.config.num_heads = 1;
+        c.config.num_kv_heads = 1;
+    });
+    push(&|c| c.config.num_heads = c.config.num_kv_heads);
+    push(&|c| c.config.head_size = 1);
+    push(&|c| c.config.head_size = c.config.head_size.div_ceil(2));
+    push(&|c| c.config.block_size = 1);
+    push(&|c| c.config.block_size = c.config.block_size.div_ceil(2));
+    push(&|c| c.config.block_size = c.config.block_size.saturating_sub(1).max(1));
+    push(&|c| c.config.dtype = DType::F32);
+    push(&|c| c.config.sliding_window = None);
+    push(&|c| c.config.logits_soft_cap = None);
+    out
+}

@@ -1,0 +1,88 @@
+//! A diverging trace written up: where in the trace it diverged (the step, each sequence's
+//! phase and table), the step's report as for a case, and the history of the blocks the
+//! diverging sequence reads (who wrote them, when they were freed and reused).
+
+use crate::pipeline::trace::JudgedTrace;
+use crate::pipeline::trace_shrink::ShrunkTrace;
+use crate::render::report::{failure_record, FailureFiles};
+use crate::runner::Divergence;
+use attn_reference::trace::block_history;
+use attn_results::{FailureRecord, ShrinkInfo};
+use std::fmt::Write;
+
+/// The report of `backend` diverging at `step` of `t`.
+pub fn trace_failure_record(
+    backend: &str,
+    origin: &str,
+    t: &JudgedTrace,
+    step: usize,
+    d: &Divergence,
+    replay: Option<String>,
+    shrunk: Option<&ShrunkTrace>,
+) -> FailureRecord {
+    let case = &t.steps[step];
+    let origin = format!("{origin}, step {step} of {}", t.steps.len());
+    let files = FailureFiles {
+        replay,
+        heatmap: None,
+    };
+    let mut r = failure_record(backend, &origin, case, &t.expected[step], d, files, None);
+    r.shrink = shrunk.map(|s| ShrinkInfo {
+        steps: s.steps,
+        accepted: s.accepted,
+        seconds: s.elapsed.as_secs_f64(),
+    });
+    let mut s = String::new();
+    let shrunk = match &r.shrink {
+        Some(sh) => format!(", shrunk in {:.1} s ({} steps)", sh.seconds, sh.steps),
+        None => String::new(),
+    };
+    let _ = writeln!(
+        s,
+        "── {} diverged ({}) on {}{} ──",
+        r.backend, r.kind, r.origin, shrunk
+    );
+    let _ = writeln!(s, "trace:   {}", t.trace.shape_summary());
+    let st = &t.trace.steps[step];
+    for (row, q) in st.seqs.iter().enumerate() {
+        let _ = writeln!(
+            s,
+            "  row {row}: seq {} {}, {} cached + {} new, blocks {:?}",
+            q.seq, q.phase, q.context_len, q.query_len, q.block_table
+        );
+    }
+    // The whole step report, without its own header.
+    let body = r.text.split_once('\n').map_or("", |(_, b)| b);
+    s.push_str(body);
+    // The blocks involved: those the diverging sequence reads, and those its batch row held
+    // the step before (where a stale per-row or per-sequence pointer leads).
+    let row = r
+        .worst
+        .as_ref()
+        .or(r.first.as_ref())
+        .map_or(0, |m| case.locate_token(m.token).0);
+    if let Some(q) = st.seqs.get(row) {
+        let mut blocks = q.block_table.clone();
+        if let Some(prev) = step
+            .checked_sub(1)
+            .and_then(|p| t.trace.steps[p].seqs.get(row))
+        {
+            blocks.extend(
+                prev.block_table
+                    .iter()
+                    .filter(|b| !q.block_table.contains(b)),
+            );
+        }
+        let events = block_history(&t.trace, &blocks, step);
+        let _ = writeln!(
+            s,
+            "history of blocks {blocks:?} (seq {} reads {:?} at step {step}; row {row} the step before):",
+            q.seq, q.block_table
+        );
+        for e in events.iter().rev().take(24).rev() {
+            let _ = writeln!(s, "  {e}");
+        }
+    }
+    r.text = s;
+    r
+}

@@ -1,0 +1,289 @@
+//! A trace from a recipe: a scheduler in the manner of vLLM's (running sequences first, then
+//! admissions in arrival order, a token budget per step, chunked prefill, preemption of the
+//! newest running sequence when blocks run out, recompute on readmission) over the
+//! [`BlockManager`]. The recipe's numbers are what a strategy draws and a shrinker makes
+//! smaller; the trace is a deterministic function of it.
+
+use super::manager::{BlockManager, PrefixKey};
+use super::{FreeReason, Freed, Phase, ScheduledSeq, Trace, TraceSequence, TraceStep};
+use crate::{AttentionConfig, InputRng};
+use serde::{Deserialize, Serialize};
+use std::collections::VecDeque;
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TraceRecipe {
+    pub config: AttentionConfig,
+    /// Prompt tokens per sequence (at least 1), in arrival order.
+    pub prompts: Vec<usize>,
+    /// Decoded tokens per sequence after its prompt.
+    pub outputs: Vec<usize>,
+    /// The first `sharing` sequences share their first `shared_prefix` tokens (prefix-cache
+    /// hits on the full blocks of it).
+    pub sharing: usize,
+    pub shared_prefix: usize,
+    /// Most prompt tokens of one sequence per step (chunked prefill).
+    pub chunk: usize,
+    /// Most tokens per step, all sequences together.
+    pub token_budget: usize,
+    /// Most sequences running at once.
+    pub max_running: usize,
+    /// Usable blocks (the null block aside); raised to fit the longest sequence.
+    pub cache_blocks: usize,
+    /// The trace stops after this many steps, even with work left.
+    pub max_steps: usize,
+    /// Seed of the tokens' values.
+    pub seed: u64,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Status {
+    Waiting,
+    Running,
+    Finished,
+}
+
+struct SeqState {
+    prompt: usize,
+    len: usize,
+    /// Tokens in the cache.
+    computed: usize,
+    /// Tokens it had when last preempted (recomputed as prompt on readmission).
+    recompute_until: usize,
+    table: Vec<u32>,
+    /// Blocks registered in the prefix cache (a prefix of `table`).
+    registered: usize,
+    status: Status,
+    first_chunk: bool,
+}
+
+impl SeqState {
+    /// Tokens computed as a prefill (prompt, or everything it had before a preemption).
+    fn prefill_end(&self) -> usize {
+        self.prompt.max(self.recompute_until)
+    }
+}
+
+/// The trace a recipe describes.
+pub fn generate(r: &TraceRecipe) -> Trace {
+    let config = r.config.clone();
+    let bs = config.block_size.max(1);
+    let n = r.prompts.len().min(r.outputs.len());
+    let sequences = token_data(r, n);
+    let mut seqs: Vec<SeqState> = (0..n)
+        .map(|i| SeqState {
+            prompt: r.prompts[i].max(1),
+            len: r.prompts[i].max(1) + r.outputs[i],
+            computed: 0,
+            recompute_until: 0,
+            table: Vec::new(),
+            registered: 0,
+            status: Status::Waiting,
+            first_chunk: true,
+        })
+        .collect();
+    let longest = seqs.iter().map(|s| s.len.div_ceil(bs)).max().unwrap_or(1);
+    let num_blocks = 1 + r.cache_blocks.max(longest);
+    let key = |s: usize, index: usize| {
+        if s < r.sharing && (index + 1) * bs <= r.shared_prefix {
+            PrefixKey::Shared { group: 0, index }
+        } else {
+            PrefixKey::Own { seq: s, index }
+        }
+    };
+    let mut mgr = BlockManager::new(num_blocks);
+    let mut waiting: VecDeque<usize> = (0..n).collect();
+    let mut running: Vec<usize> = Vec::new();
+    let mut steps = Vec::new();
+    let chunk = r.chunk.max(1);
+
+    while steps.len() < r.max_steps && seqs.iter().any(|s| s.status != Status::Finished) {
+        let mut budget = r.token_budget.max(1);
+        let mut batch: Vec<ScheduledSeq> = Vec::new();
+        let mut step = TraceStep {
+            seqs: Vec::new(),
+            prefix_hits: Vec::new(),
+            freed: Vec::new(),
+        };
+        let mut i = 0;
+        while i < running.len() && budget > 0 {
+            let s = running[i];
+            let st = &seqs[s];
+            let q = if st.computed < st.prefill_end() {
+                chunk.min(st.prefill_end() - st.computed).min(budget)
+            } else {
+                1
+            };
+            let need = (st.computed + q).div_ceil(bs) - st.table.len();
+            // Preempt from the newest until the blocks fit (possibly this sequence itself).
+            let mut preempted_self = false;
+            while mgr.num_free() < need {
+                let victim = *running.last().expect("s is running");
+                running.pop();
+                let freed = preempt(&mut seqs[victim], &mut mgr);
+                step.freed.push(Freed {
+                    seq: victim,
+                    reason: FreeReason::Preempted,
+                    blocks: freed,
+                });
+                waiting.push_front(victim);
+                if victim == s {
+                    preempted_self = true;
+                    break;
+                }
+            }
+            if preempted_self {
+                break;
+            }
+            let st = &mut seqs[s];
+            for _ in 0..need {
+                st.table.push(mgr.allocate().expect("enough free blocks"));
+            }
+            batch.push(scheduled(s, st, q));
+            budget -= q;
+            i += 1;
+        }
+        while running.len() < r.max_running.max(1) && budget > 0 {
+            let Some(&s) = waiting.front() else { break };
+            let st = &mut seqs[s];
+            // Hits on full blocks, leaving at least one token to compute.
+            let mut hits = Vec::new();
+            while (hits.len() + 1) * bs < st.prefill_end() {
+                match mgr.lookup(key(s, hits.len())) {
+                    Some(b) => hits.push(b),
+                    None => break,
+                }
+            }
+            let computed = hits.len() * bs;
+            let q = chunk.min(st.prefill_end() - computed).min(budget);
+            let need = (computed + q).div_ceil(bs) - hits.len();
+            if mgr.num_free() < need {
+                for &b in hits.iter().rev() {
+                    mgr.release(b);
+                }
+                break;
+            }
+            waiting.pop_front();
+            if !hits.is_empty() {
+                step.prefix_hits.push((s, hits.len()));
+            }
+            st.registered = hits.len();
+            st.table = hits;
+            for _ in 0..need {
+                st.table.push(mgr.allocate().expect("enough free blocks"));
+            }
+            st.computed = computed;
+            st.status = Status::Running;
+            st.first_chunk = true;
+            running.push(s);
+            batch.push(scheduled(s, st, q));
+            budget -= q;
+        }
+        if batch.is_empty() {
+            break;
+        }
+        for b in &batch {
+            let st = &mut seqs[b.seq];
+            st.computed += b.query_len;
+            st.first_chunk = false;
+            if st.computed >= st.recompute_until {
+                st.recompute_until = 0;
+            }
+            // A block joins the prefix cache only after the block before it in this table
+            // (a chain, as vLLM's hashes chain): so a hit's blocks are one table's prefix.
+            while st.registered < st.computed / bs {
+                let i = st.registered;
+                if i == 0 || mgr.cached(key(b.seq, i - 1)) == Some(st.table[i - 1]) {
+                    mgr.register(st.table[i], key(b.seq, i));
+                }
+                st.registered += 1;
+            }
+            if st.computed == st.len {
+                st.status = Status::Finished;
+                let blocks = release_all(st, &mut mgr);
+                step.freed.push(Freed {
+                    seq: b.seq,
+                    reason: FreeReason::Finished,
+                    blocks,
+                });
+                running.retain(|&x| x != b.seq);
+            }
+        }
+        step.seqs = batch;
+        steps.push(step);
+    }
+    Trace {
+        config,
+        num_blocks,
+        sequences,
+        steps,
+    }
+}
+
+fn scheduled(s: usize, st: &SeqState, q: usize) -> ScheduledSeq {
+    let phase = if st.computed >= st.prefill_end() {
+        Phase::Decode
+    } else if st.recompute_until > 0 {
+        Phase::Recompute
+    } else if st.first_chunk {
+        Phase::Prefill
+    } else {
+        Phase::ChunkedPrefill
+    };
+    ScheduledSeq {
+        seq: s,
+        phase,
+        context_len: st.computed,
+        query_len: q,
+        block_table: st.table.clone(),
+    }
+}
+
+/// Give back every block of `st` (the tail first, as vLLM does, so the prefix stays
+/// cached longest); the blocks that became free.
+fn release_all(st: &mut SeqState, mgr: &mut BlockManager) -> Vec<u32> {
+    let freed = st
+        .table
+        .iter()
+        .rev()
+        .copied()
+        .filter(|&b| mgr.release(b))
+        .collect();
+    st.table.clear();
+    st.registered = 0;
+    freed
+}
+
+fn preempt(st: &mut SeqState, mgr: &mut BlockManager) -> Vec<u32> {
+    st.recompute_until = st.recompute_until.max(st.computed);
+    st.computed = 0;
+    st.status = Status::Waiting;
+    release_all(st, mgr)
+}
+
+/// Every sequence's query, key and value rows; the shared prefix's K/V copied into each
+/// sharing sequence.
+fn token_data(r: &TraceRecipe, n: usize) -> Vec<TraceSequence> {
+    let c = &r.config;
+    let (qrow, kvrow) = (c.num_heads * c.head_size, c.num_kv_heads * c.head_size);
+    let mut rng = InputRng::new(r.seed);
+    let shared_k = rng.normal_vec(r.shared_prefix * kvrow, 1.0, c.dtype);
+    let shared_v = rng.normal_vec(r.shared_prefix * kvrow, 1.0, c.dtype);
+    (0..n)
+        .map(|s| {
+            let len = r.prompts[s].max(1) + r.outputs[s];
+            let mut key = rng.normal_vec(len * kvrow, 1.0, c.dtype);
+            let mut value = rng.normal_vec(len * kvrow, 1.0, c.dtype);
+            if s < r.sharing {
+                let m = r.shared_prefix.min(len) * kvrow;
+                key[..m].copy_from_slice(&shared_k[..m]);
+                value[..m].copy_from_slice(&shared_v[..m]);
+            }
+            TraceSequence {
+                query: rng.normal_vec(len * qrow, 1.0, c.dtype),
+                key,
+                value,
+            }
+        })
+        .collect()
+}

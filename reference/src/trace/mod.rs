@@ -1,0 +1,258 @@
+//! Serving traces: one KV cache driven through many steps, as a scheduler drives it.
+//!
+//! A [`Trace`] holds the logical sequences (every token's query, key and value, whatever step
+//! computes it) and the steps a block manager scheduled: per step, which sequences ran, how
+//! many of their tokens were already in the cache, how many were new, and their block table.
+//! The slot mapping follows from the table. Blocks are allocated, freed and reused without
+//! clearing, full blocks are shared by prefix-cache hits, and preempted sequences are
+//! recomputed: what a backend's cache sees in serving, and what a single fresh-cache case
+//! never shows.
+//!
+//! Each step is also a [`Case`] ([`Trace::step_case`]): its context comes from the logical
+//! sequences, never from the cache, so the oracle of a step is the oracle of that case. A
+//! replay file is a serialized `Trace`.
+
+mod error;
+mod generate;
+mod history;
+mod manager;
+mod validate;
+
+pub use error::TraceError;
+pub use generate::{generate, TraceRecipe};
+pub use history::{block_history, BlockEvent, BlockEventKind};
+pub use manager::BlockManager;
+pub use validate::MAX_TRACE_STEPS;
+
+use crate::{AttentionConfig, Batch, Case, PagedLayout, Tensors};
+use serde::{Deserialize, Serialize};
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Trace {
+    pub config: AttentionConfig,
+    /// Blocks of the one cache the whole trace runs on (block 0 is the null block).
+    pub num_blocks: usize,
+    /// The logical sequences, indexed by [`ScheduledSeq::seq`].
+    pub sequences: Vec<TraceSequence>,
+    pub steps: Vec<TraceStep>,
+}
+
+/// Every token of one sequence, whichever step computes (or recomputes) it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TraceSequence {
+    /// `[len, num_heads, head_size]`: the query each position issues.
+    pub query: Vec<f32>,
+    /// `[len, num_kv_heads, head_size]`
+    pub key: Vec<f32>,
+    /// `[len, num_kv_heads, head_size]`
+    pub value: Vec<f32>,
+}
+
+/// What one sequence does in a step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    /// The first chunk of its prompt (after any prefix-cache hit).
+    Prefill,
+    /// A later chunk of its prompt.
+    ChunkedPrefill,
+    /// One new token.
+    Decode,
+    /// Recomputing tokens it had before it was preempted.
+    Recompute,
+}
+
+impl std::fmt::Display for Phase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Phase::Prefill => "prefill",
+            Phase::ChunkedPrefill => "chunked prefill",
+            Phase::Decode => "decode",
+            Phase::Recompute => "recompute",
+        })
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScheduledSeq {
+    /// Index into [`Trace::sequences`].
+    pub seq: usize,
+    pub phase: Phase,
+    /// Tokens already in the cache (computed in earlier steps or hit in the prefix cache).
+    pub context_len: usize,
+    /// New tokens this step: positions `context_len..context_len + query_len`.
+    pub query_len: usize,
+    /// Logical block -> physical block, exactly `ceil((context_len + query_len) / block_size)`.
+    pub block_table: Vec<u32>,
+}
+
+/// Why the block manager freed a sequence's blocks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FreeReason {
+    Finished,
+    Preempted,
+}
+
+/// Blocks a sequence gave back after a step (a block shared by a prefix hit is only free
+/// once nobody holds it; it is listed when its last holder lets go).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Freed {
+    pub seq: usize,
+    pub reason: FreeReason,
+    pub blocks: Vec<u32>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TraceStep {
+    /// The batch, in row order.
+    pub seqs: Vec<ScheduledSeq>,
+    /// Hits in the prefix cache when a sequence was admitted this step: (sequence, blocks).
+    #[serde(default)]
+    pub prefix_hits: Vec<(usize, usize)>,
+    /// What was freed after the step.
+    #[serde(default)]
+    pub freed: Vec<Freed>,
+}
+
+impl ScheduledSeq {
+    pub fn seq_len(&self) -> usize {
+        self.context_len + self.query_len
+    }
+}
+
+impl Trace {
+    /// The step as a case: the block table padded with the null block, the slot mapping
+    /// from the table, new tokens' Q/K/V and the context's K/V from the logical sequences.
+    /// The trace must be valid.
+    pub fn step_case(&self, step: usize) -> Case {
+        let c = &self.config;
+        let bs = c.block_size;
+        let (qrow, kvrow) = (c.num_heads * c.head_size, c.num_kv_heads * c.head_size);
+        let st = &self.steps[step];
+        let width = st
+            .seqs
+            .iter()
+            .map(|s| s.block_table.len())
+            .max()
+            .unwrap_or(0);
+        let mut tensors = Tensors {
+            query: Vec::new(),
+            key: Vec::new(),
+            value: Vec::new(),
+            context_key: Vec::new(),
+            context_value: Vec::new(),
+        };
+        let mut slot_mapping = Vec::new();
+        let mut block_table = Vec::new();
+        for s in &st.seqs {
+            let data = &self.sequences[s.seq];
+            let (ctx, end) = (s.context_len, s.seq_len());
+            tensors
+                .query
+                .extend_from_slice(&data.query[ctx * qrow..end * qrow]);
+            tensors
+                .key
+                .extend_from_slice(&data.key[ctx * kvrow..end * kvrow]);
+            tensors
+                .value
+                .extend_from_slice(&data.value[ctx * kvrow..end * kvrow]);
+            tensors.context_key.push(data.key[..ctx * kvrow].to_vec());
+            tensors
+                .context_value
+                .push(data.value[..ctx * kvrow].to_vec());
+            slot_mapping.extend((ctx..end).map(|p| slot(&s.block_table, bs, p)));
+            let mut row = s.block_table.clone();
+            row.resize(width, 0);
+            block_table.push(row);
+        }
+        Case {
+            config: c.clone(),
+            batch: Batch {
+                seq_lens: st.seqs.iter().map(ScheduledSeq::seq_len).collect(),
+                query_lens: st.seqs.iter().map(|s| s.query_len).collect(),
+                num_padding_tokens: 0,
+            },
+            layout: PagedLayout {
+                num_blocks: self.num_blocks,
+                block_table,
+                slot_mapping,
+            },
+            tensors,
+        }
+    }
+
+    /// Tokens computed over the whole trace.
+    pub fn num_tokens(&self) -> usize {
+        self.steps
+            .iter()
+            .flat_map(|s| &s.seqs)
+            .map(|s| s.query_len)
+            .sum()
+    }
+
+    /// Parse and validate a trace from JSON; every problem is a typed error.
+    pub fn from_json(text: &str) -> Result<Trace, TraceError> {
+        let trace: Trace = serde_json::from_str(text).map_err(|e| TraceError::Parse {
+            line: e.line(),
+            column: e.column(),
+            message: e.to_string(),
+        })?;
+        trace.validate()?;
+        Ok(trace)
+    }
+
+    /// Read, parse and validate a trace file.
+    pub fn load(path: &std::path::Path) -> Result<Trace, TraceError> {
+        let io = |message: String| TraceError::Io {
+            path: path.display().to_string(),
+            message,
+        };
+        let meta = std::fs::metadata(path).map_err(|e| io(e.to_string()))?;
+        if meta.is_dir() {
+            return Err(io("is a directory, expected a JSON trace file".into()));
+        }
+        if meta.len() > crate::validate::MAX_CASE_FILE_BYTES {
+            return Err(TraceError::Case {
+                step: None,
+                error: crate::CaseError::TooLarge {
+                    field: "file".into(),
+                    size: meta.len(),
+                    limit: crate::validate::MAX_CASE_FILE_BYTES,
+                },
+            });
+        }
+        let text = std::fs::read_to_string(path).map_err(|e| io(e.to_string()))?;
+        Trace::from_json(&text)
+    }
+
+    /// Whether a JSON document looks like a trace rather than a case (it has `steps`).
+    pub fn looks_like_trace(text: &str) -> bool {
+        serde_json::from_str::<serde_json::Value>(text)
+            .ok()
+            .and_then(|v| v.get("steps").map(|_| ()))
+            .is_some()
+    }
+
+    /// One-line summary of the trace's shape.
+    pub fn shape_summary(&self) -> String {
+        format!(
+            "{} step(s), {} sequence(s), {} token(s), {} blocks, {}",
+            self.steps.len(),
+            self.sequences.len(),
+            self.num_tokens(),
+            self.num_blocks,
+            self.config
+        )
+    }
+}
+
+/// The slot of position `pos` through a (valid) table row.
+pub(crate) fn slot(table: &[u32], block_size: usize, pos: usize) -> i64 {
+    table[pos / block_size] as i64 * block_size as i64 + (pos % block_size) as i64
+}
