@@ -33,7 +33,9 @@ fn a_cpu_run_prints_the_reply_it_would_post() {
     assert!(o.status.success(), "{stdout}\n{stderr}");
     assert!(stdout.contains("### attn-diff: all passed"), "{stdout}");
     assert!(
-        stdout.contains("`bot:test BACKENDS=cpu CASES=40 SEED=1 DEEP=0 SHARDS=2 MUTANTS=0`"),
+        stdout.contains(
+            "`bot:test BACKENDS=cpu CASES=40 TRACES=100 SEED=1 DEEP=0 SHARDS=2 MUTANTS=0`"
+        ),
         "{stdout}"
     );
     assert!(stdout.contains("| cpu | pass |"), "{stdout}");
