@@ -70,11 +70,11 @@ impl Case {
     }
 
     /// Bytes of K and V one attention call must read: every key position of every
-    /// sequence, once per kv head, at the case's dtype.
+    /// sequence, once per kv head, at the cache's element size.
     pub fn kv_bytes(&self) -> usize {
         let c = &self.config;
         let keys: usize = self.batch.seq_lens.iter().sum();
-        keys * c.num_kv_heads * c.head_size * 2 * c.dtype.size_bytes()
+        keys * c.num_kv_heads * c.head_size * 2 * c.kv_element_bytes()
     }
 
     /// (sequence, absolute position) of real token `t` (its row in the flat query).

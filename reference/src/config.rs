@@ -1,7 +1,7 @@
 //! The attention layer's configuration: everything that is fixed for a model layer
 //! rather than for a batch.
 
-use crate::DType;
+use crate::{DType, Fp8KvCache};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
@@ -51,6 +51,11 @@ pub struct AttentionConfig {
     /// One sink logit per query head: joins the softmax denominator, contributes no value.
     #[serde(default)]
     pub sinks: Option<Vec<f32>>,
+    /// An FP8 KV cache (K/V stored as `fp8(x / scale)`, read as `fp8 * scale`); `None`: the
+    /// cache holds the compute dtype. Left out of JSON when `None`, so older cases read and
+    /// write the same.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kv_cache: Option<Fp8KvCache>,
 }
 
 impl AttentionConfig {
@@ -74,6 +79,15 @@ impl AttentionConfig {
             logits_soft_cap: None,
             alibi_slopes: None,
             sinks: None,
+            kv_cache: None,
+        }
+    }
+
+    /// Bytes of one stored K or V element: 1 in an FP8 cache, else the compute dtype's.
+    pub fn kv_element_bytes(&self) -> usize {
+        match self.kv_cache {
+            Some(_) => 1,
+            None => self.dtype.size_bytes(),
         }
     }
 
@@ -124,6 +138,9 @@ impl AttentionConfig {
         }
         if let Some(s) = self.scale {
             f.push(format!("scale={s}"));
+        }
+        if let Some(c) = &self.kv_cache {
+            f.push(c.to_string());
         }
         f
     }

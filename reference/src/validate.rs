@@ -155,6 +155,10 @@ impl crate::AttentionConfig {
         if let Some(cap) = c.logits_soft_cap {
             finite_param(cap, "config.logits_soft_cap".into(), true)?;
         }
+        if let Some(cache) = &c.kv_cache {
+            finite_param(cache.k_scale, "config.kv_cache.k_scale".into(), true)?;
+            finite_param(cache.v_scale, "config.kv_cache.v_scale".into(), true)?;
+        }
         for (name, v) in [
             ("config.alibi_slopes", &c.alibi_slopes),
             ("config.sinks", &c.sinks),

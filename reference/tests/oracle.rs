@@ -376,3 +376,35 @@ fn the_oracle_needs_nothing_for_prefix_sharing() {
     assert_ne!(a.layout.block_table[1][..2], b.layout.block_table[1][..2]);
     assert_eq!(reference_output(&a), reference_output(&b));
 }
+
+/// An FP8 cache: the oracle attends over what the cache gives back. One query over two
+/// keys (head size 1, scale 1): k = [1, 1000], v = [3, 600] with k_scale 1 and v_scale 2
+/// in E4M3. K stores 1 and saturates 1000 to 448; V stores 1.5 -> 1.5 and 300 -> 288 (the
+/// E4M3 neighbours of 300 are 288 and 320). With q = 0.01: logits 0.01 and 4.48, so the
+/// output is (3 e^0.01 + 576 e^4.48) / (e^0.01 + e^4.48).
+#[test]
+fn an_fp8_cache_attends_over_its_stored_values() {
+    use attn_reference::{Fp8Format, Fp8KvCache};
+    let mut c = cfg(1, 1, 1, 4);
+    c.scale = Some(1.0);
+    c.kv_cache = Some(Fp8KvCache::new(Fp8Format::E4m3, 1.0, 2.0));
+    let mut k = case(&[2], &[1], c, 1);
+    k.tensors.context_key[0] = vec![1.0];
+    k.tensors.context_value[0] = vec![3.0];
+    k.tensors.key = vec![1000.0];
+    k.tensors.value = vec![600.0];
+    k.tensors.query = vec![0.01];
+    assert_eq!(k.validate(), Ok(()));
+    let out = reference_output(&k);
+    let q = 0.01f32 as f64;
+    let (a, b) = (q.exp(), (q * 448.0).exp());
+    let want = (3.0 * a + 576.0 * b) / (a + b);
+    assert_close(&out, &[want], 1e-14);
+    // The same case in E5M2: 1000 -> 1024 (neighbours 896 and 1024), 300 -> 320 (256,
+    // 320), 1.5 -> 1.5.
+    k.config.kv_cache = Some(Fp8KvCache::new(Fp8Format::E5m2, 1.0, 2.0));
+    let out = reference_output(&k);
+    let b = (q * 1024.0).exp();
+    let want = (3.0 * a + 640.0 * b) / (a + b);
+    assert_close(&out, &[want], 1e-14);
+}

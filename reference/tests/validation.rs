@@ -304,6 +304,13 @@ fn bad_parameters() {
     assert!(
         matches!(err(|c| c.config.sinks = Some(vec![0.0, 1.0, f32::INFINITY, 0.0])), CaseError::InvalidParam { ref field, .. } if field == "config.sinks[2]")
     );
+    use attn_reference::{Fp8Format, Fp8KvCache};
+    assert!(
+        matches!(err(|c| c.config.kv_cache = Some(Fp8KvCache::new(Fp8Format::E4m3, 0.0, 1.0))), CaseError::InvalidParam { ref field, .. } if field == "config.kv_cache.k_scale")
+    );
+    assert!(
+        matches!(err(|c| c.config.kv_cache = Some(Fp8KvCache::new(Fp8Format::E5m2, 1.0, f32::INFINITY))), CaseError::InvalidParam { ref field, .. } if field == "config.kv_cache.v_scale")
+    );
 }
 
 #[test]
