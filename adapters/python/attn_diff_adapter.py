@@ -73,6 +73,9 @@ class Config:
     logits_soft_cap: Optional[float]
     alibi_slopes: Optional[List[float]]
     sinks: Optional[List[float]]
+    #: An FP8 KV cache, {"dtype": "fp8_e4m3" | "fp8_e5m2", "k_scale": float, "v_scale":
+    #: float}: K/V stored as fp8(x / scale), read as fp8 * scale. None: the compute dtype.
+    kv_cache: Optional[dict] = None
 
     @staticmethod
     def from_json(text: str) -> "Config":
@@ -90,6 +93,7 @@ class Config:
             logits_soft_cap=c.get("logits_soft_cap"),
             alibi_slopes=c.get("alibi_slopes"),
             sinks=c.get("sinks"),
+            kv_cache=c.get("kv_cache"),
         )
 
     @property
@@ -204,6 +208,8 @@ def message(meta: dict, tensors: Optional[dict] = None) -> bytes:
 def run_case(adapter: Adapter, meta: dict, tensors: dict):
     """Build the cache, apply the writes in order, run the step: (output, kernel_seconds)."""
     config = Config.from_json(meta["config"])
+    if config.kv_cache is not None and "fp8_kv_cache" not in adapter.capabilities.get("features", []):
+        raise Unsupported(f"FP8 KV cache ({config.kv_cache['dtype']}) not implemented")
     adapter.check(config)
     num_writes = int(meta["num_writes"])
     num_tokens = int(meta["num_tokens"])

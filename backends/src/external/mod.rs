@@ -257,6 +257,16 @@ impl Backend for ExternalBackend {
         self.hello.capabilities.check(config)
     }
 
+    /// The established features, plus the later ones the adapter lists in its capabilities
+    /// (an adapter that lists none is not assumed to have, say, an FP8 cache).
+    fn optional_features(&self) -> Vec<attn_reference::Feature> {
+        let mut f = attn_reference::Feature::ESTABLISHED.to_vec();
+        if let Some(listed) = &self.hello.capabilities.features {
+            f.extend(listed.iter().filter(|x| !f.contains(x)).copied().collect::<Vec<_>>());
+        }
+        f
+    }
+
     fn cache_layout(&self) -> CacheLayout {
         CacheLayout {
             shape: "adapter-defined",

@@ -75,6 +75,12 @@ pub const CATALOGUE: &[MutantInfo] = &[
     // Thresholds where kernels change path.
     m("partition-merge-no-rescale", "partitions of 256 keys merged without the max rescale (wrong only past 256 keys)"),
     m("simd-tail-dropped", "q·k skips the last head_size % 8 dimensions (a vector loop without its scalar tail)"),
+    // FP8 KV caches.
+    m("fp8-scale-applied-twice", "an FP8 cache read as fp8 * scale^2: the scale applied when dequantizing and again on the scores and output"),
+    m("fp8-scale-not-applied", "an FP8 cache read without its scale: the stored fp8(x / scale) taken for x"),
+    m("fp8-e4m3fn-read-as-fnuz", "E4M3FN codes decoded as E4M3FNUZ (bias 8): every value halved, and a stored -0 reads as NaN"),
+    m("fp8-no-saturation", "cache writes convert without saturation: past 448 * scale an E4M3 value is stored as NaN (E5M2: infinity)"),
+    m("fp8-per-head-scale", "the per-tensor k/v scale read as a per-head array: kv head 0 gets it, every other kv head reads 1"),
 ];
 
 /// Every mutant, as a backend named `mutant:<name>`.
@@ -123,6 +129,11 @@ pub fn mutant(name: &str) -> Option<Arc<dyn Backend>> {
         "page-offset-past-128" => plain(Bug::PageOffsetPast128),
         "partition-merge-no-rescale" => plain(Bug::PartitionMergeNoRescale),
         "simd-tail-dropped" => plain(Bug::SimdTailDropped),
+        "fp8-scale-applied-twice" => plain(Bug::Fp8ScaleTwice),
+        "fp8-scale-not-applied" => plain(Bug::Fp8ScaleMissing),
+        "fp8-e4m3fn-read-as-fnuz" => plain(Bug::Fp8ReadAsFnuz),
+        "fp8-no-saturation" => plain(Bug::Fp8NoSaturation),
+        "fp8-per-head-scale" => plain(Bug::Fp8PerHeadScale),
         _ => None,
     }
 }

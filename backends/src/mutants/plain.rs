@@ -6,7 +6,7 @@ use crate::{
     cache_as, cache_as_mut, Backend, BackendError, CacheLayout, KvCache, KvWrite, StepInputs,
     Unsupported,
 };
-use attn_reference::{AttentionConfig, AttentionKind};
+use attn_reference::{AttentionConfig, AttentionKind, Feature, Fp8Format, Fp8KvCache};
 use std::collections::HashMap;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -40,6 +40,12 @@ pub enum Bug {
     // Thresholds.
     PartitionMergeNoRescale,
     SimdTailDropped,
+    // FP8 KV caches.
+    Fp8ScaleTwice,
+    Fp8ScaleMissing,
+    Fp8ReadAsFnuz,
+    Fp8NoSaturation,
+    Fp8PerHeadScale,
 }
 
 /// An element offset computed in int32, as the buggy kernels do: past 2^31 it wraps, and the
@@ -69,7 +75,61 @@ impl PlainBackend {
     }
 }
 
-/// K and V per slot: `[num_slots, num_kv_heads, head_size]` each.
+/// E4M3FNUZ (AMD's format: bias 8, no negative zero, NaN at 0x80): what an E4M3FN code reads
+/// as when decoded in it.
+fn decode_fnuz(code: u8) -> f64 {
+    match code {
+        0x80 => f64::NAN,
+        0x7f => 240.0,
+        0xff => -240.0,
+        c => Fp8Format::E4m3.decode(c) / 2.0,
+    }
+}
+
+/// A conversion without saturation: past the largest finite value plus half a step, E4M3FN
+/// (no infinity) gives NaN and E5M2 an infinity.
+fn encode_unsaturated(f: Fp8Format, q: f32) -> u8 {
+    let (limit, overflow) = match f {
+        Fp8Format::E4m3 => (464.0, 0x7f),
+        Fp8Format::E5m2 => (61440.0, 0x7c),
+    };
+    if (q.abs() as f64) < limit {
+        f.encode(q as f64)
+    } else if f == Fp8Format::E5m2 && q < 0.0 {
+        0xfc
+    } else {
+        overflow
+    }
+}
+
+impl PlainBackend {
+    /// What the kernel reads for `x` of kv head `kv_head` in an FP8 cache with `scale` (K's
+    /// or V's): the write (quantize) and the read (decode, scale) together, with this
+    /// mutant's FP8 bug. The cache keeps this read-back value, so each slot reads as written.
+    fn fp8_read_back(&self, f: Fp8KvCache, x: f32, scale: f32, kv_head: usize) -> f32 {
+        let code = if self.bug == Bug::Fp8NoSaturation {
+            encode_unsaturated(f.dtype, x / scale)
+        } else {
+            f.dtype.quantize(x, scale)
+        };
+        let raw = if self.bug == Bug::Fp8ReadAsFnuz && f.dtype == Fp8Format::E4m3 {
+            decode_fnuz(code)
+        } else {
+            f.dtype.decode(code)
+        };
+        let read_scale = match self.bug {
+            Bug::Fp8ScaleTwice => scale * scale,
+            Bug::Fp8ScaleMissing => 1.0,
+            // A per-head scale array indexed with a per-tensor scale: past head 0 it reads 1.
+            Bug::Fp8PerHeadScale if kv_head > 0 => 1.0,
+            _ => scale,
+        };
+        (raw * read_scale as f64) as f32
+    }
+}
+
+/// K and V per slot: `[num_slots, num_kv_heads, head_size]` each (in an FP8 cache, the values
+/// the kernel reads back).
 struct SlotCache {
     k: Vec<f32>,
     v: Vec<f32>,
@@ -90,6 +150,12 @@ impl Backend for PlainBackend {
 
     fn supports(&self, _: &AttentionConfig) -> Result<(), Unsupported> {
         Ok(())
+    }
+
+    fn optional_features(&self) -> Vec<Feature> {
+        let mut f = Feature::ESTABLISHED.to_vec();
+        f.push(Feature::Fp8KvCache);
+        f
     }
 
     fn cache_layout(&self) -> CacheLayout {
@@ -132,8 +198,20 @@ impl Backend for PlainBackend {
             } else {
                 s * row
             };
-            cache.k[at..at + row].copy_from_slice(&kv.key[t * row..(t + 1) * row]);
-            cache.v[at..at + row].copy_from_slice(&kv.value[t * row..(t + 1) * row]);
+            let (k, v) = (&kv.key[t * row..][..row], &kv.value[t * row..][..row]);
+            match c.kv_cache {
+                None => {
+                    cache.k[at..at + row].copy_from_slice(k);
+                    cache.v[at..at + row].copy_from_slice(v);
+                }
+                Some(f) => {
+                    for i in 0..row {
+                        let h = i / c.head_size;
+                        cache.k[at + i] = self.fp8_read_back(f, k[i], f.k_scale, h);
+                        cache.v[at + i] = self.fp8_read_back(f, v[i], f.v_scale, h);
+                    }
+                }
+            }
         }
         Ok(())
     }
@@ -384,7 +462,18 @@ mod tests {
 
     #[test]
     fn the_control_kernel_is_correct() {
+        for kv_cache in [
+            None,
+            Some(Fp8KvCache::new(Fp8Format::E4m3, 0.00390625, 0.5)),
+            Some(Fp8KvCache::new(Fp8Format::E5m2, 4.0, 0.1875)),
+        ] {
+            control_on(kv_cache);
+        }
+    }
+
+    fn control_on(kv_cache: Option<Fp8KvCache>) {
         let mut c = AttentionConfig::new(6, 2, 5, 3, DType::F32);
+        c.kv_cache = kv_cache;
         c.sliding_window = Some(4);
         c.alibi_slopes = Some(vec![0.5, 0.25, 0.125, 0.1, 0.05, 0.01]);
         c.sinks = Some(vec![0.0, 1.0, -1.0, 0.5, 0.0, 2.0]);

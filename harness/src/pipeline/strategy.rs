@@ -7,8 +7,8 @@
 //! minimal failing case reads like a hand-written one.
 
 use attn_reference::{
-    build_case, AttentionConfig, AttentionKind, BuildOptions, Case, DType, Feature, InputRng,
-    SharedPrefix,
+    build_case, AttentionConfig, AttentionKind, BuildOptions, Case, DType, Feature, Fp8Format,
+    Fp8KvCache, InputRng, SharedPrefix,
 };
 use proptest::prelude::*;
 use serde::{Deserialize, Serialize};
@@ -67,6 +67,9 @@ pub struct CaseRecipe {
     /// offsets past 2^31); None: just the blocks the case needs.
     #[serde(default)]
     pub cache_blocks: Option<usize>,
+    /// An FP8 KV cache (None: the cache holds the compute dtype).
+    #[serde(default)]
+    pub kv_cache: Option<Fp8KvCache>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -177,6 +180,7 @@ impl CaseRecipe {
             share: None,
             scale: None,
             cache_blocks: None,
+            kv_cache: None,
         }
     }
 
@@ -197,6 +201,7 @@ impl CaseRecipe {
         c.scale = self.scale;
         c.sliding_window = self.window;
         c.logits_soft_cap = self.soft_cap;
+        c.kv_cache = self.kv_cache;
         if self.alibi {
             c.alibi_slopes = Some(alibi_slopes(h));
         }
@@ -224,6 +229,7 @@ impl CaseRecipe {
             Feature::LogitsSoftCap => c.soft_cap.take().is_some(),
             Feature::Alibi => std::mem::take(&mut c.alibi),
             Feature::Sinks => std::mem::take(&mut c.sinks),
+            Feature::Fp8KvCache => c.kv_cache.take().is_some(),
             _ => false,
         };
         used.then_some(c)
@@ -436,6 +442,21 @@ fn scale() -> impl Strategy<Value = Option<f32>> {
     ]
 }
 
+/// FP8 KV-cache scales: powers of two and 3/16, whose `fp8 * scale` is exact in every
+/// compute dtype (at most 4 significant bits; see `Tolerance`), so the tolerance stays the
+/// dtype's. 2^-8 saturates E4M3 from |x| > 1.75 on (as an underestimated calibration does);
+/// 4 puts small values among the subnormal codes.
+pub const FP8_SCALES: [f32; 6] = [0.00390625, 0.0625, 0.1875, 0.5, 1.0, 4.0];
+
+fn kv_cache() -> impl Strategy<Value = Option<Fp8KvCache>> {
+    let scale = || prop::sample::select(FP8_SCALES.to_vec());
+    prop::option::weighted(
+        0.2,
+        (prop::sample::select(Fp8Format::ALL.to_vec()), scale(), scale())
+            .prop_map(|(dtype, k, v)| Fp8KvCache::new(dtype, k, v)),
+    )
+}
+
 /// A length just below, at or just above one of `thresholds` no larger than `max`.
 fn near_threshold(max: usize) -> impl Strategy<Value = usize> {
     let near: Vec<usize> = attn_backends::all_thresholds()
@@ -569,7 +590,7 @@ pub fn recipe(limits: StrategyLimits) -> impl Strategy<Value = CaseRecipe> {
             (2usize..=4, 1usize..=3).prop_map(|(group, blocks)| Share { group, blocks }),
         ),
     );
-    (heads, shape, seqs, features, layout, values()).prop_map(
+    (heads, shape, seqs, features, layout, values(), kv_cache()).prop_map(
         |(
             (num_kv_heads, group),
             (head_size, block_size, dtype, kind),
@@ -577,6 +598,7 @@ pub fn recipe(limits: StrategyLimits) -> impl Strategy<Value = CaseRecipe> {
             (window, soft_cap, alibi, sinks, scale),
             (padding_tokens, spare_blocks, table, share),
             values,
+            kv_cache,
         )| {
             let r = CaseRecipe {
                 num_kv_heads,
@@ -596,6 +618,7 @@ pub fn recipe(limits: StrategyLimits) -> impl Strategy<Value = CaseRecipe> {
                 values,
                 share,
                 scale,
+                kv_cache,
                 ..CaseRecipe::plain()
             };
             fit_cost(r, SMALL_COST)
@@ -729,6 +752,9 @@ mod tests {
             .collect();
         assert!(rs.iter().any(|r| r.kind == AttentionKind::EncoderOnly));
         assert!(rs.iter().any(|r| r.window == Some(1)));
+        for f in Fp8Format::ALL {
+            assert!(rs.iter().any(|r| r.kv_cache.is_some_and(|c| c.dtype == f)));
+        }
         // Turning a feature off in the recipe turns it off in the case, and only that one.
         for r in &rs {
             for f in Feature::OPTIONAL {
