@@ -68,7 +68,7 @@ class Config:
     block_size: int
     dtype: str  # "f32", "bf16" or "f16"
     scale: float  # the effective softmax scale (head_size ** -0.5 unless set)
-    kind: str  # "decoder" or "encoder_only"
+    kind: str  # "decoder", "encoder_only" or "encoder_decoder" (cross-attention)
     sliding_window: Optional[int]
     logits_soft_cap: Optional[float]
     alibi_slopes: Optional[List[float]]
@@ -210,6 +210,8 @@ def run_case(adapter: Adapter, meta: dict, tensors: dict):
     config = Config.from_json(meta["config"])
     if config.kv_cache is not None and "fp8_kv_cache" not in adapter.capabilities.get("features", []):
         raise Unsupported(f"FP8 KV cache ({config.kv_cache['dtype']}) not implemented")
+    if config.kind == "encoder_decoder" and "encoder_decoder" not in adapter.capabilities.get("kinds", []):
+        raise Unsupported("cross-attention (encoder_decoder) not implemented")
     adapter.check(config)
     num_writes = int(meta["num_writes"])
     num_tokens = int(meta["num_tokens"])

@@ -255,6 +255,35 @@ mod topics {
         topic(b, Some(Feature::Fp8KvCache), recipes);
     }
 
+    /// Decoder queries over an encoder's cache: decode, fewer and more decoder tokens than
+    /// encoder keys, a one-key encoder, with a soft-cap and sinks, and in an FP8 cache.
+    pub fn cross_attention(b: &dyn Backend) {
+        let cross = |seqs: Vec<(usize, usize)>| {
+            with(move |r| {
+                r.kind = AttentionKind::EncoderDecoder;
+                r.seqs = seqs;
+            })
+        };
+        let mut recipes = vec![
+            cross(vec![(6, 1), (0, 7), (9, 3)]),
+            cross(vec![(1, 1), (2, 9), (13, 13)]),
+            cross(vec![(40, 1); 4]),
+        ];
+        let mut features = cross(vec![(7, 2), (3, 5)]);
+        features.soft_cap = Some(5.0);
+        features.sinks = true;
+        let mut fp8 = cross(vec![(7, 2), (3, 5)]);
+        fp8.kv_cache = Some(Fp8KvCache::new(Fp8Format::E4m3, 0.5, 0.25));
+        recipes.push(features);
+        // In an FP8 cache only for a backend that has one (else it is declined for that).
+        if !attn_backends::declines(b, &fit(b, &fp8).config())
+            .is_err_and(|u| u.feature == Feature::Fp8KvCache)
+        {
+            recipes.push(fp8);
+        }
+        topic(b, Some(Feature::CrossAttention), recipes);
+    }
+
     pub fn large_logits(b: &dyn Backend) {
         let recipe = with(|r| r.values = Values::Normal { seed: 9, std: 6.0 });
         topic(b, None, vec![recipe]);
@@ -296,6 +325,7 @@ const ALL_TOPICS: &[(&str, Topic)] = &[
     ("alibi", topics::alibi),
     ("sinks", topics::sinks),
     ("fp8_kv_cache", topics::fp8_kv_cache),
+    ("cross_attention", topics::cross_attention),
     ("large_logits", topics::large_logits),
     ("upstream_small_specs", topics::upstream_small_specs),
 ];
@@ -378,7 +408,8 @@ macro_rules! conformance {
             }
             conformance!(@topics gqa_ratios, every_dtype, encoder_only, padding_and_stale_blocks,
                 table_orders, block_sizes, shared_prefix_blocks, sliding_windows, soft_cap,
-                alibi, sinks, fp8_kv_cache, large_logits, upstream_small_specs);
+                alibi, sinks, fp8_kv_cache, cross_attention, large_logits,
+                upstream_small_specs);
         }
     };
     (@topics $($topic:ident),*) => {

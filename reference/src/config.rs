@@ -12,8 +12,24 @@ pub enum AttentionKind {
     /// Causal self-attention: the query at absolute position `p` sees keys `0..=p`.
     #[default]
     Decoder,
-    /// Bidirectional self-attention over the whole sequence (query_len == seq_len).
+    /// Bidirectional self-attention over the whole sequence (query_len == seq_len). vLLM's
+    /// `ENCODER` (the encoder of an encoder-decoder model) computes the same thing with no
+    /// cache, so a case of this kind stands for both.
     EncoderOnly,
+    /// Cross-attention (vLLM's `ENCODER_DECODER`): decoder queries over the encoder's K/V in
+    /// a cross-attention cache written once per request (on its first decoder step), so
+    /// every key is context. `seq_len` is the encoder's length, `query_len` the step's
+    /// decoder tokens (any number); not causal, no window, no ALiBi; the step writes
+    /// nothing (every slot -1).
+    EncoderDecoder,
+}
+
+impl AttentionKind {
+    pub const ALL: [AttentionKind; 3] = [
+        AttentionKind::Decoder,
+        AttentionKind::EncoderOnly,
+        AttentionKind::EncoderDecoder,
+    ];
 }
 
 impl fmt::Display for AttentionKind {
@@ -21,6 +37,7 @@ impl fmt::Display for AttentionKind {
         f.write_str(match self {
             AttentionKind::Decoder => "decoder",
             AttentionKind::EncoderOnly => "encoder_only",
+            AttentionKind::EncoderDecoder => "encoder_decoder",
         })
     }
 }
@@ -116,7 +133,7 @@ impl AttentionConfig {
             let l = w.saturating_sub(1);
             match self.kind {
                 AttentionKind::Decoder => (l, 0),
-                AttentionKind::EncoderOnly => (l, l),
+                AttentionKind::EncoderOnly | AttentionKind::EncoderDecoder => (l, l),
             }
         })
     }

@@ -15,6 +15,8 @@ pub enum Feature {
     Dtype,
     /// Encoder-only (bidirectional) attention.
     EncoderOnly,
+    /// Cross-attention (`encoder_decoder`): decoder queries over an encoder's cached K/V.
+    CrossAttention,
     SlidingWindow,
     LogitsSoftCap,
     Alibi,
@@ -39,9 +41,10 @@ pub enum Feature {
 }
 
 impl Feature {
-    pub const ALL: [Feature; 14] = [
+    pub const ALL: [Feature; 15] = [
         Feature::Dtype,
         Feature::EncoderOnly,
+        Feature::CrossAttention,
         Feature::SlidingWindow,
         Feature::LogitsSoftCap,
         Feature::Alibi,
@@ -58,8 +61,9 @@ impl Feature {
 
     /// The optional attention features: on or off in a config, listed in an external
     /// adapter's capabilities.
-    pub const OPTIONAL: [Feature; 6] = [
+    pub const OPTIONAL: [Feature; 7] = [
         Feature::EncoderOnly,
+        Feature::CrossAttention,
         Feature::SlidingWindow,
         Feature::LogitsSoftCap,
         Feature::Alibi,
@@ -84,6 +88,7 @@ impl Feature {
         match self {
             Feature::Dtype => "dtype",
             Feature::EncoderOnly => "encoder_only",
+            Feature::CrossAttention => "cross_attention",
             Feature::SlidingWindow => "sliding_window",
             Feature::LogitsSoftCap => "logits_soft_cap",
             Feature::Alibi => "alibi",
@@ -104,6 +109,7 @@ impl Feature {
         match self {
             Feature::Dtype => "dtype",
             Feature::EncoderOnly => "encoder-only attention",
+            Feature::CrossAttention => "cross-attention",
             Feature::SlidingWindow => "sliding window",
             Feature::LogitsSoftCap => "logits soft-cap",
             Feature::Alibi => "ALiBi",
@@ -124,6 +130,7 @@ impl Feature {
     pub fn used_by(self, config: &AttentionConfig) -> bool {
         match self {
             Feature::EncoderOnly => config.kind == AttentionKind::EncoderOnly,
+            Feature::CrossAttention => config.kind == AttentionKind::EncoderDecoder,
             Feature::SlidingWindow => config.sliding_window.is_some(),
             Feature::LogitsSoftCap => config.logits_soft_cap.is_some(),
             Feature::Alibi => config.alibi_slopes.is_some(),
@@ -138,7 +145,11 @@ impl Feature {
     pub fn turn_off(self, config: &mut AttentionConfig) -> bool {
         let was = self.used_by(config);
         match self {
-            Feature::EncoderOnly => config.kind = AttentionKind::Decoder,
+            Feature::EncoderOnly | Feature::CrossAttention => {
+                if was {
+                    config.kind = AttentionKind::Decoder
+                }
+            }
             Feature::SlidingWindow => config.sliding_window = None,
             Feature::LogitsSoftCap => config.logits_soft_cap = None,
             Feature::Alibi => config.alibi_slopes = None,
@@ -154,6 +165,7 @@ impl Feature {
     pub fn turn_on(self, config: &mut AttentionConfig) {
         match self {
             Feature::EncoderOnly => config.kind = AttentionKind::EncoderOnly,
+            Feature::CrossAttention => config.kind = AttentionKind::EncoderDecoder,
             Feature::SlidingWindow => config.sliding_window = Some(64),
             Feature::LogitsSoftCap => config.logits_soft_cap = Some(30.0),
             Feature::Alibi => config.alibi_slopes = Some(vec![0.5; config.num_heads]),

@@ -4,7 +4,7 @@
 //! slot mapping, and it shares no code with any backend. Semantics (upstream-facts): the new
 //! query token `j` of a sequence sits at position `p = context_len + j`; a decoder query sees
 //! keys `0..=p` (window `w`: `[p - w + 1, p]`), an encoder-only query every key (window `w`:
-//! `|p - k| < w`); logits are `scale * q·k`, then soft-capped, then ALiBi `slope_h * (k - p)`;
+//! `|p - k| < w`), a cross-attention query every key of the encoder; logits are `scale * q·k`, then soft-capped, then ALiBi `slope_h * (k - p)`;
 //! a sink joins the softmax denominator only; query head `h` reads kv head `h / (Hq / Hkv)`.
 //! With an FP8 KV cache every key and value is what the cache gives back, `fp8(x / scale) *
 //! scale` ([`crate::fp8`]): the oracle checks a kernel's attention on the stored values; the
@@ -25,6 +25,8 @@ pub fn visible_keys(
             let lo = window.map_or(0, |w| (p + 1).saturating_sub(w));
             (lo, p)
         }
+        // The whole encoder, whatever the decoder position (validation rejects a window).
+        AttentionKind::EncoderDecoder => (0, seq_len - 1),
         AttentionKind::EncoderOnly => match window {
             None => (0, seq_len - 1),
             Some(w) => ((p + 1).saturating_sub(w), (p + w - 1).min(seq_len - 1)),

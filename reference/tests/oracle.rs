@@ -408,3 +408,29 @@ fn an_fp8_cache_attends_over_its_stored_values() {
     let want = (3.0 * a + 640.0 * b) / (a + b);
     assert_close(&out, &[want], 1e-14);
 }
+
+/// Cross-attention: every decoder query sees every encoder key, whatever its index and
+/// however many decoder tokens there are (here 3 over an encoder of 2: more queries than
+/// keys). One head of size 1, scale 1: keys k = [0, ln 3] give weights 1 and 3, so with
+/// values [4, 8] every query with q = 1 gets (4 + 3 * 8) / 4 = 7, and with q = 0 the mean, 6.
+#[test]
+fn cross_attention_sees_the_whole_encoder_from_every_query() {
+    let mut c = cfg(1, 1, 1, 2);
+    c.scale = Some(1.0);
+    c.kind = AttentionKind::EncoderDecoder;
+    let mut k = case(&[2], &[3], c, 1);
+    assert_eq!(k.context_len(0), 2, "every key is the encoder's");
+    assert_eq!(k.layout.slot_mapping, vec![-1, -1, -1], "the step writes nothing");
+    let ln3 = 3f32.ln();
+    k.tensors.context_key[0] = vec![0.0, ln3];
+    k.tensors.context_value[0] = vec![4.0, 8.0];
+    k.tensors.query = vec![1.0, 0.0, 1.0];
+    // The step's own K/V rows are not in the cross cache: they must change nothing.
+    k.tensors.key = vec![100.0; 3];
+    k.tensors.value = vec![-100.0; 3];
+    assert_eq!(k.validate(), Ok(()));
+    let out = reference_output(&k);
+    let ln3 = ln3 as f64;
+    let seven = (4.0 + ln3.exp() * 8.0) / (1.0 + ln3.exp());
+    assert_close(&out, &[seven, 6.0, seven], 1e-12);
+}

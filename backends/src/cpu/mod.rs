@@ -26,7 +26,7 @@ use crate::{
     cache_as, cache_as_mut, Backend, BackendError, CacheLayout, KvCache, KvWrite, StepInputs,
     Unsupported,
 };
-use attn_reference::{AttentionConfig, Feature};
+use attn_reference::{AttentionConfig, AttentionKind, Feature};
 use elem::KvElem;
 use kernel::{KvSource, Problem, Scratch};
 use layout::{CpuKvCache, Geometry, KvData};
@@ -233,7 +233,7 @@ impl CpuBackend {
         }
         for (s, &seq_len) in step.seq_lens.iter().enumerate() {
             let q = qsl[s + 1] - qsl[s];
-            if q > seq_len {
+            if q > seq_len && config.kind != AttentionKind::EncoderDecoder {
                 return Err(self.invalid(format!(
                     "sequence {s}: {q} query tokens but seq_len {seq_len}"
                 )));
@@ -445,7 +445,7 @@ impl Backend for CpuBackend {
 
     fn optional_features(&self) -> Vec<Feature> {
         let mut f = Feature::ESTABLISHED.to_vec();
-        f.push(Feature::Fp8KvCache);
+        f.extend([Feature::Fp8KvCache, Feature::CrossAttention]);
         f
     }
 

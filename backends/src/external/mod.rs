@@ -258,11 +258,21 @@ impl Backend for ExternalBackend {
     }
 
     /// The established features, plus the later ones the adapter lists in its capabilities
-    /// (an adapter that lists none is not assumed to have, say, an FP8 cache).
+    /// (an adapter that lists none is not assumed to have, say, an FP8 cache), and
+    /// cross-attention when its `kinds` name `encoder_decoder`.
     fn optional_features(&self) -> Vec<attn_reference::Feature> {
-        let mut f = attn_reference::Feature::ESTABLISHED.to_vec();
-        if let Some(listed) = &self.hello.capabilities.features {
+        use attn_reference::{AttentionKind, Feature};
+        let caps = &self.hello.capabilities;
+        let mut f = Feature::ESTABLISHED.to_vec();
+        if let Some(listed) = &caps.features {
             f.extend(listed.iter().filter(|x| !f.contains(x)).copied().collect::<Vec<_>>());
+        }
+        if caps
+            .kinds
+            .as_ref()
+            .is_some_and(|k| k.contains(&AttentionKind::EncoderDecoder))
+        {
+            f.push(Feature::CrossAttention);
         }
         f
     }

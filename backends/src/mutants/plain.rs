@@ -7,6 +7,7 @@ use crate::{
     Unsupported,
 };
 use attn_reference::{AttentionConfig, AttentionKind, Feature, Fp8Format, Fp8KvCache};
+use std::borrow::Cow;
 use std::collections::HashMap;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -46,6 +47,10 @@ pub enum Bug {
     Fp8ReadAsFnuz,
     Fp8NoSaturation,
     Fp8PerHeadScale,
+    // Cross-attention.
+    CrossCausal,
+    CrossDecoderLength,
+    CrossCacheRewritten,
 }
 
 /// An element offset computed in int32, as the buggy kernels do: past 2^31 it wraps, and the
@@ -133,6 +138,9 @@ impl PlainBackend {
 struct SlotCache {
     k: Vec<f32>,
     v: Vec<f32>,
+    /// K and V rows of the last write (the step's own, in a cross-attention case), for the
+    /// bug that writes them into the cross cache.
+    last_write: (Vec<f32>, Vec<f32>),
 }
 
 /// Running softmax state of one split.
@@ -154,7 +162,7 @@ impl Backend for PlainBackend {
 
     fn optional_features(&self) -> Vec<Feature> {
         let mut f = Feature::ESTABLISHED.to_vec();
-        f.push(Feature::Fp8KvCache);
+        f.extend([Feature::Fp8KvCache, Feature::CrossAttention]);
         f
     }
 
@@ -170,6 +178,7 @@ impl Backend for PlainBackend {
         Ok(Box::new(SlotCache {
             k: vec![0.0; n],
             v: vec![0.0; n],
+            last_write: (Vec::new(), Vec::new()),
         }))
     }
 
@@ -182,6 +191,9 @@ impl Backend for PlainBackend {
         let cache = cache_as_mut::<SlotCache>(&self.name, cache)?;
         let row = c.num_kv_heads * c.head_size;
         let slots = cache.k.len() / row.max(1);
+        if self.bug == Bug::CrossCacheRewritten {
+            cache.last_write = (kv.key.to_vec(), kv.value.to_vec());
+        }
         for (t, &slot) in kv.slot_mapping.iter().enumerate() {
             if slot < 0 {
                 continue;
@@ -259,12 +271,35 @@ impl Backend for PlainBackend {
         // Which sequence first gathered each physical block (for the gather-once bug).
         let mut owner: HashMap<u32, usize> = HashMap::new();
         let zeros = vec![0.0f32; d];
+        // The cross cache as the rewriting bug leaves it: each later step writes its own K/V
+        // rows over the encoder's first positions, as if it were the request's first step.
+        let mut rewritten = (Cow::Borrowed(&cache.k[..]), Cow::Borrowed(&cache.v[..]));
+        if self.bug == Bug::CrossCacheRewritten && c.kind == AttentionKind::EncoderDecoder {
+            let row = hkv * d;
+            let (rk, rv) = (rewritten.0.to_mut(), rewritten.1.to_mut());
+            let (k, v) = &cache.last_write;
+            for s in 0..step.seq_lens.len() {
+                let (q0, q1) = (step.query_start_loc[s], step.query_start_loc[s + 1]);
+                for t in q0..q1.min(k.len() / row.max(1)) {
+                    let j = t - q0;
+                    if j >= step.seq_lens[s] {
+                        break;
+                    }
+                    let at = (step.block_table[s][j / bs] as usize * bs + j % bs) * row;
+                    rk[at..at + row].copy_from_slice(&k[t * row..(t + 1) * row]);
+                    rv[at..at + row].copy_from_slice(&v[t * row..(t + 1) * row]);
+                }
+            }
+        }
 
         for (s, &seq_hit) in hit.iter().enumerate() {
             let (q0, q1) = (step.query_start_loc[s], step.query_start_loc[s + 1]);
             let seq_len = step.seq_lens[s];
             let query_len = q1 - q0;
-            let ctx = seq_len - query_len;
+            // Cross-attention: every key is the encoder's; queries have no position among
+            // them (and may outnumber them).
+            let cross = c.kind == AttentionKind::EncoderDecoder;
+            let ctx = seq_len.saturating_sub(query_len);
             let zeroed = vec![0u32; step.block_table[s].len()];
             let row = if self.bug == Bug::UnhitTableRowsZeroed && any_hit && !seq_hit {
                 &zeroed
@@ -303,6 +338,16 @@ impl Backend for PlainBackend {
                     }
                 }
                 let mut keys: Vec<usize> = (lo..=hi).collect();
+                if cross && self.bug == Bug::CrossCausal {
+                    // Causal, aligned bottom-right as a causal kernel aligns it: decoder
+                    // token j sees keys up to seq_len - query_len + j.
+                    let last = (seq_len + (t - q0)).checked_sub(query_len);
+                    keys.retain(|&k| last.is_some_and(|l| k <= l));
+                }
+                if cross && self.bug == Bug::CrossDecoderLength {
+                    // As many keys as decoder tokens, read through the table row.
+                    keys = (0..query_len.min(row.len() * bs)).collect();
+                }
                 if self.bug == Bug::LastPartialBlockIgnored && !seq_len.is_multiple_of(bs) {
                     keys.retain(|&k| k < seq_len / bs * bs);
                 }
@@ -323,7 +368,7 @@ impl Backend for PlainBackend {
                 for h in 0..hq {
                     let kvh = h / group;
                     let q = &step.query[(t * hq + h) * d..][..d];
-                    let (kc, vc, zeros, owner) = (&cache.k, &cache.v, &zeros, &owner);
+                    let (kc, vc, zeros, owner) = (&*rewritten.0, &*rewritten.1, &zeros, &owner);
                     let read = move |value: bool, k: usize| -> &[f32] {
                         let buf = if value { vc } else { kc };
                         let blk = row[k / bs];

@@ -212,7 +212,7 @@ impl Backend for Spyre {
 
     fn optional_features(&self) -> Vec<Feature> {
         let mut f = Feature::ESTABLISHED.to_vec();
-        f.push(Feature::Fp8KvCache);
+        f.extend([Feature::Fp8KvCache, Feature::CrossAttention]);
         f
     }
 

@@ -46,7 +46,8 @@ pub struct CaseRecipe {
     pub block_size: usize,
     pub dtype: DType,
     pub kind: AttentionKind,
-    /// (context_len, query_len) per sequence; encoder-only ignores context_len.
+    /// (context_len, query_len) per sequence; encoder-only ignores context_len;
+    /// cross-attention takes it as the encoder's length (at least 1).
     pub seqs: Vec<(usize, usize)>,
     pub window: Option<usize>,
     pub soft_cap: Option<f32>,
@@ -222,8 +223,9 @@ impl CaseRecipe {
     pub fn without(&self, f: Feature) -> Option<CaseRecipe> {
         let mut c = self.clone();
         let used = match f {
-            Feature::EncoderOnly => {
-                std::mem::replace(&mut c.kind, AttentionKind::Decoder) != AttentionKind::Decoder
+            Feature::EncoderOnly | Feature::CrossAttention if f.used_by(&self.config()) => {
+                c.kind = AttentionKind::Decoder;
+                true
             }
             Feature::SlidingWindow => c.window.take().is_some(),
             Feature::LogitsSoftCap => c.soft_cap.take().is_some(),
@@ -261,6 +263,7 @@ impl CaseRecipe {
                     (ctx + q, q)
                 }
                 AttentionKind::EncoderOnly => (q, q),
+                AttentionKind::EncoderDecoder => (ctx.max(1), q),
             })
             .unzip()
     }
@@ -340,6 +343,10 @@ impl CaseRecipe {
                     case.layout.block_table[m][i] = case.layout.block_table[g.seqs[0]][i];
                 }
             }
+        }
+        if case.config.kind == AttentionKind::EncoderDecoder {
+            // A cross-attention step writes nothing: its slots stay -1.
+            return;
         }
         let starts = case.query_start_loc();
         for (s, &start) in starts.iter().take(case.num_seqs()).enumerate() {
@@ -486,7 +493,11 @@ fn table_order() -> impl Strategy<Value = TableOrder> {
 }
 
 fn kind() -> impl Strategy<Value = AttentionKind> {
-    prop_oneof![4 => Just(AttentionKind::Decoder), 1 => Just(AttentionKind::EncoderOnly)]
+    prop_oneof![
+        8 => Just(AttentionKind::Decoder),
+        2 => Just(AttentionKind::EncoderOnly),
+        2 => Just(AttentionKind::EncoderDecoder),
+    ]
 }
 
 /// Work of a recipe in multiply-adds of the oracle: every query against every key it may
@@ -600,6 +611,8 @@ pub fn recipe(limits: StrategyLimits) -> impl Strategy<Value = CaseRecipe> {
             values,
             kv_cache,
         )| {
+            // Cross-attention has no key positions relative to the query: no window, no ALiBi.
+            let cross = kind == AttentionKind::EncoderDecoder;
             let r = CaseRecipe {
                 num_kv_heads,
                 group,
@@ -608,9 +621,9 @@ pub fn recipe(limits: StrategyLimits) -> impl Strategy<Value = CaseRecipe> {
                 dtype,
                 kind,
                 seqs,
-                window,
+                window: window.filter(|_| !cross),
                 soft_cap,
-                alibi,
+                alibi: alibi && !cross,
                 sinks,
                 padding_tokens,
                 spare_blocks,
@@ -751,6 +764,9 @@ mod tests {
             .map(|_| s.new_tree(&mut runner).unwrap().current())
             .collect();
         assert!(rs.iter().any(|r| r.kind == AttentionKind::EncoderOnly));
+        assert!(rs
+            .iter()
+            .any(|r| r.kind == AttentionKind::EncoderDecoder && r.seqs.iter().any(|s| s.1 > s.0)));
         assert!(rs.iter().any(|r| r.window == Some(1)));
         for f in Fp8Format::ALL {
             assert!(rs.iter().any(|r| r.kv_cache.is_some_and(|c| c.dtype == f)));
