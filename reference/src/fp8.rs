@@ -13,6 +13,7 @@
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::str::FromStr;
+use std::sync::OnceLock;
 
 /// The storage format of an FP8 KV cache (vLLM's `kv_cache_dtype` names).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -73,6 +74,23 @@ impl Fp8Format {
         }
     }
 
+    /// The non-negative finite codes with their values, in increasing order (decoded once).
+    fn finite_codes(self) -> &'static [(u8, f64)] {
+        static TABLES: OnceLock<[Vec<(u8, f64)>; 2]> = OnceLock::new();
+        let tables = TABLES.get_or_init(|| {
+            Fp8Format::ALL.map(|f| {
+                (0u8..0x80)
+                    .map(|c| (c, f.decode(c)))
+                    .take_while(|(_, v)| v.is_finite())
+                    .collect()
+            })
+        });
+        match self {
+            Fp8Format::E4m3 => &tables[0],
+            Fp8Format::E5m2 => &tables[1],
+        }
+    }
+
     /// The code a NaN is stored as.
     pub fn nan_code(self) -> u8 {
         0x7f
@@ -88,10 +106,7 @@ impl Fp8Format {
         let a = x.abs().min(self.max_finite());
         // The non-negative finite codes 0x00.. are increasing in value: find the last one
         // not above `a`, then compare with its successor.
-        let finite: Vec<(u8, f64)> = (0u8..0x80)
-            .map(|c| (c, self.decode(c)))
-            .take_while(|(_, v)| v.is_finite())
-            .collect();
+        let finite = self.finite_codes();
         let below = finite.partition_point(|&(_, v)| v <= a) - 1;
         let (lo_code, lo) = finite[below];
         let code = match finite.get(below + 1) {
@@ -221,8 +236,16 @@ mod tests {
         // Exact values and their neighbours.
         assert_eq!(E4m3.encode(1.0), 0x38);
         assert_eq!(E4m3.encode(-2.0), 0xc0);
-        assert_eq!(E4m3.encode(1.0625), 0x38, "a tie between 1 and 1.125 goes to 1 (even)");
-        assert_eq!(E4m3.encode(1.1875), 0x3a, "a tie between 1.125 and 1.25 goes to 1.25");
+        assert_eq!(
+            E4m3.encode(1.0625),
+            0x38,
+            "a tie between 1 and 1.125 goes to 1 (even)"
+        );
+        assert_eq!(
+            E4m3.encode(1.1875),
+            0x3a,
+            "a tie between 1.125 and 1.25 goes to 1.25"
+        );
         assert_eq!(E4m3.encode(1.07), 0x39);
         // Subnormals: 2^-10 is a tie between 0 and 2^-9, which goes to 0.
         assert_eq!(E4m3.encode(2f64.powi(-10)), 0x00);
@@ -238,7 +261,11 @@ mod tests {
         assert_eq!(E5m2.encode(61440.0), 0x7b);
         assert_eq!(E5m2.encode(f64::INFINITY), 0x7b);
         assert_eq!(E5m2.encode(1.125), 0x3c, "tie between 1 and 1.25 goes to 1");
-        assert_eq!(E5m2.encode(1.375), 0x3e, "tie between 1.25 and 1.5 goes to 1.5");
+        assert_eq!(
+            E5m2.encode(1.375),
+            0x3e,
+            "tie between 1.25 and 1.5 goes to 1.5"
+        );
         assert!(E5m2.decode(E5m2.encode(f64::NAN)).is_nan());
     }
 

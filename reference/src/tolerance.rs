@@ -70,8 +70,18 @@ impl Tolerance {
         let q = max_norm(&widen(&t.query));
         // The keys and values a kernel reads: the inputs, or what an FP8 cache gives back.
         let (keys, values): (Vec<f64>, Vec<f64>) = {
-            let k32: Vec<f32> = t.key.iter().chain(t.context_key.iter().flatten()).copied().collect();
-            let v32: Vec<f32> = t.value.iter().chain(t.context_value.iter().flatten()).copied().collect();
+            let k32: Vec<f32> = t
+                .key
+                .iter()
+                .chain(t.context_key.iter().flatten())
+                .copied()
+                .collect();
+            let v32: Vec<f32> = t
+                .value
+                .iter()
+                .chain(t.context_value.iter().flatten())
+                .copied()
+                .collect();
             match &case.config.kv_cache {
                 Some(cache) => (cache.read_back_k(&k32), cache.read_back_v(&v32)),
                 None => (widen(&k32), widen(&v32)),

@@ -420,7 +420,11 @@ fn cross_attention_sees_the_whole_encoder_from_every_query() {
     c.kind = AttentionKind::EncoderDecoder;
     let mut k = case(&[2], &[3], c, 1);
     assert_eq!(k.context_len(0), 2, "every key is the encoder's");
-    assert_eq!(k.layout.slot_mapping, vec![-1, -1, -1], "the step writes nothing");
+    assert_eq!(
+        k.layout.slot_mapping,
+        vec![-1, -1, -1],
+        "the step writes nothing"
+    );
     let ln3 = 3f32.ln();
     k.tensors.context_key[0] = vec![0.0, ln3];
     k.tensors.context_value[0] = vec![4.0, 8.0];

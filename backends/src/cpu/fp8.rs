@@ -86,7 +86,13 @@ pub fn zeroed<T: Fp8Code>(len: usize) -> Vec<T> {
     let mut bytes = std::mem::ManuallyDrop::new(vec![0u8; len]);
     // SAFETY: `T` is a `repr(transparent)` wrapper of `u8` (the `Fp8Code` contract): same
     // size, alignment and validity, so the allocation, length and capacity carry over.
-    unsafe { Vec::from_raw_parts(bytes.as_mut_ptr().cast::<T>(), bytes.len(), bytes.capacity()) }
+    unsafe {
+        Vec::from_raw_parts(
+            bytes.as_mut_ptr().cast::<T>(),
+            bytes.len(),
+            bytes.capacity(),
+        )
+    }
 }
 
 /// # Safety
@@ -117,7 +123,18 @@ mod tests {
                 xs.push(f32::from_bits(mid.to_bits() - 1));
             }
         }
-        xs.extend([0.0, 1e-30, 1e-8, 460.0, 464.0, 470.0, 1e5, 6e4, 1e30, f32::MAX]);
+        xs.extend([
+            0.0,
+            1e-30,
+            1e-8,
+            460.0,
+            464.0,
+            470.0,
+            1e5,
+            6e4,
+            1e30,
+            f32::MAX,
+        ]);
         xs.extend([f32::INFINITY, f32::MIN_POSITIVE, f32::from_bits(1)]);
         xs.extend(
             (0..u32::MAX / 104_729)
@@ -151,7 +168,10 @@ mod tests {
             }
             let want = Fp8Format::E5m2.decode(c);
             let got = E5m2(c).to_f32() as f64;
-            assert!(got == want || (got.is_nan() && want.is_nan()), "e5m2 {c:#x}");
+            assert!(
+                got == want || (got.is_nan() && want.is_nan()),
+                "e5m2 {c:#x}"
+            );
         }
     }
 }

@@ -70,11 +70,7 @@ pub struct CpuKvCache {
 }
 
 impl CpuKvCache {
-    pub fn new(
-        dtype: DType,
-        fp8: Option<Fp8KvCache>,
-        geometry: Geometry,
-    ) -> Result<Self, String> {
+    pub fn new(dtype: DType, fp8: Option<Fp8KvCache>, geometry: Geometry) -> Result<Self, String> {
         let element_bytes = if fp8.is_some() { 1 } else { dtype.size_bytes() };
         let len = geometry
             .total_len()

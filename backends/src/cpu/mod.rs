@@ -475,9 +475,11 @@ impl Backend for CpuBackend {
             head_size: config.head_size,
         };
         let cache =
-            CpuKvCache::new(config.dtype, config.kv_cache, geometry).map_err(|message| BackendError::Failed {
-                backend: NAME.into(),
-                message,
+            CpuKvCache::new(config.dtype, config.kv_cache, geometry).map_err(|message| {
+                BackendError::Failed {
+                    backend: NAME.into(),
+                    message,
+                }
             })?;
         Ok(Box::new(cache))
     }

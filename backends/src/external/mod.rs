@@ -265,7 +265,13 @@ impl Backend for ExternalBackend {
         let caps = &self.hello.capabilities;
         let mut f = Feature::ESTABLISHED.to_vec();
         if let Some(listed) = &caps.features {
-            f.extend(listed.iter().filter(|x| !f.contains(x)).copied().collect::<Vec<_>>());
+            f.extend(
+                listed
+                    .iter()
+                    .filter(|x| !f.contains(x))
+                    .copied()
+                    .collect::<Vec<_>>(),
+            );
         }
         if caps
             .kinds

@@ -52,7 +52,13 @@ impl SpyreCache {
 
     /// FP8 codes of K (`part` 0) or V (1) as the kernel reads them: `fp8 * scale` in f32,
     /// then in `kind`.
-    fn dequantize(&self, f: Fp8KvCache, codes: &Tensor, part: i64, kind: Kind) -> Result<Tensor, TchError> {
+    fn dequantize(
+        &self,
+        f: Fp8KvCache,
+        codes: &Tensor,
+        part: i64,
+        kind: Kind,
+    ) -> Result<Tensor, TchError> {
         let scale = if part == 0 { f.k_scale } else { f.v_scale };
         codes
             .f_view_dtype(fp8_kind(f.dtype))?

@@ -160,9 +160,10 @@ pub fn run_bench(opts: &BenchOptions) -> BenchSummary {
                 };
                 let (cache, status) = match prepare_cache(b.as_ref(), &cases[i]) {
                     Ok(cache) => (cache, BenchStatus::Ok),
-                    Err(BackendError::Unsupported(u)) => {
-                        (Box::new(()) as KvCache, BenchStatus::Unsupported { reason: u })
-                    }
+                    Err(BackendError::Unsupported(u)) => (
+                        Box::new(()) as KvCache,
+                        BenchStatus::Unsupported { reason: u },
+                    ),
                     Err(e) => (
                         Box::new(()) as KvCache,
                         BenchStatus::Error {

@@ -459,7 +459,11 @@ fn kv_cache() -> impl Strategy<Value = Option<Fp8KvCache>> {
     let scale = || prop::sample::select(FP8_SCALES.to_vec());
     prop::option::weighted(
         0.2,
-        (prop::sample::select(Fp8Format::ALL.to_vec()), scale(), scale())
+        (
+            prop::sample::select(Fp8Format::ALL.to_vec()),
+            scale(),
+            scale(),
+        )
             .prop_map(|(dtype, k, v)| Fp8KvCache::new(dtype, k, v)),
     )
 }
