@@ -145,10 +145,8 @@ impl Feature {
     pub fn turn_off(self, config: &mut AttentionConfig) -> bool {
         let was = self.used_by(config);
         match self {
-            Feature::EncoderOnly | Feature::CrossAttention => {
-                if was {
-                    config.kind = AttentionKind::Decoder
-                }
+            Feature::EncoderOnly | Feature::CrossAttention if was => {
+                config.kind = AttentionKind::Decoder
             }
             Feature::SlidingWindow => config.sliding_window = None,
             Feature::LogitsSoftCap => config.logits_soft_cap = None,
