@@ -76,11 +76,14 @@ class Config:
     block_size: int
     dtype: str  # "f32", "bf16" or "f16"
     scale: float  # the effective softmax scale (head_size ** -0.5 unless set)
-    kind: str  # "decoder" or "encoder_only"
+    kind: str  # "decoder", "encoder_only" or "encoder_decoder" (cross-attention)
     sliding_window: Optional[int]
     logits_soft_cap: Optional[float]
     alibi_slopes: Optional[List[float]]
     sinks: Optional[List[float]]
+    #: An FP8 KV cache, {"dtype": "fp8_e4m3" | "fp8_e5m2", "k_scale": float, "v_scale":
+    #: float}: K/V stored as fp8(x / scale), read as fp8 * scale. None: the compute dtype.
+    kv_cache: Optional[dict] = None
 
     @staticmethod
     def from_json(text: str) -> "Config":
@@ -98,6 +101,7 @@ class Config:
             logits_soft_cap=c.get("logits_soft_cap"),
             alibi_slopes=c.get("alibi_slopes"),
             sinks=c.get("sinks"),
+            kv_cache=c.get("kv_cache"),
         )
 
     @property
@@ -218,6 +222,10 @@ def run_case(adapter: Adapter, meta: dict, tensors: dict, session=None):
     is the session's cache: new when the step says `fresh`, else the one the last step used.
     """
     config = Config.from_json(meta["config"])
+    if config.kv_cache is not None and "fp8_kv_cache" not in adapter.capabilities.get("features", []):
+        raise Unsupported(f"FP8 KV cache ({config.kv_cache['dtype']}) not implemented")
+    if config.kind == "encoder_decoder" and "encoder_decoder" not in adapter.capabilities.get("kinds", []):
+        raise Unsupported("cross-attention (encoder_decoder) not implemented")
     adapter.check(config)
     num_writes = int(meta["num_writes"])
     num_tokens = int(meta["num_tokens"])

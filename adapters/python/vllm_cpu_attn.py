@@ -24,7 +24,9 @@ aims traces at the shapes below.
 
 Encoder-only cases run the same kernel with `causal=False` over the case's paged cache (vLLM
 itself builds a scratch cache with its own block table for encoder-only layers, then calls
-this kernel non-causally).
+this kernel non-causally). Cross-attention (`encoder_decoder`) runs it the way vLLM's
+CrossAttention layer does: `causal=False`, `seq_lens` the encoders' lengths, over the cross
+cache the case's writes filled. An FP8 cache is not declared: CPU_ATTN refuses one.
 
 Capabilities are what CPU_ATTN declares: head sizes 32, 64, 80, 96, 112, 128, 160, 192, 224,
 256, 512; f32, bf16, f16; windows, soft-cap, ALiBi, sinks; decoder and encoder-only. Block
@@ -89,7 +91,7 @@ class VllmCpuAttn(Adapter):
         "head_sizes": HEAD_SIZES,
         "block_size_multiple_of": BLOCK_MULTIPLE,
         "dtypes": ["f32", "bf16", "f16"],
-        "kinds": ["decoder", "encoder_only"],
+        "kinds": ["decoder", "encoder_only", "encoder_decoder"],
         "features": FEATURES,
     }
 

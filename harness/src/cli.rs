@@ -217,6 +217,10 @@ pub struct BenchArgs {
     /// Compute dtype.
     #[arg(long, default_value = "bf16", value_parser = dtype_parser())]
     pub dtype: DType,
+    /// KV-cache variants, each timed beside the others: `auto` (the compute dtype),
+    /// `fp8_e4m3`, `fp8_e5m2` (scales 1), e.g. `auto,fp8_e4m3`.
+    #[arg(long, value_delimiter = ',', default_value = "auto", value_parser = ["auto", "fp8_e4m3", "fp8_e5m2"], value_name = "CACHE,...")]
+    pub kv_cache: Vec<String>,
     /// Tokens per KV-cache block.
     #[arg(long, default_value_t = 32, value_name = "TOKENS")]
     pub block_size: usize,

@@ -23,6 +23,7 @@ fn bench_runs_and_reports_a_wrong_backend_as_wrong() {
         backends,
         specs: vec![spec_by_name("small_decode").unwrap()],
         config: AttentionConfig::new(4, 2, 16, 16, DType::Bf16),
+        kv_caches: vec![],
         reps: 3,
         threads: 1,
         baseline: Some("naive".into()),
@@ -61,6 +62,7 @@ fn cold_bench_times_and_checks_every_backend() {
         backends: vec![Arc::new(Naive::correct())],
         specs: vec![spec_by_name("small_decode").unwrap()],
         config: AttentionConfig::new(4, 2, 16, 16, DType::Bf16),
+        kv_caches: vec![],
         reps: 2,
         threads: 1,
         baseline: None,
@@ -131,6 +133,7 @@ fn a_backend_reporting_its_kernel_time_is_timed_by_it() {
         ],
         specs: vec![spec_by_name("small_decode").unwrap()],
         config: AttentionConfig::new(4, 2, 16, 16, DType::Bf16),
+        kv_caches: vec![],
         reps: 3,
         threads: 1,
         baseline: None,
@@ -145,4 +148,50 @@ fn a_backend_reporting_its_kernel_time_is_timed_by_it() {
     assert_eq!(reported.min_ms, 250.0);
     assert!(reported.peak_extra_mib.is_nan());
     assert!(wall.median_ms < 250.0 && wall.peak_extra_mib.is_finite());
+}
+
+/// KV-cache variants are timed side by side, one row per backend and variant, each checked
+/// against the oracle of its own case; a backend without FP8 caches says so in its row.
+#[test]
+fn fp8_variants_are_rows_of_their_own() {
+    use attn_reference::Fp8Format;
+    let opts = BenchOptions {
+        backends: vec![
+            attn_backends::backend_by_name("cpu").unwrap(),
+            Arc::new(Naive::correct()),
+        ],
+        specs: vec![spec_by_name("small_decode").unwrap()],
+        config: AttentionConfig::new(4, 2, 16, 16, DType::Bf16),
+        kv_caches: vec![None, Some(Fp8Format::E4m3), Some(Fp8Format::E5m2)],
+        reps: 2,
+        threads: 1,
+        baseline: Some("cpu".into()),
+        seed: 1,
+        cold: false,
+        on_event: None,
+    };
+    let s = run_bench(&opts);
+    let names: Vec<&str> = s.rows.iter().map(|r| r.backend.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "cpu",
+            "naive",
+            "cpu [fp8_e4m3]",
+            "naive [fp8_e4m3]",
+            "cpu [fp8_e5m2]",
+            "naive [fp8_e5m2]"
+        ]
+    );
+    for r in &s.rows {
+        match r.backend.as_str() {
+            "naive [fp8_e4m3]" | "naive [fp8_e5m2]" => assert!(
+                matches!(r.status, BenchStatus::Unsupported { .. }),
+                "{}",
+                r.status
+            ),
+            _ => assert_eq!(r.status, BenchStatus::Ok, "{}", r.backend),
+        }
+    }
+    assert!(s.rows[2].ratio_to_baseline.is_some_and(f64::is_finite));
 }

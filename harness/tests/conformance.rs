@@ -15,7 +15,9 @@ use attn_backends::{backend_by_name, Backend};
 use attn_harness::compare::Tolerance;
 use attn_harness::runner::{evaluate, Outcome};
 use attn_harness::strategy::{CaseRecipe, Share, TableOrder, Values};
-use attn_reference::{reference_output, AttentionKind, Case, DType, Feature};
+use attn_reference::{
+    reference_output, AttentionKind, Case, DType, Feature, Fp8Format, Fp8KvCache,
+};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -232,6 +234,56 @@ mod topics {
         topic(b, Some(Feature::Sinks), vec![with(|r| r.sinks = true)]);
     }
 
+    /// Both FP8 formats, in bf16 and f32: scales that saturate E4M3 (2^-8: every |x| past
+    /// 1.75), that put values among the subnormal codes (4), and a k/v pair that differ (so
+    /// swapping them shows).
+    pub fn fp8_kv_cache(b: &dyn Backend) {
+        let scales = [(0.5, 0.25), (0.00390625, 1.0), (4.0, 0.1875)];
+        let recipes = Fp8Format::ALL
+            .into_iter()
+            .flat_map(|f| {
+                scales.into_iter().flat_map(move |(k, v)| {
+                    [DType::Bf16, DType::F32].map(|dtype| {
+                        with(|r| {
+                            r.kv_cache = Some(Fp8KvCache::new(f, k, v));
+                            r.dtype = dtype;
+                        })
+                    })
+                })
+            })
+            .collect();
+        topic(b, Some(Feature::Fp8KvCache), recipes);
+    }
+
+    /// Decoder queries over an encoder's cache: decode, fewer and more decoder tokens than
+    /// encoder keys, a one-key encoder, with a soft-cap and sinks, and in an FP8 cache.
+    pub fn cross_attention(b: &dyn Backend) {
+        let cross = |seqs: Vec<(usize, usize)>| {
+            with(move |r| {
+                r.kind = AttentionKind::EncoderDecoder;
+                r.seqs = seqs;
+            })
+        };
+        let mut recipes = vec![
+            cross(vec![(6, 1), (0, 7), (9, 3)]),
+            cross(vec![(1, 1), (2, 9), (13, 13)]),
+            cross(vec![(40, 1); 4]),
+        ];
+        let mut features = cross(vec![(7, 2), (3, 5)]);
+        features.soft_cap = Some(5.0);
+        features.sinks = true;
+        let mut fp8 = cross(vec![(7, 2), (3, 5)]);
+        fp8.kv_cache = Some(Fp8KvCache::new(Fp8Format::E4m3, 0.5, 0.25));
+        recipes.push(features);
+        // In an FP8 cache only for a backend that has one (else it is declined for that).
+        if !attn_backends::declines(b, &fit(b, &fp8).config())
+            .is_err_and(|u| u.feature == Feature::Fp8KvCache)
+        {
+            recipes.push(fp8);
+        }
+        topic(b, Some(Feature::CrossAttention), recipes);
+    }
+
     pub fn large_logits(b: &dyn Backend) {
         let recipe = with(|r| r.values = Values::Normal { seed: 9, std: 6.0 });
         topic(b, None, vec![recipe]);
@@ -272,6 +324,8 @@ const ALL_TOPICS: &[(&str, Topic)] = &[
     ("soft_cap", topics::soft_cap),
     ("alibi", topics::alibi),
     ("sinks", topics::sinks),
+    ("fp8_kv_cache", topics::fp8_kv_cache),
+    ("cross_attention", topics::cross_attention),
     ("large_logits", topics::large_logits),
     ("upstream_small_specs", topics::upstream_small_specs),
 ];
@@ -354,7 +408,8 @@ macro_rules! conformance {
             }
             conformance!(@topics gqa_ratios, every_dtype, encoder_only, padding_and_stale_blocks,
                 table_orders, block_sizes, shared_prefix_blocks, sliding_windows, soft_cap,
-                alibi, sinks, large_logits, upstream_small_specs);
+                alibi, sinks, fp8_kv_cache, cross_attention, large_logits,
+                upstream_small_specs);
         }
     };
     (@topics $($topic:ident),*) => {

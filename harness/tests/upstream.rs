@@ -82,6 +82,21 @@ fn encoder(
     run(UpstreamTest::Encoder, spec, heads);
 }
 
+/// attn-diff's own cross-attention specs, at the heads of the models they are shaped like.
+#[rstest]
+fn cross(
+    #[values(
+        "whisper_cross_prefill",
+        "whisper_cross_decode",
+        "bart_cross_prefill",
+        "bart_cross_decode"
+    )]
+    spec: &'static str,
+) {
+    let (q, kv, _) = attn_reference::specs::cross_heads(spec);
+    run(UpstreamTest::Cross, spec, (q, kv));
+}
+
 #[test]
 fn the_port_covers_upstreams_lists() {
     use attn_reference::specs::{CAUSAL_TEST_SPECS, SLIDING_WINDOW_TEST_SPECS};
@@ -101,4 +116,11 @@ fn the_port_covers_upstreams_lists() {
         SLIDING_WINDOW_TEST_SPECS.len() * 3
     );
     assert!(!CAUSAL_TEST_SPECS.contains(&"mixed_large"));
+    assert_eq!(
+        suite
+            .iter()
+            .filter(|c| c.test == UpstreamTest::Cross)
+            .count(),
+        4
+    );
 }

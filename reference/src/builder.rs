@@ -10,7 +10,9 @@
 //! `blocks` full context blocks. Members then hold the first member's K/V for those tokens and
 //! their block-table rows name the same physical blocks.
 
-use crate::{AttentionConfig, Batch, BatchSpec, Case, InputRng, PagedLayout, Tensors};
+use crate::{
+    AttentionConfig, AttentionKind, Batch, BatchSpec, Case, InputRng, PagedLayout, Tensors,
+};
 
 /// Sequences that share the physical blocks of their first `blocks` logical blocks.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -75,11 +77,14 @@ pub fn build_case(
     let row_q = config.num_heads * config.head_size;
     let dt = config.dtype;
 
+    // Cross-attention: every key is context (the encoder's K/V), the step writes nothing.
+    let cross = config.kind == AttentionKind::EncoderDecoder;
+    let context = |l: usize, q: usize| if cross { l } else { l - q };
     let mut context_key = Vec::with_capacity(seq_lens.len());
     let mut context_value = Vec::with_capacity(seq_lens.len());
     for (&l, &q) in seq_lens.iter().zip(query_lens) {
-        context_key.push(rng.normal_vec((l - q) * row_kv, opts.std, dt));
-        context_value.push(rng.normal_vec((l - q) * row_kv, opts.std, dt));
+        context_key.push(rng.normal_vec(context(l, q) * row_kv, opts.std, dt));
+        context_value.push(rng.normal_vec(context(l, q) * row_kv, opts.std, dt));
     }
     let real: usize = query_lens.iter().sum();
     let tokens = real + opts.padding_tokens;
@@ -145,6 +150,10 @@ pub fn build_case(
 
     let mut slot_mapping = Vec::with_capacity(tokens);
     for (s, (&l, &q)) in seq_lens.iter().zip(query_lens).enumerate() {
+        if cross {
+            slot_mapping.extend(std::iter::repeat_n(-1, q));
+            continue;
+        }
         for pos in l - q..l {
             slot_mapping.push(block_table[s][pos / bs] as i64 * bs as i64 + (pos % bs) as i64);
         }

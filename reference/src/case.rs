@@ -70,11 +70,11 @@ impl Case {
     }
 
     /// Bytes of K and V one attention call must read: every key position of every
-    /// sequence, once per kv head, at the case's dtype.
+    /// sequence, once per kv head, at the cache's element size.
     pub fn kv_bytes(&self) -> usize {
         let c = &self.config;
         let keys: usize = self.batch.seq_lens.iter().sum();
-        keys * c.num_kv_heads * c.head_size * 2 * c.dtype.size_bytes()
+        keys * c.num_kv_heads * c.head_size * 2 * c.kv_element_bytes()
     }
 
     /// (sequence, absolute position) of real token `t` (its row in the flat query).
@@ -86,8 +86,13 @@ impl Case {
         (s, self.context_len(s) + t - starts[s])
     }
 
+    /// Keys already in the cache before the step: all of them in cross-attention (the
+    /// encoder's K/V, written on the request's first step), else those before the new tokens.
     pub fn context_len(&self, seq: usize) -> usize {
-        self.batch.seq_lens[seq] - self.batch.query_lens[seq]
+        match self.config.kind {
+            crate::AttentionKind::EncoderDecoder => self.batch.seq_lens[seq],
+            _ => self.batch.seq_lens[seq] - self.batch.query_lens[seq],
+        }
     }
 
     /// Exclusive prefix sum of query lengths, `[num_seqs + 1]`.
@@ -135,13 +140,17 @@ impl Case {
     }
 
     /// Contiguous (unpaged) K and V of sequence `seq`: its context followed by its new
-    /// tokens, `[seq_len, num_kv_heads, head_size]` each.
+    /// tokens, `[seq_len, num_kv_heads, head_size]` each (cross-attention: the encoder's K/V
+    /// alone; the step's own rows are not in the cross cache).
     pub fn contiguous_kv(&self, seq: usize) -> (Vec<f32>, Vec<f32>) {
         let row = self.config.num_kv_heads * self.config.head_size;
         let start = self.query_start_loc()[seq];
         let q = self.batch.query_lens[seq];
         let mut k = self.tensors.context_key[seq].clone();
         let mut v = self.tensors.context_value[seq].clone();
+        if self.config.kind == crate::AttentionKind::EncoderDecoder {
+            return (k, v);
+        }
         k.extend_from_slice(&self.tensors.key[start * row..(start + q) * row]);
         v.extend_from_slice(&self.tensors.value[start * row..(start + q) * row]);
         (k, v)

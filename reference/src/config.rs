@@ -1,7 +1,7 @@
 //! The attention layer's configuration: everything that is fixed for a model layer
 //! rather than for a batch.
 
-use crate::DType;
+use crate::{DType, Fp8KvCache};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
@@ -12,8 +12,24 @@ pub enum AttentionKind {
     /// Causal self-attention: the query at absolute position `p` sees keys `0..=p`.
     #[default]
     Decoder,
-    /// Bidirectional self-attention over the whole sequence (query_len == seq_len).
+    /// Bidirectional self-attention over the whole sequence (query_len == seq_len). vLLM's
+    /// `ENCODER` (the encoder of an encoder-decoder model) computes the same thing with no
+    /// cache, so a case of this kind stands for both.
     EncoderOnly,
+    /// Cross-attention (vLLM's `ENCODER_DECODER`): decoder queries over the encoder's K/V in
+    /// a cross-attention cache written once per request (on its first decoder step), so
+    /// every key is context. `seq_len` is the encoder's length, `query_len` the step's
+    /// decoder tokens (any number); not causal, no window, no ALiBi; the step writes
+    /// nothing (every slot -1).
+    EncoderDecoder,
+}
+
+impl AttentionKind {
+    pub const ALL: [AttentionKind; 3] = [
+        AttentionKind::Decoder,
+        AttentionKind::EncoderOnly,
+        AttentionKind::EncoderDecoder,
+    ];
 }
 
 impl fmt::Display for AttentionKind {
@@ -21,6 +37,7 @@ impl fmt::Display for AttentionKind {
         f.write_str(match self {
             AttentionKind::Decoder => "decoder",
             AttentionKind::EncoderOnly => "encoder_only",
+            AttentionKind::EncoderDecoder => "encoder_decoder",
         })
     }
 }
@@ -51,6 +68,11 @@ pub struct AttentionConfig {
     /// One sink logit per query head: joins the softmax denominator, contributes no value.
     #[serde(default)]
     pub sinks: Option<Vec<f32>>,
+    /// An FP8 KV cache (K/V stored as `fp8(x / scale)`, read as `fp8 * scale`); `None`: the
+    /// cache holds the compute dtype. Left out of JSON when `None`, so older cases read and
+    /// write the same.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kv_cache: Option<Fp8KvCache>,
 }
 
 impl AttentionConfig {
@@ -74,6 +96,15 @@ impl AttentionConfig {
             logits_soft_cap: None,
             alibi_slopes: None,
             sinks: None,
+            kv_cache: None,
+        }
+    }
+
+    /// Bytes of one stored K or V element: 1 in an FP8 cache, else the compute dtype's.
+    pub fn kv_element_bytes(&self) -> usize {
+        match self.kv_cache {
+            Some(_) => 1,
+            None => self.dtype.size_bytes(),
         }
     }
 
@@ -102,7 +133,7 @@ impl AttentionConfig {
             let l = w.saturating_sub(1);
             match self.kind {
                 AttentionKind::Decoder => (l, 0),
-                AttentionKind::EncoderOnly => (l, l),
+                AttentionKind::EncoderOnly | AttentionKind::EncoderDecoder => (l, l),
             }
         })
     }
@@ -124,6 +155,9 @@ impl AttentionConfig {
         }
         if let Some(s) = self.scale {
             f.push(format!("scale={s}"));
+        }
+        if let Some(c) = &self.kv_cache {
+            f.push(c.to_string());
         }
         f
     }

@@ -83,6 +83,8 @@ pub enum CaseError {
         expected: i64,
         actual: i64,
     },
+    #[error("layout.slot_mapping[{token}] = {actual}: a cross-attention (encoder_decoder) step writes nothing (the encoder's K/V is in the cross cache from the request's first step), so every slot must be -1")]
+    CrossAttentionWrite { token: usize, actual: i64 },
     #[error("layout.slot_mapping[{token}] = {actual}: padding tokens must have slot -1")]
     PaddingSlot { token: usize, actual: i64 },
     #[error("slot {slot} is used twice: by {first} and by {second}")]

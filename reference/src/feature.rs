@@ -3,7 +3,7 @@
 //! optional ones in their capabilities, `attn-diff list` probes each, and summaries group
 //! declined cases by it.
 
-use crate::{AttentionConfig, AttentionKind, DType};
+use crate::{AttentionConfig, AttentionKind, DType, Fp8Format, Fp8KvCache};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
@@ -15,10 +15,15 @@ pub enum Feature {
     Dtype,
     /// Encoder-only (bidirectional) attention.
     EncoderOnly,
+    /// Cross-attention (`encoder_decoder`): decoder queries over an encoder's cached K/V.
+    CrossAttention,
     SlidingWindow,
     LogitsSoftCap,
     Alibi,
     Sinks,
+    /// An FP8 KV cache (`fp8_e4m3` or `fp8_e5m2`, per-tensor k/v scales); the format is
+    /// probed on its own by `list`.
+    Fp8KvCache,
     /// The head size (a SIMD width, a device tile).
     HeadSize,
     /// The KV-cache block size.
@@ -39,13 +44,15 @@ pub enum Feature {
 }
 
 impl Feature {
-    pub const ALL: [Feature; 14] = [
+    pub const ALL: [Feature; 16] = [
         Feature::Dtype,
         Feature::EncoderOnly,
+        Feature::CrossAttention,
         Feature::SlidingWindow,
         Feature::LogitsSoftCap,
         Feature::Alibi,
         Feature::Sinks,
+        Feature::Fp8KvCache,
         Feature::HeadSize,
         Feature::BlockSize,
         Feature::HeadLayout,
@@ -58,12 +65,14 @@ impl Feature {
 
     /// The optional attention features: on or off in a config, listed in an external
     /// adapter's capabilities.
-    pub const OPTIONAL: [Feature; 5] = [
+    pub const OPTIONAL: [Feature; 7] = [
         Feature::EncoderOnly,
+        Feature::CrossAttention,
         Feature::SlidingWindow,
         Feature::LogitsSoftCap,
         Feature::Alibi,
         Feature::Sinks,
+        Feature::Fp8KvCache,
     ];
 
     /// The optional features every backend of this project implemented when the list was
@@ -83,10 +92,12 @@ impl Feature {
         match self {
             Feature::Dtype => "dtype",
             Feature::EncoderOnly => "encoder_only",
+            Feature::CrossAttention => "cross_attention",
             Feature::SlidingWindow => "sliding_window",
             Feature::LogitsSoftCap => "logits_soft_cap",
             Feature::Alibi => "alibi",
             Feature::Sinks => "sinks",
+            Feature::Fp8KvCache => "fp8_kv_cache",
             Feature::HeadSize => "head_size",
             Feature::BlockSize => "block_size",
             Feature::HeadLayout => "head_layout",
@@ -103,10 +114,12 @@ impl Feature {
         match self {
             Feature::Dtype => "dtype",
             Feature::EncoderOnly => "encoder-only attention",
+            Feature::CrossAttention => "cross-attention",
             Feature::SlidingWindow => "sliding window",
             Feature::LogitsSoftCap => "logits soft-cap",
             Feature::Alibi => "ALiBi",
             Feature::Sinks => "attention sinks",
+            Feature::Fp8KvCache => "FP8 KV cache",
             Feature::HeadSize => "head size",
             Feature::BlockSize => "block size",
             Feature::HeadLayout => "head layout",
@@ -123,10 +136,12 @@ impl Feature {
     pub fn used_by(self, config: &AttentionConfig) -> bool {
         match self {
             Feature::EncoderOnly => config.kind == AttentionKind::EncoderOnly,
+            Feature::CrossAttention => config.kind == AttentionKind::EncoderDecoder,
             Feature::SlidingWindow => config.sliding_window.is_some(),
             Feature::LogitsSoftCap => config.logits_soft_cap.is_some(),
             Feature::Alibi => config.alibi_slopes.is_some(),
             Feature::Sinks => config.sinks.is_some(),
+            Feature::Fp8KvCache => config.kv_cache.is_some(),
             _ => false,
         }
     }
@@ -136,11 +151,14 @@ impl Feature {
     pub fn turn_off(self, config: &mut AttentionConfig) -> bool {
         let was = self.used_by(config);
         match self {
-            Feature::EncoderOnly => config.kind = AttentionKind::Decoder,
+            Feature::EncoderOnly | Feature::CrossAttention if was => {
+                config.kind = AttentionKind::Decoder
+            }
             Feature::SlidingWindow => config.sliding_window = None,
             Feature::LogitsSoftCap => config.logits_soft_cap = None,
             Feature::Alibi => config.alibi_slopes = None,
             Feature::Sinks => config.sinks = None,
+            Feature::Fp8KvCache => config.kv_cache = None,
             _ => {}
         }
         was
@@ -151,10 +169,14 @@ impl Feature {
     pub fn turn_on(self, config: &mut AttentionConfig) {
         match self {
             Feature::EncoderOnly => config.kind = AttentionKind::EncoderOnly,
+            Feature::CrossAttention => config.kind = AttentionKind::EncoderDecoder,
             Feature::SlidingWindow => config.sliding_window = Some(64),
             Feature::LogitsSoftCap => config.logits_soft_cap = Some(30.0),
             Feature::Alibi => config.alibi_slopes = Some(vec![0.5; config.num_heads]),
             Feature::Sinks => config.sinks = Some(vec![0.0; config.num_heads]),
+            Feature::Fp8KvCache => {
+                config.kv_cache = Some(Fp8KvCache::new(Fp8Format::E4m3, 0.5, 0.25))
+            }
             _ => {}
         }
     }
@@ -171,6 +193,16 @@ impl Feature {
             Feature::Dtype => DType::ALL
                 .into_iter()
                 .map(|dtype| (dtype.name().to_string(), with(&|c| c.dtype = dtype)))
+                .collect(),
+            Feature::Fp8KvCache => Fp8Format::ALL
+                .into_iter()
+                .map(|dtype| {
+                    let cache = Fp8KvCache::new(dtype, 0.5, 0.25);
+                    (
+                        format!("KV cache {dtype}"),
+                        with(&|c| c.kv_cache = Some(cache)),
+                    )
+                })
                 .collect(),
             f if Feature::OPTIONAL.contains(&f) => {
                 vec![(f.label().to_string(), with(&|c| f.turn_on(c)))]

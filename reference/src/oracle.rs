@@ -4,8 +4,11 @@
 //! slot mapping, and it shares no code with any backend. Semantics (upstream-facts): the new
 //! query token `j` of a sequence sits at position `p = context_len + j`; a decoder query sees
 //! keys `0..=p` (window `w`: `[p - w + 1, p]`), an encoder-only query every key (window `w`:
-//! `|p - k| < w`); logits are `scale * q·k`, then soft-capped, then ALiBi `slope_h * (k - p)`;
+//! `|p - k| < w`), a cross-attention query every key of the encoder; logits are `scale * q·k`, then soft-capped, then ALiBi `slope_h * (k - p)`;
 //! a sink joins the softmax denominator only; query head `h` reads kv head `h / (Hq / Hkv)`.
+//! With an FP8 KV cache every key and value is what the cache gives back, `fp8(x / scale) *
+//! scale` ([`crate::fp8`]): the oracle checks a kernel's attention on the stored values; the
+//! quantizer itself is checked against the reference one on its own.
 
 use crate::{AttentionKind, Case};
 use rayon::prelude::*;
@@ -22,6 +25,8 @@ pub fn visible_keys(
             let lo = window.map_or(0, |w| (p + 1).saturating_sub(w));
             (lo, p)
         }
+        // The whole encoder, whatever the decoder position (validation rejects a window).
+        AttentionKind::EncoderDecoder => (0, seq_len - 1),
         AttentionKind::EncoderOnly => match window {
             None => (0, seq_len - 1),
             Some(w) => ((p + 1).saturating_sub(w), (p + w - 1).min(seq_len - 1)),
@@ -60,8 +65,13 @@ pub fn reference_output(case: &Case) -> Vec<f64> {
         let seq_len = case.batch.seq_lens[s];
         let ctx = case.context_len(s);
         let (k32, v32) = case.contiguous_kv(s);
-        let k: Vec<f64> = k32.iter().map(|&x| x as f64).collect();
-        let v: Vec<f64> = v32.iter().map(|&x| x as f64).collect();
+        let (k, v): (Vec<f64>, Vec<f64>) = match &c.kv_cache {
+            Some(cache) => (cache.read_back_k(&k32), cache.read_back_v(&v32)),
+            None => (
+                k32.iter().map(|&x| x as f64).collect(),
+                v32.iter().map(|&x| x as f64).collect(),
+            ),
+        };
         let rows = &mut out[starts[s] * hq * d..starts[s + 1] * hq * d];
         rows.par_chunks_mut(hq * d)
             .enumerate()

@@ -29,7 +29,30 @@ fn encoder(name: &'static str, seq_lens: Vec<usize>) -> BatchSpec {
     }
 }
 
-/// Every named spec, in upstream's order.
+/// Cross-attention specs: `seq_lens` are the encoders' lengths, `query_lens` the decoder
+/// tokens of the step.
+fn cross(name: &'static str, seq_lens: Vec<usize>, query_lens: Vec<usize>) -> BatchSpec {
+    BatchSpec {
+        name,
+        seq_lens,
+        query_lens,
+        kind: AttentionKind::EncoderDecoder,
+    }
+}
+
+/// The head configs (query heads, kv heads, head size) of the models the cross-attention
+/// specs are shaped like: Whisper large-v3 (20 heads of 64, 1500 encoder frames from 30 s
+/// of audio, a 4-token decoder prompt) and BART-large (16 heads of 64, encoders up to 1024
+/// tokens).
+pub fn cross_heads(spec: &str) -> (usize, usize, usize) {
+    if spec.starts_with("whisper") {
+        (20, 20, 64)
+    } else {
+        (16, 16, 64)
+    }
+}
+
+/// Every named spec, in upstream's order, then the cross-attention specs (attn-diff's own).
 pub fn all_specs() -> Vec<BatchSpec> {
     vec![
         spec("small_decode", vec![32, 40], vec![1, 1]),
@@ -57,6 +80,10 @@ pub fn all_specs() -> Vec<BatchSpec> {
         spec("single_prefill", vec![1024], vec![64]),
         encoder("small_encoder_prefill", vec![32, 64, 128, 256]),
         encoder("medium_encoder_prefill", vec![256, 512, 1024, 2048]),
+        cross("whisper_cross_prefill", vec![1500, 1500], vec![4, 4]),
+        cross("whisper_cross_decode", vec![1500; 8], vec![1; 8]),
+        cross("bart_cross_prefill", vec![1024, 77], vec![16, 100]),
+        cross("bart_cross_decode", vec![1024, 512, 300, 77], vec![1; 4]),
     ]
 }
 

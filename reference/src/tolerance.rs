@@ -15,6 +15,14 @@
 //! tolerance, so the property runner (short sequences) sees it at once. Upstream's 1e-2 on a
 //! 2047-key window moves outputs by ~5e-4 and cannot see it, which is why attn-diff explores
 //! small cases.
+//!
+//! ## FP8 KV caches
+//! The oracle works on what the cache gives back (`fp8(x / scale) * scale`), so quantization
+//! error is no part of a comparison (the quantizer is tested on its own) and a correct
+//! kernel's error is the same as with a cache in the compute dtype: the dtype's tolerance,
+//! computed with the read-back keys and values. Only when `fp8 * scale` is not exact in the
+//! compute dtype (scales the strategy never draws) may two correct conventions of reading
+//! the cache differ; `dequantized_rounding` bounds that.
 
 use crate::{Case, DType};
 use serde::{Deserialize, Serialize};
@@ -52,33 +60,48 @@ impl Tolerance {
     pub fn for_case(case: &Case) -> Self {
         let base = Tolerance::for_dtype(case.config.dtype);
         let d = case.config.head_size.max(1);
-        let max_norm = |v: &[f32]| {
+        let max_norm = |v: &[f64]| {
             v.chunks(d)
-                .map(|r| r.iter().map(|&x| (x as f64).powi(2)).sum::<f64>().sqrt())
+                .map(|r| r.iter().map(|&x| x * x).sum::<f64>().sqrt())
                 .fold(0.0, f64::max)
         };
         let t = &case.tensors;
-        let q = max_norm(&t.query);
-        let k = max_norm(&t.key).max(
-            t.context_key
+        let widen = |v: &[f32]| v.iter().map(|&x| x as f64).collect::<Vec<f64>>();
+        let q = max_norm(&widen(&t.query));
+        // The keys and values a kernel reads: the inputs, or what an FP8 cache gives back.
+        let (keys, values): (Vec<f64>, Vec<f64>) = {
+            let k32: Vec<f32> = t
+                .key
                 .iter()
-                .map(|c| max_norm(c))
-                .fold(0.0, f64::max),
-        );
-        let v = t
-            .value
-            .iter()
-            .chain(t.context_value.iter().flatten())
-            .fold(0.0f64, |m, &x| m.max((x as f64).abs()));
+                .chain(t.context_key.iter().flatten())
+                .copied()
+                .collect();
+            let v32: Vec<f32> = t
+                .value
+                .iter()
+                .chain(t.context_value.iter().flatten())
+                .copied()
+                .collect();
+            match &case.config.kv_cache {
+                Some(cache) => (cache.read_back_k(&k32), cache.read_back_v(&v32)),
+                None => (widen(&k32), widen(&v32)),
+            }
+        };
+        let k = max_norm(&keys);
+        let v = values.iter().fold(0.0f64, |m, &x| m.max(x.abs()));
         let logit_bound = case.config.effective_scale() * q * k;
         let conditioning = 16.0 * (f32::EPSILON as f64 / 2.0) * logit_bound * v;
         // Backends that round the softmax probabilities to the dtype before P·V (as flash
         // kernels and libtorch's reduced-precision SDPA do) are off by up to one rounding of
         // max|v|: with probabilities near uniform (a tiny scale) and values in the tens, that
         // passes the dtype's base tolerance although nothing is wrong.
-        let probability_rounding = case.config.dtype.epsilon() * v;
+        let eps = case.config.dtype.epsilon();
+        let probability_rounding = eps * v;
         Tolerance {
-            atol: base.atol + conditioning + probability_rounding,
+            atol: base.atol
+                + conditioning
+                + probability_rounding
+                + dequantized_rounding(case, &keys, &values, logit_bound, v),
             rtol: base.rtol,
         }
     }
@@ -108,6 +131,30 @@ impl Tolerance {
     pub fn allowance(&self, expected: f64) -> f64 {
         self.atol.max(self.rtol * expected.abs())
     }
+}
+
+/// The widening an FP8 cache needs when `fp8 * scale` is not exact in the compute dtype.
+///
+/// vLLM's kernels read an FP8 cache in one of two ways: some round `fp8 * scale` to the
+/// compute dtype before the dot products (triton_unified_attention, the paged CUDA kernels),
+/// others keep the raw FP8 value and apply the scale to the scores and the output (flash
+/// attention's descale). They agree exactly when every `fp8 * scale` is exact in the dtype
+/// (a scale of at most 4 significant bits: 4 for E4M3 plus 4 fits bf16's 8; the strategy
+/// draws only such scales), and then this is 0. Otherwise a value's rounding moves it by
+/// at most `eps * |v|`, the output by `eps * V`; a key's rounding moves a logit by at most
+/// `eps * scale * ‖q‖ * ‖k‖ <= eps * L`, and a softmax turns a logit error `δ` into an
+/// output error of at most `2 δ V`.
+fn dequantized_rounding(case: &Case, keys: &[f64], values: &[f64], l: f64, v: f64) -> f64 {
+    if case.config.kv_cache.is_none() {
+        return 0.0;
+    }
+    let dtype = case.config.dtype;
+    let exact = |x: &f64| (*x as f32) as f64 == *x && dtype.represents(*x as f32);
+    if keys.iter().chain(values).all(exact) {
+        return 0.0;
+    }
+    let eps = dtype.epsilon();
+    eps * v + 2.0 * eps * l * v
 }
 
 #[cfg(test)]

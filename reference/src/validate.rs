@@ -149,11 +149,28 @@ impl crate::AttentionConfig {
         if c.sliding_window == Some(0) {
             return Err(CaseError::WindowZero);
         }
+        if c.kind == AttentionKind::EncoderDecoder {
+            for (field, used) in [
+                ("config.sliding_window", c.sliding_window.is_some()),
+                ("config.alibi_slopes", c.alibi_slopes.is_some()),
+            ] {
+                if used {
+                    return Err(CaseError::InvalidParam {
+                        field: field.into(),
+                        reason: "cross-attention (encoder_decoder) has no key positions relative to the query".into(),
+                    });
+                }
+            }
+        }
         if let Some(s) = c.scale {
             finite_param(s, "config.scale".into(), true)?;
         }
         if let Some(cap) = c.logits_soft_cap {
             finite_param(cap, "config.logits_soft_cap".into(), true)?;
+        }
+        if let Some(cache) = &c.kv_cache {
+            finite_param(cache.k_scale, "config.kv_cache.k_scale".into(), true)?;
+            finite_param(cache.v_scale, "config.kv_cache.v_scale".into(), true)?;
         }
         for (name, v) in [
             ("config.alibi_slopes", &c.alibi_slopes),
@@ -183,7 +200,7 @@ impl Case {
             if q == 0 {
                 return Err(CaseError::QueryLenZero { seq: s });
             }
-            if q > l {
+            if q > l && c.kind != AttentionKind::EncoderDecoder {
                 return Err(CaseError::QueryLenExceedsSeqLen {
                     seq: s,
                     query_len: q,
@@ -229,7 +246,7 @@ impl Case {
         expect_len("tensors.context_key", Some(n), t.context_key.len())?;
         expect_len("tensors.context_value", Some(n), t.context_value.len())?;
         for s in 0..n {
-            let ctx = b.seq_lens[s] - b.query_lens[s];
+            let ctx = self.context_len(s);
             let want = kv_row.and_then(|r| r.checked_mul(ctx));
             expect_len(
                 format!("tensors.context_key[{s}]"),
@@ -291,8 +308,17 @@ impl Case {
             }
         }
 
-        // Every new token's slot must be where the table puts it; padding tokens write nowhere.
+        // Every new token's slot must be where the table puts it; padding tokens write nowhere,
+        // nor does a cross-attention step.
         let starts = self.query_start_loc();
+        if self.config.kind == AttentionKind::EncoderDecoder {
+            if let Some((token, &actual)) =
+                l.slot_mapping.iter().enumerate().find(|(_, &s)| s != -1)
+            {
+                return Err(CaseError::CrossAttentionWrite { token, actual });
+            }
+            return self.validate_block_ownership();
+        }
         for (s, &start) in starts.iter().take(n).enumerate() {
             let ctx = self.context_len(s);
             for j in 0..self.batch.query_lens[s] {

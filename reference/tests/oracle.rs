@@ -376,3 +376,65 @@ fn the_oracle_needs_nothing_for_prefix_sharing() {
     assert_ne!(a.layout.block_table[1][..2], b.layout.block_table[1][..2]);
     assert_eq!(reference_output(&a), reference_output(&b));
 }
+
+/// An FP8 cache: the oracle attends over what the cache gives back. One query over two
+/// keys (head size 1, scale 1): k = [1, 1000], v = [3, 600] with k_scale 1 and v_scale 2
+/// in E4M3. K stores 1 and saturates 1000 to 448; V stores 1.5 -> 1.5 and 300 -> 288 (the
+/// E4M3 neighbours of 300 are 288 and 320). With q = 0.01: logits 0.01 and 4.48, so the
+/// output is (3 e^0.01 + 576 e^4.48) / (e^0.01 + e^4.48).
+#[test]
+fn an_fp8_cache_attends_over_its_stored_values() {
+    use attn_reference::{Fp8Format, Fp8KvCache};
+    let mut c = cfg(1, 1, 1, 4);
+    c.scale = Some(1.0);
+    c.kv_cache = Some(Fp8KvCache::new(Fp8Format::E4m3, 1.0, 2.0));
+    let mut k = case(&[2], &[1], c, 1);
+    k.tensors.context_key[0] = vec![1.0];
+    k.tensors.context_value[0] = vec![3.0];
+    k.tensors.key = vec![1000.0];
+    k.tensors.value = vec![600.0];
+    k.tensors.query = vec![0.01];
+    assert_eq!(k.validate(), Ok(()));
+    let out = reference_output(&k);
+    let q = 0.01f32 as f64;
+    let (a, b) = (q.exp(), (q * 448.0).exp());
+    let want = (3.0 * a + 576.0 * b) / (a + b);
+    assert_close(&out, &[want], 1e-14);
+    // The same case in E5M2: 1000 -> 1024 (neighbours 896 and 1024), 300 -> 320 (256,
+    // 320), 1.5 -> 1.5.
+    k.config.kv_cache = Some(Fp8KvCache::new(Fp8Format::E5m2, 1.0, 2.0));
+    let out = reference_output(&k);
+    let b = (q * 1024.0).exp();
+    let want = (3.0 * a + 640.0 * b) / (a + b);
+    assert_close(&out, &[want], 1e-14);
+}
+
+/// Cross-attention: every decoder query sees every encoder key, whatever its index and
+/// however many decoder tokens there are (here 3 over an encoder of 2: more queries than
+/// keys). One head of size 1, scale 1: keys k = [0, ln 3] give weights 1 and 3, so with
+/// values [4, 8] every query with q = 1 gets (4 + 3 * 8) / 4 = 7, and with q = 0 the mean, 6.
+#[test]
+fn cross_attention_sees_the_whole_encoder_from_every_query() {
+    let mut c = cfg(1, 1, 1, 2);
+    c.scale = Some(1.0);
+    c.kind = AttentionKind::EncoderDecoder;
+    let mut k = case(&[2], &[3], c, 1);
+    assert_eq!(k.context_len(0), 2, "every key is the encoder's");
+    assert_eq!(
+        k.layout.slot_mapping,
+        vec![-1, -1, -1],
+        "the step writes nothing"
+    );
+    let ln3 = 3f32.ln();
+    k.tensors.context_key[0] = vec![0.0, ln3];
+    k.tensors.context_value[0] = vec![4.0, 8.0];
+    k.tensors.query = vec![1.0, 0.0, 1.0];
+    // The step's own K/V rows are not in the cross cache: they must change nothing.
+    k.tensors.key = vec![100.0; 3];
+    k.tensors.value = vec![-100.0; 3];
+    assert_eq!(k.validate(), Ok(()));
+    let out = reference_output(&k);
+    let ln3 = ln3 as f64;
+    let seven = (4.0 + ln3.exp() * 8.0) / (1.0 + ln3.exp());
+    assert_close(&out, &[seven, 6.0, seven], 1e-12);
+}

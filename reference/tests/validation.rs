@@ -304,6 +304,13 @@ fn bad_parameters() {
     assert!(
         matches!(err(|c| c.config.sinks = Some(vec![0.0, 1.0, f32::INFINITY, 0.0])), CaseError::InvalidParam { ref field, .. } if field == "config.sinks[2]")
     );
+    use attn_reference::{Fp8Format, Fp8KvCache};
+    assert!(
+        matches!(err(|c| c.config.kv_cache = Some(Fp8KvCache::new(Fp8Format::E4m3, 0.0, 1.0))), CaseError::InvalidParam { ref field, .. } if field == "config.kv_cache.k_scale")
+    );
+    assert!(
+        matches!(err(|c| c.config.kv_cache = Some(Fp8KvCache::new(Fp8Format::E5m2, 1.0, f32::INFINITY))), CaseError::InvalidParam { ref field, .. } if field == "config.kv_cache.v_scale")
+    );
 }
 
 #[test]
@@ -481,4 +488,40 @@ mod prefix_builder {
             "{e:?}"
         );
     }
+}
+
+/// Cross-attention: the step writes nothing, and there is no window or ALiBi; more decoder
+/// tokens than encoder keys are fine.
+#[test]
+fn cross_attention_cases() {
+    use attn_reference::{build_case, AttentionConfig, AttentionKind, BuildOptions, DType};
+    let mut c = AttentionConfig::new(2, 1, 4, 2, DType::F32);
+    c.kind = AttentionKind::EncoderDecoder;
+    let ok = build_case(&[3, 2], &[1, 5], c, 1, &BuildOptions::default());
+    assert_eq!(ok.validate(), Ok(()));
+    let mut bad = ok.clone();
+    bad.layout.slot_mapping[2] = 3;
+    assert_eq!(
+        bad.validate(),
+        Err(CaseError::CrossAttentionWrite {
+            token: 2,
+            actual: 3
+        })
+    );
+    let mut bad = ok.clone();
+    bad.config.sliding_window = Some(2);
+    assert!(
+        matches!(bad.validate(), Err(CaseError::InvalidParam { ref field, .. }) if field == "config.sliding_window")
+    );
+    let mut bad = ok.clone();
+    bad.config.alibi_slopes = Some(vec![0.5, 0.25]);
+    assert!(
+        matches!(bad.validate(), Err(CaseError::InvalidParam { ref field, .. }) if field == "config.alibi_slopes")
+    );
+    let mut bad = ok;
+    bad.tensors.context_key[1].pop();
+    assert!(matches!(
+        bad.validate(),
+        Err(CaseError::LengthMismatch { ref field, expected: 8, .. }) if field == "tensors.context_key[1]"
+    ));
 }

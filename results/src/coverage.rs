@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 /// [`dimensions`]).
 pub const DIMENSIONS: &[(&str, &[&str])] = &[
     ("dtype", &["f32", "bf16", "f16"]),
+    ("kv cache", &["compute dtype", "fp8_e4m3", "fp8_e5m2"]),
     (
         "head size",
         &[

@@ -8,6 +8,10 @@ pub enum ElemKind {
     F32,
     Bf16,
     F16,
+    /// E4M3FN codes: sign-extended, shifted into f16 bits, widened, times 256 (`fp8`).
+    Fp8E4m3,
+    /// E5M2 codes: the top byte of an f16.
+    Fp8E5m2,
 }
 
 pub trait KvElem: Copy + Send + Sync + 'static {

@@ -425,6 +425,8 @@ pub unsafe fn finalize_task<T>(
 ) {
     let d = cfg.head_size;
     let group = cfg.num_heads / cfg.num_kv_heads;
+    // Values of an FP8 cache were summed unscaled: v_scale joins the normalisation.
+    let v_scale = cfg.kv_cache.map_or(1.0, |c| c.v_scale);
     grow(row, d, 0.0);
     let dst = &mut row[..d];
     for r in 0..task.rows {
@@ -449,10 +451,11 @@ pub unsafe fn finalize_task<T>(
         if m == f32::NEG_INFINITY || denom.is_nan() || denom <= 0.0 {
             dst.fill(0.0);
         } else if let [only] = parts {
-            (ops.normalize)(&only.o[r * d..][..d], weight(only) / denom, cfg.dtype, dst);
+            let f = weight(only) / denom * v_scale;
+            (ops.normalize)(&only.o[r * d..][..d], f, cfg.dtype, dst);
         } else {
             for (i, part) in parts.iter().enumerate() {
-                let f = weight(part) / denom;
+                let f = weight(part) / denom * v_scale;
                 let o = &part.o[r * d..][..d];
                 if i == 0 {
                     dst.iter_mut().zip(o).for_each(|(y, &x)| *y = x * f);

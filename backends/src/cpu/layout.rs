@@ -11,11 +11,14 @@
 //! consecutive keys of one dimension as a vector and multiplies it by a broadcast query
 //! element, so scores come out as full vectors with no horizontal sums. V is stored row-major
 //! (`V[slot][d]`): the value kernel adds `p * V[slot][..]` to output rows vector by vector.
-//! Elements are kept in the dtype: `f32`, or `bf16`/`f16` (16-bit) through the `half` crate.
+//! Elements are kept in the dtype: `f32`, or `bf16`/`f16` (16-bit) through the `half` crate;
+//! in an FP8 cache as one-byte codes of `x / scale` (`cpu::fp8`), the scales applied by the
+//! kernel to the scores and the output.
 
 use super::elem::KvElem;
+use super::fp8::{self, E4m3, E5m2};
 use crate::BackendError;
-use attn_reference::DType;
+use attn_reference::{DType, Fp8Format, Fp8KvCache};
 use half::{bf16, f16};
 
 /// The element storage of a cache, one variant per dtype.
@@ -24,6 +27,8 @@ pub enum KvData {
     F32(Vec<f32>),
     Bf16(Vec<bf16>),
     F16(Vec<f16>),
+    Fp8E4m3(Vec<E4m3>),
+    Fp8E5m2(Vec<E5m2>),
 }
 
 /// Shape of the cache; every offset computation lives here.
@@ -58,16 +63,19 @@ impl Geometry {
 #[derive(Debug)]
 pub struct CpuKvCache {
     pub dtype: DType,
+    /// The FP8 format and scales, for an FP8 cache.
+    pub fp8: Option<Fp8KvCache>,
     pub geometry: Geometry,
     pub data: KvData,
 }
 
 impl CpuKvCache {
-    pub fn new(dtype: DType, geometry: Geometry) -> Result<Self, String> {
+    pub fn new(dtype: DType, fp8: Option<Fp8KvCache>, geometry: Geometry) -> Result<Self, String> {
+        let element_bytes = if fp8.is_some() { 1 } else { dtype.size_bytes() };
         let len = geometry
             .total_len()
             .filter(|&n| {
-                n.checked_mul(dtype.size_bytes())
+                n.checked_mul(element_bytes)
                     .is_some_and(|b| b <= isize::MAX as usize)
             })
             .ok_or_else(|| format!("a cache of {geometry:?} does not fit in memory"))?;
@@ -75,13 +83,16 @@ impl CpuKvCache {
         // memory): pages no write touches cost nothing, so a huge cache of which a case uses a
         // few blocks is cheap. bf16/f16 zeros are all-zero bits, so they come as u16 zeros.
         use half::vec::HalfBitsVecExt;
-        let data = match dtype {
-            DType::F32 => KvData::F32(vec![0.0; len]),
-            DType::Bf16 => KvData::Bf16(vec![0u16; len].reinterpret_into()),
-            DType::F16 => KvData::F16(vec![0u16; len].reinterpret_into()),
+        let data = match (fp8.map(|c| c.dtype), dtype) {
+            (Some(Fp8Format::E4m3), _) => KvData::Fp8E4m3(fp8::zeroed(len)),
+            (Some(Fp8Format::E5m2), _) => KvData::Fp8E5m2(fp8::zeroed(len)),
+            (None, DType::F32) => KvData::F32(vec![0.0; len]),
+            (None, DType::Bf16) => KvData::Bf16(vec![0u16; len].reinterpret_into()),
+            (None, DType::F16) => KvData::F16(vec![0u16; len].reinterpret_into()),
         };
         Ok(CpuKvCache {
             dtype,
+            fp8,
             geometry,
             data,
         })
@@ -123,22 +134,41 @@ impl CpuKvCache {
                 )));
             }
         }
+        // An FP8 cache stores codes of x / scale; dividing by 1 leaves the others exact.
+        let scales = self.fp8.map_or((1.0, 1.0), |c| (c.k_scale, c.v_scale));
+        let rows = Rows {
+            key,
+            value,
+            slot_mapping,
+            scales,
+        };
         match &mut self.data {
-            KvData::F32(d) => scatter(d, g, key, value, slot_mapping),
-            KvData::Bf16(d) => scatter(d, g, key, value, slot_mapping),
-            KvData::F16(d) => scatter(d, g, key, value, slot_mapping),
+            KvData::F32(d) => scatter(d, g, rows),
+            KvData::Bf16(d) => scatter(d, g, rows),
+            KvData::F16(d) => scatter(d, g, rows),
+            KvData::Fp8E4m3(d) => scatter(d, g, rows),
+            KvData::Fp8E5m2(d) => scatter(d, g, rows),
         }
         Ok(())
     }
 }
 
-fn scatter<T: KvElem>(
-    data: &mut [T],
-    g: Geometry,
-    key: &[f32],
-    value: &[f32],
-    slot_mapping: &[i64],
-) {
+/// What one `write` stores: rows, their slots, and the (k, v) scales they are divided by.
+#[derive(Clone, Copy)]
+struct Rows<'a> {
+    key: &'a [f32],
+    value: &'a [f32],
+    slot_mapping: &'a [i64],
+    scales: (f32, f32),
+}
+
+fn scatter<T: KvElem>(data: &mut [T], g: Geometry, rows: Rows<'_>) {
+    let Rows {
+        key,
+        value,
+        slot_mapping,
+        scales: (ks, vs),
+    } = rows;
     let (bs, d) = (g.block_size, g.head_size);
     let row = g.num_kv_heads * d;
     for (t, &slot) in slot_mapping.iter().enumerate() {
@@ -150,11 +180,11 @@ fn scatter<T: KvElem>(
             let src = t * row + h * d;
             let base = g.chunk_start(block, h);
             for i in 0..d {
-                data[base + i * bs + off] = T::from_f32(key[src + i]);
+                data[base + i * bs + off] = T::from_f32(key[src + i] / ks);
             }
             let v = &mut data[base + bs * d + off * d..base + bs * d + (off + 1) * d];
             for (dst, &x) in v.iter_mut().zip(&value[src..src + d]) {
-                *dst = T::from_f32(x);
+                *dst = T::from_f32(x / vs);
             }
         }
     }

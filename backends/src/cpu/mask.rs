@@ -11,8 +11,13 @@ pub fn visible_keys(
     p: usize,
     seq_len: usize,
 ) -> Range<usize> {
+    if kind == AttentionKind::EncoderDecoder {
+        // Cross-attention: the whole encoder (validation rejects a window).
+        return 0..seq_len;
+    }
     let lo = window.map_or(0, |w| (p + 1).saturating_sub(w));
     let hi = match (kind, window) {
+        (AttentionKind::EncoderDecoder, _) => seq_len,
         (AttentionKind::Decoder, _) => p + 1,
         (AttentionKind::EncoderOnly, None) => seq_len,
         (AttentionKind::EncoderOnly, Some(w)) => (p + w).min(seq_len),
@@ -34,5 +39,7 @@ mod tests {
         assert_eq!(visible_keys(EncoderOnly, None, 5, 10), 0..10);
         assert_eq!(visible_keys(EncoderOnly, Some(2), 5, 10), 4..7);
         assert_eq!(visible_keys(EncoderOnly, Some(3), 9, 10), 7..10);
+        assert_eq!(visible_keys(EncoderDecoder, None, 0, 10), 0..10);
+        assert_eq!(visible_keys(EncoderDecoder, None, 30, 10), 0..10);
     }
 }

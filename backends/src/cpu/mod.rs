@@ -12,6 +12,7 @@
 
 mod claims;
 mod elem;
+mod fp8;
 pub mod kernel;
 pub mod layout;
 mod mask;
@@ -25,7 +26,7 @@ use crate::{
     cache_as, cache_as_mut, Backend, BackendError, CacheLayout, KvCache, KvWrite, StepInputs,
     Unsupported,
 };
-use attn_reference::{AttentionConfig, Feature};
+use attn_reference::{AttentionConfig, AttentionKind, Feature};
 use elem::KvElem;
 use kernel::{KvSource, Problem, Scratch};
 use layout::{CpuKvCache, Geometry, KvData};
@@ -184,13 +185,14 @@ impl CpuBackend {
     ) -> Result<(), BackendError> {
         let g = cache.geometry;
         if cache.dtype != config.dtype
+            || cache.fp8 != config.kv_cache
             || g.num_kv_heads != config.num_kv_heads
             || g.head_size != config.head_size
             || g.block_size != config.block_size
         {
             return Err(self.invalid(format!(
-                "cache was created for {:?} {:?}, not for {config}",
-                cache.dtype, g
+                "cache was created for {:?} {:?} {:?}, not for {config}",
+                cache.dtype, cache.fp8, g
             )));
         }
         Ok(())
@@ -231,7 +233,7 @@ impl CpuBackend {
         }
         for (s, &seq_len) in step.seq_lens.iter().enumerate() {
             let q = qsl[s + 1] - qsl[s];
-            if q > seq_len {
+            if q > seq_len && config.kind != AttentionKind::EncoderDecoder {
                 return Err(self.invalid(format!(
                     "sequence {s}: {q} query tokens but seq_len {seq_len}"
                 )));
@@ -282,10 +284,13 @@ impl CpuBackend {
                 KvSource::for_size(kv_bytes, last_level_cache_bytes())
             }
         };
+        // An FP8 cache's k_scale joins the softmax scale on the query; v_scale is applied
+        // to the finished rows (`finalize_task`).
+        let k_scale = config.kv_cache.map_or(1.0, |c| c.k_scale);
         let problem = Problem {
             cfg: config,
             geometry,
-            scale: config.effective_scale() as f32,
+            scale: (config.effective_scale() * k_scale as f64) as f32,
             group: config.num_heads / config.num_kv_heads,
             cache,
             query: step.query,
@@ -438,6 +443,12 @@ impl Backend for CpuBackend {
         Ok(())
     }
 
+    fn optional_features(&self) -> Vec<Feature> {
+        let mut f = Feature::ESTABLISHED.to_vec();
+        f.extend([Feature::Fp8KvCache, Feature::CrossAttention]);
+        f
+    }
+
     fn thresholds(&self) -> Vec<usize> {
         let mut t = kernel::TILE_THRESHOLDS.to_vec();
         t.extend(scheduler::SPLIT_THRESHOLDS);
@@ -464,9 +475,11 @@ impl Backend for CpuBackend {
             head_size: config.head_size,
         };
         let cache =
-            CpuKvCache::new(config.dtype, geometry).map_err(|message| BackendError::Failed {
-                backend: NAME.into(),
-                message,
+            CpuKvCache::new(config.dtype, config.kv_cache, geometry).map_err(|message| {
+                BackendError::Failed {
+                    backend: NAME.into(),
+                    message,
+                }
             })?;
         Ok(Box::new(cache))
     }
@@ -496,6 +509,8 @@ impl Backend for CpuBackend {
             KvData::F32(d) => self.run(config, d, cache.geometry, step),
             KvData::Bf16(d) => self.run(config, d, cache.geometry, step),
             KvData::F16(d) => self.run(config, d, cache.geometry, step),
+            KvData::Fp8E4m3(d) => self.run(config, d, cache.geometry, step),
+            KvData::Fp8E5m2(d) => self.run(config, d, cache.geometry, step),
         }
     }
 }

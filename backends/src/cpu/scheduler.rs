@@ -95,7 +95,9 @@ pub fn plan(
     let mut tasks = Vec::new();
     for (seq, &seq_len) in seq_lens.iter().enumerate() {
         let (start, end) = (query_start_loc[seq], query_start_loc[seq + 1]);
-        let ctx = seq_len - (end - start);
+        // Cross-attention queries may outnumber the encoder's keys and have no position
+        // among them (every key is visible): any position will do.
+        let ctx = seq_len.saturating_sub(end - start);
         let mut t = start;
         while t < end {
             let ntok = tile_tokens.min(end - t);

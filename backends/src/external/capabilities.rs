@@ -21,7 +21,8 @@ pub struct Capabilities {
     #[serde(default)]
     pub kinds: Option<Vec<AttentionKind>>,
     /// The optional features implemented (names of [`Feature::OPTIONAL`]); a config using any
-    /// other one is unsupported. Encoder-only attention is declared by `kinds` instead.
+    /// other one is unsupported. Encoder-only and cross-attention are declared by `kinds`
+    /// instead.
     #[serde(default)]
     pub features: Option<Vec<Feature>>,
 }
@@ -70,13 +71,17 @@ impl Capabilities {
         }
         if let Some(k) = &self.kinds {
             if !k.contains(&c.kind) {
-                return Err(Unsupported::new(Feature::EncoderOnly, ""));
+                let feature = match c.kind {
+                    AttentionKind::EncoderDecoder => Feature::CrossAttention,
+                    _ => Feature::EncoderOnly,
+                };
+                return Err(Unsupported::new(feature, ""));
             }
         }
         if let Some(f) = &self.features {
             if let Some(missing) = Feature::OPTIONAL
                 .into_iter()
-                .filter(|x| *x != Feature::EncoderOnly)
+                .filter(|x| ![Feature::EncoderOnly, Feature::CrossAttention].contains(x))
                 .find(|x| x.used_by(c) && !f.contains(x))
             {
                 return Err(Unsupported::new(missing, ""));

@@ -289,6 +289,32 @@ impl Backend for ExternalBackend {
         ))
     }
 
+    /// The established features, plus the later ones the adapter lists in its capabilities
+    /// (an adapter that lists none is not assumed to have, say, an FP8 cache), and
+    /// cross-attention when its `kinds` name `encoder_decoder`.
+    fn optional_features(&self) -> Vec<attn_reference::Feature> {
+        use attn_reference::{AttentionKind, Feature};
+        let caps = &self.hello.capabilities;
+        let mut f = Feature::ESTABLISHED.to_vec();
+        if let Some(listed) = &caps.features {
+            f.extend(
+                listed
+                    .iter()
+                    .filter(|x| !f.contains(x))
+                    .copied()
+                    .collect::<Vec<_>>(),
+            );
+        }
+        if caps
+            .kinds
+            .as_ref()
+            .is_some_and(|k| k.contains(&AttentionKind::EncoderDecoder))
+        {
+            f.push(Feature::CrossAttention);
+        }
+        f
+    }
+
     fn cache_layout(&self) -> CacheLayout {
         CacheLayout {
             shape: "adapter-defined",

@@ -85,6 +85,16 @@ pub const CATALOGUE: &[MutantInfo] = &[
     m("trace-prefix-hit-overwritten", "a sequence admitted with a prefix hit also writes its first tokens over the last hit block"),
     m("trace-stale-block-snapshot", "full blocks kept converted across steps: a block reused by a shorter sequence reads the old contents"),
     m("trace-chunk-off-by-one", "a continuing chunk of a chunked prefill is written one position early"),
+    // FP8 KV caches.
+    m("fp8-scale-applied-twice", "an FP8 cache read as fp8 * scale^2: the scale applied when dequantizing and again on the scores and output"),
+    m("fp8-scale-not-applied", "an FP8 cache read without its scale: the stored fp8(x / scale) taken for x"),
+    m("fp8-e4m3fn-read-as-fnuz", "E4M3FN codes decoded as E4M3FNUZ (bias 8): every value halved, and a stored -0 reads as NaN"),
+    m("fp8-no-saturation", "cache writes convert without saturation: past 448 * scale an E4M3 value is stored as NaN (E5M2: infinity)"),
+    m("fp8-per-head-scale", "the per-tensor k/v scale read as a per-head array: kv head 0 gets it, every other kv head reads 1"),
+    // Cross-attention.
+    m("cross-attention-causal", "cross-attention run with the causal mask on: decoder token j sees encoder keys up to seq_len - query_len + j"),
+    m("cross-attention-decoder-length", "the decoder's length used for the encoder cache: cross-attention reads query_len keys instead of the encoder's seq_len"),
+    m("cross-cache-rewritten", "the cross cache rewritten every step: a later decoder step's own K/V is written over the encoder's first positions"),
 ];
 
 /// Whether mutant `name` can only break across the steps of a trace.
@@ -144,6 +154,14 @@ pub fn mutant(name: &str) -> Option<Arc<dyn Backend>> {
         "trace-prefix-hit-overwritten" => step(StepBug::PrefixHitOverwritten),
         "trace-stale-block-snapshot" => step(StepBug::StaleBlockSnapshot),
         "trace-chunk-off-by-one" => step(StepBug::ChunkOffByOne),
+        "fp8-scale-applied-twice" => plain(Bug::Fp8ScaleTwice),
+        "fp8-scale-not-applied" => plain(Bug::Fp8ScaleMissing),
+        "fp8-e4m3fn-read-as-fnuz" => plain(Bug::Fp8ReadAsFnuz),
+        "fp8-no-saturation" => plain(Bug::Fp8NoSaturation),
+        "fp8-per-head-scale" => plain(Bug::Fp8PerHeadScale),
+        "cross-attention-causal" => plain(Bug::CrossCausal),
+        "cross-attention-decoder-length" => plain(Bug::CrossDecoderLength),
+        "cross-cache-rewritten" => plain(Bug::CrossCacheRewritten),
         _ => None,
     }
 }

@@ -6,7 +6,8 @@ use crate::{
     cache_as, cache_as_mut, Backend, BackendError, CacheLayout, KvCache, KvWrite, StepInputs,
     Unsupported,
 };
-use attn_reference::{AttentionConfig, AttentionKind};
+use attn_reference::{AttentionConfig, AttentionKind, Feature, Fp8Format, Fp8KvCache};
+use std::borrow::Cow;
 use std::collections::HashMap;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -40,6 +41,16 @@ pub enum Bug {
     // Thresholds.
     PartitionMergeNoRescale,
     SimdTailDropped,
+    // FP8 KV caches.
+    Fp8ScaleTwice,
+    Fp8ScaleMissing,
+    Fp8ReadAsFnuz,
+    Fp8NoSaturation,
+    Fp8PerHeadScale,
+    // Cross-attention.
+    CrossCausal,
+    CrossDecoderLength,
+    CrossCacheRewritten,
 }
 
 /// An element offset computed in int32, as the buggy kernels do: past 2^31 it wraps, and the
@@ -69,10 +80,67 @@ impl PlainBackend {
     }
 }
 
-/// K and V per slot: `[num_slots, num_kv_heads, head_size]` each.
+/// E4M3FNUZ (AMD's format: bias 8, no negative zero, NaN at 0x80): what an E4M3FN code reads
+/// as when decoded in it.
+fn decode_fnuz(code: u8) -> f64 {
+    match code {
+        0x80 => f64::NAN,
+        0x7f => 240.0,
+        0xff => -240.0,
+        c => Fp8Format::E4m3.decode(c) / 2.0,
+    }
+}
+
+/// A conversion without saturation: past the largest finite value plus half a step, E4M3FN
+/// (no infinity) gives NaN and E5M2 an infinity.
+fn encode_unsaturated(f: Fp8Format, q: f32) -> u8 {
+    let (limit, overflow) = match f {
+        Fp8Format::E4m3 => (464.0, 0x7f),
+        Fp8Format::E5m2 => (61440.0, 0x7c),
+    };
+    if (q.abs() as f64) < limit {
+        f.encode(q as f64)
+    } else if f == Fp8Format::E5m2 && q < 0.0 {
+        0xfc
+    } else {
+        overflow
+    }
+}
+
+impl PlainBackend {
+    /// What the kernel reads for `x` of kv head `kv_head` in an FP8 cache with `scale` (K's
+    /// or V's): the write (quantize) and the read (decode, scale) together, with this
+    /// mutant's FP8 bug. The cache keeps this read-back value, so each slot reads as written.
+    fn fp8_read_back(&self, f: Fp8KvCache, x: f32, scale: f32, kv_head: usize) -> f32 {
+        let code = if self.bug == Bug::Fp8NoSaturation {
+            encode_unsaturated(f.dtype, x / scale)
+        } else {
+            f.dtype.quantize(x, scale)
+        };
+        let raw = if self.bug == Bug::Fp8ReadAsFnuz && f.dtype == Fp8Format::E4m3 {
+            decode_fnuz(code)
+        } else {
+            f.dtype.decode(code)
+        };
+        let read_scale = match self.bug {
+            Bug::Fp8ScaleTwice => scale * scale,
+            Bug::Fp8ScaleMissing => 1.0,
+            // A per-head scale array indexed with a per-tensor scale: past head 0 it reads 1.
+            Bug::Fp8PerHeadScale if kv_head > 0 => 1.0,
+            _ => scale,
+        };
+        (raw * read_scale as f64) as f32
+    }
+}
+
+/// K and V per slot: `[num_slots, num_kv_heads, head_size]` each (in an FP8 cache, the values
+/// the kernel reads back).
 struct SlotCache {
     k: Vec<f32>,
     v: Vec<f32>,
+    /// K and V rows of the last write (the step's own, in a cross-attention case), for the
+    /// bug that writes them into the cross cache.
+    last_write: (Vec<f32>, Vec<f32>),
 }
 
 /// Running softmax state of one split.
@@ -92,6 +160,12 @@ impl Backend for PlainBackend {
         Ok(())
     }
 
+    fn optional_features(&self) -> Vec<Feature> {
+        let mut f = Feature::ESTABLISHED.to_vec();
+        f.extend([Feature::Fp8KvCache, Feature::CrossAttention]);
+        f
+    }
+
     fn cache_layout(&self) -> CacheLayout {
         CacheLayout {
             shape: "[num_blocks * block_size, num_kv_heads, head_size] for K and for V",
@@ -104,6 +178,7 @@ impl Backend for PlainBackend {
         Ok(Box::new(SlotCache {
             k: vec![0.0; n],
             v: vec![0.0; n],
+            last_write: (Vec::new(), Vec::new()),
         }))
     }
 
@@ -116,6 +191,9 @@ impl Backend for PlainBackend {
         let cache = cache_as_mut::<SlotCache>(&self.name, cache)?;
         let row = c.num_kv_heads * c.head_size;
         let slots = cache.k.len() / row.max(1);
+        if self.bug == Bug::CrossCacheRewritten {
+            cache.last_write = (kv.key.to_vec(), kv.value.to_vec());
+        }
         for (t, &slot) in kv.slot_mapping.iter().enumerate() {
             if slot < 0 {
                 continue;
@@ -132,8 +210,20 @@ impl Backend for PlainBackend {
             } else {
                 s * row
             };
-            cache.k[at..at + row].copy_from_slice(&kv.key[t * row..(t + 1) * row]);
-            cache.v[at..at + row].copy_from_slice(&kv.value[t * row..(t + 1) * row]);
+            let (k, v) = (&kv.key[t * row..][..row], &kv.value[t * row..][..row]);
+            match c.kv_cache {
+                None => {
+                    cache.k[at..at + row].copy_from_slice(k);
+                    cache.v[at..at + row].copy_from_slice(v);
+                }
+                Some(f) => {
+                    for i in 0..row {
+                        let h = i / c.head_size;
+                        cache.k[at + i] = self.fp8_read_back(f, k[i], f.k_scale, h);
+                        cache.v[at + i] = self.fp8_read_back(f, v[i], f.v_scale, h);
+                    }
+                }
+            }
         }
         Ok(())
     }
@@ -181,12 +271,35 @@ impl Backend for PlainBackend {
         // Which sequence first gathered each physical block (for the gather-once bug).
         let mut owner: HashMap<u32, usize> = HashMap::new();
         let zeros = vec![0.0f32; d];
+        // The cross cache as the rewriting bug leaves it: each later step writes its own K/V
+        // rows over the encoder's first positions, as if it were the request's first step.
+        let mut rewritten = (Cow::Borrowed(&cache.k[..]), Cow::Borrowed(&cache.v[..]));
+        if self.bug == Bug::CrossCacheRewritten && c.kind == AttentionKind::EncoderDecoder {
+            let row = hkv * d;
+            let (rk, rv) = (rewritten.0.to_mut(), rewritten.1.to_mut());
+            let (k, v) = &cache.last_write;
+            for s in 0..step.seq_lens.len() {
+                let (q0, q1) = (step.query_start_loc[s], step.query_start_loc[s + 1]);
+                for t in q0..q1.min(k.len() / row.max(1)) {
+                    let j = t - q0;
+                    if j >= step.seq_lens[s] {
+                        break;
+                    }
+                    let at = (step.block_table[s][j / bs] as usize * bs + j % bs) * row;
+                    rk[at..at + row].copy_from_slice(&k[t * row..(t + 1) * row]);
+                    rv[at..at + row].copy_from_slice(&v[t * row..(t + 1) * row]);
+                }
+            }
+        }
 
         for (s, &seq_hit) in hit.iter().enumerate() {
             let (q0, q1) = (step.query_start_loc[s], step.query_start_loc[s + 1]);
             let seq_len = step.seq_lens[s];
             let query_len = q1 - q0;
-            let ctx = seq_len - query_len;
+            // Cross-attention: every key is the encoder's; queries have no position among
+            // them (and may outnumber them).
+            let cross = c.kind == AttentionKind::EncoderDecoder;
+            let ctx = seq_len.saturating_sub(query_len);
             let zeroed = vec![0u32; step.block_table[s].len()];
             let row = if self.bug == Bug::UnhitTableRowsZeroed && any_hit && !seq_hit {
                 &zeroed
@@ -225,6 +338,16 @@ impl Backend for PlainBackend {
                     }
                 }
                 let mut keys: Vec<usize> = (lo..=hi).collect();
+                if cross && self.bug == Bug::CrossCausal {
+                    // Causal, aligned bottom-right as a causal kernel aligns it: decoder
+                    // token j sees keys up to seq_len - query_len + j.
+                    let last = (seq_len + (t - q0)).checked_sub(query_len);
+                    keys.retain(|&k| last.is_some_and(|l| k <= l));
+                }
+                if cross && self.bug == Bug::CrossDecoderLength {
+                    // As many keys as decoder tokens, read through the table row.
+                    keys = (0..query_len.min(row.len() * bs)).collect();
+                }
                 if self.bug == Bug::LastPartialBlockIgnored && !seq_len.is_multiple_of(bs) {
                     keys.retain(|&k| k < seq_len / bs * bs);
                 }
@@ -245,7 +368,7 @@ impl Backend for PlainBackend {
                 for h in 0..hq {
                     let kvh = h / group;
                     let q = &step.query[(t * hq + h) * d..][..d];
-                    let (kc, vc, zeros, owner) = (&cache.k, &cache.v, &zeros, &owner);
+                    let (kc, vc, zeros, owner) = (&*rewritten.0, &*rewritten.1, &zeros, &owner);
                     let read = move |value: bool, k: usize| -> &[f32] {
                         let buf = if value { vc } else { kc };
                         let blk = row[k / bs];
@@ -384,7 +507,18 @@ mod tests {
 
     #[test]
     fn the_control_kernel_is_correct() {
+        for kv_cache in [
+            None,
+            Some(Fp8KvCache::new(Fp8Format::E4m3, 0.00390625, 0.5)),
+            Some(Fp8KvCache::new(Fp8Format::E5m2, 4.0, 0.1875)),
+        ] {
+            control_on(kv_cache);
+        }
+    }
+
+    fn control_on(kv_cache: Option<Fp8KvCache>) {
         let mut c = AttentionConfig::new(6, 2, 5, 3, DType::F32);
+        c.kv_cache = kv_cache;
         c.sliding_window = Some(4);
         c.alibi_slopes = Some(vec![0.5, 0.25, 0.125, 0.1, 0.05, 0.01]);
         c.sinks = Some(vec![0.0, 1.0, -1.0, 0.5, 0.0, 2.0]);

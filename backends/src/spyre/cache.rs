@@ -1,15 +1,30 @@
 //! The paged KV cache: one tensor `[2, num_blocks, block_size, num_kv_heads, head_size]` in
 //! the layer's dtype (K at index 0, V at 1), written through `slot_mapping` with a single
 //! vectorized `index_copy_`, as a PyTorch backend's reshape-and-cache does.
+//!
+//! An FP8 cache holds the codes as bytes (libtorch's float8 kinds do the conversions;
+//! gathers and scatters move bytes): written as `fp8(clamp(x / scale))` (libtorch's cast does
+//! not saturate: past 464 an E4M3FN cast gives NaN, so the clamp is what vLLM's quantizers do
+//! too), read as `fp8 * scale` in f32, then in the compute dtype (triton_unified_attention's
+//! convention).
 
 use super::tensors::{from_f32, from_i64, in_place, kind_of, CPU};
-use attn_reference::AttentionConfig;
-use tch::{TchError, Tensor};
+use attn_reference::{AttentionConfig, Fp8Format, Fp8KvCache};
+use tch::{Kind, TchError, Tensor};
 
 pub(crate) struct SpyreCache {
     /// `[2, num_blocks, block_size, num_kv_heads, head_size]`.
     pub kv: Tensor,
     pub num_blocks: usize,
+    /// The format and scales of an FP8 cache (`kv` then holds code bytes).
+    fp8: Option<Fp8KvCache>,
+}
+
+fn fp8_kind(f: Fp8Format) -> Kind {
+    match f {
+        Fp8Format::E4m3 => Kind::Float8e4m3fn,
+        Fp8Format::E5m2 => Kind::Float8e5m2,
+    }
 }
 
 impl SpyreCache {
@@ -23,19 +38,66 @@ impl SpyreCache {
         ];
         // Zeros, not uninitialised memory: a backend bug that reads a never-written slot
         // should see stale finite data, never NaN from garbage bits.
-        let kv = Tensor::f_zeros(shape, (kind_of(config.dtype), CPU))?;
-        Ok(SpyreCache { kv, num_blocks })
+        let kind = match config.kv_cache {
+            Some(_) => Kind::Uint8,
+            None => kind_of(config.dtype),
+        };
+        let kv = Tensor::f_zeros(shape, (kind, CPU))?;
+        Ok(SpyreCache {
+            kv,
+            num_blocks,
+            fp8: config.kv_cache,
+        })
+    }
+
+    /// FP8 codes of K (`part` 0) or V (1) as the kernel reads them: `fp8 * scale` in f32,
+    /// then in `kind`.
+    fn dequantize(
+        &self,
+        f: Fp8KvCache,
+        codes: &Tensor,
+        part: i64,
+        kind: Kind,
+    ) -> Result<Tensor, TchError> {
+        let scale = if part == 0 { f.k_scale } else { f.v_scale };
+        codes
+            .f_view_dtype(fp8_kind(f.dtype))?
+            .f_to_kind(Kind::Float)?
+            .f_mul_scalar(scale as f64)?
+            .f_to_kind(kind)
+    }
+
+    /// Pages `ids` of K and V together, `[2, ids.len() * block_size * Hkv * D]` flattened per
+    /// part as the cache is, in `kind` (an FP8 cache's dequantized).
+    pub fn select_pages(&self, ids: &Tensor, kind: Kind) -> Result<Tensor, TchError> {
+        let pages = self.kv.f_index_select(1, ids)?;
+        match self.fp8 {
+            None => Ok(pages),
+            Some(f) => Tensor::f_stack(
+                &[
+                    self.dequantize(f, &pages.f_select(0, 0)?, 0, kind)?,
+                    self.dequantize(f, &pages.f_select(0, 1)?, 1, kind)?,
+                ],
+                0,
+            ),
+        }
     }
 
     /// Gather whole pages `ids` of K (`part` 0) or V (1) into `out`
     /// (`[ids.len(), block_size * Hkv * D]`, the cache's kind) and return it. Each page is
     /// one contiguous row of the cache viewed as `[num_blocks, block_size * Hkv * D]`, so
     /// the gather is a row copy into an already mapped buffer.
+    /// An FP8 cache gathers its code bytes and returns them dequantized in `out`'s kind (a
+    /// new tensor).
     pub fn gather_pages(&self, part: i64, ids: &Tensor, out: &Tensor) -> Result<Tensor, TchError> {
-        self.kv
+        let pages = self
+            .kv
             .f_select(0, part)?
-            .f_view([self.num_blocks as i64, -1])?
-            .f_index_select_out(out, 0, ids)
+            .f_view([self.num_blocks as i64, -1])?;
+        match self.fp8 {
+            None => pages.f_index_select_out(out, 0, ids),
+            Some(f) => self.dequantize(f, &pages.f_index_select(0, ids)?, part, out.kind()),
+        }
     }
 
     pub fn num_slots(&self, config: &AttentionConfig) -> usize {
@@ -68,7 +130,19 @@ impl SpyreCache {
         } else {
             src.f_index_select(1, &from_i64(&rows)?)?
         };
-        let src = src.f_to_kind(kind_of(config.dtype))?;
+        let src = match self.fp8 {
+            None => src.f_to_kind(kind_of(config.dtype))?,
+            Some(f) => {
+                // A [2, 1, 1, 1] tensor, not a scalar: libtorch divides by it element by
+                // element, as the reference does (no reciprocal).
+                let scales = from_f32(&[f.k_scale, f.v_scale], &[2, 1, 1, 1])?;
+                let max = f.dtype.max_finite();
+                src.f_div(&scales)?
+                    .f_clamp(-max, max)?
+                    .f_to_kind(fp8_kind(f.dtype))?
+                    .f_view_dtype(Kind::Uint8)?
+            }
+        };
         let mut flat = self.kv.f_view([2, -1, hkv, d])?;
         in_place(flat.f_index_copy_(1, &from_i64(&targets)?, &src))?;
         Ok(())

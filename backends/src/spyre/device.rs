@@ -8,7 +8,7 @@
 use super::cache::SpyreCache;
 use super::mask::{alibi_distance, hidden, per_head, LogitShaping};
 use super::plan::{Group, GroupIndex};
-use super::tensors::{in_place, CPU};
+use super::tensors::{in_place, kind_of, CPU};
 use crate::Unsupported;
 use attn_reference::Feature;
 use attn_reference::{AttentionConfig, DType};
@@ -66,8 +66,7 @@ pub(crate) fn attend_sequence(
 
     let ids = idx.blocks.f_reshape([-1])?;
     let kv = cache
-        .kv
-        .f_index_select(1, &ids)?
+        .select_pages(&ids, kind_of(c.dtype))?
         .f_view([2, -1, hkv, d])?
         .f_narrow(1, 0, len)?;
     let k = kv

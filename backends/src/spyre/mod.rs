@@ -210,6 +210,12 @@ impl Backend for Spyre {
         }
     }
 
+    fn optional_features(&self) -> Vec<Feature> {
+        let mut f = Feature::ESTABLISHED.to_vec();
+        f.extend([Feature::Fp8KvCache, Feature::CrossAttention]);
+        f
+    }
+
     fn cache_layout(&self) -> CacheLayout {
         CacheLayout {
             shape: "[2, num_blocks, block_size, num_kv_heads, head_size]",
@@ -239,7 +245,7 @@ impl Backend for Spyre {
             * config.block_size
             * config.num_kv_heads
             * config.head_size
-            * config.dtype.size_bytes();
+            * config.kv_element_bytes();
         if bytes > MAX_CACHE_BYTES {
             return Err(Unsupported::new(
                 Feature::CacheSize,

@@ -17,9 +17,10 @@ pub(crate) struct Seq {
 }
 
 impl Seq {
-    /// Absolute position of the first new token.
+    /// Absolute position of the first new token (cross-attention queries, which may
+    /// outnumber the encoder's keys and see all of them, get 0).
     pub fn context_len(&self) -> usize {
-        self.seq_len - self.q_len
+        self.seq_len.saturating_sub(self.q_len)
     }
 }
 
@@ -133,7 +134,7 @@ pub(crate) fn sequences(
             return Err(format!("query_start_loc is not a non-decreasing prefix sum within {} tokens at sequence {s}", step.num_tokens));
         }
         let (q_len, seq_len) = (end - start, step.seq_lens[s]);
-        if q_len > seq_len {
+        if q_len > seq_len && c.kind != attn_reference::AttentionKind::EncoderDecoder {
             return Err(format!(
                 "sequence {s}: query_len {q_len} exceeds seq_len {seq_len}"
             ));

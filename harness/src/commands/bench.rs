@@ -78,16 +78,25 @@ pub fn run(args: BenchArgs, global: GlobalArgs) -> anyhow::Result<bool> {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let progress = Progress::new(
         global.quiet,
-        (specs.len() * backends.len()) as u64,
+        (specs.len() * backends.len() * args.kv_cache.len().max(1)) as u64,
         "spec × backend",
     );
     progress.phase("measuring read bandwidth");
     let bar = progress.handle();
     let reps = args.reps;
+    let kv_caches = args
+        .kv_cache
+        .iter()
+        .map(|k| match k.as_str() {
+            "auto" => Ok(None),
+            f => f.parse().map(Some).map_err(usage),
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
     let opts = BenchOptions {
         backends,
         specs,
         config,
+        kv_caches,
         reps,
         threads: args.threads.unwrap_or(cores),
         baseline: args.baseline.or_else(|| names.first().cloned()),

@@ -51,6 +51,12 @@ fn entry(backend: &dyn Backend) -> BackendEntry {
         .map(plain)
         .find(|c| declines(backend, c).is_ok())
         .unwrap_or_else(|| plain(DType::Bf16));
+    let runs = Feature::OPTIONAL
+        .into_iter()
+        .flat_map(|f| f.probes(&base))
+        .filter(|(_, config)| declines(backend, config).is_ok())
+        .map(|(probe, _)| probe)
+        .collect();
     let declines = Feature::ALL
         .into_iter()
         .flat_map(|f| f.probes(&base))
@@ -65,6 +71,7 @@ fn entry(backend: &dyn Backend) -> BackendEntry {
         name: backend.name().to_string(),
         cache_shape: layout.shape.to_string(),
         cache_description: layout.description.to_string(),
+        runs,
         declines,
     }
 }
@@ -73,7 +80,7 @@ fn render(doc: &ListDocument, table: fn(&[&str], &[Vec<String>]) -> String) -> S
     let backends: Vec<Vec<String>> = doc
         .backends
         .iter()
-        .map(|b| vec![b.name.clone(), b.cache_shape.clone()])
+        .map(|b| vec![b.name.clone(), b.cache_shape.clone(), b.runs.join(", ")])
         .chain(doc.adapters.iter().map(|a| {
             vec![
                 a.name.clone(),
@@ -82,6 +89,7 @@ fn render(doc: &ListDocument, table: fn(&[&str], &[Vec<String>]) -> String) -> S
                     a.command.join(" "),
                     a.timeout_seconds
                 ),
+                String::new(),
             ]
         }))
         .collect();
@@ -108,7 +116,7 @@ fn render(doc: &ListDocument, table: fn(&[&str], &[Vec<String>]) -> String) -> S
         .collect();
     format!(
         "{}\n{}\n{}",
-        table(&["backend", "cache layout"], &backends),
+        table(&["backend", "cache layout", "optional features"], &backends),
         table(&["backend", "declines", "because"], &declines),
         table(&["spec", "kind", "seq_lens", "query_lens"], &specs)
     )

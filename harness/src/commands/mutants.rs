@@ -11,7 +11,9 @@ use crate::upstream;
 pub fn run(args: MutantsArgs, global: GlobalArgs) -> anyhow::Result<bool> {
     let suite: Vec<_> = upstream::full_suite()
         .into_iter()
-        .filter(|c| args.upstream_all_heads || c.heads == (8, 2))
+        .filter(|c| {
+            args.upstream_all_heads || c.heads == (8, 2) || c.test == upstream::UpstreamTest::Cross
+        })
         .collect();
     let total = attn_backends::mutants::CATALOGUE.len();
     let progress = Progress::new(global.quiet, total as u64, "mutants");

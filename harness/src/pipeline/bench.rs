@@ -8,7 +8,9 @@
 
 use crate::compare::{compare, Tolerance};
 use attn_backends::{prepare_cache, step_inputs, Backend, BackendError, CacheEvictor, KvCache};
-use attn_reference::{build_spec_case, reference_output, AttentionConfig, BatchSpec};
+use attn_reference::{
+    build_spec_case, reference_output, AttentionConfig, BatchSpec, Fp8Format, Fp8KvCache,
+};
 pub use attn_results::{BenchRow, BenchStatus, BenchSummary};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -18,6 +20,10 @@ pub struct BenchOptions {
     pub specs: Vec<BatchSpec>,
     /// Config the specs run at (its kind is taken from each spec).
     pub config: AttentionConfig,
+    /// KV-cache variants timed side by side, each backend once per variant: `None` is the
+    /// compute dtype, a format an FP8 cache with scales 1 (vLLM's default without
+    /// calibration). Rows of an FP8 variant name the backend `NAME [fp8_e4m3]`.
+    pub kv_caches: Vec<Option<Fp8Format>>,
     pub reps: usize,
     pub threads: usize,
     pub baseline: Option<String>,
@@ -94,6 +100,10 @@ fn peak_extra_bytes(call: impl FnOnce()) -> Option<f64> {
 
 struct Prepared {
     backend: Arc<dyn Backend>,
+    /// The row's name: the backend's, with the KV-cache variant.
+    label: String,
+    /// Which variant's case it runs.
+    case: usize,
     cache: KvCache,
     times: Vec<Duration>,
     status: BenchStatus,
@@ -120,45 +130,66 @@ pub fn run_bench(opts: &BenchOptions) -> BenchSummary {
     };
     for spec in &opts.specs {
         tell(BenchEvent::Spec { spec: spec.name });
-        let case = build_spec_case(spec, opts.config.clone(), opts.seed);
-        let expected = reference_output(&case);
-        let tol = Tolerance::for_case(&case);
-        let qsl = case.query_start_loc();
-        let step = step_inputs(&case, &qsl);
-        let mut prepared: Vec<Prepared> = opts
-            .backends
+        let variants: Vec<Option<Fp8Format>> = if opts.kv_caches.is_empty() {
+            vec![None]
+        } else {
+            opts.kv_caches.clone()
+        };
+        let cases: Vec<_> = variants
             .iter()
-            .map(|b| match prepare_cache(b.as_ref(), &case) {
-                Ok(cache) => Prepared {
+            .map(|kv| {
+                let mut config = opts.config.clone();
+                config.kv_cache = kv.map(|f| Fp8KvCache::new(f, 1.0, 1.0));
+                build_spec_case(spec, config, opts.seed)
+            })
+            .collect();
+        let expected: Vec<Vec<f64>> = cases.iter().map(reference_output).collect();
+        let tols: Vec<Tolerance> = cases.iter().map(Tolerance::for_case).collect();
+        let qsls: Vec<Vec<usize>> = cases.iter().map(|c| c.query_start_loc()).collect();
+        let steps: Vec<_> = cases
+            .iter()
+            .zip(&qsls)
+            .map(|(c, q)| step_inputs(c, q))
+            .collect();
+        let mut prepared: Vec<Prepared> = variants
+            .iter()
+            .enumerate()
+            .flat_map(|(i, kv)| opts.backends.iter().map(move |b| (i, kv, b)))
+            .map(|(i, kv, b)| {
+                let label = match kv {
+                    None => b.name().to_string(),
+                    Some(f) => format!("{} [{f}]", b.name()),
+                };
+                let (cache, status) = match prepare_cache(b.as_ref(), &cases[i]) {
+                    Ok(cache) => (cache, BenchStatus::Ok),
+                    Err(BackendError::Unsupported(u)) => (
+                        Box::new(()) as KvCache,
+                        BenchStatus::Unsupported { reason: u },
+                    ),
+                    Err(e) => (
+                        Box::new(()) as KvCache,
+                        BenchStatus::Error {
+                            message: e.to_string(),
+                        },
+                    ),
+                };
+                Prepared {
                     backend: b.clone(),
+                    label,
+                    case: i,
                     cache,
                     times: Vec::new(),
-                    status: BenchStatus::Ok,
+                    status,
                     peak: f64::NAN,
-                },
-                Err(BackendError::Unsupported(u)) => Prepared {
-                    backend: b.clone(),
-                    cache: Box::new(()),
-                    times: Vec::new(),
-                    status: BenchStatus::Unsupported { reason: u },
-                    peak: f64::NAN,
-                },
-                Err(e) => Prepared {
-                    backend: b.clone(),
-                    cache: Box::new(()),
-                    times: Vec::new(),
-                    status: BenchStatus::Error {
-                        message: e.to_string(),
-                    },
-                    peak: f64::NAN,
-                },
+                }
             })
             .collect();
         // Warm-up call: correctness against the oracle and the memory high-water mark.
         for p in prepared.iter_mut().filter(|p| p.status == BenchStatus::Ok) {
             let mut result = None;
+            let case = &cases[p.case];
             let peak = peak_extra_bytes(|| {
-                result = Some(p.backend.forward(&case.config, &p.cache, &step))
+                result = Some(p.backend.forward(&case.config, &p.cache, &steps[p.case]))
             });
             // A backend in another process grows that process, not this one.
             p.peak = match p.backend.reported_kernel_time() {
@@ -169,10 +200,10 @@ pub fn run_bench(opts: &BenchOptions) -> BenchSummary {
                 Some(Ok(out)) => {
                     let cmp = compare(
                         &out,
-                        &expected,
+                        &expected[p.case],
                         case.config.num_heads,
                         case.config.head_size,
-                        tol,
+                        tols[p.case],
                     );
                     if !cmp.passed() {
                         p.status = BenchStatus::Wrong {
@@ -200,17 +231,20 @@ pub fn run_bench(opts: &BenchOptions) -> BenchSummary {
                     e.evict();
                 }
                 let start = Instant::now();
-                let out = p.backend.forward(&case.config, &p.cache, &step);
+                let out = p
+                    .backend
+                    .forward(&cases[p.case].config, &p.cache, &steps[p.case]);
                 let wall = start.elapsed();
                 p.times
                     .push(p.backend.reported_kernel_time().unwrap_or(wall));
                 std::hint::black_box(out.ok());
             }
         }
-        let decode = case.batch.query_lens.iter().all(|&q| q == 1);
         let mut spec_rows: Vec<BenchRow> = prepared
             .iter_mut()
             .map(|p| {
+                let case = &cases[p.case];
+                let decode = case.batch.query_lens.iter().all(|&q| q == 1);
                 let min = p.times.iter().min().copied().unwrap_or_default();
                 let med = median(&mut p.times);
                 let secs = med.as_secs_f64();
@@ -220,7 +254,7 @@ pub fn run_bench(opts: &BenchOptions) -> BenchSummary {
                     f64::NAN
                 };
                 BenchRow {
-                    backend: p.backend.name().to_string(),
+                    backend: p.label.clone(),
                     spec: spec.name.to_string(),
                     status: p.status.clone(),
                     median_ms: if p.times.is_empty() {

@@ -67,6 +67,10 @@ pub fn buckets(case: &Case) -> Vec<(&'static str, &'static str)> {
     let c = &case.config;
     let mut v = vec![
         ("dtype", c.dtype.name()),
+        (
+            "kv cache",
+            c.kv_cache.map_or("compute dtype", |f| f.dtype.name()),
+        ),
         ("head size", head_size(c.head_size)),
         (
             "block size",

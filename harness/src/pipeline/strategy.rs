@@ -7,8 +7,8 @@
 //! minimal failing case reads like a hand-written one.
 
 use attn_reference::{
-    build_case, AttentionConfig, AttentionKind, BuildOptions, Case, DType, Feature, InputRng,
-    SharedPrefix,
+    build_case, AttentionConfig, AttentionKind, BuildOptions, Case, DType, Feature, Fp8Format,
+    Fp8KvCache, InputRng, SharedPrefix,
 };
 use proptest::prelude::*;
 use serde::{Deserialize, Serialize};
@@ -46,7 +46,8 @@ pub struct CaseRecipe {
     pub block_size: usize,
     pub dtype: DType,
     pub kind: AttentionKind,
-    /// (context_len, query_len) per sequence; encoder-only ignores context_len.
+    /// (context_len, query_len) per sequence; encoder-only ignores context_len;
+    /// cross-attention takes it as the encoder's length (at least 1).
     pub seqs: Vec<(usize, usize)>,
     pub window: Option<usize>,
     pub soft_cap: Option<f32>,
@@ -67,6 +68,9 @@ pub struct CaseRecipe {
     /// offsets past 2^31); None: just the blocks the case needs.
     #[serde(default)]
     pub cache_blocks: Option<usize>,
+    /// An FP8 KV cache (None: the cache holds the compute dtype).
+    #[serde(default)]
+    pub kv_cache: Option<Fp8KvCache>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -177,6 +181,7 @@ impl CaseRecipe {
             share: None,
             scale: None,
             cache_blocks: None,
+            kv_cache: None,
         }
     }
 
@@ -197,6 +202,7 @@ impl CaseRecipe {
         c.scale = self.scale;
         c.sliding_window = self.window;
         c.logits_soft_cap = self.soft_cap;
+        c.kv_cache = self.kv_cache;
         if self.alibi {
             c.alibi_slopes = Some(alibi_slopes(h));
         }
@@ -217,13 +223,15 @@ impl CaseRecipe {
     pub fn without(&self, f: Feature) -> Option<CaseRecipe> {
         let mut c = self.clone();
         let used = match f {
-            Feature::EncoderOnly => {
-                std::mem::replace(&mut c.kind, AttentionKind::Decoder) != AttentionKind::Decoder
+            Feature::EncoderOnly | Feature::CrossAttention if f.used_by(&self.config()) => {
+                c.kind = AttentionKind::Decoder;
+                true
             }
             Feature::SlidingWindow => c.window.take().is_some(),
             Feature::LogitsSoftCap => c.soft_cap.take().is_some(),
             Feature::Alibi => std::mem::take(&mut c.alibi),
             Feature::Sinks => std::mem::take(&mut c.sinks),
+            Feature::Fp8KvCache => c.kv_cache.take().is_some(),
             _ => false,
         };
         used.then_some(c)
@@ -255,6 +263,7 @@ impl CaseRecipe {
                     (ctx + q, q)
                 }
                 AttentionKind::EncoderOnly => (q, q),
+                AttentionKind::EncoderDecoder => (ctx.max(1), q),
             })
             .unzip()
     }
@@ -334,6 +343,10 @@ impl CaseRecipe {
                     case.layout.block_table[m][i] = case.layout.block_table[g.seqs[0]][i];
                 }
             }
+        }
+        if case.config.kind == AttentionKind::EncoderDecoder {
+            // A cross-attention step writes nothing: its slots stay -1.
+            return;
         }
         let starts = case.query_start_loc();
         for (s, &start) in starts.iter().take(case.num_seqs()).enumerate() {
@@ -436,6 +449,25 @@ fn scale() -> impl Strategy<Value = Option<f32>> {
     ]
 }
 
+/// FP8 KV-cache scales: powers of two and 3/16, whose `fp8 * scale` is exact in every
+/// compute dtype (at most 4 significant bits; see `Tolerance`), so the tolerance stays the
+/// dtype's. 2^-8 saturates E4M3 from |x| > 1.75 on (as an underestimated calibration does);
+/// 4 puts small values among the subnormal codes.
+pub const FP8_SCALES: [f32; 6] = [0.00390625, 0.0625, 0.1875, 0.5, 1.0, 4.0];
+
+fn kv_cache() -> impl Strategy<Value = Option<Fp8KvCache>> {
+    let scale = || prop::sample::select(FP8_SCALES.to_vec());
+    prop::option::weighted(
+        0.2,
+        (
+            prop::sample::select(Fp8Format::ALL.to_vec()),
+            scale(),
+            scale(),
+        )
+            .prop_map(|(dtype, k, v)| Fp8KvCache::new(dtype, k, v)),
+    )
+}
+
 /// A length just below, at or just above one of `thresholds` no larger than `max`.
 fn near_threshold(max: usize) -> impl Strategy<Value = usize> {
     let near: Vec<usize> = attn_backends::all_thresholds()
@@ -465,7 +497,11 @@ fn table_order() -> impl Strategy<Value = TableOrder> {
 }
 
 fn kind() -> impl Strategy<Value = AttentionKind> {
-    prop_oneof![4 => Just(AttentionKind::Decoder), 1 => Just(AttentionKind::EncoderOnly)]
+    prop_oneof![
+        8 => Just(AttentionKind::Decoder),
+        2 => Just(AttentionKind::EncoderOnly),
+        2 => Just(AttentionKind::EncoderDecoder),
+    ]
 }
 
 /// Work of a recipe in multiply-adds of the oracle: every query against every key it may
@@ -569,7 +605,7 @@ pub fn recipe(limits: StrategyLimits) -> impl Strategy<Value = CaseRecipe> {
             (2usize..=4, 1usize..=3).prop_map(|(group, blocks)| Share { group, blocks }),
         ),
     );
-    (heads, shape, seqs, features, layout, values()).prop_map(
+    (heads, shape, seqs, features, layout, values(), kv_cache()).prop_map(
         |(
             (num_kv_heads, group),
             (head_size, block_size, dtype, kind),
@@ -577,7 +613,10 @@ pub fn recipe(limits: StrategyLimits) -> impl Strategy<Value = CaseRecipe> {
             (window, soft_cap, alibi, sinks, scale),
             (padding_tokens, spare_blocks, table, share),
             values,
+            kv_cache,
         )| {
+            // Cross-attention has no key positions relative to the query: no window, no ALiBi.
+            let cross = kind == AttentionKind::EncoderDecoder;
             let r = CaseRecipe {
                 num_kv_heads,
                 group,
@@ -586,9 +625,9 @@ pub fn recipe(limits: StrategyLimits) -> impl Strategy<Value = CaseRecipe> {
                 dtype,
                 kind,
                 seqs,
-                window,
+                window: window.filter(|_| !cross),
                 soft_cap,
-                alibi,
+                alibi: alibi && !cross,
                 sinks,
                 padding_tokens,
                 spare_blocks,
@@ -596,6 +635,7 @@ pub fn recipe(limits: StrategyLimits) -> impl Strategy<Value = CaseRecipe> {
                 values,
                 share,
                 scale,
+                kv_cache,
                 ..CaseRecipe::plain()
             };
             fit_cost(r, SMALL_COST)
@@ -728,7 +768,13 @@ mod tests {
             .map(|_| s.new_tree(&mut runner).unwrap().current())
             .collect();
         assert!(rs.iter().any(|r| r.kind == AttentionKind::EncoderOnly));
+        assert!(rs
+            .iter()
+            .any(|r| r.kind == AttentionKind::EncoderDecoder && r.seqs.iter().any(|s| s.1 > s.0)));
         assert!(rs.iter().any(|r| r.window == Some(1)));
+        for f in Fp8Format::ALL {
+            assert!(rs.iter().any(|r| r.kv_cache.is_some_and(|c| c.dtype == f)));
+        }
         // Turning a feature off in the recipe turns it off in the case, and only that one.
         for r in &rs {
             for f in Feature::OPTIONAL {

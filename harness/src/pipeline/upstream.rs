@@ -19,6 +19,8 @@ pub enum UpstreamTest {
     SlidingWindow,
     /// The encoder-only specs (non-causal).
     Encoder,
+    /// The cross-attention specs (attn-diff's own, at their model's heads).
+    Cross,
 }
 
 impl UpstreamTest {
@@ -27,6 +29,7 @@ impl UpstreamTest {
             UpstreamTest::Causal => "causal",
             UpstreamTest::SlidingWindow => "sliding_window",
             UpstreamTest::Encoder => "encoder",
+            UpstreamTest::Cross => "cross",
         }
     }
 }
@@ -50,10 +53,14 @@ impl UpstreamCase {
     }
 
     pub fn config(&self) -> AttentionConfig {
+        let head_size = match self.test {
+            UpstreamTest::Cross => specs::cross_heads(self.spec).2,
+            _ => specs::UPSTREAM_HEAD_SIZE,
+        };
         let mut c = AttentionConfig::new(
             self.heads.0,
             self.heads.1,
-            specs::UPSTREAM_HEAD_SIZE,
+            head_size,
             specs::UPSTREAM_BLOCK_SIZE,
             DType::Bf16,
         );
@@ -66,6 +73,16 @@ impl UpstreamCase {
     pub fn build(&self) -> Case {
         let spec = spec_by_name(self.spec).expect("upstream cases name known specs");
         build_spec_case(&spec, self.config(), UPSTREAM_SEED)
+    }
+}
+
+/// A cross-attention spec at its model's heads.
+fn at_model_heads(spec: &'static str) -> UpstreamCase {
+    let (q, kv, _) = specs::cross_heads(spec);
+    UpstreamCase {
+        test: UpstreamTest::Cross,
+        spec,
+        heads: (q, kv),
     }
 }
 
@@ -90,6 +107,12 @@ pub fn full_suite() -> Vec<UpstreamCase> {
     {
         v.extend(at_every_tp(UpstreamTest::Encoder, spec.name));
     }
+    v.extend(
+        specs::all_specs()
+            .into_iter()
+            .filter(|s| s.kind == AttentionKind::EncoderDecoder)
+            .map(|s| at_model_heads(s.name)),
+    );
     v
 }
 
@@ -104,6 +127,10 @@ pub fn cases_for_specs(names: &[String]) -> Result<Vec<UpstreamCase>, String> {
             )
         })?;
         let n = spec.name;
+        if spec.kind == AttentionKind::EncoderDecoder {
+            v.push(at_model_heads(n));
+            continue;
+        }
         if spec.kind == AttentionKind::EncoderOnly {
             v.extend(at_every_tp(UpstreamTest::Encoder, n));
             continue;
@@ -124,6 +151,7 @@ pub fn small_suite() -> Vec<UpstreamCase> {
         "small_prefill",
         "mixed_small",
         "small_encoder_prefill",
+        "bart_cross_prefill",
     ];
     full_suite()
         .into_iter()

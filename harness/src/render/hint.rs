@@ -93,13 +93,17 @@ pub fn hint(case: &Case, c: &Comparison) -> Option<String> {
         let cut = |f: &TokenFacts| match c_cfg.kind {
             AttentionKind::Decoder => f.pos + 1 > w,
             AttentionKind::EncoderOnly => f.pos + 1 > w || f.pos + w < f.seq_len,
+            // Validation rejects a window in cross-attention.
+            AttentionKind::EncoderDecoder => false,
         };
         if bad.iter().all(|f| cut(f)) {
             return Some(format!(
                 "only tokens whose window of {w} cuts off keys diverge: check the window edge (w keys including the query: {} )",
                 match c_cfg.kind {
                     AttentionKind::Decoder => "decoder (left, right) = (w-1, 0)",
-                    AttentionKind::EncoderOnly => "encoder (left, right) = (w-1, w-1)",
+                    AttentionKind::EncoderOnly | AttentionKind::EncoderDecoder => {
+                        "encoder (left, right) = (w-1, w-1)"
+                    }
                 }
             ));
         }

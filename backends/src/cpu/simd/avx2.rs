@@ -29,7 +29,7 @@ pub fn ops<T: KvElem>() -> Option<Ops<T>> {
     })
 }
 
-/// Load 8 elements as f32.
+/// Load 8 elements as f32 (8 bytes for fp8).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn load<T: KvElem>(p: *const T) -> __m256 {
@@ -40,6 +40,19 @@ unsafe fn load<T: KvElem>(p: *const T) -> __m256 {
             _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(h)))
         }
         ElemKind::F16 => _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i)),
+        ElemKind::Fp8E5m2 => {
+            let b = _mm_loadl_epi64(p as *const __m128i);
+            _mm256_cvtph_ps(_mm_slli_epi16::<8>(_mm_cvtepu8_epi16(b)))
+        }
+        ElemKind::Fp8E4m3 => {
+            // See `cpu::fp8`: sign-extend, shift into f16 bits, clear the copied sign bit.
+            let b = _mm_loadl_epi64(p as *const __m128i);
+            let h = _mm_and_si128(
+                _mm_slli_epi16::<7>(_mm_cvtepi8_epi16(b)),
+                _mm_set1_epi16(0xbfff_u16 as i16),
+            );
+            _mm256_mul_ps(_mm256_cvtph_ps(h), _mm256_set1_ps(256.0))
+        }
     }
 }
 

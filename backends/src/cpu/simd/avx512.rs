@@ -1,6 +1,6 @@
 //! AVX-512 (F, BW, VL) kernels: 16 lanes, masked loads for block and head-size tails, so
 //! every block size and head size runs vectorised. bf16 and f16 are widened to f32 on load
-//! (a shift for bf16, `vcvtph2ps` for f16); all arithmetic is f32.
+//! (a shift for bf16, `vcvtph2ps` for f16, through f16 for fp8); all arithmetic is f32.
 
 // Register tiles are indexed by row and vector in lockstep; index loops say that best.
 #![allow(clippy::needless_range_loop)]
@@ -62,6 +62,19 @@ unsafe fn load<T: KvElem>(p: *const T, m: __mmask16) -> __m512 {
             _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(h)))
         }
         ElemKind::F16 => _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p as *const i16)),
+        ElemKind::Fp8E5m2 => {
+            let b = _mm_maskz_loadu_epi8(m, p as *const i8);
+            _mm512_cvtph_ps(_mm256_slli_epi16::<8>(_mm256_cvtepu8_epi16(b)))
+        }
+        ElemKind::Fp8E4m3 => {
+            // See `cpu::fp8`: sign-extend, shift into f16 bits, clear the copied sign bit.
+            let b = _mm_maskz_loadu_epi8(m, p as *const i8);
+            let h = _mm256_and_si256(
+                _mm256_slli_epi16::<7>(_mm256_cvtepi8_epi16(b)),
+                _mm256_set1_epi16(0xbfff_u16 as i16),
+            );
+            _mm512_mul_ps(_mm512_cvtph_ps(h), _mm512_set1_ps(256.0))
+        }
     }
 }
 

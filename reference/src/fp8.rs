@@ -1,0 +1,306 @@
+//! FP8 KV caches as vLLM keeps them: K and V stored as `fp8(x / scale)` with one per-tensor
+//! `k_scale` and `v_scale`, read back as `fp8 * scale`.
+//!
+//! The two formats are vLLM's `fp8_e4m3` (OCP E4M3FN: bias 7, no infinity, NaN only at
+//! `S.1111.111`, largest finite 448) and `fp8_e5m2` (bias 15, IEEE-like with infinities,
+//! largest finite 57344). Writes round to nearest even and saturate to the largest finite
+//! value, as vLLM's conversions do (`__NV_SATFINITE`); NaN stays NaN.
+//!
+//! This is the reference quantizer: it decodes every one of the 256 codes by the format's
+//! definition and picks the nearest finite code by search, sharing nothing with the bit
+//! manipulation a kernel uses, so a kernel's quantizer can be checked against it.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::str::FromStr;
+use std::sync::OnceLock;
+
+/// The storage format of an FP8 KV cache (vLLM's `kv_cache_dtype` names).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum Fp8Format {
+    /// E4M3FN: 4 exponent bits (bias 7), 3 mantissa bits, saturating at ±448.
+    #[serde(rename = "fp8_e4m3")]
+    E4m3,
+    /// E5M2: 5 exponent bits (bias 15), 2 mantissa bits, saturating at ±57344.
+    #[serde(rename = "fp8_e5m2")]
+    E5m2,
+}
+
+impl Fp8Format {
+    pub const ALL: [Fp8Format; 2] = [Fp8Format::E4m3, Fp8Format::E5m2];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Fp8Format::E4m3 => "fp8_e4m3",
+            Fp8Format::E5m2 => "fp8_e5m2",
+        }
+    }
+
+    fn bits(self) -> (u32, i32) {
+        match self {
+            Fp8Format::E4m3 => (3, 7),
+            Fp8Format::E5m2 => (2, 15),
+        }
+    }
+
+    /// The value of `code` by the format's definition: `NaN` for the NaN codes, `±inf` for
+    /// E5M2's infinities.
+    pub fn decode(self, code: u8) -> f64 {
+        let (mbits, bias) = self.bits();
+        let sign = if code & 0x80 != 0 { -1.0 } else { 1.0 };
+        let exp = ((code & 0x7f) >> mbits) as i32;
+        let mant = (code & ((1 << mbits) - 1)) as i32;
+        let max_exp = (1 << (7 - mbits)) - 1;
+        match self {
+            Fp8Format::E4m3 if exp == max_exp && mant == (1 << mbits) - 1 => return f64::NAN,
+            Fp8Format::E5m2 if exp == max_exp && mant != 0 => return f64::NAN,
+            Fp8Format::E5m2 if exp == max_exp => return sign * f64::INFINITY,
+            _ => {}
+        }
+        let frac = mant as f64 / (1 << mbits) as f64;
+        let magnitude = if exp == 0 {
+            frac * 2f64.powi(1 - bias)
+        } else {
+            (1.0 + frac) * 2f64.powi(exp - bias)
+        };
+        sign * magnitude
+    }
+
+    /// Largest finite value (448 or 57344).
+    pub fn max_finite(self) -> f64 {
+        match self {
+            Fp8Format::E4m3 => 448.0,
+            Fp8Format::E5m2 => 57344.0,
+        }
+    }
+
+    /// The non-negative finite codes with their values, in increasing order (decoded once).
+    fn finite_codes(self) -> &'static [(u8, f64)] {
+        static TABLES: OnceLock<[Vec<(u8, f64)>; 2]> = OnceLock::new();
+        let tables = TABLES.get_or_init(|| {
+            Fp8Format::ALL.map(|f| {
+                (0u8..0x80)
+                    .map(|c| (c, f.decode(c)))
+                    .take_while(|(_, v)| v.is_finite())
+                    .collect()
+            })
+        });
+        match self {
+            Fp8Format::E4m3 => &tables[0],
+            Fp8Format::E5m2 => &tables[1],
+        }
+    }
+
+    /// The code a NaN is stored as.
+    pub fn nan_code(self) -> u8 {
+        0x7f
+    }
+
+    /// `x` rounded to the nearest finite code (ties to the even code), saturating beyond the
+    /// largest finite value; NaN gives [`Fp8Format::nan_code`].
+    pub fn encode(self, x: f64) -> u8 {
+        if x.is_nan() {
+            return self.nan_code();
+        }
+        let sign = if x.is_sign_negative() { 0x80u8 } else { 0 };
+        let a = x.abs().min(self.max_finite());
+        // The non-negative finite codes 0x00.. are increasing in value: find the last one
+        // not above `a`, then compare with its successor.
+        let finite = self.finite_codes();
+        let below = finite.partition_point(|&(_, v)| v <= a) - 1;
+        let (lo_code, lo) = finite[below];
+        let code = match finite.get(below + 1) {
+            Some(&(hi_code, hi)) => {
+                let (down, up) = (a - lo, hi - a);
+                if up < down || (up == down && lo_code & 1 == 1) {
+                    hi_code
+                } else {
+                    lo_code
+                }
+            }
+            None => lo_code,
+        };
+        sign | code
+    }
+
+    /// The stored code of `x` in a cache with `scale`: `fp8(x / scale)`, the division in
+    /// f32 as kernels do it.
+    pub fn quantize(self, x: f32, scale: f32) -> u8 {
+        self.encode((x / scale) as f64)
+    }
+
+    /// What a kernel reads for `code`: `fp8 * scale`, exactly (in f64).
+    pub fn dequantize(self, code: u8, scale: f32) -> f64 {
+        self.decode(code) * scale as f64
+    }
+
+    /// `x` as it comes back out of the cache: quantized, then dequantized.
+    pub fn round_trip(self, x: f32, scale: f32) -> f64 {
+        self.dequantize(self.quantize(x, scale), scale)
+    }
+}
+
+impl fmt::Display for Fp8Format {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Fp8Format {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "fp8_e4m3" | "fp8" | "e4m3" | "e4m3fn" => Ok(Fp8Format::E4m3),
+            "fp8_e5m2" | "e5m2" => Ok(Fp8Format::E5m2),
+            other => Err(format!(
+                "unknown KV-cache dtype `{other}` (expected fp8_e4m3 or fp8_e5m2)"
+            )),
+        }
+    }
+}
+
+/// An FP8 KV cache: its format and vLLM's per-tensor scales (one for all of K, one for all
+/// of V, across every layer position, head and block).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Fp8KvCache {
+    pub dtype: Fp8Format,
+    pub k_scale: f32,
+    pub v_scale: f32,
+}
+
+impl Fp8KvCache {
+    pub fn new(dtype: Fp8Format, k_scale: f32, v_scale: f32) -> Self {
+        Fp8KvCache {
+            dtype,
+            k_scale,
+            v_scale,
+        }
+    }
+
+    /// K rows as a kernel reads them back from the cache.
+    pub fn read_back_k(&self, k: &[f32]) -> Vec<f64> {
+        k.iter()
+            .map(|&x| self.dtype.round_trip(x, self.k_scale))
+            .collect()
+    }
+
+    /// V rows as a kernel reads them back from the cache.
+    pub fn read_back_v(&self, v: &[f32]) -> Vec<f64> {
+        v.iter()
+            .map(|&x| self.dtype.round_trip(x, self.v_scale))
+            .collect()
+    }
+}
+
+impl fmt::Display for Fp8KvCache {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "kv_cache={} (k_scale {}, v_scale {})",
+            self.dtype, self.k_scale, self.v_scale
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use Fp8Format::{E4m3, E5m2};
+
+    #[test]
+    fn known_bit_patterns_decode() {
+        assert_eq!(E4m3.decode(0x38), 1.0);
+        assert_eq!(E4m3.decode(0x7e), 448.0);
+        assert_eq!(E4m3.decode(0xfe), -448.0);
+        assert_eq!(E4m3.decode(0x01), 2f64.powi(-9));
+        assert_eq!(E4m3.decode(0x08), 2f64.powi(-6));
+        assert_eq!(E4m3.decode(0x78), 256.0);
+        assert!(E4m3.decode(0x7f).is_nan() && E4m3.decode(0xff).is_nan());
+        assert_eq!(E5m2.decode(0x3c), 1.0);
+        assert_eq!(E5m2.decode(0x7b), 57344.0);
+        assert_eq!(E5m2.decode(0x01), 2f64.powi(-16));
+        assert_eq!(E5m2.decode(0x7c), f64::INFINITY);
+        assert_eq!(E5m2.decode(0xfc), f64::NEG_INFINITY);
+        assert!(E5m2.decode(0x7d).is_nan() && E5m2.decode(0x7f).is_nan());
+        // Every E5M2 code is the top byte of the f16 with the same value.
+        for c in 0..=255u8 {
+            let h = half::f16::from_bits((c as u16) << 8).to_f64();
+            let v = E5m2.decode(c);
+            assert!(v == h || (v.is_nan() && h.is_nan()), "{c:#x}");
+        }
+    }
+
+    #[test]
+    fn encoding_rounds_to_nearest_even_and_saturates() {
+        // Exact values and their neighbours.
+        assert_eq!(E4m3.encode(1.0), 0x38);
+        assert_eq!(E4m3.encode(-2.0), 0xc0);
+        assert_eq!(
+            E4m3.encode(1.0625),
+            0x38,
+            "a tie between 1 and 1.125 goes to 1 (even)"
+        );
+        assert_eq!(
+            E4m3.encode(1.1875),
+            0x3a,
+            "a tie between 1.125 and 1.25 goes to 1.25"
+        );
+        assert_eq!(E4m3.encode(1.07), 0x39);
+        // Subnormals: 2^-10 is a tie between 0 and 2^-9, which goes to 0.
+        assert_eq!(E4m3.encode(2f64.powi(-10)), 0x00);
+        assert_eq!(E4m3.encode(3.0 * 2f64.powi(-10)), 0x02);
+        assert_eq!(E4m3.encode(-1e-30), 0x80, "the sign of zero is kept");
+        // Saturation, not NaN: 464 is halfway to the (nonexistent) 480.
+        assert_eq!(E4m3.encode(448.0), 0x7e);
+        assert_eq!(E4m3.encode(464.0), 0x7e);
+        assert_eq!(E4m3.encode(1e6), 0x7e);
+        assert_eq!(E4m3.encode(f64::NEG_INFINITY), 0xfe);
+        assert_eq!(E4m3.encode(f64::NAN), 0x7f);
+        assert_eq!(E5m2.encode(57344.0), 0x7b);
+        assert_eq!(E5m2.encode(61440.0), 0x7b);
+        assert_eq!(E5m2.encode(f64::INFINITY), 0x7b);
+        assert_eq!(E5m2.encode(1.125), 0x3c, "tie between 1 and 1.25 goes to 1");
+        assert_eq!(
+            E5m2.encode(1.375),
+            0x3e,
+            "tie between 1.25 and 1.5 goes to 1.5"
+        );
+        assert!(E5m2.decode(E5m2.encode(f64::NAN)).is_nan());
+    }
+
+    #[test]
+    fn every_finite_code_encodes_to_itself() {
+        for f in Fp8Format::ALL {
+            for c in 0..=255u8 {
+                let v = f.decode(c);
+                if v.is_finite() {
+                    assert_eq!(f.encode(v), c, "{f} {c:#x} = {v}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn scales_divide_on_write_and_multiply_on_read() {
+        let c = Fp8KvCache::new(E4m3, 0.5, 4.0);
+        // 3 / 0.5 = 6, stored exactly, read as 6 * 0.5.
+        assert_eq!(c.read_back_k(&[3.0]), vec![3.0]);
+        // 1000 / 0.5 = 2000 saturates to 448: read as 224.
+        assert_eq!(c.read_back_k(&[1000.0]), vec![224.0]);
+        assert_eq!(c.read_back_v(&[1000.0]), vec![1024.0], "250 rounds to 256");
+        assert_eq!(E5m2.round_trip(3.0, 1.0), 3.0);
+    }
+
+    #[test]
+    fn names_parse_and_serialize_as_vllm_spells_them() {
+        for f in Fp8Format::ALL {
+            assert_eq!(f.name().parse::<Fp8Format>(), Ok(f));
+            assert_eq!(
+                serde_json::to_string(&f).unwrap(),
+                format!("\"{}\"", f.name())
+            );
+        }
+        assert!("int8".parse::<Fp8Format>().unwrap_err().contains("int8"));
+    }
+}
