@@ -247,7 +247,8 @@ fn a_crashing_adapter_is_restarted_and_the_run_continues() {
         b.passed > 0,
         "single-sequence cases still pass after restarts"
     );
-    assert_eq!(b.passed + b.failed, 40, "{b:?}");
+    // The rest are declined: the adapter has neither cross-attention nor an FP8 cache.
+    assert_eq!(b.passed + b.failed + b.unsupported_cases(), 40, "{b:?}");
     let f = &b.failures[0];
     println!("{}", f.text);
     assert_eq!(f.kind, DivergenceKind::Crashed);
