@@ -22,7 +22,18 @@ fn a_correct_backend_passes() {
     ));
     let b = &s.summary.backends[0];
     assert_eq!(b.failed, 0, "{:#?}", b.failures.first().map(|f| &f.text));
-    assert_eq!(b.passed, 200);
+    // The naive kernel has neither cross-attention nor an FP8 cache: those cases are
+    // declined, every other one passes.
+    use attn_reference::Feature;
+    assert!(
+        b.unsupported
+            .iter()
+            .all(|g| matches!(g.feature, Feature::CrossAttention | Feature::Fp8KvCache)),
+        "{:?}",
+        b.unsupported
+    );
+    assert_eq!(b.passed + b.unsupported_cases(), 200);
+    assert!(b.passed > 100, "{}", b.passed);
 }
 
 #[test]

@@ -202,8 +202,13 @@ impl Backend for StatefulMutant {
         self.inner.supports(config)
     }
 
+    /// `cpu`'s, less cross-attention: these bugs live in the writes of a decoder's own
+    /// tokens, and a cross-attention step writes none (its query may also outnumber its keys,
+    /// which the row bookkeeping here does not model).
     fn optional_features(&self) -> Vec<attn_reference::Feature> {
-        self.inner.optional_features()
+        let mut features = self.inner.optional_features();
+        features.retain(|f| *f != attn_reference::Feature::CrossAttention);
+        features
     }
 
     fn cache_layout(&self) -> CacheLayout {
