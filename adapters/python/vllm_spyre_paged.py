@@ -124,6 +124,11 @@ class SpyrePaged(Adapter):
         self.reference = reference
         self.attention_type = AttentionType
         self.full_attention_spec = FullAttentionSpec
+        # The selection arguments this vLLM's `validate_configuration` takes (they vary by
+        # release), read once rather than per case.
+        self.selection_params = set(
+            inspect.signature(self.backend.validate_configuration).parameters
+        )
         self.name = f"vllm-spyre-paged-{mode}" + ("-reference" if reference else "")
         import vllm
 
@@ -161,9 +166,8 @@ class SpyrePaged(Adapter):
             "has_sliding_window": config.sliding_window is not None,
             "use_non_causal": config.kind != "decoder",
         }
-        params = inspect.signature(self.backend.validate_configuration).parameters
         reasons = self.backend.validate_configuration(
-            **{k: v for k, v in wanted.items() if k in params}
+            **{k: v for k, v in wanted.items() if k in self.selection_params}
         )
         if reasons:
             raise Unsupported("upstream backend refuses: " + "; ".join(reasons))

@@ -52,17 +52,21 @@ pub fn failure_record(
     r
 }
 
-fn render(r: &FailureRecord, case: &Case, expected: &[f64], d: &Divergence) -> String {
-    let mut s = String::new();
+/// The first line of a failure report: who diverged, how, on what, and the shrinking.
+pub(crate) fn headline(r: &FailureRecord) -> String {
     let shrunk = match &r.shrink {
         Some(sh) => format!(", shrunk in {:.1} s ({} steps)", sh.seconds, sh.steps),
         None => String::new(),
     };
-    let _ = writeln!(
-        s,
+    format!(
         "── {} diverged ({}) on {}{} ──",
         r.backend, r.kind, r.origin, shrunk
-    );
+    )
+}
+
+fn render(r: &FailureRecord, case: &Case, expected: &[f64], d: &Divergence) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "{}", headline(r));
     let _ = writeln!(s, "case:    {}", case.shape_summary());
     if let Some(slopes) = &case.config.alibi_slopes {
         let _ = writeln!(s, "alibi:   {slopes:?}");

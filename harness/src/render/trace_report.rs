@@ -33,15 +33,7 @@ pub fn trace_failure_record(
         seconds: s.elapsed.as_secs_f64(),
     });
     let mut s = String::new();
-    let shrunk = match &r.shrink {
-        Some(sh) => format!(", shrunk in {:.1} s ({} steps)", sh.seconds, sh.steps),
-        None => String::new(),
-    };
-    let _ = writeln!(
-        s,
-        "── {} diverged ({}) on {}{} ──",
-        r.backend, r.kind, r.origin, shrunk
-    );
+    let _ = writeln!(s, "{}", super::report::headline(&r));
     let _ = writeln!(s, "trace:   {}", t.trace.shape_summary());
     let st = &t.trace.steps[step];
     for (row, q) in st.seqs.iter().enumerate() {
