@@ -45,8 +45,12 @@ class NumpyReference(Adapter):
             mask &= (rel >= -left) & (rel <= right)
         return mask
 
+    def expand_kv(self, config, x):
+        """K or V rows [L, num_kv_heads, D] per query head: [L, num_heads, D]."""
+        return np.repeat(x, config.group_size, axis=1)
+
     def forward(self, config, cache, step):
-        bs, group = config.block_size, config.group_size
+        bs = config.block_size
         out = np.zeros((step.num_tokens, config.num_heads, config.head_size), np.float32)
         for s in range(len(step.seq_lens)):
             q0, q1 = int(step.query_start_loc[s]), int(step.query_start_loc[s + 1])
@@ -54,8 +58,8 @@ class NumpyReference(Adapter):
             context = seq_len - (q1 - q0)
             pos = np.arange(seq_len)
             blocks = step.block_table[s][pos // bs]
-            k = np.repeat(cache["k"][blocks, pos % bs], group, axis=1)  # [L, Hq, D]
-            v = np.repeat(cache["v"][blocks, pos % bs], group, axis=1)
+            k = self.expand_kv(config, cache["k"][blocks, pos % bs])  # [L, Hq, D]
+            v = self.expand_kv(config, cache["v"][blocks, pos % bs])
             q = step.query[q0:q1].astype(np.float64)  # [n, Hq, D]
             logits = np.einsum("nhd,lhd->hnl", q, k) * config.scale
             if config.logits_soft_cap is not None:

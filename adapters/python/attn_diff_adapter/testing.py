@@ -1,0 +1,417 @@
+"""Run attn-diff from a test suite: one call checks a backend, and a divergence fails the test
+with attn-diff's shrunk report.
+
+A vLLM attention-backend plugin tests its backend class the way vLLM drives it (its metadata
+builder, KV-cache layout, cache write and ``forward``; ``vllm_backend.py``) against attn-diff's
+float64 oracle::
+
+    from attn_diff_adapter.testing import check_backend
+
+    def test_my_backend_agrees_with_attn_diff():
+        check_backend("my_plugin.attention:MyAttentionBackend", cases=300, traces=20)
+
+Any other adapter (a program speaking attn-diff's protocol) is checked with
+:func:`check_adapter`::
+
+    check_adapter(["python3", "my_adapter.py"], cases=300, only=["dtypes=bf16"])
+
+The ``attn-diff`` binary comes from the ``binary`` argument, else ``$ATTN_DIFF``, else
+``PATH``; none found is :class:`BinaryNotFound` (a test can turn it into a skip with
+:func:`require_binary`). Both calls return a :class:`CheckResult`; on a divergence they call
+``pytest.fail`` with the report (with ``fail=False`` they return it instead), and they also
+fail when no case reached the backend (every one declined), since such a run proves nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
+
+__all__ = [
+    "BinaryNotFound",
+    "CheckResult",
+    "check_adapter",
+    "check_backend",
+    "find_binary",
+    "require_binary",
+    "vllm_backend_command",
+]
+
+#: The environment variable naming the attn-diff binary.
+ENV_BINARY = "ATTN_DIFF"
+
+#: `--only` values: "KEY=VALUES" strings, or a mapping from key to a value or a list of them.
+Only = Union[Sequence[str], Mapping[str, Any], None]
+
+
+class BinaryNotFound(FileNotFoundError):
+    """No attn-diff binary: none given, none in ``$ATTN_DIFF``, none on PATH."""
+
+
+def find_binary(binary: Optional[str] = None) -> str:
+    """The attn-diff binary to run: `binary`, else ``$ATTN_DIFF``, else ``attn-diff`` on PATH.
+
+    A name without a slash is looked up on PATH; a path must be an executable file."""
+    tried: List[str] = []
+    for source, candidate in (
+        ("the binary argument", binary),
+        (f"${ENV_BINARY}", os.environ.get(ENV_BINARY)),
+        ("PATH", "attn-diff"),
+    ):
+        if not candidate:
+            continue
+        if os.sep in candidate or (os.altsep and os.altsep in candidate):
+            if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+                return os.path.abspath(candidate)
+            tried.append(f"{source}: {candidate} is not an executable file")
+            if source != "PATH":
+                # An explicit choice that does not exist is a mistake, not a fallback.
+                break
+        else:
+            found = shutil.which(candidate)
+            if found:
+                return found
+            tried.append(f"{source}: no {candidate!r} on PATH")
+            if source != "PATH":
+                break
+    raise BinaryNotFound(
+        "attn-diff binary not found ("
+        + "; ".join(tried)
+        + f"). Build it with `cargo build --release -p attn-harness` in an attn-diff "
+        f"checkout and pass binary=..., set ${ENV_BINARY} to target/release/attn-diff, or "
+        "put it on PATH."
+    )
+
+
+def require_binary(binary: Optional[str] = None) -> str:
+    """:func:`find_binary`, or ``pytest.skip`` naming why when there is none."""
+    try:
+        return find_binary(binary)
+    except BinaryNotFound as missing:
+        import pytest
+
+        pytest.skip(str(missing))
+        raise  # unreachable: pytest.skip raises
+
+
+@dataclass
+class CheckResult:
+    """What one ``attn-diff check`` run gave."""
+
+    command: List[str]
+    returncode: int
+    stdout: str
+    stderr: str
+    #: The JSON summary (``--format json``), when the run produced one.
+    summary: Optional[Dict[str, Any]] = None
+    #: Where replay files of shrunk failures were written.
+    out_dir: str = ""
+    _backends: List[Dict[str, Any]] = field(default_factory=list, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.summary is not None:
+            self._backends = list(self.summary.get("backends") or [])
+
+    @property
+    def passed(self) -> bool:
+        """Whether attn-diff exited 0 (every case that ran agreed with the oracle)."""
+        return self.returncode == 0
+
+    def _sum(self, key: str) -> int:
+        return sum(int(b.get(key) or 0) for b in self._backends)
+
+    @property
+    def drawn(self) -> int:
+        """Property cases and traces sent to the backend, declined ones included."""
+        return self._sum("cases_run") + self._sum("traces_run")
+
+    @property
+    def declined(self) -> int:
+        """Cases and traces the backend (or its declared capabilities) declined."""
+        return sum(int(g.get("cases") or 0) for b in self._backends for g in b.get("unsupported") or [])
+
+    @property
+    def reached(self) -> int:
+        """Cases and traces that really ran on the backend and were compared."""
+        return max(self.drawn - self.declined, 0)
+
+    @property
+    def failed(self) -> int:
+        return self._sum("failed")
+
+    def unsupported_lines(self) -> List[str]:
+        """Declined cases grouped by reason: "12 unsupported: head size (64, 80)"."""
+        lines = []
+        for b in self._backends:
+            for g in b.get("unsupported") or []:
+                detail = " ".join(x for x in (str(g.get("feature", "")), str(g.get("detail", ""))) if x)
+                values = g.get("values") or []
+                extra = f" ({', '.join(map(str, values))})" if values else ""
+                lines.append(f"{b.get('backend')}: {g.get('cases')} unsupported: {detail}{extra}")
+        return lines
+
+    def report(self) -> str:
+        """The shrunk failure reports as attn-diff prints them, then the counts; without a
+        JSON summary, attn-diff's own output."""
+        if self.summary is None:
+            parts = [self.stdout.strip(), self.stderr.strip()[-8000:]]
+            return "\n".join(p for p in parts if p) or f"attn-diff exited {self.returncode}"
+        texts = [str(f.get("text", "")).rstrip() for b in self._backends for f in b.get("failures") or []]
+        lines = texts + [self.counts_line()] + self.unsupported_lines()
+        return "\n".join(line for line in lines if line)
+
+    def counts_line(self) -> str:
+        return (
+            f"attn-diff check: {self.drawn} drawn, {self.reached} reached the backend, "
+            f"{self.declined} declined, {self.failed} failed (exit {self.returncode})"
+        )
+
+
+def _only_args(only: Only) -> List[str]:
+    if only is None:
+        return []
+    if isinstance(only, Mapping):
+        items = []
+        for key, value in only.items():
+            values = value if isinstance(value, (list, tuple, set)) else [value]
+            items.append(f"{key}={','.join(str(v) for v in values)}")
+    elif isinstance(only, str):
+        items = [only]
+    else:
+        items = list(only)
+    args: List[str] = []
+    for item in items:
+        args += ["--only", item]
+    return args
+
+
+def _fail(message: str) -> None:
+    import pytest
+
+    pytest.fail(message, pytrace=False)
+
+
+def run_check(
+    command: Union[str, Sequence[str]],
+    *,
+    name: str = "adapter",
+    cases: int = 300,
+    traces: int = 20,
+    only: Only = None,
+    seed: int = 1,
+    binary: Optional[str] = None,
+    args: Sequence[str] = (),
+    env: Optional[Mapping[str, str]] = None,
+    timeout: Optional[float] = None,
+    adapter_timeout: Optional[float] = None,
+    out_dir: Optional[str] = None,
+    cwd: Optional[str] = None,
+) -> CheckResult:
+    """Run ``attn-diff check`` on the adapter `command` (a list, or one shell-quoted string)
+    and return what it gave, without judging it. `env` is added to the environment of
+    attn-diff (and so of the adapter); `args` are more ``check`` options (``--deep``,
+    ``--spec NAME``, ...)."""
+    exe = find_binary(binary)
+    adapter = command if isinstance(command, str) else shlex.join(list(command))
+    out = out_dir or tempfile.mkdtemp(prefix="attn-diff-")
+    argv = [
+        exe,
+        "check",
+        "--backend",
+        f"external:{name}",
+        "--external",
+        f"{name}={adapter}",
+        "--cases",
+        str(cases),
+        "--traces",
+        str(traces),
+        "--seed",
+        str(seed),
+        "--format",
+        "json",
+        "--out",
+        out,
+        "-q",
+        *_only_args(only),
+        *args,
+    ]
+    if adapter_timeout is not None:
+        argv += ["--external-timeout", str(adapter_timeout)]
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    proc = subprocess.run(
+        argv,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        env=full_env,
+        timeout=timeout,
+        cwd=cwd,
+    )
+    summary: Optional[Dict[str, Any]] = None
+    try:
+        parsed = json.loads(proc.stdout)
+        if isinstance(parsed, dict) and "backends" in parsed:
+            summary = parsed
+    except ValueError:
+        pass
+    return CheckResult(argv, proc.returncode, proc.stdout, proc.stderr, summary, out)
+
+
+def _judge(result: CheckResult, fail: bool, min_reached: int) -> CheckResult:
+    if not fail:
+        return result
+    if result.returncode == 2 or result.summary is None and result.returncode != 0:
+        _fail(
+            f"attn-diff could not run the check (exit {result.returncode}):\n"
+            + (result.stderr.strip()[-8000:] or result.stdout.strip()[-8000:])
+            + "\ncommand: "
+            + shlex.join(result.command)
+        )
+    if result.returncode != 0:
+        _fail(result.report() + f"\nreplay files: {result.out_dir}")
+    if result.summary is not None and result.reached < min_reached:
+        _fail(
+            f"only {result.reached} case(s) reached the backend (at least {min_reached} "
+            "wanted): the run proves nothing.\n" + "\n".join([result.counts_line()] + result.unsupported_lines())
+        )
+    return result
+
+
+def check_adapter(
+    command: Union[str, Sequence[str]],
+    *,
+    name: str = "adapter",
+    cases: int = 300,
+    traces: int = 20,
+    only: Only = None,
+    seed: int = 1,
+    binary: Optional[str] = None,
+    args: Sequence[str] = (),
+    env: Optional[Mapping[str, str]] = None,
+    timeout: Optional[float] = None,
+    adapter_timeout: Optional[float] = None,
+    out_dir: Optional[str] = None,
+    min_reached: int = 1,
+    fail: bool = True,
+) -> CheckResult:
+    """Run ``attn-diff check`` on an adapter program and fail the calling test (``pytest.fail``
+    with the shrunk report) when it diverges, when attn-diff cannot run it, or when fewer
+    than `min_reached` cases reached it.
+
+    `command`: the adapter, e.g. ``[sys.executable, "my_adapter.py"]``. `only`: ``--only``
+    narrowings, e.g. ``["dtypes=bf16", "head_sizes=64,128"]`` or ``{"dtypes": "bf16"}``.
+    `cases` property cases and `traces` serving traces from `seed`. With ``fail=False`` the
+    :class:`CheckResult` is returned whatever happened."""
+    result = run_check(
+        command,
+        name=name,
+        cases=cases,
+        traces=traces,
+        only=only,
+        seed=seed,
+        binary=binary,
+        args=args,
+        env=env,
+        timeout=timeout,
+        adapter_timeout=adapter_timeout,
+        out_dir=out_dir,
+    )
+    return _judge(result, fail, min_reached)
+
+
+def _package_dir() -> str:
+    """The directory holding this package and `vllm_backend.py` (site-packages once
+    installed, `adapters/python` in a checkout)."""
+    return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def vllm_backend_command(
+    backend: Optional[str] = None,
+    *,
+    file: Optional[str] = None,
+    python: Optional[str] = None,
+    extra: Sequence[str] = (),
+) -> List[str]:
+    """The adapter command that drives a vLLM attention backend class through
+    ``vllm_backend.py``: `backend` as ``"module.path:Class"`` (or a registry name such as
+    ``"CPU_ATTN"``), or a class name with `file` the Python file defining it."""
+    script = os.path.join(_package_dir(), "vllm_backend.py")
+    if not os.path.isfile(script):
+        raise FileNotFoundError(f"{script} is missing: reinstall attn-diff-adapter")
+    cmd = [python or sys.executable, script]
+    if file is not None:
+        cmd += ["--file", os.path.abspath(file)]
+    if backend is not None:
+        cmd += ["--class", backend]
+    return cmd + list(extra)
+
+
+def _child_pythonpath() -> str:
+    """sys.path of this process (the test's rootdir and conftest directories included) as a
+    PYTHONPATH, so the adapter imports the plugin the test imports."""
+    entries = [_package_dir()] + [p if p else os.getcwd() for p in sys.path]
+    seen: Dict[str, None] = {}
+    for p in entries:
+        if os.path.isdir(p):
+            seen.setdefault(os.path.abspath(p), None)
+    return os.pathsep.join(seen)
+
+
+def check_backend(
+    backend: Optional[str] = None,
+    *,
+    file: Optional[str] = None,
+    cases: int = 300,
+    traces: int = 20,
+    only: Only = None,
+    seed: int = 1,
+    binary: Optional[str] = None,
+    python: Optional[str] = None,
+    adapter_args: Sequence[str] = (),
+    args: Sequence[str] = (),
+    env: Optional[Mapping[str, str]] = None,
+    timeout: Optional[float] = None,
+    adapter_timeout: Optional[float] = 300,
+    out_dir: Optional[str] = None,
+    min_reached: int = 1,
+    fail: bool = True,
+) -> CheckResult:
+    """Check a vLLM v1 ``AttentionBackend`` class with attn-diff, driven as vLLM's model
+    runner drives it (``vllm_backend.py``), and fail the calling test with the shrunk report
+    when it diverges.
+
+    `backend`: ``"my_plugin.attention:MyBackend"`` (or a name in vLLM's backend registry,
+    ``"CPU_ATTN"``); or ``backend="MyBackend", file="path/to/attention.py"``. The adapter
+    runs in `python` (default: this interpreter) with this process's ``sys.path`` as its
+    ``PYTHONPATH``, so it imports the plugin the test imports. The case space is what the
+    class declares (dtypes, head sizes, block sizes, KV-cache dtypes, sinks, attention
+    types), narrowed by `only`. `adapter_args` go to ``vllm_backend.py`` (``--padding
+    none``, ...). Other arguments as for :func:`check_adapter`."""
+    if backend is None and file is None:
+        raise ValueError("check_backend needs a backend class ('module:Class') or a file")
+    command = vllm_backend_command(backend, file=file, python=python, extra=adapter_args)
+    child_env = {"PYTHONPATH": _child_pythonpath()}
+    child_env.update(env or {})
+    result = run_check(
+        command,
+        name="vllm-backend",
+        cases=cases,
+        traces=traces,
+        only=only,
+        seed=seed,
+        binary=binary,
+        args=args,
+        env=child_env,
+        timeout=timeout,
+        adapter_timeout=adapter_timeout,
+        out_dir=out_dir,
+    )
+    return _judge(result, fail, min_reached)

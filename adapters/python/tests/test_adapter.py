@@ -1,0 +1,149 @@
+"""The protocol helper without attn-diff: capability validation, the safety net that declines
+what an adapter did not declare, and one case answered end to end through `answer`."""
+
+import json
+
+import numpy as np
+import pytest
+
+import attn_diff_adapter as ada
+from attn_diff_adapter import CapabilityError, Config, decline_reason, validate_capabilities
+
+
+def config(**changes):
+    base = dict(num_heads=4, num_kv_heads=2, head_size=64, block_size=16, dtype="bf16")
+    base.update(changes)
+    return Config.from_json(json.dumps(base))
+
+
+def test_every_key_is_accepted_and_fp8_is_e4m3():
+    caps = {
+        "dtypes": ["f32", "bf16"],
+        "head_sizes": [64, 128],
+        "head_size_multiple_of": 32,
+        "block_sizes": [16, 32],
+        "block_size_multiple_of": 16,
+        "kinds": ["decoder", "encoder_only"],
+        "features": ["sliding_window", "fp8_kv_cache"],
+        "max_seqs": 8,
+        "max_query_len": 64,
+        "max_seq_len": 1024,
+        "max_tokens": 256,
+        "max_group": 4,
+        "kv_cache_dtypes": ["auto", "fp8", "fp8_e5m2"],
+        "max_group_unused": None,
+    }
+    with pytest.raises(CapabilityError, match="unknown capability key 'max_group_unused'"):
+        validate_capabilities(caps)
+    del caps["max_group_unused"]
+    out = validate_capabilities(caps)
+    assert out["kv_cache_dtypes"] == ["auto", "fp8_e4m3", "fp8_e5m2"]
+    assert validate_capabilities({"dtypes": None}) == {}
+
+
+@pytest.mark.parametrize(
+    "caps, message",
+    [
+        ({"head_size": [64]}, "unknown capability key 'head_size'"),
+        ({"dtypes": ["fp32"]}, "unknown value 'fp32'"),
+        ({"dtypes": "bf16"}, "is not a list"),
+        ({"max_seqs": 0}, "not a positive integer"),
+        ({"max_seqs": True}, "not a positive integer"),
+        ({"head_sizes": [64, "128"]}, "'128' is not a positive integer"),
+        ({"features": ["softcap"]}, "unknown value 'softcap'"),
+        ({"kv_cache_dtypes": ["int8"]}, "unknown value 'int8'"),
+    ],
+)
+def test_malformed_capabilities_are_named(caps, message):
+    with pytest.raises(CapabilityError, match=message):
+        validate_capabilities(caps)
+
+
+def test_serve_refuses_malformed_capabilities_before_the_handshake(capsys):
+    class Bad(ada.Adapter):
+        name = "bad"
+        capabilities = {"head_size": [64]}
+
+    with pytest.raises(SystemExit) as exited:
+        ada.serve(Bad())
+    assert exited.value.code == 2
+    assert "unknown capability key 'head_size'" in capsys.readouterr().err
+
+
+def test_the_safety_net_declines_what_is_not_declared():
+    c = config()
+    assert decline_reason({}, c) is None
+    assert "dtype bf16" in decline_reason({"dtypes": ["f32"]}, c)
+    assert "not a multiple of 128" in decline_reason({"head_size_multiple_of": 128}, c)
+    assert "block size 16" in decline_reason({"block_sizes": [32]}, c)
+    assert "group of 2" in decline_reason({"max_group": 1}, c)
+    assert "sequences per step 3" in decline_reason({"max_seqs": 2}, c, [1, 2, 3], [1, 1, 1], 3)
+    assert "tokens per step 5" in decline_reason({"max_tokens": 4}, c, [2], [2], 5)
+    assert "query length 7" in decline_reason({"max_query_len": 4}, c, [9], [7], 7)
+    windowed = config(sliding_window=4)
+    assert decline_reason({"features": ["alibi"]}, windowed) == "sliding_window not implemented"
+    assert decline_reason({"features": ["sliding_window"]}, windowed) is None
+    # FP8 caches and cross-attention must be declared, not assumed.
+    fp8 = config(kv_cache={"dtype": "fp8_e4m3", "k_scale": 1.0, "v_scale": 1.0})
+    assert "FP8" in decline_reason({}, fp8)
+    assert decline_reason({"features": ["fp8_kv_cache"]}, fp8) is None
+    assert decline_reason({"kv_cache_dtypes": ["auto", "fp8_e4m3"]}, fp8) is None
+    assert "FP8" in decline_reason({"kv_cache_dtypes": ["fp8_e5m2"]}, fp8)
+    assert "auto" in decline_reason({"kv_cache_dtypes": ["fp8_e4m3"]}, c)
+    cross = config(kind="encoder_decoder")
+    assert "cross-attention" in decline_reason({}, cross)
+    assert decline_reason({"kinds": ["encoder_decoder"]}, cross) is None
+
+
+class Echo(ada.Adapter):
+    """Writes nothing, returns the query: enough to drive one message through `answer`."""
+
+    capabilities = {"dtypes": ["f32"]}
+
+    def new_cache(self, config, num_blocks):
+        return {}
+
+    def write_kv(self, config, cache, key, value, slot_mapping):
+        cache["writes"] = cache.get("writes", 0) + 1
+
+    def forward(self, config, cache, step):
+        return step.query
+
+
+def case_message(dtype="f32"):
+    cfg = json.dumps(dict(num_heads=1, num_kv_heads=1, head_size=2, block_size=1, dtype=dtype))
+    meta = dict(message="case", version=1, case_id=7, config=cfg, num_blocks=2, num_tokens=1, num_writes=1)
+    tensors = {
+        "write.0.key": np.ones((1, 1, 2), np.float32),
+        "write.0.value": np.ones((1, 1, 2), np.float32),
+        "write.0.slot_mapping": np.array([1], np.int64),
+        "query": np.full((1, 1, 2), 3.0, np.float32),
+        "query_start_loc": np.array([0, 1], np.int32),
+        "query_lens": np.array([1], np.int32),
+        "seq_lens": np.array([1], np.int32),
+        "block_table": np.array([[1]], np.int32),
+    }
+    return ada.message(meta, tensors)
+
+
+def test_a_case_round_trips_and_an_undeclared_one_is_unsupported():
+    from safetensors.numpy import load
+
+    reply = ada.answer(Echo(), case_message())
+    meta = ada.metadata_of(reply)
+    assert meta["message"] == "output" and meta["case_id"] == "7"
+    assert load(reply)["output"].tolist() == [[[3.0, 3.0]]]
+    reply = ada.answer(Echo(), case_message("bf16"))
+    meta = ada.metadata_of(reply)
+    assert meta["message"] == "unsupported" and "dtype bf16" in meta["reason"]
+
+
+def test_the_handshake_sends_validated_capabilities():
+    hello = ada.message({"message": "hello", "protocol": ada.PROTOCOL, "version": 1, "versions": "1,2"})
+
+    class Fp8(Echo):
+        capabilities = {"kv_cache_dtypes": ["fp8"], "max_seq_len": None}
+
+    meta = ada.metadata_of(ada.answer(Fp8(), hello))
+    assert meta["version"] == "2"
+    assert json.loads(meta["capabilities"]) == {"kv_cache_dtypes": ["fp8_e4m3"]}
