@@ -1,0 +1,631 @@
+"""Any vLLM v1 attention backend class as an attn-diff adapter, driven as vLLM drives it.
+
+    python vllm_backend.py --class vllm.v1.attention.backends.cpu_attn:CPUAttentionBackend
+    python vllm_backend.py --class CPU_ATTN                   # a name in vLLM's backend registry
+    python vllm_backend.py --file my_plugin/attention.py --class MyBackend
+    python vllm_backend.py --class CPU_ATTN --probe           # load it, print what it declares
+    python vllm_backend.py --list                             # every registry backend: loads or not
+
+The backend class is never copied or patched; per cache (a case, or a serving trace's session
+under protocol version 2) this does what vLLM's model runner does with it:
+
+- **Selection.** The capabilities sent in the handshake are what the class declares, mapped to
+  attn-diff's keys: ``supported_dtypes`` to ``dtypes``; ``get_supported_head_sizes`` /
+  ``supports_head_size`` (probed over every size attn-diff draws) to ``head_sizes`` or
+  ``head_size_multiple_of``; ``get_supported_kernel_block_sizes`` to ``block_sizes`` or
+  ``block_size_multiple_of`` (sizes the kernel runs unsplit); ``supported_kv_cache_dtypes``
+  to ``kv_cache_dtypes``; ``supports_attn_type`` to ``kinds``; ``supports_sliding_window``
+  and ``supports_sink`` to ``features`` (soft-cap and ALiBi are not declared by vLLM's
+  interface: the impl's constructor refuses them when it cannot run them). Per case,
+  ``validate_configuration`` (what vLLM's selector calls) gives the remaining refusals:
+  a case it finds reasons against is ``unsupported`` with upstream's reasons.
+- **Construction.** vLLM's own ``Attention`` layer is built with the class as its backend
+  (``attn_backend=``), under a ``VllmConfig`` whose ``model_config`` is a stand-in (a real one
+  needs a Hugging Face model config), with ``CacheConfig(block_size, cache_dtype)``,
+  ``per_layer_sliding_window``, the soft-cap, ALiBi slopes and sinks (float32) as a model
+  passes them; so the impl gets its arguments positionally as in a model, and whatever the
+  layer or the impl raises is ``unsupported`` with upstream's message. Encoder-only and
+  cross-attention layers wrap the class as ``EncoderOnlyAttention`` and ``CrossAttention``
+  do (``create_encoder_only_attention_backend``, ``create_cross_attention_backend``). FP8
+  caches get the case's k/v scales after ``process_weights_after_loading``, as a
+  checkpoint's scales arrive.
+- **The cache** is laid out as the runner lays it out: the layer's KV-cache spec
+  (``FullAttentionSpec`` / ``SlidingWindowSpec``, ``EncoderOnlyAttentionSpec``,
+  ``CrossAttentionSpec``) at the case's block size, the backend's preferred layout
+  (``supported_kv_cache_layouts``), a zeroed int8 buffer viewed per layer by vLLM's
+  ``create_kv_cache_views``; a class with the older ``get_kv_cache_shape`` gets a tensor of
+  that shape instead.
+- **Writes.** Every write goes through the impl's ``do_kv_cache_update`` (vLLM's
+  ``unified_kv_cache_update``) when the backend's ``forward`` does not include the update;
+  when it does, earlier steps' writes go through ``do_kv_cache_update`` or
+  ``_write_to_kv_cache`` if the impl has one, and the step's own K/V through ``forward``.
+- **Metadata** comes from the backend's own builder (``get_builder_cls()``), built once per
+  cache from the spec, the layer name and the config, fed vLLM's ``CommonAttentionMetadata``
+  as the runner fills it (int32 ``query_start_loc``, ``seq_lens``, block table; int64 slot
+  mapping; positions; ``seq_lens_cpu_upper_bound``). With ``--padding runner`` (the default)
+  ``num_actual_tokens`` is the padded token count and padding tokens carry slot -1, as when
+  the runner pads a batch; ``--padding none`` drops them first.
+- **The step** is ``impl.forward(layer, query, key, value, kv_cache, metadata,
+  output=...)`` (vLLM's ``unified_attention_with_output``), with the layer's query
+  quantization applied first when it has one. The output is zero-filled (vLLM uses
+  ``torch.empty``) so padding rows stay finite.
+
+A class's own code can differ from the class vLLM would pick on a given platform; this runs
+the class named, on the CPU. ``ATTN_DIFF_MAX_CACHE_GIB`` (default 8) bounds the cache
+allocated per case (attn-diff's huge-cache cases would take gigabytes); ``ATTN_DIFF_THREADS``
+sets torch's threads. ``ATTN_DIFF_VLLM_FEATURES=sliding_window,sinks`` (say) declares fewer
+features, to look past a known divergence.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib
+import importlib.util
+import inspect
+import json
+import os
+import sys
+import time
+import types
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from attn_diff_adapter import Adapter, Capabilities, Config, Step, Unsupported, serve  # noqa: E402
+
+import torch  # noqa: E402
+
+DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
+#: vLLM's `kv_cache_dtype` strings for attn-diff's KV-cache dtypes.
+VLLM_KV_CACHE_DTYPE = {"auto": "auto", "fp8_e4m3": "fp8_e4m3", "fp8_e5m2": "fp8_e5m2"}
+#: The sizes attn-diff draws (head sizes up to 576, block sizes up to 256).
+DRAWN_HEAD_SIZES = range(1, 577)
+DRAWN_BLOCK_SIZES = range(1, 257)
+MAX_CACHE_BYTES = int(float(os.environ.get("ATTN_DIFF_MAX_CACHE_GIB", "8")) * 2**30)
+LAYER_NAME = "model.layers.0.self_attn.attn"
+
+
+# ---- loading the class --------------------------------------------------------------------
+
+
+def load_backend(name: str, file: Optional[str] = None) -> type:
+    """The backend class: `name` in the Python file `file`; else ``module.path:Class`` (or
+    ``module.path.Class``); else a name in vLLM's backend registry (``CPU_ATTN``)."""
+    if file is not None:
+        spec = importlib.util.spec_from_file_location(
+            os.path.splitext(os.path.basename(file))[0], file
+        )
+        if spec is None or spec.loader is None:
+            raise RuntimeError(f"cannot load {file}")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module
+        spec.loader.exec_module(module)
+        return _attr_path(module, name)
+    if ":" in name:
+        module_name, qualname = name.split(":", 1)
+        return _attr_path(importlib.import_module(module_name), qualname)
+    if "." in name:
+        module_name, qualname = name.rsplit(".", 1)
+        return _attr_path(importlib.import_module(module_name), qualname)
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum
+
+    return AttentionBackendEnum[name].get_class()
+
+
+def _attr_path(obj: Any, qualname: str) -> type:
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    if not isinstance(obj, type):
+        raise TypeError(f"{qualname} is not a class")
+    return obj
+
+
+# ---- what the class declares --------------------------------------------------------------
+
+
+def _sizes(ok: Callable[[int], bool], drawn: Iterable[int]) -> Tuple[Optional[List[int]], Optional[int]]:
+    """(list, multiple): None, None when every drawn size is accepted; (None, m) when exactly
+    the multiples of m are; else the accepted sizes."""
+    drawn = list(drawn)
+    accepted = [s for s in drawn if ok(s)]
+    if len(accepted) == len(drawn):
+        return None, None
+    if accepted:
+        m = accepted[0]
+        if accepted == [s for s in drawn if s % m == 0]:
+            return None, m
+    return accepted, None
+
+
+def kernel_block_ok(backend: type, block_size: int, spec: Any = None) -> bool:
+    """Whether the backend's kernel runs `block_size` itself (a listed size or a multiple of
+    a ``MultipleOf``): vLLM's `supports_block_size` also accepts multiples of a listed size,
+    which the runner splits into kernel blocks; that path is not driven here."""
+    from vllm.v1.attention.backend import MultipleOf
+
+    sizes = backend.get_supported_kernel_block_sizes(spec)
+    if not sizes:
+        return True
+    return any(
+        (block_size % s.base == 0) if isinstance(s, MultipleOf) else s == block_size for s in sizes
+    )
+
+
+def capabilities_of(backend: type) -> Capabilities:
+    """The class's declarations as attn-diff capabilities."""
+    from vllm.v1.attention.backend import AttentionType
+
+    caps: Capabilities = {}
+    names = {v: k for k, v in DTYPES.items()}
+    caps["dtypes"] = [names[d] for d in backend.supported_dtypes if d in names]
+    head_sizes, head_multiple = _sizes(backend.supports_head_size, DRAWN_HEAD_SIZES)
+    if head_sizes is not None:
+        caps["head_sizes"] = head_sizes
+    if head_multiple is not None:
+        caps["head_size_multiple_of"] = head_multiple
+    block_sizes, block_multiple = _sizes(
+        lambda b: backend.supports_block_size(b) and kernel_block_ok(backend, b), DRAWN_BLOCK_SIZES
+    )
+    if block_sizes is not None:
+        caps["block_sizes"] = block_sizes
+    if block_multiple is not None:
+        caps["block_size_multiple_of"] = block_multiple
+    kinds = {
+        "decoder": AttentionType.DECODER,
+        "encoder_only": AttentionType.ENCODER_ONLY,
+        "encoder_decoder": AttentionType.ENCODER_DECODER,
+    }
+    caps["kinds"] = [k for k, t in kinds.items() if backend.supports_attn_type(t)]
+    features = ["logits_soft_cap", "alibi"]
+    if backend.supports_sliding_window():
+        features.append("sliding_window")
+    if backend.supports_sink():
+        features.append("sinks")
+    kv = [k for k, v in VLLM_KV_CACHE_DTYPE.items() if backend.supports_kv_cache_dtype(v)]
+    if "fp8_e4m3" not in kv and backend.supports_kv_cache_dtype("fp8"):
+        kv.append("fp8_e4m3")
+    caps["kv_cache_dtypes"] = kv
+    if any(k != "auto" for k in kv):
+        features.append("fp8_kv_cache")
+    only = os.environ.get("ATTN_DIFF_VLLM_FEATURES")
+    if only is not None:
+        wanted = [f for f in only.split(",") if f]
+        features = [f for f in features if f in wanted]
+        if "fp8_kv_cache" not in features:
+            caps["kv_cache_dtypes"] = [k for k in kv if k == "auto"]
+    caps["features"] = features
+    return caps
+
+
+def describe(backend: type) -> str:
+    import vllm
+
+    return (
+        f"{backend.__module__}.{backend.__qualname__} ({backend.get_name()}), "
+        f"vllm {vllm.__version__}, torch {torch.__version__}"
+    )
+
+
+# ---- the stand-ins for a model ------------------------------------------------------------
+
+
+class ModelConfigStandIn:
+    """What attention layers, impls and metadata builders read of `model_config`, answered
+    from the case; anything else is an AttributeError naming the attribute (a real
+    ModelConfig needs a Hugging Face model config)."""
+
+    def __init__(self, config: Config, max_model_len: int) -> None:
+        self.dtype = DTYPES[config.dtype]
+        self.max_model_len = max_model_len
+        self.is_mm_prefix_lm = False
+        self.rswa_window = None
+        self.use_mla = False
+        self.is_encoder_decoder = config.kind == "encoder_decoder"
+        self.head_size = config.head_size
+        self._heads = (config.num_heads, config.num_kv_heads)
+
+    def get_num_attention_heads(self, parallel_config: Any = None) -> int:
+        return self._heads[0]
+
+    def get_num_kv_heads(self, parallel_config: Any = None) -> int:
+        return self._heads[1]
+
+    def get_head_size(self) -> int:
+        return self.head_size
+
+    def get_sliding_window(self) -> Optional[int]:
+        return None
+
+    def __getattr__(self, name: str) -> Any:
+        raise AttributeError(f"the model-config stand-in has no {name!r} (vllm_backend.py)")
+
+
+class Session:
+    """One layer, cache and builder: what a model runner holds for one attention layer."""
+
+    def __init__(self, layer: Any, kv_cache: torch.Tensor, spec: Any, backend: type) -> None:
+        self.layer = layer
+        self.impl = layer.impl
+        self.kv_cache = kv_cache
+        self.spec = spec
+        self.backend = backend
+        self.builder: Any = None
+        self.builder_limits: Tuple[int, int] = (0, 0)
+        self.pending: Optional[Tuple[Any, Any, Any]] = None
+
+
+class VllmBackend(Adapter):
+    """attn-diff adapter around a vLLM v1 AttentionBackend class."""
+
+    def __init__(self, backend: type, padding: str = "runner") -> None:
+        from vllm.config import VllmConfig
+        from vllm.v1.attention.backend import AttentionType
+        from vllm.v1.attention.backends.registry import AttentionBackendEnum
+
+        self.backend = backend
+        self.padding = padding
+        self.name = f"vllm-{backend.get_name().lower()}"
+        self.description = describe(backend) + f", padding={padding}"
+        self.capabilities = capabilities_of(backend)
+        self.attention_type = AttentionType
+        self.vllm_config = VllmConfig()
+        self.selection_params = set(inspect.signature(backend.validate_configuration).parameters)
+        # vLLM's Attention layer looks its backend up by name in the registry; a plugin's
+        # class registers itself there (register_backend) before vLLM uses it.
+        if backend.get_name() not in AttentionBackendEnum.__members__:
+            AttentionBackendEnum.register(
+                backend.get_name(), f"{backend.__module__}.{backend.__qualname__}"
+            )
+
+    # -- selection -------------------------------------------------------------------------
+
+    def attn_type(self, config: Config) -> Any:
+        return {
+            "decoder": self.attention_type.DECODER,
+            "encoder_only": self.attention_type.ENCODER_ONLY,
+            "encoder_decoder": self.attention_type.ENCODER_DECODER,
+        }[config.kind]
+
+    def check(self, config: Config) -> None:
+        if config.num_heads % config.num_kv_heads:
+            raise Unsupported("vLLM's Attention layer needs num_heads % num_kv_heads == 0")
+        from vllm.platforms import current_platform
+
+        try:
+            capability = current_platform.get_device_capability()
+        except Exception:
+            capability = None
+        wanted = {
+            "head_size": config.head_size,
+            "dtype": DTYPES[config.dtype],
+            "kv_cache_dtype": VLLM_KV_CACHE_DTYPE[config.kv_cache_dtype],
+            "block_size": config.block_size,
+            "use_mla": False,
+            "has_sink": config.sinks is not None,
+            "use_sparse": False,
+            "use_mm_prefix": False,
+            "use_per_head_quant_scales": False,
+            "device_capability": capability,
+            "attn_type": self.attn_type(config),
+            "has_sliding_window": config.sliding_window is not None,
+        }
+        reasons = self.backend.validate_configuration(
+            **{k: v for k, v in wanted.items() if k in self.selection_params}
+        )
+        if reasons:
+            raise Unsupported("vLLM's validate_configuration: " + "; ".join(reasons))
+        if not kernel_block_ok(self.backend, config.block_size):
+            raise Unsupported(
+                f"block size {config.block_size} is split into kernel blocks by the runner "
+                "(not driven by vllm_backend.py)"
+            )
+
+    # -- construction ----------------------------------------------------------------------
+
+    def layer_backend(self, config: Config) -> type:
+        """The class as the layer of this kind wraps it."""
+        if config.kind == "encoder_only":
+            from vllm.model_executor.layers.attention.encoder_only_attention import (
+                create_encoder_only_attention_backend,
+            )
+
+            return create_encoder_only_attention_backend(self.backend)
+        if config.kind == "encoder_decoder":
+            from vllm.model_executor.layers.attention.cross_attention import (
+                create_cross_attention_backend,
+            )
+
+            return create_cross_attention_backend(self.backend)
+        return self.backend
+
+    def configure(self, config: Config, num_blocks: int) -> Any:
+        from vllm.config import CacheConfig
+
+        vc = self.vllm_config
+        vc.model_config = ModelConfigStandIn(config, max(num_blocks * config.block_size, 1))
+        vc.cache_config = CacheConfig(
+            block_size=config.block_size, cache_dtype=VLLM_KV_CACHE_DTYPE[config.kv_cache_dtype]
+        )
+        # What the engine sets once it has sized the cache.
+        vc.cache_config.num_gpu_blocks = num_blocks
+        vc.compilation_config.static_forward_context.clear()
+        return vc
+
+    def make_layer(self, config: Config) -> Any:
+        from vllm.config import set_current_vllm_config
+        from vllm.model_executor.layers.attention import Attention
+
+        extra = {} if config.sinks is None else {"sinks": torch.tensor(config.sinks, dtype=torch.float32)}
+        default = torch.get_default_dtype()
+        torch.set_default_dtype(DTYPES[config.dtype])  # as while a model is built
+        try:
+            with set_current_vllm_config(self.vllm_config):
+                layer = Attention(
+                    config.num_heads,
+                    config.head_size,
+                    config.scale,
+                    num_kv_heads=config.num_kv_heads,
+                    alibi_slopes=config.alibi_slopes,
+                    cache_config=self.vllm_config.cache_config,
+                    logits_soft_cap=config.logits_soft_cap,
+                    per_layer_sliding_window=config.sliding_window,
+                    prefix=LAYER_NAME,
+                    attn_type=self.attn_type(config),
+                    attn_backend=self.layer_backend(config),
+                    **extra,
+                )
+        except (NotImplementedError, ValueError, TypeError, AssertionError) as refused:
+            raise Unsupported(f"vLLM refuses the layer: {type(refused).__name__}: {refused}")
+        finally:
+            torch.set_default_dtype(default)
+        layer.process_weights_after_loading(DTYPES[config.dtype])
+        if config.kv_cache is not None:  # the checkpoint's scales
+            for which in ("k", "v"):
+                s = float(config.kv_cache[f"{which}_scale"])
+                getattr(layer, f"_{which}_scale").fill_(s)
+                getattr(layer, f"_{which}_scale_cpu").fill_(s)
+                setattr(layer, f"_{which}_scale_float", s)
+        return layer
+
+    def kv_cache_spec(self, config: Config, layer: Any) -> Any:
+        from vllm.v1.kv_cache_interface import (
+            CrossAttentionSpec,
+            EncoderOnlyAttentionSpec,
+            get_kv_quant_mode,
+        )
+
+        common = dict(
+            block_size=config.block_size,
+            num_kv_heads=config.num_kv_heads,
+            head_size=config.head_size,
+            dtype=layer.kv_cache_torch_dtype,
+        )
+        if config.kind == "encoder_only":  # the runner's, for encoder-only layers
+            return EncoderOnlyAttentionSpec(**common)
+        if config.kind == "encoder_decoder":  # CrossAttention.get_kv_cache_spec
+            return CrossAttentionSpec(**common, kv_quant_mode=get_kv_quant_mode(layer.kv_cache_dtype))
+        spec = layer.get_kv_cache_spec(self.vllm_config)
+        # A windowed layer may pick its own block size in vLLM; the case fixes it.
+        return dataclasses.replace(spec, block_size=config.block_size)
+
+    def allocate(self, config: Config, spec: Any, layer: Any, num_blocks: int) -> torch.Tensor:
+        if hasattr(self.backend, "get_kv_cache_shape"):  # the older interface
+            shape = self.backend.get_kv_cache_shape(
+                num_blocks, config.block_size, config.num_kv_heads, config.head_size,
+                layer.kv_cache_dtype,
+            )
+            size = layer.kv_cache_torch_dtype.itemsize
+            for n in shape:
+                size *= n
+            self.check_size(size)
+            return torch.zeros(shape, dtype=layer.kv_cache_torch_dtype)
+        from vllm.v1.attention.backends.utils import get_supported_kv_cache_layouts
+        from vllm.v1.kv_cache_interface import (
+            KVCacheTensor,
+            compute_layout_strides,
+            create_kv_cache_views,
+        )
+
+        layout = get_supported_kv_cache_layouts([layer.attn_backend])[0]
+        size = spec.page_size_bytes * num_blocks
+        self.check_size(size)
+        layer_stride, block_stride, _, _, _ = compute_layout_strides(spec, num_blocks, 1, layout)
+        raw = torch.zeros(size, dtype=torch.int8)
+        tensor = KVCacheTensor(
+            size=size, layers=[LAYER_NAME], layer_stride=layer_stride, block_stride=block_stride
+        )
+        return create_kv_cache_views(raw, spec, num_blocks, layout, tensor)[0]
+
+    def check_size(self, size: int) -> None:
+        if size > MAX_CACHE_BYTES:
+            raise Unsupported(
+                f"a KV cache of {size / 2**30:.1f} GiB is over this machine's limit "
+                f"(ATTN_DIFF_MAX_CACHE_GIB={MAX_CACHE_BYTES / 2**30:g})"
+            )
+
+    # -- the adapter protocol ----------------------------------------------------------------
+
+    def new_cache(self, config: Config, num_blocks: int) -> Session:
+        self.configure(config, num_blocks)
+        layer = self.make_layer(config)
+        spec = self.kv_cache_spec(config, layer)
+        kv_cache = self.allocate(config, spec, layer, num_blocks)
+        layer.kv_cache = kv_cache
+        session = Session(layer, kv_cache, spec, layer.attn_backend)
+        # The runner makes the builders with the KV cache, before any step (CPU_ATTN's
+        # sets the layer's ISA, which its cache writes read).
+        self.builder(config, session, 0, 0)
+        return session
+
+    def write_kv(self, config: Config, cache: Session, key: Any, value: Any, slot_mapping: Any) -> None:
+        # The last write is the step's own K/V (the runner's, with the forward); every earlier
+        # one is what earlier steps wrote.
+        self.flush(config, cache)
+        cache.pending = (key, value, slot_mapping)
+
+    def store(self, config: Config, cache: Session, key: Any, value: Any, slots: Any) -> None:
+        """One write as vLLM makes it: the impl's own KV-cache update."""
+        dtype = DTYPES[config.dtype]
+        k = torch.from_numpy(key).to(dtype)
+        v = torch.from_numpy(value).to(dtype)
+        s = torch.from_numpy(slots).to(torch.int64)
+        impl = cache.impl
+        if hasattr(impl, "do_kv_cache_update"):
+            impl.do_kv_cache_update(cache.layer, k, v, cache.kv_cache, s)
+        elif hasattr(impl, "_write_to_kv_cache"):
+            real = s >= 0
+            impl._write_to_kv_cache(k[real], v[real], cache.kv_cache, s[real], config.block_size)
+        else:
+            raise Unsupported(
+                f"{type(impl).__name__} writes the cache only inside forward and has no "
+                "do_kv_cache_update: earlier steps' K/V cannot be written"
+            )
+
+    def flush(self, config: Config, cache: Session) -> None:
+        if cache.pending is None:
+            return
+        key, value, slots = cache.pending
+        cache.pending = None
+        if (slots >= 0).any():
+            self.store(config, cache, key, value, slots)
+
+    def builder(self, config: Config, cache: Session, num_seqs: int, num_tokens: int) -> Any:
+        """The backend's metadata builder, made as the runner makes it (once per cache; again
+        when a step is larger than the scheduler limits it was sized for)."""
+        from vllm.config import set_current_vllm_config
+
+        limits = cache.builder_limits
+        if cache.builder is None or num_seqs > limits[0] or num_tokens > limits[1]:
+            sc = self.vllm_config.scheduler_config
+            seqs = max(num_seqs, limits[0], 256)
+            tokens = max(num_tokens, limits[1], 8192)
+            sc.max_num_seqs, sc.max_num_batched_tokens = seqs, tokens
+            with set_current_vllm_config(self.vllm_config):
+                cache.builder = cache.backend.get_builder_cls()(
+                    cache.spec, [LAYER_NAME], self.vllm_config, torch.device("cpu")
+                )
+            cache.builder_limits = (seqs, tokens)
+        return cache.builder
+
+    def metadata(self, config: Config, cache: Session, step: Step, n: int, slots: Any) -> Any:
+        import numpy as np
+        from vllm.config import set_current_vllm_config
+        from vllm.v1.attention.backend import CommonAttentionMetadata
+
+        def i32(a: Any) -> torch.Tensor:
+            return torch.from_numpy(np.ascontiguousarray(a)).to(torch.int32)
+
+        qsl = i32(step.query_start_loc)
+        seq_lens = i32(step.seq_lens)
+        positions = np.zeros(n, dtype=np.int64)
+        for s in range(len(step.seq_lens)):
+            q0, q1 = int(step.query_start_loc[s]), int(step.query_start_loc[s + 1])
+            positions[q0:q1] = np.arange(int(step.seq_lens[s]) - (q1 - q0), int(step.seq_lens[s]))
+        extra: Dict[str, Any] = {}
+        if config.kind == "encoder_decoder":
+            # A decoder step after the request's first: the encoder's K/V is in the cross
+            # cache (the builder's seq_lens become the encoder lengths).
+            decoder_lens = i32(step.query_lens + 1)
+            extra = dict(
+                encoder_seq_lens=seq_lens,
+                encoder_seq_lens_cpu=step.seq_lens.astype(np.int32),
+                seq_lens_cpu_upper_bound=decoder_lens,
+            )
+            seq_lens = decoder_lens
+        else:
+            extra = dict(seq_lens_cpu_upper_bound=seq_lens.clone())
+        common = CommonAttentionMetadata(
+            query_start_loc=qsl,
+            query_start_loc_cpu=qsl.clone(),
+            seq_lens=seq_lens,
+            num_reqs=len(step.seq_lens),
+            num_actual_tokens=n,
+            max_query_len=int(step.query_lens.max()),
+            max_seq_len=int(seq_lens.max()),
+            block_table_tensor=i32(step.block_table),
+            slot_mapping=torch.from_numpy(np.ascontiguousarray(slots)).to(torch.int64),
+            causal=config.kind == "decoder",
+            positions=torch.from_numpy(positions),
+            **extra,
+        )
+        builder = self.builder(config, cache, len(step.seq_lens), n)
+        with set_current_vllm_config(self.vllm_config):
+            return builder.build(common_prefix_len=0, common_attn_metadata=common)
+
+    def forward(self, config: Config, cache: Session, step: Step) -> Tuple[Any, float]:
+        from vllm.config import set_current_vllm_config
+
+        dtype = DTYPES[config.dtype]
+        if cache.pending is None:
+            raise RuntimeError("a step without its own write")
+        key, value, slots = cache.pending
+        cache.pending = None
+        # Padding tokens come last; without runner padding the call sees real tokens only.
+        n = step.num_tokens if self.padding == "runner" else int(step.query_start_loc[-1])
+        slots = slots[:n]
+        metadata = self.metadata(config, cache, step, n, slots)
+        query = torch.from_numpy(step.query[:n]).to(dtype)
+        k: Optional[torch.Tensor] = torch.from_numpy(key[:n]).to(dtype)
+        v: Optional[torch.Tensor] = torch.from_numpy(value[:n]).to(dtype)
+        output = torch.zeros(step.num_tokens, config.num_heads, config.head_size, dtype=dtype)
+        layer, impl = cache.layer, cache.impl
+        t0 = time.perf_counter()
+        with set_current_vllm_config(self.vllm_config):
+            if config.kind == "encoder_decoder":
+                k = v = None  # the decoder's step writes nothing to the cross cache
+            elif not cache.backend.forward_includes_kv_cache_update:
+                impl.do_kv_cache_update(layer, k, v, cache.kv_cache, torch.from_numpy(slots))
+            if getattr(layer, "query_quant", None) is not None:
+                query, _ = layer.query_quant(query, layer._q_scale)
+            impl.forward(layer, query, k, v, cache.kv_cache, metadata, output=output[:n])
+        elapsed = time.perf_counter() - t0
+        return output.float().numpy(), elapsed
+
+
+# ---- the command line -----------------------------------------------------------------------
+
+
+def list_registry() -> int:
+    """Every backend in vLLM's registry: whether its class loads, and what it declares."""
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum
+
+    for member in AttentionBackendEnum:
+        if not member.value:
+            continue
+        try:
+            cls = member.get_class()
+            caps = capabilities_of(cls)
+            print(f"{member.name}: loads; {json.dumps(caps)}")
+        except Exception as e:  # noqa: BLE001 - reported, not raised
+            print(f"{member.name}: does not load: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+    return 0
+
+
+def main(argv: Optional[Sequence[str]] = None) -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument(
+        "--class", dest="cls", help="module.path:Class, or a registry name such as CPU_ATTN"
+    )
+    parser.add_argument("--file", help="a Python file defining the class named by --class")
+    parser.add_argument("--padding", choices=["runner", "none"], default="runner")
+    parser.add_argument("--probe", action="store_true", help="load the class, print what it declares")
+    parser.add_argument("--list", action="store_true", help="every backend of vLLM's registry")
+    args = parser.parse_args(argv)
+    threads = os.environ.get("ATTN_DIFF_THREADS")
+    if threads:
+        torch.set_num_threads(int(threads))
+    if args.list:
+        sys.exit(list_registry())
+    if not args.cls:
+        parser.error("--class is required")
+    adapter = VllmBackend(load_backend(args.cls, args.file), args.padding)
+    if args.probe:
+        print(adapter.description)
+        print(json.dumps(adapter.capabilities))
+        return
+    serve(adapter)
+
+
+if __name__ == "__main__":
+    main()
