@@ -263,6 +263,12 @@ class VllmBackend(Adapter):
         from vllm.v1.attention.backend import AttentionType
         from vllm.v1.attention.backends.registry import AttentionBackendEnum
 
+        if backend.is_mla() or backend.is_sparse():
+            raise SystemExit(
+                f"{backend.get_name()} is an MLA or sparse backend (latent K/V, "
+                "forward_mqa/forward_mha, top-k indices): vllm_backend.py drives standard "
+                "attention (AttentionImpl.forward over a K/V cache)"
+            )
         self.backend = backend
         self.padding = padding
         self.name = f"vllm-{backend.get_name().lower()}"
@@ -595,6 +601,9 @@ def list_registry() -> int:
             continue
         try:
             cls = member.get_class()
+            if cls.is_mla() or cls.is_sparse():
+                print(f"{member.name}: loads; MLA or sparse (not driven by vllm_backend.py)")
+                continue
             caps = capabilities_of(cls)
             print(f"{member.name}: loads; {json.dumps(caps)}")
         except Exception as e:  # noqa: BLE001 - reported, not raised

@@ -353,16 +353,17 @@ class Adapter:
 
 def round_to_dtype(x: Any, dtype: str) -> np.ndarray:
     """Round float values to the case dtype (round-to-nearest-even), returned as float32."""
-    x = np.asarray(x, dtype=np.float32)
+    a: np.ndarray = np.asarray(x, dtype=np.float32)
     if dtype == "f32":
-        return x
+        return a
     if dtype == "f16":
-        return x.astype(np.float16).astype(np.float32)
+        return a.astype(np.float16).astype(np.float32)
     if dtype == "bf16":
-        bits = x.view(np.uint32).astype(np.uint64)
+        bits = a.view(np.uint32).astype(np.uint64)
         rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
         out = rounded.astype(np.uint32).view(np.float32)
-        return np.where(np.isnan(x), x, out)
+        rounded_out: np.ndarray = np.where(np.isnan(a), a, out)
+        return rounded_out
     raise ValueError(f"unknown dtype {dtype}")
 
 
