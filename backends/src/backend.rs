@@ -11,7 +11,7 @@
 //! block table and slot mapping, whatever earlier steps did. A single case is the one-step
 //! trace of a fresh cache.
 
-use attn_reference::{AttentionConfig, Feature};
+use attn_reference::{AttentionConfig, AttentionKind, Case, Feature, Space};
 use std::any::Any;
 use std::time::Duration;
 use thiserror::Error;
@@ -95,6 +95,15 @@ pub trait Backend: Send + Sync {
         Feature::ESTABLISHED.to_vec()
     }
 
+    /// The case space this backend runs beyond its optional features: dtypes, head and
+    /// block sizes, batch limits, KV-cache dtypes ([`Space`]'s keys). The strategies draw
+    /// inside it and the shrinker stays inside it, so a narrow backend gets its whole budget
+    /// rather than a declined majority; [`declines`] checks it. `supports` remains for what
+    /// a space cannot say.
+    fn space(&self) -> Space {
+        Space::default()
+    }
+
     fn cache_layout(&self) -> CacheLayout;
 
     /// Lengths where this backend changes code path (tile widths, split-KV sizes, query
@@ -144,8 +153,49 @@ pub trait Backend: Send + Sync {
     }
 }
 
+/// The whole space `backend` declares: [`Backend::space`] with the optional features it does
+/// not implement turned off (and the kinds they stand for left out).
+pub fn declared_space(backend: &dyn Backend) -> Space {
+    let implemented = backend.optional_features();
+    let kinds = AttentionKind::ALL
+        .into_iter()
+        .filter(|k| match k {
+            AttentionKind::Decoder => true,
+            AttentionKind::EncoderOnly => implemented.contains(&Feature::EncoderOnly),
+            AttentionKind::EncoderDecoder => implemented.contains(&Feature::CrossAttention),
+        })
+        .collect();
+    let features = Feature::OPTIONAL
+        .into_iter()
+        .filter(|f| ![Feature::EncoderOnly, Feature::CrossAttention].contains(f))
+        .filter(|f| implemented.contains(f))
+        .collect();
+    let own = backend.space();
+    let by_features = Space {
+        kinds: Some(kinds),
+        features: Some(features),
+        ..Space::default()
+    };
+    // Keep "no restriction" where the backend implements everything, so a full space
+    // stays full (and draws what it always drew).
+    let mut s = own.intersect(&by_features);
+    if s.kinds
+        .as_ref()
+        .is_some_and(|k| k.len() == AttentionKind::ALL.len())
+        && own.kinds.is_none()
+    {
+        s.kinds = None;
+    }
+    let all_features = Feature::OPTIONAL.len() - 2;
+    if s.features.as_ref().is_some_and(|f| f.len() == all_features) && own.features.is_none() {
+        s.features = None;
+    }
+    s
+}
+
 /// Whether `backend` declines `config`: an optional feature it does not implement, then its
-/// own `supports`. Everything that asks a backend whether it runs a case asks this.
+/// declared [`Backend::space`], then its own `supports`. Everything that asks a backend
+/// whether it runs a config asks this.
 pub fn declines(backend: &dyn Backend, config: &AttentionConfig) -> Result<(), Unsupported> {
     let implemented = backend.optional_features();
     if let Some(f) = Feature::OPTIONAL
@@ -154,7 +204,19 @@ pub fn declines(backend: &dyn Backend, config: &AttentionConfig) -> Result<(), U
     {
         return Err(Unsupported::new(f, "not implemented"));
     }
+    backend.space().admits_config(config)?;
     backend.supports(config)
+}
+
+/// [`declines`] for a whole case: its config, then its batch against the declared limits
+/// (sequences, query and sequence lengths, tokens per step).
+pub fn declines_case(backend: &dyn Backend, case: &Case) -> Result<(), Unsupported> {
+    declines(backend, &case.config)?;
+    backend.space().admits_batch(
+        &case.batch.seq_lens,
+        &case.batch.query_lens,
+        case.num_tokens(),
+    )
 }
 
 /// Downcast a cache to the backend's own type, with an error rather than a panic when a

@@ -112,7 +112,7 @@ pub fn stale_slots(case: &Case) -> Vec<i64> {
 /// step's new K/V written through `slot_mapping`.
 pub fn prepare_cache(backend: &dyn Backend, case: &Case) -> Result<KvCache, BackendError> {
     let config = &case.config;
-    crate::declines(backend, config)?;
+    crate::declines_case(backend, case)?;
     let mut cache = backend.new_cache(config, case.layout.num_blocks)?;
     stale_fill(backend, config, &mut cache, &stale_slots(case))?;
     let mut write = |key: &[f32], value: &[f32], slot_mapping: &[i64]| {

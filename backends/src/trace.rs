@@ -30,6 +30,7 @@ impl<'a> TraceSession<'a> {
     /// Run one step, given as its case (`Trace::step_case`): only its new tokens are written;
     /// the context is whatever earlier steps left in the cache.
     pub fn step(&mut self, step: &Case) -> Result<CaseRun, BackendError> {
+        crate::declines_case(self.backend, step)?;
         let config = &step.config;
         let t = &step.tensors;
         self.backend.write_kv(

@@ -94,6 +94,10 @@ fn property_part(
     let mut p = b.clone();
     let name = b.backend.as_str();
     for row in upstream.iter().filter(|r| r.backend == b.backend) {
+        if matches!(row.status, UpstreamStatus::NotDeclared { .. }) {
+            // Never sent to the backend: nothing of it is in the counts.
+            continue;
+        }
         take(&mut p.cases_run, index, name)?;
         match &row.status {
             UpstreamStatus::Pass => take(&mut p.passed, index, name)?,
@@ -110,6 +114,7 @@ fn property_part(
                 take(&mut p.failed, index, name)?;
                 take_kind(&mut p.divergences, *kind, index, name)?;
             }
+            UpstreamStatus::NotDeclared { .. } => {}
         }
     }
     Ok(p)
@@ -260,6 +265,10 @@ mod tests {
             UpstreamStatus::Diverged {
                 kind: DivergenceKind::NonFinite,
             },
+            // Outside the backend's space: never sent, in no count.
+            UpstreamStatus::NotDeclared {
+                reason: Unsupported::new(Feature::Dtype, "other than f16").value("bf16"),
+            },
         ]
     }
 
@@ -288,7 +297,6 @@ mod tests {
         b.backend_seconds = 1.0;
         b.wall_seconds = 1.0;
         for r in &rows {
-            b.cases_run += 1;
             match &r.status {
                 UpstreamStatus::Pass => b.passed += 1,
                 UpstreamStatus::Unsupported { reason } => b.add_unsupported(reason, 1),
@@ -296,7 +304,9 @@ mod tests {
                     b.failed += 1;
                     *b.divergences.entry(*kind).or_default() += 1;
                 }
+                UpstreamStatus::NotDeclared { .. } => continue,
             }
+            b.cases_run += 1;
         }
         CheckSummary {
             schema_version: attn_results::SCHEMA_VERSION,
@@ -310,6 +320,7 @@ mod tests {
             backends: vec![b],
             upstream: rows,
             coverage: None,
+            only: None,
         }
     }
 
@@ -322,7 +333,7 @@ mod tests {
         assert_eq!(b.unsupported[0].cases, 1);
         assert_eq!(b.unsupported[0].feature, Feature::Dtype);
         assert_eq!(b.divergences.get(&DivergenceKind::NonFinite), Some(&1));
-        assert_eq!(m.upstream.len(), 3);
+        assert_eq!(m.upstream.len(), 4);
         assert_eq!(m.shard, Shard { index: 0, count: 1 });
         assert_eq!(b.wall_seconds, 2.0);
     }

@@ -127,6 +127,14 @@ pub struct CheckArgs {
     /// Block sizes traces draw from (default: 1,2,3,4,5,8,16,32).
     #[arg(long, value_parser = crate::pipeline::trace::parse_sizes, value_name = "B,...")]
     pub trace_block_sizes: Option<crate::pipeline::trace::SizeList>,
+    /// Narrow the case space of every backend (repeatable): KEY=VALUES with the keys of an
+    /// adapter's capabilities, e.g. `--only dtypes=f16 --only head_sizes=64,128 --only
+    /// max_seqs=1`. Cases, traces and shrinking stay inside each backend's declared space
+    /// narrowed by these. Keys: dtypes, head_sizes, head_size_multiple_of, block_sizes,
+    /// block_size_multiple_of, kinds, features, max_seqs, max_query_len, max_seq_len,
+    /// max_tokens, max_group, kv_cache_dtypes.
+    #[arg(long = "only", value_parser = attn_reference::Space::parse_only, value_name = "KEY=VALUES")]
+    pub only: Vec<attn_reference::Space>,
     /// Seed of the property cases: the same seed draws the same cases on any machine.
     #[arg(long, default_value_t = 1, value_name = "SEED")]
     pub seed: u64,

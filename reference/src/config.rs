@@ -42,6 +42,20 @@ impl fmt::Display for AttentionKind {
     }
 }
 
+impl std::str::FromStr for AttentionKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        AttentionKind::ALL
+            .into_iter()
+            .find(|k| k.to_string() == s)
+            .ok_or_else(|| {
+                format!(
+                    "unknown attention kind `{s}` (known: decoder, encoder_only, encoder_decoder)"
+                )
+            })
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AttentionConfig {

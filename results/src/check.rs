@@ -4,7 +4,7 @@
 use crate::coverage::CoverageReport;
 use crate::outcome::{CaseSize, DivergenceKind, Mismatch, ShrinkInfo};
 use crate::{nullable_f64, schema_version};
-use attn_reference::{Feature, Unsupported};
+use attn_reference::{Feature, Space, Unsupported};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -68,6 +68,9 @@ pub struct CheckSummary {
     /// What each backend actually ran, by bucket (absent until a run computes it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub coverage: Option<CoverageReport>,
+    /// `--only`: the space every backend's own was narrowed to (absent: not narrowed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub only: Option<Space>,
 }
 
 impl CheckSummary {
@@ -153,7 +156,15 @@ pub struct BackendSummary {
     #[serde(default)]
     pub first_trace_divergence_at: Option<usize>,
     pub failures: Vec<FailureRecord>,
+    /// The space this backend's cases and traces were drawn from: what it declares,
+    /// narrowed by `--only` (absent: everything).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub space: Option<Space>,
 }
+
+/// More than this share of a backend's cases declined is worth a warning: its declared space
+/// misses something it declines.
+pub const DECLINED_WARNING_SHARE: f64 = 0.1;
 
 impl BackendSummary {
     pub fn new(backend: &str) -> Self {
@@ -212,6 +223,21 @@ impl BackendSummary {
         self.unsupported.iter().map(|g| g.cases).sum()
     }
 
+    /// Cases and traces sent to this backend, declined ones included.
+    pub fn drawn(&self) -> usize {
+        self.cases_run + self.traces_run
+    }
+
+    /// Cases and traces that really reached it (drawn, less declined).
+    pub fn reached(&self) -> usize {
+        self.drawn().saturating_sub(self.unsupported_cases())
+    }
+
+    /// Whether more than [`DECLINED_WARNING_SHARE`] of what was drawn was declined.
+    pub fn declined_too_often(&self) -> bool {
+        self.unsupported_cases() as f64 > DECLINED_WARNING_SHARE * self.drawn() as f64
+    }
+
     /// Judged cases per second of wall time; None when none ran.
     pub fn cases_per_second(&self) -> Option<f64> {
         (self.cases_run > 0 && self.wall_seconds > 0.0)
@@ -224,8 +250,17 @@ impl BackendSummary {
 #[serde(tag = "outcome", rename_all = "snake_case", deny_unknown_fields)]
 pub enum UpstreamStatus {
     Pass,
-    Unsupported { reason: Unsupported },
-    Diverged { kind: DivergenceKind },
+    Unsupported {
+        reason: Unsupported,
+    },
+    Diverged {
+        kind: DivergenceKind,
+    },
+    /// Outside the space the backend is checked in (what it declares, narrowed by
+    /// `--only`): not sent to it, and not counted among its cases.
+    NotDeclared {
+        reason: Unsupported,
+    },
 }
 
 impl fmt::Display for UpstreamStatus {
@@ -234,6 +269,7 @@ impl fmt::Display for UpstreamStatus {
             UpstreamStatus::Pass => f.write_str("pass"),
             UpstreamStatus::Unsupported { reason } => write!(f, "unsupported: {reason}"),
             UpstreamStatus::Diverged { kind } => write!(f, "FAIL ({kind})"),
+            UpstreamStatus::NotDeclared { reason } => write!(f, "not declared: {reason}"),
         }
     }
 }

@@ -3,7 +3,7 @@
 
 use attn_reference::Feature;
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// The dimensions with fixed buckets (the `features` dimension comes from the feature list:
 /// [`dimensions`]).
@@ -77,7 +77,14 @@ pub fn dimensions() -> Vec<(&'static str, Vec<&'static str>)> {
 #[serde(deny_unknown_fields)]
 pub struct CoverageReport {
     pub backends: BTreeMap<String, BTreeMap<String, BTreeMap<String, usize>>>,
+    /// Buckets outside the space a backend declares (by backend, then dimension): no case
+    /// of them was drawn for it, and none should be; not gaps.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub not_declared: BTreeMap<String, BTreeMap<String, BTreeSet<String>>>,
 }
+
+/// What a table cell shows for a bucket outside the backend's declared space.
+pub const NOT_DECLARED: &str = "not declared";
 
 impl CoverageReport {
     /// Count one case that `backend` ran, in `bucket` of `dimension`.
@@ -92,8 +99,33 @@ impl CoverageReport {
             .or_default() += 1;
     }
 
-    /// Add another shard's counts.
+    /// Mark `bucket` of `dimension` as outside `backend`'s declared space.
+    pub fn mark_not_declared(&mut self, backend: &str, dimension: &str, bucket: &str) {
+        self.not_declared
+            .entry(backend.to_string())
+            .or_default()
+            .entry(dimension.to_string())
+            .or_default()
+            .insert(bucket.to_string());
+    }
+
+    /// Whether `bucket` of `dimension` is outside `backend`'s declared space.
+    pub fn is_not_declared(&self, backend: &str, dimension: &str, bucket: &str) -> bool {
+        self.not_declared
+            .get(backend)
+            .and_then(|d| d.get(dimension))
+            .is_some_and(|b| b.contains(bucket))
+    }
+
+    /// Add another shard's counts (the declared spaces are the same in every shard).
     pub fn merge(&mut self, other: &CoverageReport) {
+        for (backend, dims) in &other.not_declared {
+            for (dim, buckets) in dims {
+                for b in buckets {
+                    self.mark_not_declared(backend, dim, b);
+                }
+            }
+        }
         for (backend, dims) in &other.backends {
             for (dim, buckets) in dims {
                 for (bucket, n) in buckets {
@@ -110,19 +142,27 @@ impl CoverageReport {
         }
     }
 
-    /// The declared buckets `backend` ran no case in.
+    /// The buckets inside `backend`'s declared space that it ran no case in: its gaps.
     pub fn uncovered(&self, backend: &str) -> Vec<(&'static str, &'static str)> {
         let counts = self.backends.get(backend);
         dimensions()
             .into_iter()
             .flat_map(|(dim, buckets)| buckets.into_iter().map(move |b| (dim, b)))
             .filter(|(dim, b)| {
-                counts
-                    .and_then(|c| c.get(*dim))
-                    .and_then(|c| c.get(*b))
-                    .is_none_or(|&n| n == 0)
+                !self.is_not_declared(backend, dim, b)
+                    && counts
+                        .and_then(|c| c.get(*dim))
+                        .and_then(|c| c.get(*b))
+                        .is_none_or(|&n| n == 0)
             })
             .collect()
+    }
+
+    /// How many buckets lie outside `backend`'s declared space.
+    pub fn not_declared_count(&self, backend: &str) -> usize {
+        self.not_declared
+            .get(backend)
+            .map_or(0, |d| d.values().map(BTreeSet::len).sum())
     }
 }
 
@@ -135,6 +175,9 @@ pub fn rows(report: &CoverageReport, backends: &[String]) -> Vec<Vec<String>> {
         .map(|(dim, bucket)| {
             let mut row = vec![dim.to_string(), bucket.to_string()];
             row.extend(backends.iter().map(|name| {
+                if report.is_not_declared(name, dim, bucket) {
+                    return NOT_DECLARED.to_string();
+                }
                 report
                     .backends
                     .get(name)
@@ -156,8 +199,15 @@ pub fn summary_lines(report: &CoverageReport, backends: &[String]) -> Vec<String
         .iter()
         .map(|name| {
             let empty = report.uncovered(name);
+            let outside = report.not_declared_count(name);
+            let total = total - outside;
+            let undeclared = if outside > 0 {
+                format!("; {outside} bucket(s) not declared")
+            } else {
+                String::new()
+            };
             if empty.is_empty() {
-                format!("{name}: all {total} buckets covered")
+                format!("{name}: all {total} buckets covered{undeclared}")
             } else {
                 let shown: Vec<String> = empty
                     .iter()
@@ -170,7 +220,7 @@ pub fn summary_lines(report: &CoverageReport, backends: &[String]) -> Vec<String
                     String::new()
                 };
                 format!(
-                    "{name}: {} of {total} buckets empty ({}{more})",
+                    "{name}: {} of {total} buckets empty ({}{more}){undeclared}",
                     empty.len(),
                     shown.join(", ")
                 )

@@ -11,7 +11,6 @@
 //! ending with its stderr; a malformed reply is a [`BackendError::Protocol`] naming what was
 //! wrong.
 
-mod capabilities;
 mod frame;
 mod process;
 mod protocol;
@@ -19,7 +18,10 @@ mod spec;
 mod stderr_tail;
 
 pub use attn_reference::Feature;
-pub use capabilities::Capabilities;
+/// What an adapter declares it can run, sent once in its handshake: a [`Space`](attn_reference::Space)
+/// (every key left out means no restriction); anything it does not capture the adapter
+/// declines per case with an `unsupported` reply.
+pub type Capabilities = attn_reference::Space;
 pub use protocol::{Hello, ProtocolError, PROTOCOL, PROTOCOL_VERSION};
 pub use spec::{AdapterSpec, DEFAULT_STARTUP_TIMEOUT, DEFAULT_TIMEOUT};
 
@@ -272,8 +274,13 @@ impl Backend for ExternalBackend {
         &self.name
     }
 
-    fn supports(&self, config: &AttentionConfig) -> Result<(), Unsupported> {
-        self.hello.capabilities.check(config)
+    /// Everything the capabilities say is checked as the declared space (see `space`).
+    fn supports(&self, _: &AttentionConfig) -> Result<(), Unsupported> {
+        Ok(())
+    }
+
+    fn space(&self) -> attn_reference::Space {
+        self.hello.capabilities.clone()
     }
 
     /// Version 2 keeps a session's cache in the adapter across `step` messages. Version 1
@@ -311,6 +318,15 @@ impl Backend for ExternalBackend {
             .is_some_and(|k| k.contains(&AttentionKind::EncoderDecoder))
         {
             f.push(Feature::CrossAttention);
+        }
+        // An FP8 format among the KV-cache dtypes declares the FP8 cache too.
+        if caps
+            .kv_cache_dtypes
+            .as_ref()
+            .is_some_and(|k| k.iter().any(|d| *d != attn_reference::KvCacheDtype::Auto))
+            && !f.contains(&Feature::Fp8KvCache)
+        {
+            f.push(Feature::Fp8KvCache);
         }
         f
     }

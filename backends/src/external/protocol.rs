@@ -15,7 +15,7 @@
 //!   metadata `kernel_seconds`, optional), `unsupported` (metadata `reason`) or `error`
 //!   (metadata `error`); every reply repeats the request's `case_id`.
 
-use super::capabilities::Capabilities;
+use super::Capabilities;
 use super::ExternalCache;
 use crate::StepInputs;
 use attn_reference::AttentionConfig;

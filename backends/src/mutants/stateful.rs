@@ -202,6 +202,10 @@ impl Backend for StatefulMutant {
         self.inner.supports(config)
     }
 
+    fn space(&self) -> attn_reference::Space {
+        self.inner.space()
+    }
+
     /// `cpu`'s, less cross-attention: these bugs live in the writes of a decoder's own
     /// tokens, and a cross-attention step writes none (its query may also outnumber its keys,
     /// which the row bookkeeping here does not model).

@@ -82,6 +82,10 @@ impl Backend for WrappedMutant {
         self.inner.supports(config)
     }
 
+    fn space(&self) -> attn_reference::Space {
+        self.inner.space()
+    }
+
     fn optional_features(&self) -> Vec<attn_reference::Feature> {
         self.inner.optional_features()
     }

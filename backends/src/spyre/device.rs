@@ -22,6 +22,16 @@ pub(crate) const Q_CHUNK: usize = 32;
 pub(crate) const MASK_VALUE: f64 = -65504.0;
 const HEAD_MULTIPLE: usize = 64;
 
+/// The device's space: fp16 compute, head sizes in multiples of [`HEAD_MULTIPLE`] (what
+/// [`supports`] checks, declared so the strategies draw inside it).
+pub(crate) fn space() -> attn_reference::Space {
+    attn_reference::Space {
+        dtypes: Some(vec![DType::F16]),
+        head_size_multiple_of: Some(HEAD_MULTIPLE),
+        ..Default::default()
+    }
+}
+
 pub(crate) fn supports(c: &AttentionConfig) -> Result<(), Unsupported> {
     if c.dtype != DType::F16 {
         return Err(Unsupported::new(

@@ -210,6 +210,13 @@ impl Backend for Spyre {
         }
     }
 
+    fn space(&self) -> attn_reference::Space {
+        match self.variant {
+            Variant::Device => device::space(),
+            Variant::Native { .. } | Variant::Sdpa => attn_reference::Space::default(),
+        }
+    }
+
     fn optional_features(&self) -> Vec<Feature> {
         let mut f = Feature::ESTABLISHED.to_vec();
         f.extend([Feature::Fp8KvCache, Feature::CrossAttention]);

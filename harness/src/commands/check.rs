@@ -23,6 +23,22 @@ pub fn run(args: CheckArgs, global: GlobalArgs) -> anyhow::Result<bool> {
         }
     }
     let backends = select_backends_with(&args.backend, &args.external)?;
+    let only = args
+        .only
+        .iter()
+        .fold(attn_reference::Space::default(), |a, b| a.intersect(b));
+    // A backend whose space is empty would run nothing: that is a usage error, not a pass.
+    for b in &backends {
+        let space = crate::check::space_of(b.as_ref(), &only);
+        if let Some(why) = space.emptiness() {
+            return Err(usage(format!(
+                "{} would run nothing: {why} once `--only {}` narrows what it declares ({})",
+                b.name(),
+                only.only_args().join(" --only "),
+                attn_backends::declared_space(b.as_ref())
+            )));
+        }
+    }
     let cases = args.cases.unwrap_or_else(CheckOptions::default_cases);
     let shard = args.shard;
     let owned = (0..cases as usize).filter(|&i| shard.owns(i)).count();
@@ -63,6 +79,7 @@ pub fn run(args: CheckArgs, global: GlobalArgs) -> anyhow::Result<bool> {
         upstream: up,
         out_dir: args.out,
         shrink: ShrinkBudget::default(),
+        only,
         on_event: Some(on_event),
     });
     progress.finish();

@@ -7,10 +7,10 @@ use crate::compare::Tolerance;
 use crate::render::report::{failure_record, FailureFiles};
 use crate::runner::{evaluate, Divergence, Outcome};
 use crate::shrink::{shrink_fully, ShrinkBudget, Shrunk};
-use crate::strategy::{strategy_for, CaseRecipe, StrategyLimits};
+use crate::strategy::{budget_of, fit_space, strategy_for, CaseRecipe, StrategyLimits};
 use crate::upstream::UpstreamCase;
-use attn_backends::Backend;
-use attn_reference::{reference_output, Case, InputRng};
+use attn_backends::{declared_space, Backend};
+use attn_reference::{reference_output, Case, InputRng, Space};
 use attn_results::{FailureRecord, UpstreamStatus};
 use proptest::strategy::{Strategy, ValueTree};
 use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
@@ -39,8 +39,40 @@ pub struct CheckOptions {
     pub upstream: Vec<UpstreamCase>,
     pub out_dir: PathBuf,
     pub shrink: ShrinkBudget,
+    /// `--only`: narrows every backend's declared space (the full space: no narrowing).
+    pub only: Space,
     /// Told what the run is doing (for a progress bar).
     pub on_event: Option<OnEvent>,
+}
+
+/// Backends that draw from one space: they run the very same cases and traces, each drawn
+/// and judged by the oracle once. A narrow backend is a cohort of its own and gets the
+/// run's whole budget inside its space.
+pub struct Cohort {
+    pub space: Space,
+    /// Indices into `CheckOptions::backends`.
+    pub members: Vec<usize>,
+}
+
+/// The space `backend` is checked in: what it declares, narrowed by `only`.
+pub fn space_of(backend: &dyn Backend, only: &Space) -> Space {
+    declared_space(backend).intersect(only)
+}
+
+/// `backends` grouped by their space (`only` applied), in order of first appearance.
+pub fn cohorts(backends: &[Arc<dyn Backend>], only: &Space) -> Vec<Cohort> {
+    let mut out: Vec<Cohort> = Vec::new();
+    for (i, b) in backends.iter().enumerate() {
+        let space = space_of(b.as_ref(), only);
+        match out.iter_mut().find(|c| c.space == space) {
+            Some(c) => c.members.push(i),
+            None => out.push(Cohort {
+                space,
+                members: vec![i],
+            }),
+        }
+    }
+    out
 }
 
 /// A progress callback of [`run_check`].
@@ -88,6 +120,7 @@ impl CheckOptions {
             upstream: Vec::new(),
             out_dir,
             shrink: ShrinkBudget::default(),
+            only: Space::default(),
             on_event: None,
         }
     }
@@ -101,12 +134,13 @@ impl CheckOptions {
     }
 }
 
-/// The proptest tree of property case `index`: a deterministic function of (seed, index), so
-/// shards and replays regenerate exactly the same case.
+/// The proptest tree of property case `index` inside `space`: a deterministic function of
+/// (seed, index, space), so shards and replays regenerate exactly the same case.
 pub fn case_tree(
     seed: u64,
     index: usize,
     limits: StrategyLimits,
+    space: &Space,
 ) -> impl ValueTree<Value = CaseRecipe> {
     let mut bytes = [0u8; 32];
     let mut rng = InputRng::new(seed ^ (index as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
@@ -117,7 +151,7 @@ pub fn case_tree(
         Config::default(),
         TestRng::from_seed(RngAlgorithm::ChaCha, &bytes),
     );
-    strategy_for(index, limits)
+    strategy_for(index, limits, space)
         .new_tree(&mut runner)
         .expect("recipe strategy never rejects")
 }
@@ -151,6 +185,7 @@ struct FailingCase<'a> {
     seed: u64,
     index: usize,
     limits: StrategyLimits,
+    space: &'a Space,
     case: &'a Case,
     expected: &'a [f64],
     divergence: &'a Divergence,
@@ -195,8 +230,10 @@ fn shrink_and_report(
         let e = reference_output(&c);
         matches!(evaluate(backend, &c, &e, Tolerance::for_case(&c)).0, Outcome::Diverged(ref d) if d.kind == kind)
     };
-    let mut tree = case_tree(f.seed, f.index, f.limits);
-    let shrunk = shrink_fully(&mut tree, opts.shrink, fails);
+    let mut tree = case_tree(f.seed, f.index, f.limits, f.space);
+    let budget = budget_of(f.index, f.limits);
+    let fit = |r: CaseRecipe| fit_space(r, f.space, budget);
+    let shrunk = shrink_fully(&mut tree, opts.shrink, &fit, fails);
     let minimal = shrunk.recipe.build();
     let e = reference_output(&minimal);
     let (out, _) = evaluate(backend, &minimal, &e, Tolerance::for_case(&minimal));
@@ -245,13 +282,26 @@ pub fn run_check(mut opts: CheckOptions) -> CheckRun {
         (false, true) => StrategyLimits::DEFAULT.long(),
         (true, true) => StrategyLimits::DEEP.long(),
     };
+    let cohorts = cohorts(&opts.backends, &opts.only);
     let mut summaries: Vec<BackendSummary> = opts
         .backends
         .iter()
-        .map(|b| BackendSummary::new(b.name()))
+        .map(|b| BackendSummary {
+            space: Some(space_of(b.as_ref(), &opts.only)).filter(|s| !s.is_full()),
+            ..BackendSummary::new(b.name())
+        })
         .collect();
     let mut artifacts = Vec::new();
     let mut coverage = attn_results::CoverageReport::default();
+    for (b, summary) in opts.backends.iter().zip(&summaries) {
+        for (dim, bucket) in summary
+            .space
+            .as_ref()
+            .map_or_else(Vec::new, crate::coverage::not_declared)
+        {
+            coverage.mark_not_declared(b.name(), dim, bucket);
+        }
+    }
     let mut oracle_time = Duration::ZERO;
     let mut on_event = opts.on_event.take();
     let mut tell = |e: Event<'_>| {
@@ -264,47 +314,52 @@ pub fn run_check(mut opts: CheckOptions) -> CheckRun {
         if !opts.shard.owns(index) {
             continue;
         }
-        let recipe = case_tree(opts.seed, index, limits).current();
-        let case = recipe.build();
-        let t0 = Instant::now();
-        let expected = reference_output(&case);
-        oracle_time += t0.elapsed();
-        let shared = shares_blocks(&case);
-        let buckets = crate::coverage::buckets(&case);
-        let tol = Tolerance::for_case(&case);
-        for (backend, summary) in opts.backends.iter().zip(summaries.iter_mut()) {
+        for cohort in &cohorts {
+            let recipe = case_tree(opts.seed, index, limits, &cohort.space).current();
+            let case = recipe.build();
             let t0 = Instant::now();
-            let (outcome, time) = evaluate(backend.as_ref(), &case, &expected, tol);
-            record(summary, &outcome, time);
-            if !matches!(outcome, Outcome::Unsupported(_)) {
-                crate::coverage::count(&mut coverage, backend.name(), &buckets);
-            }
-            summary.shared_block_cases += shared as usize;
-            if let Outcome::Diverged(d) = &outcome {
-                if summary.failures.is_empty() {
-                    tell(Event::Shrinking {
-                        backend: backend.name(),
-                    });
-                    let failing = FailingCase {
-                        seed: opts.seed,
-                        index,
-                        limits,
-                        case: &case,
-                        expected: &expected,
-                        divergence: d,
-                    };
-                    let (r, a) = shrink_and_report(backend.as_ref(), &failing, &opts);
-                    summary.failures.push(r);
-                    artifacts.push(a);
+            let expected = reference_output(&case);
+            oracle_time += t0.elapsed();
+            let shared = shares_blocks(&case);
+            let buckets = crate::coverage::buckets(&case);
+            let tol = Tolerance::for_case(&case);
+            for &member in &cohort.members {
+                let (backend, summary) = (&opts.backends[member], &mut summaries[member]);
+                let t0 = Instant::now();
+                let (outcome, time) = evaluate(backend.as_ref(), &case, &expected, tol);
+                record(summary, &outcome, time);
+                if !matches!(outcome, Outcome::Unsupported(_)) {
+                    crate::coverage::count(&mut coverage, backend.name(), &buckets);
                 }
+                summary.shared_block_cases += shared as usize;
+                if let Outcome::Diverged(d) = &outcome {
+                    if summary.failures.is_empty() {
+                        tell(Event::Shrinking {
+                            backend: backend.name(),
+                        });
+                        let failing = FailingCase {
+                            seed: opts.seed,
+                            index,
+                            limits,
+                            space: &cohort.space,
+                            case: &case,
+                            expected: &expected,
+                            divergence: d,
+                        };
+                        let (r, a) = shrink_and_report(backend.as_ref(), &failing, &opts);
+                        summary.failures.push(r);
+                        artifacts.push(a);
+                    }
+                }
+                summary.wall_seconds += t0.elapsed().as_secs_f64();
             }
-            summary.wall_seconds += t0.elapsed().as_secs_f64();
         }
         tell(Event::PropertyCase);
     }
 
     crate::pipeline::trace_check::run_traces(
         &opts,
+        &cohorts,
         &mut summaries,
         &mut artifacts,
         &mut coverage,
@@ -320,6 +375,19 @@ pub fn run_check(mut opts: CheckOptions) -> CheckRun {
         oracle_time += t0.elapsed();
         let buckets = crate::coverage::buckets(&case);
         for (backend, summary) in opts.backends.iter().zip(summaries.iter_mut()) {
+            if let Err(outside) = summary.space.as_ref().map_or(Ok(()), |s| s.admits(&case)) {
+                // Outside the space it is checked in: not sent, and not one of its declines.
+                upstream_rows.push(UpstreamRow {
+                    backend: backend.name().to_string(),
+                    test: uc.test.name().to_string(),
+                    spec: uc.spec.to_string(),
+                    heads: uc.heads,
+                    status: UpstreamStatus::NotDeclared { reason: outside },
+                    max_abs_err: f64::NAN,
+                    max_rel_err: f64::NAN,
+                });
+                continue;
+            }
             let t0 = Instant::now();
             let (outcome, time) =
                 evaluate(backend.as_ref(), &case, &expected, Tolerance::upstream());
@@ -393,6 +461,7 @@ pub fn run_check(mut opts: CheckOptions) -> CheckRun {
             backends: summaries,
             upstream: upstream_rows,
             coverage: Some(coverage),
+            only: Some(opts.only.clone()).filter(|s| !s.is_full()),
         },
         artifacts,
     }

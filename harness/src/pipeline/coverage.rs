@@ -3,7 +3,8 @@
 //! `features`), which declares them so a report can show the empty ones.
 
 use crate::check::shares_blocks;
-use attn_reference::{Case, Feature};
+use attn_reference::{Case, DType, Feature, KvCacheDtype, Space};
+use attn_results::coverage::dimensions;
 use attn_results::CoverageReport;
 
 fn range_bucket(x: usize, edges: &[(usize, &'static str)], above: &'static str) -> &'static str {
@@ -11,6 +12,132 @@ fn range_bucket(x: usize, edges: &[(usize, &'static str)], above: &'static str) 
         .iter()
         .find(|(max, _)| x <= *max)
         .map_or(above, |(_, b)| b)
+}
+
+const BLOCK_SIZE_EDGES: &[(usize, &str)] =
+    &[(1, "1"), (15, "2-15"), (64, "16-64"), (128, "65-128")];
+const BLOCK_SIZE_ABOVE: &str = "above 128";
+const LONGEST_SEQUENCE_EDGES: &[(usize, &str)] = &[
+    (16, "1-16"),
+    (256, "17-256"),
+    (4096, "257-4096"),
+    (16384, "4097-16384"),
+];
+const LONGEST_SEQUENCE_ABOVE: &str = "above 16384";
+const COUNT_EDGES: &[(usize, &str)] = &[(1, "1"), (8, "2-8"), (64, "9-64")];
+const COUNT_ABOVE: &str = "above 64";
+
+/// The buckets of a range dimension whose smallest value is above `limit`.
+fn above_limit(
+    edges: &[(usize, &'static str)],
+    above: &'static str,
+    limit: usize,
+) -> Vec<&'static str> {
+    let mut lower = 1;
+    let mut out = Vec::new();
+    for &(max, b) in edges {
+        if lower > limit {
+            out.push(b);
+        }
+        lower = max + 1;
+    }
+    if lower > limit {
+        out.push(above);
+    }
+    out
+}
+
+/// The buckets outside `space`: no case drawn inside it can fall there, so a report shows
+/// them as not declared rather than as gaps.
+pub fn not_declared(space: &Space) -> Vec<(&'static str, &'static str)> {
+    let mut out = Vec::new();
+    for d in DType::ALL.into_iter().filter(|d| !space.allows_dtype(*d)) {
+        out.push(("dtype", d.name()));
+    }
+    for k in KvCacheDtype::ALL
+        .into_iter()
+        .filter(|k| !space.allows_kv_cache(*k))
+    {
+        out.push(("kv cache", kv_cache(k)));
+    }
+    let unreached =
+        |dim: &'static str, values: Option<Vec<usize>>, bucket: fn(usize) -> &'static str| {
+            let dims = dimensions();
+            let all = dims
+                .iter()
+                .find(|(d, _)| *d == dim)
+                .map(|(_, b)| b.clone())
+                .unwrap_or_default();
+            values.map_or_else(Vec::new, |v| {
+                let reached: Vec<&str> = v.into_iter().map(bucket).collect();
+                all.into_iter()
+                    .filter(|b| !reached.contains(b))
+                    .map(|b| (dim, b))
+                    .collect::<Vec<_>>()
+            })
+        };
+    out.extend(unreached("head size", space.head_size_values(), head_size));
+    out.extend(unreached(
+        "block size",
+        space.block_size_values(),
+        block_size,
+    ));
+    if let Some(g) = space.max_group {
+        let mut heads = Vec::new();
+        if g < 2 {
+            heads.extend(["MQA", "GQA 2-4"]);
+        }
+        if g < 5 {
+            heads.push("GQA above 4");
+        }
+        out.extend(heads.into_iter().map(|b| ("heads", b)));
+    }
+    if !space.allows_feature(Feature::SlidingWindow) {
+        out.extend(["1", "inside the sequence", "past the sequence"].map(|b| ("window", b)));
+    }
+    for f in Feature::OPTIONAL
+        .into_iter()
+        .filter(|f| !space.allows_feature(*f))
+    {
+        out.push(("features", f.label()));
+    }
+    if let Some(m) = space.max_seq_len {
+        out.extend(
+            above_limit(LONGEST_SEQUENCE_EDGES, LONGEST_SEQUENCE_ABOVE, m)
+                .into_iter()
+                .map(|b| ("longest sequence", b)),
+        );
+    }
+    if let Some(m) = space.max_query_len {
+        out.extend(
+            above_limit(COUNT_EDGES, COUNT_ABOVE, m)
+                .into_iter()
+                .map(|b| ("longest query", b)),
+        );
+    }
+    if let Some(m) = space.max_seqs {
+        out.extend(
+            above_limit(COUNT_EDGES, COUNT_ABOVE, m)
+                .into_iter()
+                .map(|b| ("sequences", b)),
+        );
+        if m < 2 {
+            // Sharing blocks takes two sequences.
+            out.push(("sharing", "shared blocks"));
+        }
+    }
+    out
+}
+
+fn kv_cache(k: KvCacheDtype) -> &'static str {
+    match k {
+        KvCacheDtype::Auto => "compute dtype",
+        KvCacheDtype::Fp8(f) => f.name(),
+    }
+}
+
+fn block_size(b: usize) -> &'static str {
+    range_bucket(b, BLOCK_SIZE_EDGES, BLOCK_SIZE_ABOVE)
 }
 
 fn head_size(d: usize) -> &'static str {
@@ -67,19 +194,9 @@ pub fn buckets(case: &Case) -> Vec<(&'static str, &'static str)> {
     let c = &case.config;
     let mut v = vec![
         ("dtype", c.dtype.name()),
-        (
-            "kv cache",
-            c.kv_cache.map_or("compute dtype", |f| f.dtype.name()),
-        ),
+        ("kv cache", kv_cache(KvCacheDtype::of(c))),
         ("head size", head_size(c.head_size)),
-        (
-            "block size",
-            range_bucket(
-                c.block_size,
-                &[(1, "1"), (15, "2-15"), (64, "16-64"), (128, "65-128")],
-                "above 128",
-            ),
-        ),
+        ("block size", block_size(c.block_size)),
         ("heads", heads(case)),
         (
             "scale",
@@ -107,32 +224,15 @@ pub fn buckets(case: &Case) -> Vec<(&'static str, &'static str)> {
     v.extend([
         (
             "longest sequence",
-            range_bucket(
-                longest,
-                &[
-                    (16, "1-16"),
-                    (256, "17-256"),
-                    (4096, "257-4096"),
-                    (16384, "4097-16384"),
-                ],
-                "above 16384",
-            ),
+            range_bucket(longest, LONGEST_SEQUENCE_EDGES, LONGEST_SEQUENCE_ABOVE),
         ),
         (
             "longest query",
-            range_bucket(
-                longest_query,
-                &[(1, "1"), (8, "2-8"), (64, "9-64")],
-                "above 64",
-            ),
+            range_bucket(longest_query, COUNT_EDGES, COUNT_ABOVE),
         ),
         (
             "sequences",
-            range_bucket(
-                case.num_seqs(),
-                &[(1, "1"), (8, "2-8"), (64, "9-64")],
-                "above 64",
-            ),
+            range_bucket(case.num_seqs(), COUNT_EDGES, COUNT_ABOVE),
         ),
         (
             "cache elements",
@@ -221,7 +321,7 @@ mod tests {
         let mut runner = proptest::test_runner::TestRunner::deterministic();
         for index in 0..60 {
             let limits = StrategyLimits::DEFAULT;
-            let r = strategy_for(index, limits)
+            let r = strategy_for(index, limits, &attn_reference::Space::default())
                 .new_tree(&mut runner)
                 .unwrap()
                 .current();

@@ -71,13 +71,15 @@ where
     }
 }
 
-/// Simpler neighbours of a recipe, most drastic first: what a person would try by hand.
-fn candidates(r: &CaseRecipe) -> Vec<CaseRecipe> {
-    let mut out = Vec::new();
+/// Simpler neighbours of a recipe, most drastic first: what a person would try by hand. Each
+/// goes through `fit` (the backend's space), so none leaves it.
+fn candidates(r: &CaseRecipe, fit: &dyn Fn(CaseRecipe) -> CaseRecipe) -> Vec<CaseRecipe> {
+    let mut out: Vec<CaseRecipe> = Vec::new();
     let mut push = |f: &dyn Fn(&mut CaseRecipe)| {
         let mut c = r.clone();
         f(&mut c);
-        if &c != r {
+        let c = fit(c);
+        if &c != r && !out.contains(&c) {
             out.push(c);
         }
     };
@@ -164,6 +166,7 @@ fn candidates(r: &CaseRecipe) -> Vec<CaseRecipe> {
 pub fn refine(
     recipe: CaseRecipe,
     budget: ShrinkBudget,
+    fit: &dyn Fn(CaseRecipe) -> CaseRecipe,
     mut fails: impl FnMut(&CaseRecipe) -> bool,
 ) -> Shrunk {
     let start = Instant::now();
@@ -171,7 +174,7 @@ pub fn refine(
     let mut steps = 0;
     let mut accepted = 0;
     'outer: loop {
-        for c in candidates(&best) {
+        for c in candidates(&best, fit) {
             if steps >= budget.max_steps || start.elapsed() >= budget.max_time {
                 break 'outer;
             }
@@ -192,17 +195,19 @@ pub fn refine(
     }
 }
 
-/// proptest's shrinking of the tree, then [`refine`]: the whole shrink of a failing case.
+/// proptest's shrinking of the tree (whose values are inside the space already), then
+/// [`refine`] with `fit` moving its candidates inside: the whole shrink of a failing case.
 pub fn shrink_fully<T>(
     tree: &mut T,
     budget: ShrinkBudget,
+    fit: &dyn Fn(CaseRecipe) -> CaseRecipe,
     mut fails: impl FnMut(&CaseRecipe) -> bool,
 ) -> Shrunk
 where
     T: ValueTree<Value = CaseRecipe>,
 {
     let first = shrink(tree, budget, &mut fails);
-    let second = refine(first.recipe, budget, &mut fails);
+    let second = refine(first.recipe, budget, fit, &mut fails);
     Shrunk {
         recipe: second.recipe,
         accepted: first.accepted + second.accepted,

@@ -8,7 +8,7 @@
 
 use attn_reference::{
     build_case, AttentionConfig, AttentionKind, BuildOptions, Case, DType, Feature, Fp8Format,
-    Fp8KvCache, InputRng, SharedPrefix,
+    Fp8KvCache, InputRng, SharedPrefix, Space,
 };
 use proptest::prelude::*;
 use serde::{Deserialize, Serialize};
@@ -519,19 +519,31 @@ pub const LONG_COST: usize = 200_000_000;
 
 /// Make `r` fit `budget` ([`cost`]) deterministically: fewer heads first, then a smaller head
 /// size, then shorter queries, then shorter contexts, so the lengths (what the tier is
-/// about) go last.
-pub fn fit_cost(mut r: CaseRecipe, budget: usize) -> CaseRecipe {
+/// about) go last. Head sizes stay among those `space` allows.
+pub fn fit_cost(mut r: CaseRecipe, budget: usize, space: &Space) -> CaseRecipe {
+    let allowed = space.head_size_values();
+    // The largest allowed head size at most `target` (the smallest allowed one if none is).
+    let head_at_most = |target: usize| match &allowed {
+        None => target,
+        Some(a) => a
+            .iter()
+            .rev()
+            .find(|&&d| d <= target)
+            .or(a.first())
+            .copied()
+            .unwrap_or(target),
+    };
     while cost(&r) > budget {
         if r.group > 1 {
             r.group = 1;
         } else if r.num_kv_heads > 1 {
             r.num_kv_heads = 1;
-        } else if r.head_size > 64 {
-            r.head_size = 64;
+        } else if r.head_size > head_at_most(64) {
+            r.head_size = head_at_most(64);
         } else if let Some(q) = r.seqs.iter_mut().filter(|s| s.1 > 8).max_by_key(|s| s.1) {
             q.1 = (q.1 / 2).max(8);
-        } else if r.head_size > 8 {
-            r.head_size = 8;
+        } else if r.head_size > head_at_most(8) {
+            r.head_size = head_at_most(8);
         } else if let Some(s) = r.seqs.iter_mut().filter(|s| s.0 > 0).max_by_key(|s| s.0) {
             s.0 /= 2;
         } else {
@@ -541,8 +553,67 @@ pub fn fit_cost(mut r: CaseRecipe, budget: usize) -> CaseRecipe {
     r
 }
 
-/// The strategy of property case `index`: its [`Tier`]'s.
-pub fn strategy_for(index: usize, limits: StrategyLimits) -> BoxedStrategy<CaseRecipe> {
+/// `r` moved inside `space` ([`Space::fit_config`], [`Space::fit_lengths`]), then within
+/// `budget`: what every strategy and every shrink candidate goes through, so a case drawn or
+/// shrunk for a backend is one it declares it runs. The identity on the full space.
+pub fn fit_space(mut r: CaseRecipe, space: &Space, budget: usize) -> CaseRecipe {
+    if space.is_full() {
+        return r;
+    }
+    let mut c = r.config();
+    space.fit_config(&mut c);
+    r.dtype = c.dtype;
+    r.kind = c.kind;
+    r.head_size = c.head_size;
+    r.block_size = c.block_size;
+    r.group = c.group_size();
+    r.window = c.sliding_window;
+    r.soft_cap = c.logits_soft_cap;
+    r.alibi = c.alibi_slopes.is_some();
+    r.sinks = c.sinks.is_some();
+    r.kv_cache = c.kv_cache;
+    if r.kind == AttentionKind::EncoderDecoder {
+        // Cross-attention has no key positions relative to the query.
+        r.window = None;
+        r.alibi = false;
+    }
+    space.fit_lengths(r.kind, &mut r.seqs, &mut r.padding_tokens);
+    // A shared prefix lengthens the contexts of its group: not past the longest allowed.
+    if let Some(m) = space.max_seq_len {
+        if r.lens().0.iter().any(|&l| l > m) {
+            r.share = None;
+        }
+    }
+    fit_cost(r, budget, space)
+}
+
+/// The cost ceiling of property case `index`'s tier.
+pub fn budget_of(index: usize, limits: StrategyLimits) -> usize {
+    match Tier::of(index, limits) {
+        Tier::Small => SMALL_COST,
+        Tier::LongContext | Tier::DecodeBatch | Tier::HugeCache => LONG_COST,
+    }
+}
+
+/// The strategy of property case `index` inside `space`: its [`Tier`]'s, each draw moved
+/// inside the space ([`fit_space`]; shrinking maps through it too, so it never leaves).
+pub fn strategy_for(
+    index: usize,
+    limits: StrategyLimits,
+    space: &Space,
+) -> BoxedStrategy<CaseRecipe> {
+    if space.is_full() {
+        return tier_strategy(index, limits);
+    }
+    let space = space.clone();
+    let budget = budget_of(index, limits);
+    tier_strategy(index, limits)
+        .prop_map(move |r| fit_space(r, &space, budget))
+        .boxed()
+}
+
+/// The strategy of property case `index` over the whole space.
+fn tier_strategy(index: usize, limits: StrategyLimits) -> BoxedStrategy<CaseRecipe> {
     match Tier::of(index, limits) {
         Tier::Small => recipe(limits).boxed(),
         Tier::LongContext => {
@@ -638,7 +709,7 @@ pub fn recipe(limits: StrategyLimits) -> impl Strategy<Value = CaseRecipe> {
                 kv_cache,
                 ..CaseRecipe::plain()
             };
-            fit_cost(r, SMALL_COST)
+            fit_cost(r, SMALL_COST, &Space::default())
         },
     )
 }
@@ -691,7 +762,7 @@ pub fn long_context(min: usize, max: usize) -> impl Strategy<Value = CaseRecipe>
     (long_shape(), seqs, window, any::<u64>()).prop_map(|(shape, seqs, window, seed)| {
         let mut r = long_base(shape, seqs, seed);
         r.window = window;
-        fit_cost(r, LONG_COST)
+        fit_cost(r, LONG_COST, &Space::default())
     })
 }
 
@@ -702,8 +773,9 @@ pub fn decode_batch() -> impl Strategy<Value = CaseRecipe> {
         prop::collection::vec((context(), Just(1usize)), 16..=64),
         prop::collection::vec((context(), Just(1usize)), 65..=256),
     ];
-    (long_shape(), seqs, any::<u64>())
-        .prop_map(|(shape, seqs, seed)| fit_cost(long_base(shape, seqs, seed), LONG_COST))
+    (long_shape(), seqs, any::<u64>()).prop_map(|(shape, seqs, seed)| {
+        fit_cost(long_base(shape, seqs, seed), LONG_COST, &Space::default())
+    })
 }
 
 /// The blocks of a few short sequences at the top of a cache of 140,000 blocks of 16 tokens,

@@ -6,7 +6,7 @@ use crate::compare::Tolerance;
 use crate::runner::{catch_panic, judge, Divergence, Outcome};
 use attn_backends::{Backend, TraceSession, Unsupported};
 use attn_reference::trace::{generate, TraceRecipe};
-use attn_reference::{reference_output, AttentionConfig, Case, DType, InputRng, Trace};
+use attn_reference::{reference_output, AttentionConfig, Case, DType, InputRng, Space, Trace};
 use std::time::Duration;
 
 /// Traces a `check` runs when `--traces` does not say otherwise.
@@ -169,6 +169,44 @@ pub fn trace_recipe_with(seed: u64, index: usize, shapes: &TraceShapes) -> Trace
         max_steps: 48,
         seed: rng_seed(seed, index),
     }
+}
+
+/// `r` moved inside `space`: its config as [`Space::fit_config`] moves a case's, at most
+/// `max_seqs` sequences running, `max_tokens` per step, prefill chunks of at most
+/// `max_query_len`, sequences of at most `max_seq_len` tokens. The identity on the full
+/// space. Every trace a `check` draws and every trace shrink candidate goes through it.
+pub fn fit_trace(mut r: TraceRecipe, space: &Space) -> TraceRecipe {
+    if space.is_full() {
+        return r;
+    }
+    space.fit_config(&mut r.config);
+    // Traces are a decoder's life: a space without decoders gets none (they are declined).
+    if let Some(m) = space.max_seqs.filter(|&m| m >= 1) {
+        r.max_running = r.max_running.min(m);
+    }
+    if let Some(m) = space.max_tokens.filter(|&m| m >= 1) {
+        r.token_budget = r.token_budget.min(m);
+    }
+    if let Some(m) = space.max_query_len.filter(|&m| m >= 1) {
+        r.chunk = r.chunk.min(m);
+    }
+    if let Some(m) = space.max_seq_len.filter(|&m| m >= 1) {
+        for (p, o) in r.prompts.iter_mut().zip(r.outputs.iter_mut()) {
+            *p = (*p).clamp(1, m);
+            *o = (*o).min(m - *p);
+        }
+    }
+    r
+}
+
+/// [`trace_recipe_with`] inside `space` ([`fit_trace`]).
+pub fn trace_recipe_in(
+    seed: u64,
+    index: usize,
+    shapes: &TraceShapes,
+    space: &Space,
+) -> TraceRecipe {
+    fit_trace(trace_recipe_with(seed, index, shapes), space)
 }
 
 fn rng_seed(seed: u64, index: usize) -> u64 {

@@ -3,19 +3,21 @@
 //! shrunk and reported with the history of the blocks involved.
 
 use crate::artifacts::Artifact;
-use crate::check::{sanitize, CheckOptions, Event};
-use crate::pipeline::trace::{evaluate_trace, trace_recipe_with, JudgedTrace, TraceOutcome};
+use crate::check::{sanitize, CheckOptions, Cohort, Event};
+use crate::pipeline::trace::{evaluate_trace, trace_recipe_in, JudgedTrace, TraceOutcome};
 use crate::pipeline::trace_shrink::shrink_trace;
 use crate::render::trace_report::trace_failure_record;
 use crate::runner::Divergence;
 use attn_backends::Backend;
 use attn_reference::trace::generate;
+use attn_reference::Space;
 use attn_results::{BackendSummary, CoverageReport, FailureRecord};
 use std::time::{Duration, Instant};
 
 /// Run `opts.traces` traces (those of this shard) on every backend into `summaries`.
 pub fn run_traces(
     opts: &CheckOptions,
+    cohorts: &[Cohort],
     summaries: &mut [BackendSummary],
     artifacts: &mut Vec<Artifact>,
     coverage: &mut CoverageReport,
@@ -26,60 +28,64 @@ pub fn run_traces(
         if !opts.shard.owns(index) {
             continue;
         }
-        let t0 = Instant::now();
-        let judged = JudgedTrace::new(generate(&trace_recipe_with(
-            opts.seed,
-            index,
-            &opts.trace_shapes,
-        )));
-        *oracle_time += t0.elapsed();
-        if judged.steps.is_empty() {
-            continue;
-        }
-        let buckets = crate::coverage::trace_buckets(&judged.trace);
-        for (backend, summary) in opts.backends.iter().zip(summaries.iter_mut()) {
+        for cohort in cohorts {
             let t0 = Instant::now();
-            let (outcome, time) = evaluate_trace(backend.as_ref(), &judged);
-            summary.traces_run += 1;
-            summary.backend_seconds += time.as_secs_f64();
-            match &outcome {
-                TraceOutcome::Pass {
-                    max_abs_err,
-                    max_rel_err,
-                } => {
-                    summary.trace_steps += judged.steps.len();
-                    summary.worst_abs_err = summary.worst_abs_err.max(*max_abs_err);
-                    summary.worst_rel_err = summary.worst_rel_err.max(*max_rel_err);
-                }
-                TraceOutcome::Unsupported(u) => summary.add_unsupported(u, 1),
-                TraceOutcome::Diverged { step, divergence } => {
-                    summary.trace_steps += step + 1;
-                    summary.failed += 1;
-                    summary.traces_failed += 1;
-                    summary
-                        .first_trace_divergence_at
-                        .get_or_insert(summary.traces_run);
-                    *summary.divergences.entry(divergence.kind).or_default() += 1;
-                    if summary.traces_failed == 1 {
-                        tell(Event::Shrinking {
-                            backend: backend.name(),
-                        });
-                        let (record, artifact) = shrink_and_report(
-                            backend.as_ref(),
-                            opts,
-                            index,
-                            (*step, divergence),
-                            &judged,
-                        );
-                        summary.failures.push(record);
-                        artifacts.push(artifact);
+            let judged = JudgedTrace::new(generate(&trace_recipe_in(
+                opts.seed,
+                index,
+                &opts.trace_shapes,
+                &cohort.space,
+            )));
+            *oracle_time += t0.elapsed();
+            if judged.steps.is_empty() {
+                continue;
+            }
+            let buckets = crate::coverage::trace_buckets(&judged.trace);
+            for &member in &cohort.members {
+                let (backend, summary) = (&opts.backends[member], &mut summaries[member]);
+                let t0 = Instant::now();
+                let (outcome, time) = evaluate_trace(backend.as_ref(), &judged);
+                summary.traces_run += 1;
+                summary.backend_seconds += time.as_secs_f64();
+                match &outcome {
+                    TraceOutcome::Pass {
+                        max_abs_err,
+                        max_rel_err,
+                    } => {
+                        summary.trace_steps += judged.steps.len();
+                        summary.worst_abs_err = summary.worst_abs_err.max(*max_abs_err);
+                        summary.worst_rel_err = summary.worst_rel_err.max(*max_rel_err);
+                    }
+                    TraceOutcome::Unsupported(u) => summary.add_unsupported(u, 1),
+                    TraceOutcome::Diverged { step, divergence } => {
+                        summary.trace_steps += step + 1;
+                        summary.failed += 1;
+                        summary.traces_failed += 1;
+                        summary
+                            .first_trace_divergence_at
+                            .get_or_insert(summary.traces_run);
+                        *summary.divergences.entry(divergence.kind).or_default() += 1;
+                        if summary.traces_failed == 1 {
+                            tell(Event::Shrinking {
+                                backend: backend.name(),
+                            });
+                            let (record, artifact) = shrink_and_report(
+                                backend.as_ref(),
+                                (opts, &cohort.space),
+                                index,
+                                (*step, divergence),
+                                &judged,
+                            );
+                            summary.failures.push(record);
+                            artifacts.push(artifact);
+                        }
                     }
                 }
+                if !matches!(outcome, TraceOutcome::Unsupported(_)) {
+                    crate::coverage::count(coverage, backend.name(), &buckets);
+                }
+                summary.wall_seconds += t0.elapsed().as_secs_f64();
             }
-            if !matches!(outcome, TraceOutcome::Unsupported(_)) {
-                crate::coverage::count(coverage, backend.name(), &buckets);
-            }
-            summary.wall_seconds += t0.elapsed().as_secs_f64();
         }
         tell(Event::Trace);
     }
@@ -88,7 +94,7 @@ pub fn run_traces(
 /// Shrink trace `index` (diverging at `step`) and report its smallest form.
 fn shrink_and_report(
     backend: &dyn Backend,
-    opts: &CheckOptions,
+    (opts, space): (&CheckOptions, &Space),
     index: usize,
     (step, divergence): (usize, &Divergence),
     original: &JudgedTrace,
@@ -103,10 +109,10 @@ fn shrink_and_report(
     let kind = divergence.kind;
     let shrunk = shrink_trace(
         backend,
-        trace_recipe_with(opts.seed, index, &opts.trace_shapes),
-        step,
-        kind,
+        trace_recipe_in(opts.seed, index, &opts.trace_shapes, space),
+        (step, kind),
         opts.shrink,
+        space,
     );
     let minimal = JudgedTrace::new(generate(&shrunk.recipe));
     let (judged, step, divergence, shrunk) = match evaluate_trace(backend, &minimal).0 {

@@ -3,11 +3,11 @@
 //! shorter prompts, outputs and chunks, a smaller cache and batch, then the per-case shrinks
 //! of the diverging step's shape (heads, head size, block size, dtype, features).
 
-use crate::pipeline::trace::{evaluate_trace, JudgedTrace, TraceOutcome};
+use crate::pipeline::trace::{evaluate_trace, fit_trace, JudgedTrace, TraceOutcome};
 use crate::shrink::ShrinkBudget;
 use attn_backends::Backend;
 use attn_reference::trace::{generate, TraceRecipe};
-use attn_reference::DType;
+use attn_reference::{DType, Space};
 use attn_results::DivergenceKind;
 use std::time::{Duration, Instant};
 
@@ -40,9 +40,9 @@ pub fn diverges(
 pub fn shrink_trace(
     backend: &dyn Backend,
     recipe: TraceRecipe,
-    step: usize,
-    kind: DivergenceKind,
+    (step, kind): (usize, DivergenceKind),
     budget: ShrinkBudget,
+    space: &Space,
 ) -> ShrunkTrace {
     let start = Instant::now();
     let mut best = recipe;
@@ -52,7 +52,7 @@ pub fn shrink_trace(
     // the smaller trace before moving on, and sweep again while a sweep made progress.
     let (mut i, mut progress) = (0, false);
     while steps < budget.max_steps && start.elapsed() < budget.max_time {
-        let cs = candidates(&best);
+        let cs = candidates(&best, space);
         if i >= cs.len() {
             if !progress {
                 break;
@@ -79,13 +79,14 @@ pub fn shrink_trace(
     }
 }
 
-/// Simpler neighbours of `r`, most drastic first.
-fn candidates(r: &TraceRecipe) -> Vec<TraceRecipe> {
-    let mut out = Vec::new();
+/// Simpler neighbours of `r`, most drastic first, each moved inside `space`.
+fn candidates(r: &TraceRecipe, space: &Space) -> Vec<TraceRecipe> {
+    let mut out: Vec<TraceRecipe> = Vec::new();
     let mut push = |f: &dyn Fn(&mut TraceRecipe)| {
         let mut c = r.clone();
         f(&mut c);
-        if &c != r {
+        let c = fit_trace(c, space);
+        if &c != r && !out.contains(&c) {
             out.push(c);
         }
     };

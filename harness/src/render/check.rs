@@ -34,6 +34,46 @@ fn unsupported_lines(s: &CheckSummary) -> Vec<String> {
         .collect()
 }
 
+/// What each backend was aimed at and how much of it reached the backend: "aim: cpu draws
+/// from everything: 619 of 619 reached it", with a warning when more than a tenth of what
+/// was drawn was declined (its declared space misses what it declines).
+fn aim_lines(s: &CheckSummary) -> Vec<String> {
+    let mut out = Vec::new();
+    if let Some(only) = &s.only {
+        out.push(format!("aim: --only {}", only.only_args().join(" --only ")));
+    }
+    for b in &s.backends {
+        let space = b
+            .space
+            .as_ref()
+            .map_or_else(|| "everything".to_string(), |sp| sp.to_string());
+        let declined = b.unsupported_cases();
+        let mut line = format!(
+            "aim: {} draws from {space}: {} of {} case(s) and trace(s) reached it",
+            b.backend,
+            b.reached(),
+            b.drawn()
+        );
+        if declined > 0 {
+            let _ = write!(
+                line,
+                ", {declined} declined ({:.0}%)",
+                100.0 * declined as f64 / b.drawn().max(1) as f64
+            );
+        }
+        out.push(line);
+        if b.declined_too_often() {
+            out.push(format!(
+                "warning: {} declined more than a tenth of what it was sent; declare what it \
+                 cannot run in its space (capabilities) or aim with --only, so cases are drawn \
+                 inside it",
+                b.backend
+            ));
+        }
+    }
+    out
+}
+
 /// Per-backend rows; a backend that ran nothing shows "-" rather than rates or errors.
 fn backend_rows(s: &CheckSummary) -> Vec<Vec<String>> {
     s.backends
@@ -127,6 +167,10 @@ fn upstream_line(s: &CheckSummary) -> Option<String> {
             if declined > 0 {
                 parts.push(format!("{declined} unsupported"));
             }
+            let outside = count(&|x| matches!(x, UpstreamStatus::NotDeclared { .. }));
+            if outside > 0 {
+                parts.push(format!("{outside} outside its space"));
+            }
             format!("{} {}", b.backend, parts.join(", "))
         })
         .collect();
@@ -211,6 +255,9 @@ pub fn render_text(s: &CheckSummary, detail: Detail) -> String {
     if let Some(l) = traces_line(s) {
         let _ = writeln!(out, "{l}");
     }
+    for l in aim_lines(s) {
+        let _ = writeln!(out, "{l}");
+    }
     out.push_str(&coverage_text(s, detail));
     let shared: usize = s.backends.first().map_or(0, |b| b.shared_block_cases);
     let _ = writeln!(
@@ -265,6 +312,10 @@ pub fn render_markdown(s: &CheckSummary) -> String {
     out.push_str(&table::markdown(&BACKEND_HEADER, &backend_rows(s)));
     if let Some(l) = traces_line(s) {
         let _ = writeln!(out, "\n{l}");
+    }
+    out.push('\n');
+    for l in aim_lines(s) {
+        let _ = writeln!(out, "- {l}");
     }
     let lines = unsupported_lines(s);
     if !lines.is_empty() {
