@@ -461,7 +461,10 @@ class VllmBackend(Adapter):
         session = Session(layer, kv_cache, spec, layer.attn_backend)
         # The runner makes the builders with the KV cache, before any step (CPU_ATTN's
         # sets the layer's ISA, which its cache writes read).
-        self.builder(config, session, 0, 0)
+        try:
+            self.builder(config, session, 0, 0)
+        except NotImplementedError as refused:  # a combination the class cannot declare
+            raise Unsupported(f"vLLM's metadata builder refuses: {refused}")
         return session
 
     def write_kv(self, config: Config, cache: Session, key: Any, value: Any, slot_mapping: Any) -> None:
