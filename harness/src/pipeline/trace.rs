@@ -180,7 +180,9 @@ pub fn fit_trace(mut r: TraceRecipe, space: &Space) -> TraceRecipe {
         return r;
     }
     space.fit_config(&mut r.config);
-    // Traces are a decoder's life: a space without decoders gets none (they are declined).
+    // Traces are a decoder's life: a space without decoders runs none (`check` draws no
+    // trace for it), and a trace never becomes anything else.
+    r.config.kind = attn_reference::AttentionKind::Decoder;
     if let Some(m) = space.max_seqs.filter(|&m| m >= 1) {
         r.max_running = r.max_running.min(m);
     }

@@ -10,7 +10,7 @@ use crate::render::trace_report::trace_failure_record;
 use crate::runner::Divergence;
 use attn_backends::Backend;
 use attn_reference::trace::generate;
-use attn_reference::Space;
+use attn_reference::{AttentionKind, Space};
 use attn_results::{BackendSummary, CoverageReport, FailureRecord};
 use std::time::{Duration, Instant};
 
@@ -29,6 +29,10 @@ pub fn run_traces(
             continue;
         }
         for cohort in cohorts {
+            if !cohort.space.allows_kind(AttentionKind::Decoder) {
+                // Traces are decoder steps: nothing to draw for this space.
+                continue;
+            }
             let t0 = Instant::now();
             let judged = JudgedTrace::new(generate(&trace_recipe_in(
                 opts.seed,

@@ -1,0 +1,385 @@
+//! Aim: cases, traces and shrinking follow the space a backend declares (and `--only`
+//! narrows), a narrow backend gets its whole budget, and the summary says what reached it.
+
+use attn_backends::{
+    backend_by_name, declared_space, Backend, BackendError, CacheLayout, KvCache, KvWrite,
+    StepInputs,
+};
+use attn_harness::check::{case_tree, cohorts, run_check, CheckOptions};
+use attn_harness::external::adapter_python;
+use attn_harness::pipeline::trace::{fit_trace, trace_recipe_in, TraceShapes};
+use attn_harness::render::check::{render_text, Detail};
+use attn_harness::shrink::{shrink_fully, ShrinkBudget};
+use attn_harness::strategy::{budget_of, fit_space, CaseRecipe, StrategyLimits};
+use attn_reference::trace::generate;
+use attn_reference::{AttentionConfig, Case, Feature, Space, Unsupported};
+use proptest::strategy::ValueTree;
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::Arc;
+
+fn space(json: &str) -> Space {
+    serde_json::from_str(json).expect("a valid space")
+}
+
+/// One space per key (so each is seen to bind alone), and the narrow one of a backend in
+/// development with every batch limit besides.
+fn spaces() -> Vec<(&'static str, Space)> {
+    vec![
+        ("dtypes", space(r#"{"dtypes": ["bf16"]}"#)),
+        ("head_sizes", space(r#"{"head_sizes": [80, 128]}"#)),
+        (
+            "head_size_multiple_of",
+            space(r#"{"head_size_multiple_of": 64}"#),
+        ),
+        ("block_sizes", space(r#"{"block_sizes": [16]}"#)),
+        (
+            "block_size_multiple_of",
+            space(r#"{"block_size_multiple_of": 16}"#),
+        ),
+        ("kinds", space(r#"{"kinds": ["encoder_only"]}"#)),
+        ("features", space(r#"{"features": ["alibi"]}"#)),
+        ("max_seqs", space(r#"{"max_seqs": 1}"#)),
+        ("max_query_len", space(r#"{"max_query_len": 1}"#)),
+        ("max_seq_len", space(r#"{"max_seq_len": 40}"#)),
+        ("max_tokens", space(r#"{"max_tokens": 6}"#)),
+        ("max_group", space(r#"{"max_group": 2}"#)),
+        (
+            "kv_cache_dtypes",
+            space(r#"{"kv_cache_dtypes": ["fp8_e5m2"]}"#),
+        ),
+        (
+            "narrow",
+            space(
+                r#"{"dtypes": ["f16"], "head_size_multiple_of": 64, "max_seqs": 1,
+                    "kinds": ["decoder"], "features": [], "max_query_len": 16,
+                    "max_seq_len": 2048, "max_tokens": 16, "block_sizes": [16, 64]}"#,
+            ),
+        ),
+    ]
+}
+
+const LIMITS: StrategyLimits = StrategyLimits {
+    long_every: 5,
+    ..StrategyLimits::DEFAULT
+};
+
+#[test]
+fn every_drawn_case_and_trace_is_inside_its_space_and_each_key_binds() {
+    let full = Space::default();
+    for (key, s) in spaces() {
+        assert_eq!(s.emptiness(), None, "{key}");
+        let mut bound = false;
+        for index in 0..60 {
+            let case = case_tree(3, index, LIMITS, &s).current().build();
+            assert_eq!(case.validate(), Ok(()), "{key}: case {index}");
+            assert_eq!(s.admits(&case), Ok(()), "{key}: case {index}");
+            // The key restricts something: a draw of the full space would break it.
+            let free = case_tree(3, index, LIMITS, &full).current().build();
+            bound |= s.admits(&free).is_err();
+        }
+        assert!(
+            bound,
+            "{key}: no draw of the full space breaks it; the test proves nothing"
+        );
+        for index in 0..12 {
+            let trace = generate(&trace_recipe_in(3, index, &TraceShapes::default(), &s));
+            assert_eq!(trace.validate(), Ok(()), "{key}: trace {index}");
+            if !s.allows_kind(attn_reference::AttentionKind::Decoder) {
+                continue; // `check` draws no trace for it
+            }
+            for step in 0..trace.steps.len() {
+                let case = trace.step_case(step);
+                assert_eq!(s.admits(&case), Ok(()), "{key}: trace {index} step {step}");
+            }
+        }
+    }
+}
+
+#[test]
+fn the_full_space_draws_what_it_always_drew() {
+    let full = Space::default();
+    for index in 0..40 {
+        let r = case_tree(1, index, LIMITS, &full).current();
+        assert_eq!(fit_space(r.clone(), &full, budget_of(index, LIMITS)), r);
+    }
+    let t = trace_recipe_in(1, 0, &TraceShapes::default(), &full);
+    assert_eq!(fit_trace(t.clone(), &full), t);
+}
+
+#[test]
+fn shrinking_never_leaves_the_space() {
+    for (key, s) in spaces() {
+        for index in [0, 2, 7] {
+            let mut tree = case_tree(5, index, LIMITS, &s);
+            let budget = budget_of(index, LIMITS);
+            let fit = |r: CaseRecipe| fit_space(r, &s, budget);
+            let mut outside = 0;
+            // Everything "fails": the shrinker goes as far as it can.
+            let budget_steps = ShrinkBudget {
+                max_steps: 400,
+                max_time: std::time::Duration::from_secs(3),
+            };
+            let shrunk = shrink_fully(&mut tree, budget_steps, &fit, |r| {
+                outside += usize::from(s.admits(&r.build()).is_err());
+                true
+            });
+            assert_eq!(outside, 0, "{key}: a shrink candidate left the space");
+            let minimal = shrunk.recipe.build();
+            assert_eq!(s.admits(&minimal), Ok(()), "{key}");
+            assert!(shrunk.accepted > 0, "{key}: nothing shrank");
+        }
+    }
+}
+
+/// `cpu` declining every head size that is not a multiple of 8 without declaring it: what a
+/// backend whose space is incomplete looks like.
+struct Picky(Arc<dyn Backend>);
+
+impl Backend for Picky {
+    fn name(&self) -> &str {
+        "picky"
+    }
+    fn supports(&self, config: &AttentionConfig) -> Result<(), Unsupported> {
+        if !config.head_size.is_multiple_of(8) {
+            return Err(
+                Unsupported::new(Feature::HeadSize, "not a multiple of 8").value(config.head_size)
+            );
+        }
+        self.0.supports(config)
+    }
+    fn optional_features(&self) -> Vec<Feature> {
+        self.0.optional_features()
+    }
+    fn cache_layout(&self) -> CacheLayout {
+        self.0.cache_layout()
+    }
+    fn new_cache(&self, c: &AttentionConfig, n: usize) -> Result<KvCache, BackendError> {
+        self.0.new_cache(c, n)
+    }
+    fn write_kv(
+        &self,
+        c: &AttentionConfig,
+        cache: &mut KvCache,
+        kv: &KvWrite<'_>,
+    ) -> Result<(), BackendError> {
+        self.0.write_kv(c, cache, kv)
+    }
+    fn forward(
+        &self,
+        c: &AttentionConfig,
+        cache: &KvCache,
+        step: &StepInputs<'_>,
+    ) -> Result<Vec<f32>, BackendError> {
+        self.0.forward(c, cache, step)
+    }
+}
+
+#[test]
+fn the_summary_says_what_reached_each_backend_and_warns_on_declines() {
+    let cpu = backend_by_name("cpu").unwrap();
+    let picky: Arc<dyn Backend> = Arc::new(Picky(cpu.clone()));
+    let out = std::env::temp_dir().join("attn-diff-aim-summary");
+    let run = run_check(CheckOptions {
+        traces: 4,
+        ..CheckOptions::new(vec![cpu, picky], 60, out)
+    });
+    let s = &run.summary;
+    let (cpu, picky) = (&s.backends[0], &s.backends[1]);
+    assert_eq!(cpu.reached(), cpu.drawn());
+    assert!(picky.unsupported_cases() > 6, "{:?}", picky.unsupported);
+    assert_eq!(picky.reached() + picky.unsupported_cases(), picky.drawn());
+    assert!(picky.declined_too_often() && !cpu.declined_too_often());
+    let text = render_text(s, Detail::Summary);
+    assert!(
+        text.contains(&format!(
+            "aim: picky draws from everything: {} of {}",
+            picky.reached(),
+            picky.drawn()
+        )),
+        "{text}"
+    );
+    assert!(
+        text.contains("warning: picky declined more than a tenth"),
+        "{text}"
+    );
+    assert!(!text.contains("warning: cpu"), "{text}");
+    assert!(
+        text.contains("picky: ") && text.contains("head size not a multiple of 8"),
+        "{text}"
+    );
+}
+
+#[test]
+fn spyre_device_runs_nearly_all_of_its_budget_in_its_own_cohort() {
+    let cpu = backend_by_name("cpu").unwrap();
+    let device = backend_by_name("spyre-device").unwrap();
+    let declared = declared_space(device.as_ref());
+    assert!(!declared.is_full() && declared.dtypes.is_some());
+    let backends = vec![cpu.clone(), device.clone()];
+    assert_eq!(cohorts(&backends, &Space::default()).len(), 2);
+    let out = std::env::temp_dir().join("attn-diff-aim-device");
+    let run = run_check(CheckOptions {
+        traces: 6,
+        ..CheckOptions::new(backends, 100, out)
+    });
+    let d = &run.summary.backends[1];
+    assert_eq!(d.cases_run, 100, "a full budget, not a sliver");
+    assert!(
+        d.reached() * 10 >= d.drawn() * 9,
+        "spyre-device reached {} of {}: {:?}",
+        d.reached(),
+        d.drawn(),
+        d.unsupported
+    );
+    assert!(!run.summary.any_divergence());
+    // Its coverage marks what it does not declare.
+    let cov = run.summary.coverage.as_ref().unwrap();
+    assert!(cov.is_not_declared("spyre-device", "dtype", "f32"));
+    assert!(!cov.is_not_declared("cpu", "dtype", "f32"));
+    assert!(cov
+        .uncovered("spyre-device")
+        .iter()
+        .all(|(dim, _)| *dim != "dtype" && *dim != "head size"));
+}
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn attn_diff(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_attn-diff"))
+        .current_dir(repo())
+        .args(args)
+        .output()
+        .expect("attn-diff runs")
+}
+
+#[test]
+fn only_narrows_every_backend_and_is_recorded() {
+    let o = attn_diff(&[
+        "check",
+        "-q",
+        "--backend",
+        "cpu",
+        "--cases",
+        "40",
+        "--traces",
+        "4",
+        "--only",
+        "dtypes=f16",
+        "--only",
+        "head_sizes=64,128",
+        "--only",
+        "max_seqs=1",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let s: attn_results::CheckSummary = serde_json::from_slice(&o.stdout).unwrap();
+    let only = s.only.as_ref().expect("--only recorded");
+    assert_eq!(only.to_string(), "dtypes=f16 head_sizes=64,128 max_seqs=1");
+    assert_eq!(s.backends[0].space.as_ref(), Some(only));
+    let cov = &s.coverage.as_ref().unwrap().backends["cpu"];
+    assert_eq!(cov["dtype"].get("f16"), Some(&40));
+    assert!(cov["dtype"].get("f32").is_none());
+    assert_eq!(cov["sequences"].get("1"), Some(&40));
+    assert!(
+        cov["head size"].keys().all(|b| b.starts_with("64k")),
+        "{cov:?}"
+    );
+    // A key that does not exist, and a space left empty, are usage errors.
+    let o = attn_diff(&["check", "--backend", "cpu", "--only", "max_seq=1"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("unknown key `max_seq`"));
+    let o = attn_diff(&[
+        "check",
+        "--backend",
+        "spyre-device",
+        "--only",
+        "dtypes=f32",
+        "--cases",
+        "1",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("spyre-device would run nothing") && err.contains("dtypes"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_narrow_adapter_gets_its_whole_budget() {
+    let python = adapter_python(&repo());
+    let ok = Command::new(&python)
+        .args(["-c", "import numpy, safetensors"])
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(
+        ok,
+        "needs python3 with numpy and safetensors: `cargo xtask setup`"
+    );
+    let script = repo().join("harness/tests/adapters/narrow.py");
+    let adapters = repo().join("adapters/python");
+    let external = format!(
+        "narrow={python} {} {}",
+        script.display(),
+        adapters.display()
+    );
+    let o = attn_diff(&[
+        "check",
+        "-q",
+        "--backend",
+        "external:narrow",
+        "--external",
+        &external,
+        "--cases",
+        "300",
+        "--traces",
+        "20",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let s: attn_results::CheckSummary = serde_json::from_slice(&o.stdout).unwrap();
+    let b = &s.backends[0];
+    assert_eq!(b.cases_run, 300);
+    assert!(
+        b.reached() * 100 >= b.drawn() * 95,
+        "{} of {} reached it: {:?}",
+        b.reached(),
+        b.drawn(),
+        b.unsupported
+    );
+    assert!(b.trace_steps > 0);
+    // Several head sizes, block sizes and context lengths inside that space.
+    let cov = &s.coverage.as_ref().unwrap().backends["external:narrow"];
+    assert!(cov["head size"].len() >= 2, "{cov:?}");
+    assert!(cov["block size"].len() >= 3, "{cov:?}");
+    assert!(cov["longest sequence"].len() >= 3, "{cov:?}");
+}
+
+/// A case inside the space is left alone by fitting, so replays of it are unchanged.
+#[test]
+fn fitting_is_idempotent() {
+    for (key, s) in spaces() {
+        for index in 0..30 {
+            let r = case_tree(9, index, LIMITS, &s).current();
+            let again = fit_space(r.clone(), &s, budget_of(index, LIMITS));
+            assert_eq!(again, r, "{key}: case {index}");
+            let c: Case = r.build();
+            assert_eq!(s.admits(&c), Ok(()));
+        }
+    }
+}
