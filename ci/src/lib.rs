@@ -32,3 +32,5 @@ pub mod run;
 pub mod sanitize;
 pub mod summary;
 pub mod time;
+#[cfg(test)]
+mod workflows;
