@@ -201,7 +201,7 @@ impl fmt::Display for Key {
 /// Why a comment was rejected; every variant carries the word to point at.
 #[derive(Clone, Debug, PartialEq, Eq, Error)]
 pub enum ParseError {
-    #[error("the comment does not start with `{COMMAND}`")]
+    #[error("the comment does not start with `{COMMAND}` (in lower case, as a word of its own)")]
     NotACommand { word: String },
     #[error("`{word}` is not KEY=VALUE")]
     NotKeyValue { word: String },
