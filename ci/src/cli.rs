@@ -1,19 +1,22 @@
-//! The `attn-bot` command line: `plan`, `shard`, `report`, `usage`. Arguments are
-//! `--name value` pairs and a few flags; the comment itself comes from `--comment` or, as the
-//! workflow passes it, the environment variable `BOT_COMMENT`.
+//! The `attn-bot` command line: `plan`, `shard`, `report`, `post-select`, `post-request`,
+//! `post`, `usage`. Arguments are `--name value` pairs and a few flags; the comment itself
+//! comes from `--comment`, from the event file the bot workflow's run got (`--event`, the
+//! comment's `body`: any length, where a comment in the environment or on a command line over
+//! 128 KiB could not be passed at all), or from the environment variable `BOT_COMMENT`.
 
 use std::path::PathBuf;
 use thiserror::Error;
 
 pub const USAGE: &str = "\
 usage:
-  attn-bot plan --out DIR [--comment TEXT] (--local | --allowlist FILE --author LOGIN --association ASSOC)
+  attn-bot plan --out DIR [--comment TEXT | --event FILE] (--local | --allowlist FILE --author LOGIN --association ASSOC)
                 [--pr N] [--sha SHA] [--comment-id N] [--github-output FILE]
                 [--head SHA --comment-at TIME [--head-suites FILE] [--force-pushes FILE]]
-      the comment (--comment, else $BOT_COMMENT) becomes DIR/request.json (+ DIR/reply.md);
-      with --head (required with --allowlist) the tested commit is bound to the comment: FILEs
-      hold, one per line, when the head's check suites were created and when the branch was
-      force-pushed
+      the comment (--comment, else the event FILE's comment.body, else $BOT_COMMENT) becomes
+      DIR/request.json (+ DIR/reply.md); with --head (required with --allowlist) the tested
+      commit is bound to the comment: FILEs hold, one per line, when the head's check suites
+      were created, and each force-push of the branch as `TIME BEFORE AFTER` (commits in full,
+      or -)
   attn-bot shard --request FILE --index I --shards DIR
       run shard I through cargo (in the current folder) into DIR/shard-I/
   attn-bot report --request FILE --shards DIR --out DIR [--replay-artifact NAME] [--run-url URL]
@@ -21,10 +24,13 @@ usage:
   attn-bot post-select --jobs FILE --artifacts FILE [--github-output FILE]
       the bot run's jobs and artifacts (JSON lines) -> the ids of the plan job's request
       artifact and of the result artifact (request-id=, result-id=)
+  attn-bot post-request --request DIR [--github-output FILE]
+      read the request artifact (DIR holds its zip, read in memory and checked) -> comment-id=
   attn-bot post --request DIR --comment FILE --actor LOGIN --run-created-at TIME --run-url URL
                 --conclusion WORD [--result DIR] --out DIR [--github-output FILE]
-      check the request against the comment and the run; write DIR/comment.json and
-      DIR/status.json (request bodies for GitHub's API) and pr=, sha=, post=, status=
+      check the request (DIR holds its zip) against the comment and the run, read the result
+      (DIR holds its zip; a result that fails the checks is not read); write DIR/comment.json
+      and DIR/status.json (request bodies for GitHub's API) and pr=, sha=, post=, status=
   attn-bot usage
       print the comment grammar
 exit: 0 done (report: all passed), 1 divergence, 2 usage or I/O error, 3 a shard or the merge failed";
@@ -47,8 +53,10 @@ pub enum CliError {
     NotANumber { option: String, value: String },
     #[error("give either --local or all of --allowlist, --author and --association")]
     Gate,
-    #[error("no comment: pass --comment or set BOT_COMMENT")]
+    #[error("no comment: pass --comment or --event, or set BOT_COMMENT")]
     NoComment,
+    #[error("give --comment or --event, not both")]
+    TwoComments,
     #[error("a comment's request needs --head and --comment-at, to bind the commit it tests")]
     NoEvidence,
 }
@@ -72,11 +80,19 @@ pub struct EvidenceArgs {
     pub force_pushes: Option<PathBuf>,
 }
 
+/// Where the plan reads the comment from.
+#[derive(Debug, PartialEq, Eq)]
+pub enum CommentArg {
+    Text(String),
+    /// The event payload (`$GITHUB_EVENT_PATH`): its `comment.body`.
+    Event(PathBuf),
+}
+
 #[derive(Debug, PartialEq, Eq)]
 pub enum Command {
     Plan {
         out: PathBuf,
-        comment: String,
+        comment: CommentArg,
         gate: GateArgs,
         pr: Option<u64>,
         sha: Option<String>,
@@ -87,6 +103,10 @@ pub enum Command {
     PostSelect {
         jobs: PathBuf,
         artifacts: PathBuf,
+        github_output: Option<PathBuf>,
+    },
+    PostRequest {
+        request: PathBuf,
         github_output: Option<PathBuf>,
     },
     Post {
@@ -183,6 +203,7 @@ pub fn parse_args(args: &[String], env_comment: Option<String>) -> Result<Comman
                 &[
                     "--out",
                     "--comment",
+                    "--event",
                     "--allowlist",
                     "--author",
                     "--association",
@@ -224,12 +245,15 @@ pub fn parse_args(args: &[String], env_comment: Option<String>) -> Result<Comman
             if matches!(gate, GateArgs::Comment { .. }) && evidence.is_none() {
                 return Err(CliError::NoEvidence);
             }
+            let comment = match (o.get("--comment"), o.get("--event")) {
+                (Some(_), Some(_)) => return Err(CliError::TwoComments),
+                (Some(text), None) => CommentArg::Text(text),
+                (None, Some(event)) => CommentArg::Event(PathBuf::from(event)),
+                (None, None) => CommentArg::Text(env_comment.ok_or(CliError::NoComment)?),
+            };
             Ok(Command::Plan {
                 out: PathBuf::from(o.required("--out")?),
-                comment: o
-                    .get("--comment")
-                    .or(env_comment)
-                    .ok_or(CliError::NoComment)?,
+                comment,
                 gate,
                 pr: o.number("--pr")?,
                 sha: o.get("--sha"),
@@ -243,6 +267,13 @@ pub fn parse_args(args: &[String], env_comment: Option<String>) -> Result<Comman
             Ok(Command::PostSelect {
                 jobs: PathBuf::from(o.required("--jobs")?),
                 artifacts: PathBuf::from(o.required("--artifacts")?),
+                github_output: o.get("--github-output").map(PathBuf::from),
+            })
+        }
+        "post-request" => {
+            let o = Options::parse(rest, &[], &["--request", "--github-output"])?;
+            Ok(Command::PostRequest {
+                request: PathBuf::from(o.required("--request")?),
                 github_output: o.get("--github-output").map(PathBuf::from),
             })
         }
@@ -336,8 +367,30 @@ mod tests {
         plan.extend(["--pr", "5", "--head", "h", "--comment-at", "t"]);
         let c = parse_args(&args(&plan), Some("bot:test".into())).unwrap();
         assert!(
-            matches!(c, Command::Plan { ref comment, pr: Some(5), gate: GateArgs::Comment { .. }, .. } if comment == "bot:test")
+            matches!(c, Command::Plan { comment: CommentArg::Text(ref comment), pr: Some(5), gate: GateArgs::Comment { .. }, .. } if comment == "bot:test")
         );
+    }
+
+    #[test]
+    fn plan_takes_the_comment_from_the_event_file() {
+        let mut plan = COMMENT_GATE.to_vec();
+        plan.extend(["--head", "h", "--comment-at", "t", "--event", "e.json"]);
+        let c = parse_args(&args(&plan), None).unwrap();
+        assert!(
+            matches!(c, Command::Plan { comment: CommentArg::Event(ref p), .. } if p == &PathBuf::from("e.json")),
+            "{c:?}"
+        );
+        // Before the environment; never together with --comment.
+        let c = parse_args(&args(&plan), Some("bot:test".into())).unwrap();
+        assert!(matches!(
+            c,
+            Command::Plan {
+                comment: CommentArg::Event(_),
+                ..
+            }
+        ));
+        plan.extend(["--comment", "bot:test"]);
+        assert_eq!(parse_args(&args(&plan), None), Err(CliError::TwoComments));
     }
 
     #[test]

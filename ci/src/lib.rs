@@ -2,6 +2,7 @@
 //!
 //! What CI and the pull-request bot run, light enough to build without libtorch:
 //!
+//! - [`artifact`]: an artifact's zip read in memory, every entry checked (no path traversal);
 //! - [`request`]: the `bot:test` comment grammar, parsed into a typed request or an error
 //!   naming the offending word;
 //! - [`allowlist`]: who may trigger the bot;
@@ -18,6 +19,7 @@
 //!   `cargo xtask bot` call them through the `attn-bot` binary.
 
 pub mod allowlist;
+pub mod artifact;
 pub mod binding;
 pub mod catalog;
 pub mod cli;
@@ -30,3 +32,5 @@ pub mod run;
 pub mod sanitize;
 pub mod summary;
 pub mod time;
+#[cfg(test)]
+mod workflows;

@@ -1,8 +1,8 @@
 //! `attn-bot`: the pull-request bot's steps, as the workflows and `cargo xtask bot` run them.
 
 use attn_ci::allowlist::AllowList;
-use attn_ci::binding::{times_from_lines, Evidence};
-use attn_ci::cli::{parse_args, Command, EvidenceArgs, GateArgs, USAGE};
+use attn_ci::binding::{force_pushes_from_lines, times_from_lines, Evidence};
+use attn_ci::cli::{parse_args, Command, CommentArg, EvidenceArgs, GateArgs, USAGE};
 use attn_ci::post::{self, PostError, RunFacts};
 use attn_ci::reply::ReplyContext;
 use attn_ci::run::{self, Gate, PlanInput, Report, RunError};
@@ -46,12 +46,26 @@ fn evidence(args: EvidenceArgs) -> Result<Evidence, RunError> {
     let times = |p: Option<PathBuf>| -> Result<Vec<String>, RunError> {
         p.map_or(Ok(Vec::new()), |p| read(&p).map(|t| times_from_lines(&t)))
     };
+    let force_pushes = match args.force_pushes {
+        Some(p) => force_pushes_from_lines(&read(&p)?)?,
+        None => Vec::new(),
+    };
     Ok(Evidence {
         comment_at: args.comment_at,
         head: args.head,
         head_suites: times(args.head_suites)?,
-        force_pushes: times(args.force_pushes)?,
+        force_pushes,
     })
+}
+
+/// The comment: given, or the `comment.body` of the event file (read from a file, so a
+/// comment of any length gets here and is answered).
+fn comment(arg: CommentArg) -> Result<String, RunError> {
+    match arg {
+        CommentArg::Text(text) => Ok(text),
+        CommentArg::Event(path) => run::comment_from_event(&read(&path)?)
+            .map_err(|e| RunError::Input(format!("{}: {e}", path.display()))),
+    }
 }
 
 /// The posting step's refusals are errors like any other: nothing is posted.
@@ -81,7 +95,7 @@ fn execute(command: Command) -> Result<u8, RunError> {
     match command {
         Command::Plan {
             out,
-            comment,
+            comment: comment_arg,
             gate,
             pr,
             sha,
@@ -110,7 +124,7 @@ fn execute(command: Command) -> Result<u8, RunError> {
             };
             let file = run::plan(
                 PlanInput {
-                    comment,
+                    comment: comment(comment_arg)?,
                     gate,
                     pr,
                     sha,
@@ -138,6 +152,19 @@ fn execute(command: Command) -> Result<u8, RunError> {
             )?;
             Ok(0)
         }
+        Command::PostRequest {
+            request,
+            github_output,
+        } => {
+            let req = post::read_request(&request).map_err(post_error)?;
+            let id = req
+                .file
+                .comment_id
+                .map(|id| id.to_string())
+                .unwrap_or_default();
+            write_outputs(&format!("comment-id={id}\n"), github_output)?;
+            Ok(0)
+        }
         Command::Post {
             request,
             comment,
@@ -149,7 +176,8 @@ fn execute(command: Command) -> Result<u8, RunError> {
             out,
             github_output,
         } => {
-            let file = run::load_request(&request.join(run::REQUEST_FILE))?;
+            let post::RequestArtifact { file, reply } =
+                post::read_request(&request).map_err(post_error)?;
             let run = RunFacts {
                 actor,
                 created_at: run_created_at,
@@ -166,9 +194,15 @@ fn execute(command: Command) -> Result<u8, RunError> {
                     source,
                 })?;
             let pr = post::verify(&file, &comment, &run).map_err(post_error)?;
-            let result = result.filter(|d| d.is_dir());
+            // No folder, or an empty one: no result artifact was downloaded.
+            let result = result
+                .filter(|d| std::fs::read_dir(d).is_ok_and(|mut entries| entries.next().is_some()));
+            let result = post::read_result(result.as_deref());
+            if let post::ResultArtifact::Refused(why) = &result {
+                eprintln!("attn-bot: the result artifact is refused: {why}");
+            }
             let Some(p) =
-                post::compose(&file, pr, &run, &request, result.as_deref()).map_err(post_error)?
+                post::compose(&file, pr, &run, reply.as_ref(), &result).map_err(post_error)?
             else {
                 write_outputs("post=false\nstatus=false\n", github_output)?;
                 return Ok(0);

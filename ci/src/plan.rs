@@ -11,10 +11,12 @@ pub const SUMMARY_FILE: &str = "summary.json";
 pub const REPLAY_DIR: &str = "replays";
 
 /// Cargo arguments that build and run `attn-diff` for `req` (the default features, plus
-/// `mutants` when asked), up to the `--` before its own arguments.
+/// `mutants` when asked), with the locked dependencies, up to the `--` before its own
+/// arguments.
 pub fn cargo_run_args(req: &BotRequest) -> Vec<String> {
     let mut args: Vec<String> = [
         "run",
+        "--locked",
         "--quiet",
         "--package",
         "attn-harness",
@@ -53,6 +55,9 @@ pub fn check_args(req: &BotRequest, index: u32, out: &Path) -> Vec<String> {
     if req.deep {
         args.push("--deep".into());
     }
+    for only in &req.only {
+        args.extend(["--only".into(), only.arg()]);
+    }
     args.extend([
         "--format".into(),
         "json".into(),
@@ -84,7 +89,7 @@ mod tests {
         );
         assert_eq!(
             cargo_run_args(&r).join(" "),
-            "run --quiet --package attn-harness --bin attn-diff --features mutants --"
+            "run --locked --quiet --package attn-harness --bin attn-diff --features mutants --"
         );
         assert_eq!(matrix_json(&r), "[0,1,2,3]");
     }
@@ -99,8 +104,23 @@ mod tests {
         );
         assert_eq!(
             cargo_run_args(&r).join(" "),
-            "run --quiet --package attn-harness --bin attn-diff --"
+            "run --locked --quiet --package attn-harness --bin attn-diff --"
         );
         assert_eq!(matrix_json(&r), "[0]");
+    }
+
+    #[test]
+    fn only_filters_reach_every_shard() {
+        let r = parse("bot:test SHARDS=2 ONLY=dtypes=f16;head_sizes=64,128;max_seqs=1").unwrap();
+        for i in 0..2 {
+            let args = check_args(&r, i, Path::new("o"));
+            assert_eq!(
+                args.join(" "),
+                format!(
+                    "check --cases 500 --traces 100 --seed 1 --shard {i}/2 --only dtypes=f16 \
+                     --only head_sizes=64,128 --only max_seqs=1 --format json --out o/replays"
+                )
+            );
+        }
     }
 }

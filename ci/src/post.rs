@@ -10,11 +10,17 @@
 //!   request's author, who made the comment that started the run (the run's `actor`, which a
 //!   re-run by another maintainer does not change), at the time the request recorded, before
 //!   the run was created;
+//! - both artifacts are downloaded as zip files and read in memory ([`crate::artifact`]): no
+//!   name inside an archive decides where anything is written, and only the expected files
+//!   are read, each checked;
 //! - the pull request's output (`bot-result`) is sanitised ([`crate::sanitize`]) and posted
-//!   under a header naming the commit the request bound; the status goes on that commit.
+//!   under a header naming the commit the request bound; the status goes on that commit. A
+//!   result artifact that fails the checks is not read at all: the reply says it was refused
+//!   and the status is an error.
 
-use crate::run::{Outcome, RequestFile};
-use crate::sanitize::{read_capped, wrap};
+use crate::artifact::{read_artifact, ArtifactError};
+use crate::run::{Outcome, RequestFile, REPLY_FILE, REQUEST_FILE, STATUS_FILE};
+use crate::sanitize::{capped, wrap};
 use crate::time::parse_time;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
@@ -26,8 +32,15 @@ pub const REQUEST_ARTIFACT: &str = "bot-request";
 pub const RESULT_ARTIFACT: &str = "bot-result";
 /// The job that writes the request (and runs no pull-request code).
 pub const PLAN_JOB: &str = "plan";
-/// A result artifact bigger than this is not downloaded.
+/// A result artifact bigger than this is not downloaded, and no file in it is read past this.
 pub const MAX_RESULT_BYTES: u64 = 4 * 1024 * 1024;
+/// The request artifact, and each file in it, at most.
+pub const MAX_REQUEST_BYTES: u64 = 1024 * 1024;
+/// The files the plan job leaves in the request artifact.
+pub const REQUEST_FILES: [&str; 2] = [REQUEST_FILE, REPLY_FILE];
+/// The files the report job leaves in the result artifact (`summary.json` is not read here,
+/// but checked like the others).
+pub const RESULT_FILES: [&str; 3] = [REPLY_FILE, STATUS_FILE, crate::plan::SUMMARY_FILE];
 /// Seconds after the plan job's end an upload may still be stamped (GitHub rounds both times
 /// to the second; a job that needs the plan cannot start and upload that fast).
 const SLACK: i64 = 2;
@@ -66,6 +79,12 @@ pub enum PostError {
     },
     #[error("the request's commit `{0}` is not a full commit id")]
     BadSha(String),
+    #[error("the {REQUEST_ARTIFACT} artifact is refused: {0}")]
+    Request(ArtifactError),
+    #[error("the {REQUEST_ARTIFACT} artifact has no {REQUEST_FILE}")]
+    NoRequestFile,
+    #[error("the {REQUEST_ARTIFACT} artifact's {REQUEST_FILE} is not valid: {0}")]
+    RequestJson(String),
     #[error("{0}")]
     Time(#[from] crate::time::TimeError),
 }
@@ -271,14 +290,76 @@ fn conclusion(run: &RunFacts) -> String {
         .collect()
 }
 
-/// What to post for a verified request: `request_dir` holds the plan job's files (trusted),
-/// `result_dir` the pull request's output (untrusted), if the run left any.
+/// The request artifact, as the plan job wrote it: `request.json`, and the reply when the
+/// request was refused or rejected.
+#[derive(Debug)]
+pub struct RequestArtifact {
+    pub file: RequestFile,
+    /// `reply.md`: its text (at most [`crate::sanitize::MAX_READ`] bytes) and whether it was cut.
+    pub reply: Option<(String, bool)>,
+}
+
+/// Read the request artifact from its download folder (one zip file), in memory.
+pub fn read_request(dir: &Path) -> Result<RequestArtifact, PostError> {
+    let files = read_artifact(dir, MAX_REQUEST_BYTES, &REQUEST_FILES, MAX_REQUEST_BYTES)
+        .map_err(PostError::Request)?;
+    let json = files.get(REQUEST_FILE).ok_or(PostError::NoRequestFile)?;
+    let file = serde_json::from_slice(json).map_err(|e| PostError::RequestJson(e.to_string()))?;
+    Ok(RequestArtifact {
+        file,
+        reply: files.get(REPLY_FILE).map(capped),
+    })
+}
+
+/// The result artifact, as the posting step sees it.
+#[derive(Debug, PartialEq, Eq)]
+pub enum ResultArtifact {
+    /// The run left none (it failed or was cancelled first), or one too big to download.
+    Missing,
+    /// It failed the checks ([`crate::artifact`]): none of it is read.
+    Refused(String),
+    /// Its reply (text, and whether it was cut) and status, each if present.
+    Files {
+        reply: Option<(String, bool)>,
+        status: Option<Vec<u8>>,
+    },
+}
+
+/// Read the result artifact from its download folder (one zip file), in memory; `None` when
+/// there was none to download.
+pub fn read_result(dir: Option<&Path>) -> ResultArtifact {
+    let Some(dir) = dir else {
+        return ResultArtifact::Missing;
+    };
+    match read_artifact(dir, MAX_RESULT_BYTES, &RESULT_FILES, MAX_RESULT_BYTES) {
+        Ok(files) => ResultArtifact::Files {
+            reply: files.get(REPLY_FILE).map(capped),
+            status: files.get(STATUS_FILE).map(<[u8]>::to_vec),
+        },
+        Err(e) => ResultArtifact::Refused(e.to_string()),
+    }
+}
+
+/// A fenced block holding `s` whatever backticks it contains, with no info string.
+fn fenced(s: &str) -> String {
+    let mut longest = 0;
+    let mut run = 0;
+    for c in s.chars() {
+        run = if c == '`' { run + 1 } else { 0 };
+        longest = longest.max(run);
+    }
+    let fence = "`".repeat(longest.max(2) + 1);
+    format!("{fence}\n{s}\n{fence}\n")
+}
+
+/// What to post for a verified request: `request_reply` is the plan job's reply (trusted),
+/// `result` the pull request's output (untrusted).
 pub fn compose(
     file: &RequestFile,
     pr: u64,
     run: &RunFacts,
-    request_dir: &Path,
-    result_dir: Option<&Path>,
+    request_reply: Option<&(String, bool)>,
+    result: &ResultArtifact,
 ) -> Result<Option<Post>, PostError> {
     let link = run_link(run);
     let body = match file.outcome {
@@ -287,31 +368,34 @@ pub fn compose(
             "### attn-diff: the bot could not plan this request\n\nNothing was run: see the \
              {link}.\n"
         ),
-        Outcome::Rejected | Outcome::Refused => {
-            match read_capped(&request_dir.join(crate::run::REPLY_FILE)) {
-                Ok((text, _)) => text,
-                Err(_) => format!("### attn-diff: not run\n\nSee the {link}.\n"),
-            }
-        }
+        Outcome::Rejected | Outcome::Refused => match request_reply {
+            Some((text, _)) => text.clone(),
+            None => format!("### attn-diff: not run\n\nSee the {link}.\n"),
+        },
         Outcome::Run => {
             let sha = file.sha.clone().unwrap_or_default();
             if !is_full_sha(&sha) {
                 return Err(PostError::BadSha(plain(&sha, 64)));
             }
-            let reply = result_dir
-                .map(|d| d.join(crate::run::REPLY_FILE))
-                .and_then(|p| read_capped(&p).ok());
-            let body = match reply {
-                Some((text, cut)) => wrap(&text, cut, &sha, &run.url),
-                None => format!(
+            let (reply, status) = match result {
+                ResultArtifact::Files { reply, status } => (reply.as_ref(), status.as_deref()),
+                _ => (None, None),
+            };
+            let body = match (result, reply) {
+                (ResultArtifact::Refused(why), _) => format!(
+                    "### attn-diff: the run's result was refused\n\nCommit {sha}: the result \
+                     artifact failed the bot's checks, so none of it was read:\n\n{}\nSee the \
+                     {link}.\n",
+                    fenced(&plain(why, 300))
+                ),
+                (_, Some((text, cut))) => wrap(text, *cut, &sha, &run.url),
+                (_, None) => format!(
                     "### attn-diff: the run did not finish ({})\n\nCommit {sha}: see the {link}.\n",
                     conclusion(run)
                 ),
             };
-            let status = result_dir
-                .map(|d| d.join(crate::run::STATUS_FILE))
-                .and_then(|p| read_capped(&p).ok())
-                .and_then(|(text, _)| serde_json::from_str::<crate::reply::Status>(&text).ok());
+            let status =
+                status.and_then(|bytes| serde_json::from_slice::<crate::reply::Status>(bytes).ok());
             let (state, what) = match status {
                 Some(s) => (
                     serde_json::to_value(s.state)
@@ -319,6 +403,10 @@ pub fn compose(
                         .and_then(|v| v.as_str().map(str::to_string))
                         .unwrap_or_else(|| "error".into()),
                     s.description,
+                ),
+                None if matches!(result, ResultArtifact::Refused(_)) => (
+                    "error".to_string(),
+                    "the result artifact was refused".to_string(),
                 ),
                 None => (
                     "error".to_string(),
@@ -545,34 +633,22 @@ mod tests {
         );
     }
 
-    fn dirs(reply: Option<&str>, status: Option<&str>) -> std::path::PathBuf {
-        use std::sync::atomic::{AtomicUsize, Ordering};
-        static N: AtomicUsize = AtomicUsize::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "attn-ci-post-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        if let Some(r) = reply {
-            std::fs::write(dir.join("reply.md"), r).unwrap();
+    fn files(reply: Option<&str>, status: Option<&str>) -> ResultArtifact {
+        ResultArtifact::Files {
+            reply: reply.map(|r| capped(r.as_bytes())),
+            status: status.map(|s| s.as_bytes().to_vec()),
         }
-        if let Some(s) = status {
-            std::fs::write(dir.join("status.json"), s).unwrap();
-        }
-        dir
     }
 
     #[test]
     fn a_run_is_posted_sanitised_under_its_commit() {
-        let result = dirs(
+        let result = files(
             Some("### attn-diff: all passed\n@team [x](https://e.example)\n"),
             Some(
                 r#"{"state":"success","description":"2 backends: all passed @bob\u0007","context":"attn-diff/bot"}"#,
             ),
         );
-        let post = compose(&request(Outcome::Run), 5, &run(), &result, Some(&result))
+        let post = compose(&request(Outcome::Run), 5, &run(), None, &result)
             .unwrap()
             .unwrap();
         assert_eq!(post.pr, 5);
@@ -587,18 +663,17 @@ mod tests {
         assert_eq!(status.state, "success");
         assert_eq!(status.description, "0123456: 2 backends: all passed @bob");
         assert_eq!(status.context, "attn-diff/bot");
-        let _ = std::fs::remove_dir_all(&result);
     }
 
     #[test]
     fn a_run_without_a_usable_result_is_an_error_status() {
-        let result = dirs(
+        let result = files(
             None,
             Some(r#"{"state":"pending","description":"x","context":"c"}"#),
         );
         let mut r = run();
         r.conclusion = "cancelled".into();
-        let post = compose(&request(Outcome::Run), 5, &r, &result, Some(&result))
+        let post = compose(&request(Outcome::Run), 5, &r, None, &result)
             .unwrap()
             .unwrap();
         assert!(post
@@ -611,26 +686,150 @@ mod tests {
             status.description,
             "0123456: the run did not finish (cancelled)"
         );
+        let post = compose(
+            &request(Outcome::Run),
+            5,
+            &r,
+            None,
+            &ResultArtifact::Missing,
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(post.status.unwrap().1.state, "error");
         let mut f = request(Outcome::Run);
         f.sha = Some("main".into());
         assert!(matches!(
-            compose(&f, 5, &run(), &result, None),
+            compose(&f, 5, &run(), None, &ResultArtifact::Missing),
             Err(PostError::BadSha(_))
         ));
-        let _ = std::fs::remove_dir_all(&result);
+    }
+
+    fn download(tag: &str, zip: &[u8]) -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("attn-ci-post-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("artifact.zip"), zip).unwrap();
+        dir
+    }
+
+    #[test]
+    fn a_result_artifact_that_tries_to_escape_is_refused_not_read() {
+        use crate::artifact::tests::{zip, Entry};
+        let dir = download(
+            "escape",
+            &zip(&[
+                Entry::file("reply.md", b"### attn-diff: all passed\n"),
+                Entry::file(
+                    "status.json",
+                    br#"{"state":"success","description":"ok","context":"attn-diff/bot"}"#,
+                ),
+                Entry::file("x/../../target/debug/attn-bot", b"\x7fELF"),
+            ]),
+        );
+        let result = read_result(Some(&dir));
+        assert!(
+            matches!(result, ResultArtifact::Refused(ref why) if why.contains("unsafe name")),
+            "{result:?}"
+        );
+        let post = compose(&request(Outcome::Run), 5, &run(), None, &result)
+            .unwrap()
+            .unwrap();
+        assert!(
+            post.body
+                .starts_with("### attn-diff: the run's result was refused"),
+            "{}",
+            post.body
+        );
+        assert!(!post.body.contains("all passed"), "{}", post.body);
+        let (_, status) = post.status.unwrap();
+        assert_eq!(
+            (status.state.as_str(), status.description.as_str()),
+            ("error", "0123456: the result artifact was refused")
+        );
+        // The same archive, well-formed, is read.
+        let dir = download(
+            "ok",
+            &zip(&[
+                Entry::file("reply.md", b"### attn-diff: all passed\n"),
+                Entry::file("summary.json", b"{}"),
+            ]),
+        );
+        let result = read_result(Some(&dir));
+        assert!(
+            matches!(
+                result,
+                ResultArtifact::Files {
+                    reply: Some(_),
+                    status: None
+                }
+            ),
+            "{result:?}"
+        );
+        assert_eq!(read_result(None), ResultArtifact::Missing);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn the_request_artifact_is_read_in_memory_and_checked() {
+        use crate::artifact::tests::{zip, Entry};
+        let json = serde_json::to_vec(&request(Outcome::Rejected)).unwrap();
+        let dir = download(
+            "request",
+            &zip(&[
+                Entry::file("request.json", &json),
+                Entry::file("reply.md", b"### attn-diff: cannot run this request\n"),
+            ]),
+        );
+        let req = read_request(&dir).unwrap();
+        assert_eq!(req.file, request(Outcome::Rejected));
+        let post = compose(
+            &req.file,
+            5,
+            &run(),
+            req.reply.as_ref(),
+            &ResultArtifact::Missing,
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(post.body, "### attn-diff: cannot run this request\n");
+        // A forged request smuggled in beside it, an absolute path, no request at all.
+        for (tag, entries) in [
+            (
+                "forged",
+                vec![
+                    Entry::file("request.json", &json),
+                    Entry::file("x/../../bot-request/request.json", b"{}"),
+                ],
+            ),
+            ("absolute", vec![Entry::file("/request.json", &json)]),
+        ] {
+            let dir = download(tag, &zip(&entries));
+            let e = read_request(&dir).unwrap_err();
+            assert!(
+                matches!(e, PostError::Request(ArtifactError::UnsafeName(_))),
+                "{tag}: {e:?}"
+            );
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+        let dir = download("none", &zip(&[Entry::file("reply.md", b"x")]));
+        assert_eq!(read_request(&dir).unwrap_err(), PostError::NoRequestFile);
+        let dir = download("bad-json", &zip(&[Entry::file("request.json", b"{")]));
+        assert!(matches!(read_request(&dir), Err(PostError::RequestJson(_))));
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
     fn refusals_and_failed_plans_are_answered_without_a_status() {
-        let req = dirs(Some("### attn-diff: cannot run this request\n"), None);
-        let post = compose(&request(Outcome::Rejected), 5, &run(), &req, None)
+        let reply = capped(b"### attn-diff: cannot run this request\n");
+        let none = ResultArtifact::Missing;
+        let post = compose(&request(Outcome::Rejected), 5, &run(), Some(&reply), &none)
             .unwrap()
             .unwrap();
         assert_eq!(
             (post.body.as_str(), post.status),
             ("### attn-diff: cannot run this request\n", None)
         );
-        let post = compose(&request(Outcome::Failed), 5, &run(), &req, None)
+        let post = compose(&request(Outcome::Failed), 5, &run(), Some(&reply), &none)
             .unwrap()
             .unwrap();
         assert!(post.body.contains("could not plan this request"));
@@ -638,9 +837,8 @@ mod tests {
             .body
             .contains("[workflow run](https://github.com/o/r/actions/runs/1)"));
         assert_eq!(
-            compose(&request(Outcome::Ignored), 5, &run(), &req, None),
+            compose(&request(Outcome::Ignored), 5, &run(), Some(&reply), &none),
             Ok(None)
         );
-        let _ = std::fs::remove_dir_all(&req);
     }
 }

@@ -39,13 +39,30 @@ fn default_traces() -> u32 {
 /// timeout (`attn-diff-sharded.yml`; docs/bot.md gives the worst case per comment).
 pub const MAX_CASES_PER_SHARD: u32 = 25_000;
 pub const MAX_DEEP_CASES_PER_SHARD: u32 = 12_500;
-/// Shortest and longest `SHA=` value (an abbreviated or a full commit id).
-pub const MIN_SHA: usize = 7;
-pub const MAX_SHA: usize = 40;
+/// Length of a `SHA=` value: a full commit id. An abbreviation is refused: it names whatever
+/// commit of that prefix the author pushes, not one commit.
+pub const SHA_LEN: usize = 40;
 /// Upstream specs one request may name.
 pub const MAX_SPECS: usize = 16;
 /// Backends one request may name.
 pub const MAX_BACKENDS: usize = 16;
+/// The `attn-diff check --only KEY=VALUES` keys an `ONLY=` filter may name.
+pub const ONLY_KEYS: [&str; 12] = [
+    "dtypes",
+    "head_sizes",
+    "max_seqs",
+    "head_size_multiple_of",
+    "block_sizes",
+    "max_query_len",
+    "max_seq_len",
+    "max_tokens",
+    "max_group",
+    "kinds",
+    "features",
+    "kv_cache_dtypes",
+];
+/// Longest `ONLY=` value list (the values of one key).
+pub const MAX_ONLY_VALUES: usize = 64;
 /// Longest word echoed back in a reply (longer ones are cut).
 const MAX_ECHO: usize = 64;
 
@@ -62,7 +79,11 @@ bot:test [KEY=VALUE]...
   DEEP=0|1          bigger batches and longer sequences (default 0)
   SHARDS=N          runners to split the cases over, 1..=8 and at most CASES (default 1)
   MUTANTS=0|1       build the deliberately wrong backends too; every mutant must diverge (default 0)
-  SHA=hex           the commit to test: the pull request's head, 7 to 40 hex digits (default: the
+  ONLY=k=v;k=v      restrict the cases (attn-diff check --only k=v for each): keys dtypes,
+                    head_sizes, max_seqs, head_size_multiple_of, block_sizes, max_query_len,
+                    max_seq_len, max_tokens, max_group, kinds, features, kv_cache_dtypes; values
+                    a-z 0-9 _ separated by commas; each key once (e.g. ONLY=dtypes=f16;head_sizes=64,128)
+  SHA=hex           the commit to test: the pull request's head, all 40 hex digits (default: the
                     head when the comment was made); refused if the head is no longer that commit
   cases per shard (CASES/SHARDS, rounded up): at most 25000, or 12500 with DEEP=1
 
@@ -82,9 +103,27 @@ pub struct BotRequest {
     pub deep: bool,
     pub shards: u32,
     pub mutants: bool,
-    /// `SHA=`: the commit the maintainer reviewed (lower-case hex, possibly abbreviated).
+    /// `ONLY=`: filters passed to every shard's `attn-diff check` as `--only KEY=VALUES`, in
+    /// the order given.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub only: Vec<OnlyFilter>,
+    /// `SHA=`: the commit the maintainer reviewed (a full commit id, lower-case hex).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sha: Option<String>,
+}
+
+/// One `ONLY=` item: a key of [`ONLY_KEYS`] and its comma-separated values.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OnlyFilter {
+    pub key: String,
+    pub values: String,
+}
+
+impl OnlyFilter {
+    /// As `attn-diff check --only` takes it.
+    pub fn arg(&self) -> String {
+        format!("{}={}", self.key, self.values)
+    }
 }
 
 impl Default for BotRequest {
@@ -98,6 +137,7 @@ impl Default for BotRequest {
             deep: false,
             shards: 1,
             mutants: false,
+            only: Vec::new(),
             sha: None,
         }
     }
@@ -114,11 +154,12 @@ pub enum Key {
     Deep,
     Shards,
     Mutants,
+    Only,
     Sha,
 }
 
 impl Key {
-    pub const ALL: [Key; 9] = [
+    pub const ALL: [Key; 10] = [
         Key::Backends,
         Key::Cases,
         Key::Traces,
@@ -127,6 +168,7 @@ impl Key {
         Key::Deep,
         Key::Shards,
         Key::Mutants,
+        Key::Only,
         Key::Sha,
     ];
 
@@ -140,6 +182,7 @@ impl Key {
             Key::Deep => "DEEP",
             Key::Shards => "SHARDS",
             Key::Mutants => "MUTANTS",
+            Key::Only => "ONLY",
             Key::Sha => "SHA",
         }
     }
@@ -158,12 +201,12 @@ impl fmt::Display for Key {
 /// Why a comment was rejected; every variant carries the word to point at.
 #[derive(Clone, Debug, PartialEq, Eq, Error)]
 pub enum ParseError {
-    #[error("the comment does not start with `{COMMAND}`")]
+    #[error("the comment does not start with `{COMMAND}` (in lower case, as a word of its own)")]
     NotACommand { word: String },
     #[error("`{word}` is not KEY=VALUE")]
     NotKeyValue { word: String },
     #[error(
-        "unknown key `{key}` (keys: BACKENDS, CASES, TRACES, SPECS, SEED, DEEP, SHARDS, MUTANTS, SHA)"
+        "unknown key `{key}` (keys: BACKENDS, CASES, TRACES, SPECS, SEED, DEEP, SHARDS, MUTANTS, ONLY, SHA)"
     )]
     UnknownKey { key: String, word: String },
     #[error("{key} is given twice")]
@@ -211,8 +254,12 @@ pub enum ParseError {
     BadMutantName { name: String, word: String },
     #[error("unknown spec `{name}` (known: {})", attn_reference::specs::spec_names().join(", "))]
     UnknownSpec { name: String, word: String },
-    #[error("SHA=`{value}` is not {MIN_SHA} to {MAX_SHA} lower-case hex digits")]
+    #[error("SHA=`{value}` is not a full commit id ({SHA_LEN} lower-case hex digits)")]
     BadSha { value: String, word: String },
+    #[error("ONLY: `{item}` is not KEY=VALUES (keys: {}; values: a-z, 0-9 and _, separated by commas)", ONLY_KEYS.join(", "))]
+    BadOnly { item: String, word: String },
+    #[error("ONLY names `{key}` twice")]
+    DuplicateOnly { key: String, word: String },
     #[error(
         "{per_shard} cases per shard (CASES={cases} over SHARDS={shards}); at most {max}{deep}: \
          raise SHARDS or lower CASES",
@@ -253,6 +300,8 @@ impl ParseError {
             | ParseError::BadMutantName { word, .. }
             | ParseError::UnknownSpec { word, .. }
             | ParseError::BadSha { word, .. }
+            | ParseError::BadOnly { word, .. }
+            | ParseError::DuplicateOnly { word, .. }
             | ParseError::ShardTooBig { word, .. }
             | ParseError::ShardsExceedCases { word, .. } => word,
         }
@@ -278,12 +327,10 @@ fn echo(word: &str) -> String {
 }
 
 /// Characters that do not show as themselves: controls, whitespace other than a space, and
-/// the format characters (zero-width, joiners, bidi controls, byte-order mark, soft hyphen).
+/// the invisible ones (zero-width, joiners, bidi controls, byte-order mark, soft hyphen,
+/// variation selectors, tag characters, blank fillers: [`crate::sanitize::invisible`]).
 fn is_hidden(c: char) -> bool {
-    c.is_control()
-        || (c.is_whitespace() && c != ' ')
-        || matches!(c, '\u{ad}' | '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}'
-            | '\u{2060}'..='\u{2069}' | '\u{feff}')
+    c.is_control() || (c.is_whitespace() && c != ' ') || crate::sanitize::invisible(c)
 }
 
 /// What ends the first line: `\n` and `\r`, and the other line ends of Unicode (vertical tab,
@@ -293,12 +340,24 @@ pub const LINE_ENDS: [char; 7] = [
     '\n', '\r', '\u{0b}', '\u{0c}', '\u{85}', '\u{2028}', '\u{2029}',
 ];
 
-/// Whether `comment` is addressed to the bot: it starts with `bot:test`, exactly the bot
-/// workflow's `startsWith(github.event.comment.body, 'bot:test')`, so the two never disagree
-/// (a comment the workflow lets through is parsed, and one it drops would be ignored here
-/// too). Anything else is not for the bot and gets no reply.
+/// Whether `comment` is addressed to the bot: it starts with `bot:test` in any case, as the bot
+/// workflow's `startsWith(github.event.comment.body, 'bot:test')` tests it (GitHub's
+/// `startsWith` ignores case, comparing each character's upper case: `BOT:TEST`, and even
+/// `bot:teſt` with a long s, get through). Every comment the workflow lets through is
+/// answered: one that is not exactly `bot:test` then gets the usage reply from [`parse`]
+/// rather than silence. Anything else is not for the bot and gets no reply.
 pub fn is_bot_command(comment: &str) -> bool {
-    comment.starts_with(COMMAND)
+    let upper = |c: char| {
+        let mut u = c.to_uppercase();
+        match (u.next(), u.next()) {
+            (Some(one), None) => one,
+            _ => c,
+        }
+    };
+    let mut chars = comment.chars();
+    COMMAND
+        .chars()
+        .all(|want| chars.next().is_some_and(|c| upper(c) == upper(want)))
 }
 
 fn first_line(comment: &str) -> &str {
@@ -356,7 +415,7 @@ pub fn parse(comment: &str) -> Result<BotRequest, ParseError> {
             }
             Key::Traces => req.traces = number(key, value, 0, MAX_TRACES as u64, &shown)? as u32,
             Key::Sha => {
-                let ok = (MIN_SHA..=MAX_SHA).contains(&value.len())
+                let ok = value.len() == SHA_LEN
                     && value
                         .bytes()
                         .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
@@ -368,6 +427,7 @@ pub fn parse(comment: &str) -> Result<BotRequest, ParseError> {
                 }
                 req.sha = Some(value.to_string());
             }
+            Key::Only => req.only = only(value, &shown)?,
             Key::Seed => req.seed = number(key, value, 0, u64::MAX, &shown)?,
             Key::Shards => {
                 req.shards = number(key, value, 1, MAX_SHARDS as u64, &shown)? as u32;
@@ -511,6 +571,42 @@ fn list(key: Key, value: &str, max: usize, word: &str) -> Result<Vec<String>, Pa
     Ok(names)
 }
 
+/// `ONLY=` items: `key=values` separated by `;`, each key of [`ONLY_KEYS`] at most once,
+/// values of `a-z`, `0-9` and `_` separated by single commas.
+fn only(value: &str, word: &str) -> Result<Vec<OnlyFilter>, ParseError> {
+    let mut filters: Vec<OnlyFilter> = Vec::new();
+    for item in value.split(';') {
+        let bad = || ParseError::BadOnly {
+            item: echo(item),
+            word: word.to_string(),
+        };
+        let (key, values) = item.split_once('=').ok_or_else(bad)?;
+        let value_ok = |v: &str| {
+            !v.is_empty()
+                && v.bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+        };
+        let list: Vec<&str> = values.split(',').collect();
+        if !ONLY_KEYS.contains(&key)
+            || list.len() > MAX_ONLY_VALUES
+            || !list.iter().all(|v| value_ok(v))
+        {
+            return Err(bad());
+        }
+        if filters.iter().any(|f| f.key == key) {
+            return Err(ParseError::DuplicateOnly {
+                key: key.to_string(),
+                word: word.to_string(),
+            });
+        }
+        filters.push(OnlyFilter {
+            key: key.to_string(),
+            values: values.to_string(),
+        });
+    }
+    Ok(filters)
+}
+
 impl BotRequest {
     /// The request written back as a canonical comment (every key, fixed order): what the
     /// replies echo instead of the comment's own text.
@@ -527,6 +623,10 @@ impl BotRequest {
             " SEED={} DEEP={} SHARDS={} MUTANTS={}",
             self.seed, self.deep as u8, self.shards, self.mutants as u8
         ));
+        if !self.only.is_empty() {
+            let items: Vec<String> = self.only.iter().map(OnlyFilter::arg).collect();
+            s.push_str(&format!(" ONLY={}", items.join(";")));
+        }
         if let Some(sha) = &self.sha {
             s.push_str(&format!(" SHA={sha}"));
         }
@@ -556,6 +656,7 @@ mod tests {
                 deep: true,
                 shards: 4,
                 mutants: true,
+                only: Vec::new(),
                 sha: None,
             }
         );
@@ -637,13 +738,13 @@ mod tests {
                 .as_deref(),
             Some(full)
         );
-        assert_eq!(
-            parse("bot:test SHA=abcdef0").unwrap().sha.as_deref(),
-            Some("abcdef0")
-        );
         for bad in [
+            // Abbreviations, however long: a prefix names whatever commit the author pushes.
+            "abcdef0",
+            &full[..39],
             "abcdef",
             "ABCDEF0",
+            &full.to_uppercase(),
             "abcdefg",
             &format!("{full}0"),
             "abc def0",
@@ -657,9 +758,113 @@ mod tests {
                 "{bad}"
             );
         }
+        let e = err("bot:test SHA=abcdef0");
+        assert_eq!(
+            e.to_string(),
+            "SHA=`abcdef0` is not a full commit id (40 lower-case hex digits)"
+        );
         let r = parse(&format!("bot:test SHA={full} CASES=7")).unwrap();
         assert_eq!(parse(&r.canonical()).unwrap(), r);
         assert!(r.canonical().ends_with(&format!(" SHA={full}")));
+    }
+
+    #[test]
+    fn the_workflow_filter_and_the_parser_agree_on_case() {
+        // GitHub's startsWith ignores case: every comment it lets through is answered (the
+        // usage reply), none is dropped in silence.
+        for c in ["BOT:TEST", "Bot:Test CASES=5", "bot:TEST", "bot:te\u{17f}t"] {
+            assert!(is_bot_command(c), "{c:?}");
+            let e = err(c);
+            assert!(matches!(e, ParseError::NotACommand { .. }), "{c:?}: {e:?}");
+            assert_eq!(e.offending_word(), c.split(' ').next().unwrap());
+        }
+        for c in ["bot:tes", "bot test", "b\u{f6}t:test", "\u{ff42}ot:test"] {
+            assert!(!is_bot_command(c), "{c:?}");
+        }
+    }
+
+    #[test]
+    fn only_filters_are_strict_and_reach_the_request() {
+        let r =
+            parse("bot:test ONLY=dtypes=f16;head_sizes=64,128;max_seqs=1;head_size_multiple_of=64")
+                .unwrap();
+        let args: Vec<String> = r.only.iter().map(OnlyFilter::arg).collect();
+        assert_eq!(
+            args,
+            [
+                "dtypes=f16",
+                "head_sizes=64,128",
+                "max_seqs=1",
+                "head_size_multiple_of=64"
+            ]
+        );
+        assert_eq!(parse(&r.canonical()).unwrap(), r);
+        assert!(r
+            .canonical()
+            .contains(" ONLY=dtypes=f16;head_sizes=64,128;max_seqs=1;head_size_multiple_of=64"));
+        for key in ONLY_KEYS {
+            let r = parse(&format!("bot:test ONLY={key}=a_1,b2")).unwrap();
+            assert_eq!(r.only[0].arg(), format!("{key}=a_1,b2"));
+        }
+        for bad in [
+            "ONLY=dtypes",
+            "ONLY=dtypes=",
+            "ONLY=dtypes=F16",
+            "ONLY=dtypes=f16,",
+            "ONLY=dtypes=,f16",
+            "ONLY=dtypes=f16,,bf16",
+            "ONLY=dtypes=f-16",
+            "ONLY=dtypes=f16;",
+            "ONLY=;dtypes=f16",
+            "ONLY=heads=8",
+            "ONLY=DTYPES=f16",
+            "ONLY=dtypes=f16=bf16",
+            "ONLY=dtypes=f16;--backend=x",
+            "ONLY=dtypes=$(id)",
+            "ONLY=dtypes=f16\u{200b}",
+        ] {
+            let c = format!("bot:test {bad}");
+            let e = err(&c);
+            assert!(matches!(e, ParseError::BadOnly { .. }), "{bad}: {e:?}");
+            assert_eq!(e.offending_word(), echo(bad), "{bad}");
+        }
+        let e = err("bot:test ONLY=dtypes=f16;kinds=decode;dtypes=bf16");
+        assert!(
+            matches!(e, ParseError::DuplicateOnly { ref key, .. } if key == "dtypes"),
+            "{e:?}"
+        );
+        // Once per comment, like every key.
+        assert!(matches!(
+            err("bot:test ONLY=dtypes=f16 ONLY=kinds=decode"),
+            ParseError::DuplicateKey { key: Key::Only, .. }
+        ));
+        let many = format!("bot:test ONLY=head_sizes={}", vec!["8"; 65].join(","));
+        assert!(matches!(err(&many), ParseError::BadOnly { .. }));
+        // The message lists what is allowed.
+        assert!(err("bot:test ONLY=x=1")
+            .to_string()
+            .contains("kv_cache_dtypes"));
+    }
+
+    #[test]
+    fn invisible_characters_are_spelled_out_in_echoes() {
+        for c in [
+            '\u{61c}',
+            '\u{3164}',
+            '\u{e0000}',
+            '\u{e0041}',
+            '\u{e007f}',
+            '\u{fe0f}',
+            '\u{115f}',
+            '\u{ffa0}',
+            '\u{2800}',
+            '\u{180e}',
+        ] {
+            let e = err(&format!("bot:test CASES=1{c}"));
+            let shown = format!("{}", c.escape_unicode());
+            assert!(e.offending_word().contains(&shown), "{c:?}: {e:?}");
+            assert!(!e.offending_word().contains(c), "{c:?}");
+        }
     }
 
     #[test]
@@ -803,6 +1008,7 @@ mod tests {
             ("bot:test SPECS=huge_decode", "SPECS=huge_decode"),
             ("bot:test CASES=3 SHARDS=4", "SHARDS=4"),
             ("bot:test CASES=10 $(reboot)", "$(reboot)"),
+            ("bot:test ONLY=dtypes=f16 ONLY=x=1", "ONLY=x=1"),
         ];
         for (comment, word) in cases {
             assert_eq!(err(comment).offending_word(), *word, "{comment}");

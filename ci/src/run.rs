@@ -60,6 +60,10 @@ pub enum RunError {
     },
     #[error("not posting: {0}")]
     Post(String),
+    #[error("{0}")]
+    Bind(#[from] crate::binding::BindError),
+    #[error("{0}")]
+    Input(String),
     #[error("shard {index}: attn-diff exited with {code}:\n{stderr}")]
     Shard {
         index: u32,
@@ -147,6 +151,19 @@ fn read(path: &Path) -> Result<String, RunError> {
 
 fn to_json<T: Serialize>(v: &T) -> String {
     serde_json::to_string_pretty(v).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
+}
+
+/// The comment's text from the event payload the bot workflow's run got
+/// (`$GITHUB_EVENT_PATH`): its `comment.body`, whatever its length. (In the environment or on a
+/// command line, a comment over 128 KiB cannot be passed to a program at all.)
+pub fn comment_from_event(event: &str) -> Result<String, String> {
+    let event: serde_json::Value = serde_json::from_str(event).map_err(|e| e.to_string())?;
+    match event.pointer("/comment/body") {
+        Some(serde_json::Value::String(body)) => Ok(body.clone()),
+        // GitHub sends `null` for an empty body.
+        Some(serde_json::Value::Null) => Ok(String::new()),
+        _ => Err("the event has no comment body".to_string()),
+    }
 }
 
 /// Step 1: decide what the comment asks for and write `request.json` (and `reply.md`).
@@ -469,12 +486,69 @@ mod tests {
         )
         .unwrap();
         assert_eq!(file.outcome, Outcome::Rejected);
-        // SHA= naming the head: bound, whatever the evidence.
-        let file = plan(input(&format!("bot:test SHA={}", &HEAD[..10]), &[]), &out).unwrap();
+        // SHA= naming the head in full: bound, whatever the evidence.
+        let file = plan(input(&format!("bot:test SHA={HEAD}"), &[]), &out).unwrap();
         assert_eq!(
             (file.outcome, file.bound_by),
             (Outcome::Run, Some(BoundBy::Sha))
         );
+        // An abbreviation: the usage reply, nothing bound.
+        let file = plan(input(&format!("bot:test SHA={}", &HEAD[..7]), &[]), &out).unwrap();
+        assert_eq!((file.outcome, file.sha), (Outcome::Rejected, None));
+        let reply = std::fs::read_to_string(out.join(REPLY_FILE)).unwrap();
+        assert!(reply.contains("is not a full commit id"), "{reply}");
         let _ = std::fs::remove_dir_all(&out);
+    }
+
+    #[test]
+    fn the_force_push_dance_runs_nothing() {
+        // M first pushed at 11:00, forced back to B at 11:30, the comment at 12:00 (on B), M
+        // pushed again after it: M is the head now, but was not at the comment.
+        let out = out_dir("dance");
+        let mut i = input("bot:test CASES=4", &["2026-05-01T11:00:00Z"]);
+        if let Some(e) = i.evidence.as_mut() {
+            e.force_pushes = vec![crate::binding::ForcePush {
+                at: "2026-05-01T11:30:00Z".into(),
+                before: Some(HEAD.into()),
+                after: Some("bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb".into()),
+            }];
+        }
+        let file = plan(i, &out).unwrap();
+        assert_eq!((file.outcome, &file.sha), (Outcome::Rejected, &None));
+        assert!(github_outputs(&file).contains("run=false"));
+        let reply = std::fs::read_to_string(out.join(REPLY_FILE)).unwrap();
+        assert!(reply.contains(&format!("SHA={HEAD}")), "{reply}");
+        let _ = std::fs::remove_dir_all(&out);
+    }
+
+    #[test]
+    fn a_comment_of_any_length_is_read_from_the_event_and_answered() {
+        // Over 128 KiB: more than one environment variable or argument can hold.
+        let tail = "x".repeat(200 * 1024);
+        for (first, outcome) in [
+            ("bot:test CASES=4", Outcome::Run),
+            ("bot:test CASES=four", Outcome::Rejected),
+            ("BOT:TEST", Outcome::Rejected),
+        ] {
+            let body = format!("{first}\n{tail}");
+            let event = serde_json::json!({ "comment": { "body": body, "id": 9 } }).to_string();
+            let comment = comment_from_event(&event).unwrap();
+            assert_eq!(comment.len(), body.len());
+            let out = out_dir("long");
+            let file = plan(input(&comment, &["2026-05-01T11:00:00Z"]), &out).unwrap();
+            assert_eq!(file.outcome, outcome, "{first}");
+            if outcome == Outcome::Rejected {
+                let reply = std::fs::read_to_string(out.join(REPLY_FILE)).unwrap();
+                assert!(reply.contains("Usage:"), "{reply}");
+                assert!(reply.len() < 4096, "the reply does not echo the comment");
+            }
+            let _ = std::fs::remove_dir_all(&out);
+        }
+        assert_eq!(
+            comment_from_event(r#"{"comment":{"body":null}}"#),
+            Ok(String::new())
+        );
+        assert!(comment_from_event(r#"{"issue":{}}"#).is_err());
+        assert!(comment_from_event("not json").is_err());
     }
 }

@@ -1,12 +1,15 @@
 //! Markdown the pull request's own code wrote (its `reply.md`), made safe to post under the
 //! bot's name: no live @user or @org/team mention, no HTML but the collapsed-section tags, no
-//! link, image, autolink or cross-reference, no hidden or bidi characters, and a size cap both
-//! on what is read and on what is posted.
+//! link, image, autolink or cross-reference, no math, diagram, map or 3D model, no hidden or
+//! bidi characters, and a size cap both on what is read and on what is posted.
 //!
-//! Fenced code blocks are where GitHub renders nothing, so their content is kept as it is; to
-//! make sure GitHub sees the same blocks as this code does, every block is written back with a
-//! fresh fence at the start of the line, longer than any run of backticks inside it. Outside the
-//! fences every line is escaped.
+//! Fenced code blocks without an info string are where GitHub renders nothing, so their content
+//! is kept as it is; to make sure GitHub sees the same blocks as this code does, every block is
+//! written back with a fresh fence at the start of the line, longer than any run of backticks
+//! inside it, and no info string: a `mermaid`, `math`, `geojson`, `topojson` or `stl` block
+//! would be rendered as a diagram, formula, map or model (a fake banner, a fake table), and
+//! syntax highlighting is not worth that. Outside the fences every line is escaped, and every
+//! `$` becomes a full-width `＄`, so no `$…$`, `$$…$$` or `` $`…`$ `` math is rendered.
 
 use std::io::Read;
 use std::path::Path;
@@ -32,17 +35,36 @@ pub fn read_capped(path: &Path) -> std::io::Result<(String, bool)> {
     std::fs::File::open(path)?
         .take(MAX_READ + 1)
         .read_to_end(&mut bytes)?;
-    let cut = bytes.len() as u64 > MAX_READ;
-    bytes.truncate(MAX_READ as usize);
-    Ok((String::from_utf8_lossy(&bytes).into_owned(), cut))
+    Ok(capped(&bytes))
 }
 
-/// Characters dropped everywhere: controls (but tab) and the invisible format characters that
-/// can hide or reorder text (zero-width, bidi embeddings, overrides and isolates, BOM).
+/// The first [`MAX_READ`] bytes of `bytes` as text (invalid UTF-8 becomes U+FFFD), and whether
+/// there was more.
+pub fn capped(bytes: &[u8]) -> (String, bool) {
+    let cut = bytes.len() as u64 > MAX_READ;
+    let kept = &bytes[..bytes.len().min(MAX_READ as usize)];
+    (String::from_utf8_lossy(kept).into_owned(), cut)
+}
+
+/// Characters that show as nothing, or as blank space that is not a space: Unicode's
+/// Default_Ignorable_Code_Point set (zero-width characters and joiners, the bidi marks,
+/// embeddings, overrides and isolates including the Arabic letter mark U+061C, the byte-order
+/// mark, the soft hyphen, variation selectors such as U+FE0F, the tag characters
+/// U+E0000..=U+E0FFF) and the fillers that render blank (the Hangul fillers U+115F, U+1160,
+/// U+3164, U+FFA0; the Braille blank U+2800).
+pub fn invisible(c: char) -> bool {
+    matches!(c,
+        '\u{ad}' | '\u{34f}' | '\u{61c}' | '\u{115f}' | '\u{1160}' | '\u{17b4}' | '\u{17b5}'
+        | '\u{180b}'..='\u{180f}' | '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}'
+        | '\u{2060}'..='\u{206f}' | '\u{2800}' | '\u{3164}' | '\u{fe00}'..='\u{fe0f}' | '\u{feff}'
+        | '\u{ffa0}' | '\u{fff0}'..='\u{fff8}' | '\u{1bca0}'..='\u{1bca3}'
+        | '\u{1d173}'..='\u{1d17a}' | '\u{e0000}'..='\u{e0fff}')
+}
+
+/// Characters dropped everywhere: controls (but tab) and the [`invisible`] ones, which can
+/// hide or reorder text.
 pub(crate) fn dropped(c: char) -> bool {
-    (c.is_control() && c != '\t')
-        || matches!(c, '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}'
-            | '\u{2060}'..='\u{2069}' | '\u{feff}' | '\u{ad}')
+    (c.is_control() && c != '\t') || invisible(c)
 }
 
 /// A fence opening (or closing) line: up to three spaces, then three or more backticks or
@@ -72,18 +94,12 @@ fn longest_backticks(lines: &[String]) -> usize {
 
 /// A fenced block written back: after a blank line (which ends any HTML block, list, quote or
 /// table a kept tag or a text line began, so the fence is seen as one), with a backtick fence
-/// longer than any run inside, and an info string of letters, digits, `-` and `_` only.
-fn emit_block(out: &mut String, info: &str, lines: &[String]) {
+/// longer than any run inside, and no info string (the block's own is dropped: it could ask
+/// GitHub to render the block as math, a diagram, a map or a model).
+fn emit_block(out: &mut String, lines: &[String]) {
     let fence = "`".repeat(longest_backticks(lines).max(2) + 1);
     out.push('\n');
-    let info: String = info
-        .trim()
-        .chars()
-        .take_while(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_'))
-        .take(20)
-        .collect();
     out.push_str(&fence);
-    out.push_str(&info);
     out.push('\n');
     for l in lines {
         out.push_str(l);
@@ -128,6 +144,8 @@ fn escape_line(line: &str) -> String {
             },
             // Links, images, reference definitions and footnotes all need a `[`.
             '[' => out.push_str("\\["),
+            // Inline and display math (`$…$`, `$$…$$`, `` $`…`$ ``) all need a `$`.
+            '$' => out.push('＄'),
             // Bare URLs: `scheme://` and `www.` are what GitHub autolinks.
             ':' if after.starts_with("//") => {
                 out.push(':');
@@ -154,20 +172,19 @@ fn escape_line(line: &str) -> String {
     out
 }
 
-/// An open fenced block: its fence, info string, lines, and their size so far.
+/// An open fenced block: its fence, lines, and their size so far.
 struct Block {
     c: char,
     n: usize,
-    info: String,
     lines: Vec<String>,
     chars: usize,
     longest: usize,
 }
 
 impl Block {
-    /// Characters it takes once written (blank line, two fences, info, newlines).
+    /// Characters it takes once written (blank line, two fences, newlines).
     fn size(&self) -> usize {
-        self.chars + 2 * (self.longest.max(2) + 1) + self.info.len() + 4
+        self.chars + 2 * (self.longest.max(2) + 1) + 4
     }
 }
 
@@ -202,7 +219,7 @@ pub fn sanitize(md: &str) -> String {
                     continue;
                 }
                 let mut s = String::new();
-                emit_block(&mut s, &b.info, &b.lines);
+                emit_block(&mut s, &b.lines);
                 block = None;
                 s
             }
@@ -211,7 +228,6 @@ pub fn sanitize(md: &str) -> String {
                     block = Some(Block {
                         c,
                         n,
-                        info: info.to_string(),
                         lines: Vec::new(),
                         chars: 0,
                         longest: 0,
@@ -235,7 +251,7 @@ pub fn sanitize(md: &str) -> String {
     }
     // A block still open at the end (or at the cut) is closed; its size was kept in budget.
     if let Some(b) = block {
-        emit_block(&mut out, &b.info, &b.lines);
+        emit_block(&mut out, &b.lines);
     }
     if cut {
         out.push_str("\n(cut: the rest is in the workflow run)\n");
@@ -331,7 +347,7 @@ mod tests {
     fn fenced_blocks_are_kept_and_cannot_be_escaped() {
         // Kept as they are, in a fresh fence.
         let s = sanitize("before\n```text\n<b>@x</b> [l](u)\n```\nafter @y\n");
-        assert_eq!(s, "before\n\n```text\n<b>@x</b> [l](u)\n```\nafter ＠y\n");
+        assert_eq!(s, "before\n\n```\n<b>@x</b> [l](u)\n```\nafter ＠y\n");
         // A block holding a longer fence gets a longer fence: the inner line cannot close it.
         let s = sanitize("````\n```\n@inside\n````\n@outside\n");
         assert_eq!(s, "\n````\n```\n@inside\n````\n＠outside\n");
@@ -341,10 +357,43 @@ mod tests {
         // An indented or tilde fence is normalised; an unclosed one is closed.
         let s = sanitize("  ~~~~ rust {.x}\n@a\n~~~~~\n```\n@b");
         assert!(!outside_fences(&s).contains('@'), "{s}");
-        assert!(s.starts_with("\n```rust\n@a\n```\n"), "{s}");
+        assert!(s.starts_with("\n```\n@a\n```\n"), "{s}");
         // A backtick "fence" with backticks in its info string is not one (CommonMark): text.
         let s = sanitize("``` a`b\n@c\n");
         assert!(!s.contains('@'), "{s}");
+    }
+
+    #[test]
+    fn no_block_is_rendered_as_math_a_diagram_a_map_or_a_model() {
+        // GitHub renders these info strings; a fake "all passed" banner in a diagram, say.
+        for info in [
+            "mermaid",
+            "math",
+            "geojson",
+            "topojson",
+            "stl",
+            " mermaid {init: x}",
+            "MERMAID",
+        ] {
+            for fence in ["```", "~~~", "````"] {
+                let s = sanitize(&format!("{fence}{info}\ngraph TD; A-->B\n{fence}\n"));
+                assert_eq!(s, "\n```\ngraph TD; A-->B\n```\n", "{fence}{info}");
+            }
+        }
+        // An unclosed one too.
+        assert_eq!(sanitize("```math\nx^2"), "\n```\nx^2\n```\n");
+    }
+
+    #[test]
+    fn math_outside_blocks_is_inert() {
+        let s = sanitize("all $\\color{green}passed$ and $$\\text{ok}$$ and $`x`$\n");
+        assert!(!s.contains('$'), "{s}");
+        assert_eq!(
+            s,
+            "all ＄\\color{green}passed＄ and ＄＄\\text{ok}＄＄ and ＄`x`＄\n"
+        );
+        // In a block, a dollar is plain code and stays.
+        assert_eq!(sanitize("```\n$x$\n```\n"), "\n```\n$x$\n```\n");
     }
 
     #[test]
@@ -362,6 +411,31 @@ mod tests {
     fn hidden_characters_are_dropped() {
         let s = sanitize("a\u{202e}b\u{200b}c\u{0}d\u{1b}[31m\u{feff}e\n```\nf\u{2066}g\n```\n");
         assert_eq!(s, "abcd\\[31me\n\n```\nfg\n```\n");
+        // The Arabic letter mark, the Hangul filler, the tag characters (which can spell
+        // hidden text), variation selectors: gone, in and out of blocks.
+        let hidden = [
+            '\u{61c}',
+            '\u{3164}',
+            '\u{e0000}',
+            '\u{e0041}',
+            '\u{e007f}',
+            '\u{fe0f}',
+            '\u{fe00}',
+            '\u{115f}',
+            '\u{1160}',
+            '\u{ffa0}',
+            '\u{180e}',
+            '\u{34f}',
+            '\u{2800}',
+            '\u{e0100}',
+        ];
+        for c in hidden {
+            let s = sanitize(&format!("a{c}b\n```\nc{c}d\n```\n"));
+            assert_eq!(s, "ab\n\n```\ncd\n```\n", "{c:?}");
+        }
+        // Visible text is kept: letters, CJK, emoji, the full-width at sign.
+        let s = sanitize("ok 日本 ✅ ＠\n");
+        assert_eq!(s, "ok 日本 ✅ ＠\n");
     }
 
     #[test]

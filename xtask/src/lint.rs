@@ -168,7 +168,8 @@ fn zizmor_binary() -> Result<PathBuf, String> {
 }
 
 /// zizmor on the workflows and the local actions, offline (no GitHub token is needed, and the
-/// audits that would query GitHub are skipped), failing at medium severity and above.
+/// audits that would query GitHub are skipped), with the pedantic persona (its code-smell
+/// audits too), failing at medium severity and above.
 pub fn zizmor() -> Result<(), String> {
     let root = libtorch::repo_root();
     let bin = zizmor_binary()?;
@@ -176,6 +177,8 @@ pub fn zizmor() -> Result<(), String> {
         .args([
             "--offline",
             "--no-progress",
+            "--persona",
+            "pedantic",
             "--min-severity",
             ZIZMOR_MIN_SEVERITY,
         ])
@@ -185,7 +188,7 @@ pub fn zizmor() -> Result<(), String> {
         .map_err(|e| format!("cannot run {}: {e}", bin.display()))?
         .success();
     if ok {
-        eprintln!("lint: zizmor {ZIZMOR_VERSION} found nothing at {ZIZMOR_MIN_SEVERITY} severity or above");
+        eprintln!("lint: zizmor {ZIZMOR_VERSION} (pedantic) found nothing at {ZIZMOR_MIN_SEVERITY} severity or above");
         Ok(())
     } else {
         Err("zizmor found problems".into())

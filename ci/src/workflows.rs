@@ -1,0 +1,724 @@
+//! Checks on the repository's own workflows (`.github/workflows`, `.github/actions`): what the
+//! threat model in docs/bot.md relies on, read from the YAML itself so a later edit cannot
+//! quietly undo it. Test-only: nothing here is part of `attn-bot`.
+//!
+//! The YAML is read by a small parser of the subset the workflows use (block mappings and
+//! sequences, plain and quoted scalars, `|` and `>` block scalars, one-line flow sequences
+//! and `{}`); anything else is an error, so a construct it does not know fails the tests
+//! instead of being misread.
+
+use std::path::{Path, PathBuf};
+
+/// A YAML node.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Yaml {
+    Str(String),
+    Seq(Vec<Yaml>),
+    Map(Vec<(String, Yaml)>),
+}
+
+impl Yaml {
+    pub fn get(&self, key: &str) -> Option<&Yaml> {
+        match self {
+            Yaml::Map(m) => m.iter().find(|(k, _)| k == key).map(|(_, v)| v),
+            _ => None,
+        }
+    }
+
+    pub fn str(&self) -> Option<&str> {
+        match self {
+            Yaml::Str(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    pub fn entries(&self) -> &[(String, Yaml)] {
+        match self {
+            Yaml::Map(m) => m,
+            _ => &[],
+        }
+    }
+
+    pub fn items(&self) -> &[Yaml] {
+        match self {
+            Yaml::Seq(s) => s,
+            _ => &[],
+        }
+    }
+}
+
+struct Line<'a> {
+    indent: usize,
+    text: &'a str,
+    number: usize,
+}
+
+struct Parser<'a> {
+    raw: Vec<&'a str>,
+    /// Lines with content (not blank, not comment-only), in order.
+    lines: Vec<Line<'a>>,
+    at: usize,
+}
+
+fn indent_of(line: &str) -> usize {
+    line.len() - line.trim_start_matches(' ').len()
+}
+
+/// `text` without a trailing ` # comment`. Quotes matter only around a whole quoted scalar
+/// (an apostrophe inside a plain scalar is just a character).
+fn strip_comment(text: &str) -> &str {
+    let trimmed = text.trim_start();
+    let mut from = 0;
+    if let Some(q) = trimmed.chars().next().filter(|c| matches!(c, '"' | '\'')) {
+        // Past the closing quote ('' inside single quotes is an escaped quote).
+        let bytes = trimmed.as_bytes();
+        let mut i = 1;
+        while i < bytes.len() {
+            if bytes[i] == q as u8 {
+                if q == '\'' && bytes.get(i + 1) == Some(&b'\'') {
+                    i += 2;
+                    continue;
+                }
+                break;
+            }
+            i += 1;
+        }
+        from = (i + 1).min(trimmed.len());
+    }
+    let bytes = trimmed.as_bytes();
+    for i in from..bytes.len() {
+        if bytes[i] == b'#' && (i == 0 || bytes[i - 1] == b' ') {
+            return trimmed[..i].trim_end();
+        }
+    }
+    trimmed.trim_end()
+}
+
+/// Where a `key:` ends in `text`, if it is a mapping entry: a plain or quoted key followed by
+/// `:` and a space or the end.
+fn key_end(text: &str) -> Option<usize> {
+    let key_len = if let Some(q) = text.chars().next().filter(|c| matches!(c, '"' | '\'')) {
+        text[1..].find(q)? + 2
+    } else {
+        text.find(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '/')))
+            .unwrap_or(text.len())
+    };
+    if key_len == 0 {
+        return None;
+    }
+    let rest = &text[key_len..];
+    (rest == ":" || rest.starts_with(": ")).then_some(key_len)
+}
+
+fn unquote(s: &str) -> Result<String, String> {
+    let s = s.trim();
+    if let Some(inner) = s.strip_prefix('"') {
+        let inner = inner
+            .strip_suffix('"')
+            .ok_or_else(|| format!("unclosed quote: {s}"))?;
+        if inner.contains('\\') {
+            return Err(format!("escapes in double quotes are not read: {s}"));
+        }
+        Ok(inner.to_string())
+    } else if let Some(inner) = s.strip_prefix('\'') {
+        let inner = inner
+            .strip_suffix('\'')
+            .ok_or_else(|| format!("unclosed quote: {s}"))?;
+        Ok(inner.replace("''", "'"))
+    } else {
+        Ok(s.to_string())
+    }
+}
+
+fn scalar(text: &str) -> Result<Yaml, String> {
+    let text = text.trim();
+    if text == "{}" {
+        return Ok(Yaml::Map(Vec::new()));
+    }
+    if let Some(inner) = text.strip_prefix('[') {
+        let inner = inner
+            .strip_suffix(']')
+            .ok_or_else(|| format!("unclosed flow sequence: {text}"))?;
+        if inner.contains(['[', '{']) {
+            return Err(format!("nested flow collections are not read: {text}"));
+        }
+        return inner
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(|s| unquote(s).map(Yaml::Str))
+            .collect::<Result<_, _>>()
+            .map(Yaml::Seq);
+    }
+    if text.starts_with(['{', '&', '*', '!', '%', '@', '`']) {
+        return Err(format!("not read: {text}"));
+    }
+    unquote(text).map(Yaml::Str)
+}
+
+impl<'a> Parser<'a> {
+    fn new(text: &'a str) -> Result<Self, String> {
+        if text.contains('\t') {
+            return Err("tabs are not read".into());
+        }
+        let raw: Vec<&str> = text.lines().collect();
+        let lines = raw
+            .iter()
+            .enumerate()
+            .filter(|(_, l)| {
+                let t = l.trim();
+                !t.is_empty() && !t.starts_with('#')
+            })
+            .map(|(i, l)| Line {
+                indent: indent_of(l),
+                text: l.trim(),
+                number: i,
+            })
+            .collect();
+        Ok(Parser { raw, lines, at: 0 })
+    }
+
+    fn peek(&self) -> Option<&Line<'a>> {
+        self.lines.get(self.at)
+    }
+
+    fn error<T>(&self, what: &str) -> Result<T, String> {
+        let n = self.peek().map_or(self.raw.len(), |l| l.number + 1);
+        Err(format!("line {n}: {what}"))
+    }
+
+    fn document(mut self) -> Result<Yaml, String> {
+        let doc = self.block(0)?;
+        if self.peek().is_some() {
+            return self.error("unexpected indentation");
+        }
+        Ok(doc)
+    }
+
+    /// A block node at exactly `indent`.
+    fn block(&mut self, indent: usize) -> Result<Yaml, String> {
+        match self.peek() {
+            Some(l) if l.indent == indent && (l.text == "-" || l.text.starts_with("- ")) => {
+                self.sequence(indent)
+            }
+            Some(l) if l.indent == indent && key_end(l.text).is_some() => {
+                let text = l.text;
+                self.mapping(indent, text)
+            }
+            _ => self.error("expected a mapping or a sequence"),
+        }
+    }
+
+    /// The value after `key:` on a line at `indent` whose text after the colon is `rest`.
+    fn value(&mut self, indent: usize, rest: &str) -> Result<Yaml, String> {
+        let rest = strip_comment(rest);
+        if rest.starts_with(['|', '>']) {
+            return self.block_scalar(indent, rest);
+        }
+        if !rest.is_empty() {
+            let v = scalar(rest)?;
+            if self.peek().is_some_and(|l| l.indent > indent) {
+                return self.error("multi-line plain scalars are not read");
+            }
+            return Ok(v);
+        }
+        match self.peek() {
+            Some(l) if l.indent > indent => {
+                let i = l.indent;
+                self.block(i)
+            }
+            // A sequence may sit at its key's own indentation.
+            Some(l) if l.indent == indent && (l.text == "-" || l.text.starts_with("- ")) => {
+                self.sequence(indent)
+            }
+            _ => Ok(Yaml::Str(String::new())),
+        }
+    }
+
+    fn block_scalar(&mut self, indent: usize, header: &str) -> Result<Yaml, String> {
+        let folded = header.starts_with('>');
+        if !matches!(&header[1..], "" | "-") {
+            return self.error("block scalar headers other than | |- > >- are not read");
+        }
+        // The raw lines after the header line, while blank or more indented.
+        let start = self.lines[self.at - 1].number + 1;
+        let mut body: Vec<&str> = Vec::new();
+        let mut end = start;
+        for (i, l) in self.raw.iter().enumerate().skip(start) {
+            if l.trim().is_empty() || indent_of(l) > indent {
+                body.push(l);
+                end = i + 1;
+            } else {
+                break;
+            }
+        }
+        while body.last().is_some_and(|l| l.trim().is_empty()) {
+            body.pop();
+        }
+        let strip = body
+            .iter()
+            .filter(|l| !l.trim().is_empty())
+            .map(|l| indent_of(l))
+            .min()
+            .unwrap_or(0);
+        let lines: Vec<&str> = body
+            .iter()
+            .map(|l| if l.len() >= strip { &l[strip..] } else { "" })
+            .collect();
+        let text = if folded {
+            lines.join(" ")
+        } else {
+            lines.join("\n")
+        };
+        while self.peek().is_some_and(|l| l.number < end) {
+            self.at += 1;
+        }
+        Ok(Yaml::Str(text))
+    }
+
+    fn mapping(&mut self, indent: usize, first: &'a str) -> Result<Yaml, String> {
+        let mut map: Vec<(String, Yaml)> = Vec::new();
+        let mut text = first;
+        loop {
+            let Some(k) = key_end(text) else {
+                return self.error("expected `key:`");
+            };
+            let key = unquote(&text[..k])?;
+            if map.iter().any(|(m, _)| *m == key) {
+                return self.error(&format!("duplicate key `{key}`"));
+            }
+            self.at += 1;
+            let v = self.value(indent, &text[k + 1..])?;
+            map.push((key, v));
+            match self.peek() {
+                Some(l) if l.indent == indent && !(l.text == "-" || l.text.starts_with("- ")) => {
+                    text = l.text;
+                }
+                Some(l) if l.indent > indent => return self.error("unexpected indentation"),
+                _ => return Ok(Yaml::Map(map)),
+            }
+        }
+    }
+
+    fn sequence(&mut self, indent: usize) -> Result<Yaml, String> {
+        let mut items = Vec::new();
+        while let Some(l) = self.peek() {
+            if l.indent != indent || !(l.text == "-" || l.text.starts_with("- ")) {
+                break;
+            }
+            let content = l.text[1..].trim_start();
+            let inner = indent + (l.text.len() - content.len());
+            if content.is_empty() {
+                self.at += 1;
+                match self.peek() {
+                    Some(n) if n.indent > indent => {
+                        let i = n.indent;
+                        items.push(self.block(i)?);
+                    }
+                    _ => items.push(Yaml::Str(String::new())),
+                }
+            } else if key_end(content).is_some() {
+                // `- key: value` opens a mapping at the content's column.
+                items.push(self.mapping(inner, content)?);
+            } else {
+                self.at += 1;
+                items.push(scalar(strip_comment(content))?);
+                if self.peek().is_some_and(|n| n.indent > indent) {
+                    return self.error("multi-line plain scalars are not read");
+                }
+            }
+        }
+        Ok(Yaml::Seq(items))
+    }
+}
+
+/// Parse the YAML subset the workflows use.
+pub fn parse(text: &str) -> Result<Yaml, String> {
+    Parser::new(text)?.document()
+}
+
+/// The repository's root.
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The release of actions/download-artifact every workflow pins: v8.0.1 bundles
+    /// unzip-stream 0.3.4, which turns every `..` component into `.` (0.3.1, in v4.3.0 to
+    /// v6.0.0, stripped only a leading `../`).
+    const DOWNLOAD_ARTIFACT: &str =
+        "actions/download-artifact@3e5f45b2cfb9172054b4087a40e8e0b5a5461e7c";
+    /// The cache paths a trusted job may restore: the cargo registry and target, and the
+    /// libtorch wheels (checked by sha256 before use). No tool binary, no assembled libtorch.
+    const CACHE_PATHS: [&str; 4] = [
+        "~/.cargo/registry",
+        "~/.cargo/git",
+        "target",
+        "~/.cache/attn-diff/wheels",
+    ];
+
+    struct File {
+        path: String,
+        raw: String,
+        yaml: Yaml,
+    }
+
+    fn read(rel: &str) -> File {
+        let raw = std::fs::read_to_string(root().join(rel)).unwrap();
+        let yaml = parse(&raw).unwrap_or_else(|e| panic!("{rel}: {e}"));
+        File {
+            path: rel.to_string(),
+            raw,
+            yaml,
+        }
+    }
+
+    fn workflows() -> Vec<File> {
+        let mut names: Vec<String> = std::fs::read_dir(root().join(".github/workflows"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.ends_with(".yml") || n.ends_with(".yaml"))
+            .collect();
+        names.sort();
+        assert!(names.len() >= 5, "{names:?}");
+        names
+            .iter()
+            .map(|n| read(&format!(".github/workflows/{n}")))
+            .collect()
+    }
+
+    /// A step as it runs: a local composite action's steps stand in for the step using it.
+    fn expand(step: &Yaml) -> Vec<Yaml> {
+        match step.get("uses").and_then(Yaml::str) {
+            Some(local) if local.starts_with("./") => {
+                let action = read(&format!("{}/action.yml", &local[2..]));
+                let steps = action
+                    .yaml
+                    .get("runs")
+                    .and_then(|r| r.get("steps"))
+                    .unwrap_or_else(|| panic!("{local}: no steps"));
+                steps.items().iter().flat_map(expand).collect()
+            }
+            _ => vec![step.clone()],
+        }
+    }
+
+    /// Every job of every workflow: (file, job id, its steps with local actions expanded).
+    fn jobs() -> Vec<(String, String, Vec<Yaml>)> {
+        let mut out = Vec::new();
+        for f in workflows() {
+            for (id, job) in f.yaml.get("jobs").unwrap().entries() {
+                let steps = job
+                    .get("steps")
+                    .map(|s| s.items().iter().flat_map(expand).collect())
+                    .unwrap_or_default();
+                out.push((f.path.clone(), id.clone(), steps));
+            }
+        }
+        out
+    }
+
+    /// Whether a job runs code of a pull request: the jobs of the reusable workflow the bot
+    /// calls on the pull request's commit, and the bot's `run` job that calls it.
+    fn untrusted(file: &str, job: &str) -> bool {
+        file.ends_with("/attn-diff-sharded.yml") || (file.ends_with("/bot.yml") && job == "run")
+    }
+
+    fn uses(step: &Yaml) -> &str {
+        step.get("uses").and_then(Yaml::str).unwrap_or("")
+    }
+
+    fn with<'a>(step: &'a Yaml, key: &str) -> Option<&'a str> {
+        step.get("with")
+            .and_then(|w| w.get(key))
+            .and_then(Yaml::str)
+    }
+
+    #[derive(Debug)]
+    struct CacheUse {
+        file: String,
+        job: String,
+        saves: bool,
+        restores: bool,
+        key: String,
+        restore_keys: Option<String>,
+        paths: Vec<String>,
+    }
+
+    fn caches() -> Vec<CacheUse> {
+        let mut out = Vec::new();
+        for (file, job, steps) in jobs() {
+            for step in &steps {
+                let action = uses(step);
+                let Some(kind) = action
+                    .split('@')
+                    .next()
+                    .filter(|a| a.starts_with("actions/cache"))
+                else {
+                    continue;
+                };
+                out.push(CacheUse {
+                    file: file.clone(),
+                    job: job.clone(),
+                    saves: kind != "actions/cache/restore",
+                    restores: kind != "actions/cache/save",
+                    key: with(step, "key").unwrap_or_default().to_string(),
+                    restore_keys: with(step, "restore-keys").map(str::to_string),
+                    paths: with(step, "path")
+                        .unwrap_or_default()
+                        .lines()
+                        .map(|l| l.trim().to_string())
+                        .filter(|l| !l.is_empty())
+                        .collect(),
+                });
+            }
+        }
+        out
+    }
+
+    /// The part of a key before its first expression: what an entry must start with to be
+    /// that key.
+    fn static_prefix(key: &str) -> &str {
+        key.split("${{").next().unwrap_or(key)
+    }
+
+    #[test]
+    fn the_parser_reads_what_the_workflows_use() {
+        let y = parse(
+            "a: 1 # note\nb:\n  - x\n  - k: v\n    l: 'q''s'\nc: [1, \"2\"]\nd: {}\ne: |\n  one\n\n  two\nf: >-\n  x\n  y\ng:\n- s\n",
+        )
+        .unwrap();
+        assert_eq!(y.get("a"), Some(&Yaml::Str("1".into())));
+        assert_eq!(
+            y.get("b").unwrap().items()[1].get("l").unwrap().str(),
+            Some("q's")
+        );
+        assert_eq!(
+            y.get("c"),
+            Some(&Yaml::Seq(vec![
+                Yaml::Str("1".into()),
+                Yaml::Str("2".into())
+            ]))
+        );
+        assert_eq!(y.get("d"), Some(&Yaml::Map(vec![])));
+        assert_eq!(y.get("e").unwrap().str(), Some("one\n\ntwo"));
+        assert_eq!(y.get("f").unwrap().str(), Some("x y"));
+        assert_eq!(y.get("g").unwrap().items().len(), 1);
+        // What it does not know is an error, not a guess.
+        for bad in [
+            "a: &x 1\n",
+            "a: b\n  c\n",
+            "a: 1\na: 2\n",
+            "a:\n\tb: 1\n",
+            "a: [[1]]\n",
+        ] {
+            assert!(parse(bad).is_err(), "{bad:?}");
+        }
+        for f in workflows() {
+            assert!(f.yaml.get("jobs").is_some(), "{}", f.path);
+        }
+    }
+
+    #[test]
+    fn untrusted_jobs_save_no_cache_and_trusted_restores_are_exact() {
+        let all = caches();
+        assert!(all.iter().any(|c| untrusted(&c.file, &c.job)), "{all:?}");
+        // Jobs running pull-request code save nothing (no actions/cache, no cache/save), so no
+        // key they write by our own steps can be one a trusted job restores.
+        let untrusted_saves: Vec<&CacheUse> = all
+            .iter()
+            .filter(|c| untrusted(&c.file, &c.job) && c.saves)
+            .collect();
+        assert!(untrusted_saves.is_empty(), "{untrusted_saves:#?}");
+        // And the key spaces are disjoint by construction: no untrusted save's key could
+        // name an entry a trusted job restores.
+        for t in all
+            .iter()
+            .filter(|c| !untrusted(&c.file, &c.job) && c.restores)
+        {
+            for u in &untrusted_saves {
+                let (a, b) = (static_prefix(&t.key), static_prefix(&u.key));
+                assert!(!a.starts_with(b) && !b.starts_with(a), "{t:?} / {u:?}");
+            }
+        }
+        // Every restore is by its exact key: no `restore-keys` prefix that would take the
+        // newest entry anyone wrote under it.
+        for c in all.iter().filter(|c| c.restores) {
+            assert!(c.restore_keys.is_none(), "{c:?}");
+            assert!(!c.key.is_empty(), "{c:?}");
+        }
+        // Only the cargo cache and the libtorch wheels: never a tool binary (a cached
+        // cargo-deny) or the assembled libtorch (all of ~/.cache/attn-diff).
+        for c in &all {
+            assert!(!c.paths.is_empty(), "{c:?}");
+            for p in &c.paths {
+                assert!(CACHE_PATHS.contains(&p.as_str()), "{p} in {c:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_privileged_jobs_restore_no_cache() {
+        for (file, job, steps) in jobs() {
+            let privileged =
+                file.ends_with("/bot-post.yml") || (file.ends_with("/bot.yml") && job == "plan");
+            if privileged {
+                for s in &steps {
+                    assert!(!uses(s).starts_with("actions/cache"), "{file} {job}: {s:?}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn actions_are_pinned_and_download_artifact_extracts_safely() {
+        let mut files = workflows();
+        files.push(read(".github/actions/setup/action.yml"));
+        let mut downloads = 0;
+        for f in &files {
+            for line in f.raw.lines() {
+                let t = line.trim().trim_start_matches("- ");
+                let Some(action) = t.strip_prefix("uses: ") else {
+                    continue;
+                };
+                let action = strip_comment(action);
+                if action.starts_with("./") {
+                    continue;
+                }
+                let (name, rev) = action.split_once('@').unwrap_or((action, ""));
+                assert!(
+                    rev.len() == 40 && rev.bytes().all(|b| b.is_ascii_hexdigit()),
+                    "{}: {action} is not pinned to a commit",
+                    f.path
+                );
+                assert!(
+                    line.contains(" # "),
+                    "{}: {action} has no version comment",
+                    f.path
+                );
+                if name == "actions/download-artifact" {
+                    downloads += 1;
+                    assert_eq!(action, DOWNLOAD_ARTIFACT, "{}", f.path);
+                    assert!(line.ends_with("# v8.0.1"), "{line}");
+                }
+            }
+        }
+        assert!(downloads >= 5, "{downloads}");
+    }
+
+    #[test]
+    fn the_poster_downloads_zips_last_into_its_own_folders_and_runs_its_own_binary() {
+        let post = read(".github/workflows/bot-post.yml");
+        let steps = post
+            .yaml
+            .get("jobs")
+            .unwrap()
+            .get("post")
+            .unwrap()
+            .get("steps")
+            .unwrap();
+        let steps = steps.items();
+        let build = steps
+            .iter()
+            .position(|s| {
+                s.get("run")
+                    .and_then(Yaml::str)
+                    .is_some_and(|r| r.contains("cargo build"))
+            })
+            .expect("the poster builds attn-bot");
+        let run = steps[build].get("run").unwrap().str().unwrap();
+        assert!(
+            run.contains("--locked") && run.contains("--target-dir \"$RUNNER_TEMP/"),
+            "{run}"
+        );
+        let downloads: Vec<usize> = steps
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| uses(s).starts_with("actions/download-artifact@"))
+            .map(|(i, _)| i)
+            .collect();
+        assert_eq!(downloads.len(), 2);
+        assert!(
+            downloads.iter().all(|&i| i > build),
+            "built before any download"
+        );
+        for &i in &downloads {
+            let s = &steps[i];
+            assert_eq!(with(s, "skip-decompress"), Some("true"), "{s:?}");
+            assert_eq!(with(s, "digest-mismatch"), Some("error"), "{s:?}");
+            let path = with(s, "path").unwrap();
+            assert!(
+                path.starts_with("${{ runner.temp }}/bot-download/"),
+                "{path}"
+            );
+        }
+        // The result (pull-request data) is downloaded last.
+        let last = *downloads.last().unwrap();
+        assert_eq!(
+            with(&steps[last], "artifact-ids"),
+            Some("${{ steps.select.outputs.result-id }}")
+        );
+        assert!(
+            steps[last + 1..]
+                .iter()
+                .all(|s| !uses(s).starts_with("actions/")),
+            "nothing but attn-bot and gh after it"
+        );
+        // attn-bot runs from $RUNNER_TEMP, checked against its sha256, never from target/.
+        for s in steps {
+            let Some(run) = s.get("run").and_then(Yaml::str) else {
+                continue;
+            };
+            assert!(!run.contains("target/debug"), "{run}");
+            if run.contains("\"$bot\"") {
+                assert!(run.contains("sha256sum --check"), "{run}");
+            }
+            assert!(
+                !run.contains("bot-result/") && !run.contains("bot-request/"),
+                "{run}"
+            );
+        }
+    }
+
+    #[test]
+    fn trusted_cargo_runs_are_locked_and_the_comment_is_not_in_the_environment() {
+        for f in workflows() {
+            for line in f.raw.lines() {
+                let t = line.trim();
+                let t = t.strip_prefix("run: ").unwrap_or(t);
+                if t.starts_with("cargo run") || t.starts_with("cargo build") {
+                    assert!(t.contains("--locked"), "{}: {t}", f.path);
+                }
+                // In the environment, a comment over 128 KiB stops the step from starting.
+                if t.contains("github.event.comment.body") {
+                    assert!(
+                        t.trim_start_matches("- ").starts_with("startsWith("),
+                        "{}: {t}",
+                        f.path
+                    );
+                }
+            }
+        }
+        let bot = read(".github/workflows/bot.yml");
+        let plan = bot.yaml.get("jobs").unwrap().get("plan").unwrap();
+        let filter = plan.get("if").unwrap().str().unwrap();
+        assert!(
+            filter.contains("startsWith(github.event.comment.body, 'bot:test')"),
+            "{filter}"
+        );
+        let steps = plan.get("steps").unwrap().items();
+        let parse = steps
+            .iter()
+            .find(|s| s.get("id").and_then(Yaml::str) == Some("plan"))
+            .unwrap();
+        assert!(parse
+            .get("run")
+            .unwrap()
+            .str()
+            .unwrap()
+            .contains("--event \"$GITHUB_EVENT_PATH\""));
+    }
+}
