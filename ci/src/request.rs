@@ -46,21 +46,9 @@ pub const SHA_LEN: usize = 40;
 pub const MAX_SPECS: usize = 16;
 /// Backends one request may name.
 pub const MAX_BACKENDS: usize = 16;
-/// The `attn-diff check --only KEY=VALUES` keys an `ONLY=` filter may name.
-pub const ONLY_KEYS: [&str; 12] = [
-    "dtypes",
-    "head_sizes",
-    "max_seqs",
-    "head_size_multiple_of",
-    "block_sizes",
-    "max_query_len",
-    "max_seq_len",
-    "max_tokens",
-    "max_group",
-    "kinds",
-    "features",
-    "kv_cache_dtypes",
-];
+/// The `attn-diff check --only KEY=VALUES` keys an `ONLY=` filter may name: the keys of a
+/// case space, declared once.
+pub const ONLY_KEYS: [&str; 13] = attn_reference::Space::KEYS;
 /// Longest `ONLY=` value list (the values of one key).
 pub const MAX_ONLY_VALUES: usize = 64;
 /// Longest word echoed back in a reply (longer ones are cut).
@@ -80,8 +68,9 @@ bot:test [KEY=VALUE]...
   SHARDS=N          runners to split the cases over, 1..=8 and at most CASES (default 1)
   MUTANTS=0|1       build the deliberately wrong backends too; every mutant must diverge (default 0)
   ONLY=k=v;k=v      restrict the cases (attn-diff check --only k=v for each): keys dtypes,
-                    head_sizes, max_seqs, head_size_multiple_of, block_sizes, max_query_len,
-                    max_seq_len, max_tokens, max_group, kinds, features, kv_cache_dtypes; values
+                    head_sizes, head_size_multiple_of, block_sizes, block_size_multiple_of,
+                    kinds, features, max_seqs, max_query_len, max_seq_len, max_tokens,
+                    max_group, kv_cache_dtypes; values
                     a-z 0-9 _ separated by commas; each key once (e.g. ONLY=dtypes=f16;head_sizes=64,128)
   SHA=hex           the commit to test: the pull request's head, all 40 hex digits (default: the
                     head when the comment was made); refused if the head is no longer that commit
@@ -590,6 +579,8 @@ fn only(value: &str, word: &str) -> Result<Vec<OnlyFilter>, ParseError> {
         if !ONLY_KEYS.contains(&key)
             || list.len() > MAX_ONLY_VALUES
             || !list.iter().all(|v| value_ok(v))
+            // What `attn-diff check --only` would refuse is refused here, before any run.
+            || attn_reference::Space::parse_only(item).is_err()
         {
             return Err(bad());
         }
@@ -802,9 +793,22 @@ mod tests {
         assert!(r
             .canonical()
             .contains(" ONLY=dtypes=f16;head_sizes=64,128;max_seqs=1;head_size_multiple_of=64"));
+        // Every key of a case space, with a value `check --only` takes.
         for key in ONLY_KEYS {
-            let r = parse(&format!("bot:test ONLY={key}=a_1,b2")).unwrap();
-            assert_eq!(r.only[0].arg(), format!("{key}=a_1,b2"));
+            let value = match key {
+                "dtypes" => "f16,bf16",
+                "kinds" => "decoder",
+                "features" => "sliding_window,alibi",
+                "kv_cache_dtypes" => "auto,fp8_e4m3",
+                k if k.starts_with("max_") || k.ends_with("_multiple_of") => "16",
+                _ => "64,128",
+            };
+            let r = parse(&format!("bot:test ONLY={key}={value}")).unwrap();
+            assert_eq!(r.only[0].arg(), format!("{key}={value}"));
+        }
+        // Well-formed words `check --only` would refuse are refused before any run.
+        for bad in ["dtypes=f64", "max_seqs=0", "max_seqs=1,2", "kinds=a_1"] {
+            assert!(parse(&format!("bot:test ONLY={bad}")).is_err(), "{bad}");
         }
         for bad in [
             "ONLY=dtypes",
@@ -828,7 +832,7 @@ mod tests {
             assert!(matches!(e, ParseError::BadOnly { .. }), "{bad}: {e:?}");
             assert_eq!(e.offending_word(), echo(bad), "{bad}");
         }
-        let e = err("bot:test ONLY=dtypes=f16;kinds=decode;dtypes=bf16");
+        let e = err("bot:test ONLY=dtypes=f16;kinds=decoder;dtypes=bf16");
         assert!(
             matches!(e, ParseError::DuplicateOnly { ref key, .. } if key == "dtypes"),
             "{e:?}"
