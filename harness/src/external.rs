@@ -255,6 +255,21 @@ impl ExternalArgs {
     }
 }
 
+/// The flag among `--external` `flags` that declares `backend` (`external:NAME`), as given:
+/// what a replay command needs to start the same adapter.
+pub fn flag_for(backend: &str, flags: &[String]) -> Option<String> {
+    let name = backend.strip_prefix(PREFIX)?;
+    flags
+        .iter()
+        .find(|f| {
+            f.split_once('=').is_some_and(|(n, _)| {
+                let n = n.trim();
+                n.strip_prefix(PREFIX).unwrap_or(n) == name
+            })
+        })
+        .cloned()
+}
+
 /// Start the adapter `name` (handshake included) as a backend.
 pub fn start_backend(name: &str, args: &ExternalArgs) -> anyhow::Result<Arc<dyn Backend>> {
     let spec = args.spec(name)?;

@@ -179,6 +179,7 @@ pub fn build_case(
             context_key,
             context_value,
         },
+        recorded: None,
     };
     debug_assert_eq!(case.validate(), Ok(()));
     case

@@ -11,6 +11,9 @@ pub struct Case {
     pub batch: Batch,
     pub layout: PagedLayout,
     pub tensors: Tensors,
+    /// Where a replay file came from (absent in cases that are not replay files).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recorded: Option<crate::Recorded>,
 }
 
 /// The batch's shape: per sequence its total length (context + new tokens) and its number of

@@ -309,6 +309,10 @@ pub struct FailureRecord {
     pub hint: Option<String>,
     /// The error heat map, when one is drawn.
     pub heatmap: Option<String>,
+    /// The `--external NAME=COMMAND` flag that declared the backend, when it was given on
+    /// the command line: the replay command needs it too.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub external: Option<String>,
     /// The report as `attn-diff` prints it (for people; never parsed).
     pub text: String,
 }

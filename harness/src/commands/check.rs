@@ -80,6 +80,7 @@ pub fn run(args: CheckArgs, global: GlobalArgs) -> anyhow::Result<bool> {
         out_dir: args.out,
         shrink: ShrinkBudget::default(),
         only,
+        external_flags: args.external.external.clone(),
         on_event: Some(on_event),
     });
     progress.finish();

@@ -6,8 +6,10 @@ use crate::pipeline::trace::{evaluate_trace, JudgedTrace, TraceOutcome};
 use crate::render::trace_report::trace_failure_record;
 use crate::replay::replay_case;
 use crate::runner::Outcome;
-use attn_reference::Trace;
+use attn_backends::Backend;
+use attn_reference::{Recorded, Trace};
 use std::path::Path;
+use std::sync::Arc;
 
 /// A JSON file whose top level has `steps` (read only up to the size limit of cases).
 fn is_trace_file(path: &Path) -> bool {
@@ -17,11 +19,61 @@ fn is_trace_file(path: &Path) -> bool {
         && std::fs::read_to_string(path).is_ok_and(|t| Trace::looks_like_trace(&t))
 }
 
+/// The backends to replay on: those named, else the one the file records (an adapter
+/// declared with `--external` only when the flag is given again: a file never starts a
+/// command), else every registered backend. Prints what the file records.
+fn backends_for(
+    args: &ReplayArgs,
+    recorded: Option<&Recorded>,
+) -> anyhow::Result<Vec<Arc<dyn Backend>>> {
+    let file = args.file.display().to_string();
+    if let Some(r) = recorded {
+        println!(
+            "recorded: {} diverged ({}) on {} (tolerance atol {:.2e}, rtol {:.2e}){}",
+            r.origin,
+            r.outcome,
+            r.backend,
+            r.atol,
+            r.rtol,
+            r.only
+                .as_ref()
+                .map_or(String::new(), |o| format!(", aimed with --only {o}"))
+        );
+    }
+    match recorded {
+        Some(r) if args.backend.is_empty() => {
+            let declared = args.external.spec(
+                r.backend
+                    .strip_prefix(crate::external::PREFIX)
+                    .unwrap_or(&r.backend),
+            );
+            if let (Some(flag), Err(_)) = (&r.external, &declared) {
+                if r.backend.starts_with(crate::external::PREFIX) {
+                    let quote = |s: &str| {
+                        shlex::try_quote(s).map_or_else(|_| s.to_string(), |q| q.into_owned())
+                    };
+                    return Err(super::usage(format!(
+                        "{file} was recorded on {}, an adapter declared with --external; replay \
+                         starts no command a file names: run\n  attn-diff replay {} --backend {} \
+                         --external {}",
+                        r.backend,
+                        quote(&file),
+                        quote(&r.backend),
+                        quote(flag)
+                    )));
+                }
+            }
+            select_backends_with(std::slice::from_ref(&r.backend), &args.external)
+        }
+        _ => select_backends_with(&args.backend, &args.external),
+    }
+}
+
 /// A trace file through every backend, one cache across its steps.
 fn run_trace(args: ReplayArgs) -> anyhow::Result<bool> {
     let name = args.file.display().to_string();
     let trace = Trace::load(&args.file).map_err(|e| super::usage(format!("{name}: {e}")))?;
-    let backends = select_backends_with(&args.backend, &args.external)?;
+    let backends = backends_for(&args, trace.recorded.as_ref())?;
     let judged = JudgedTrace::new(trace);
     let mut ok = true;
     for b in &backends {
@@ -43,7 +95,7 @@ fn run_trace(args: ReplayArgs) -> anyhow::Result<bool> {
                     &judged,
                     step,
                     &divergence,
-                    Some(name.clone()),
+                    (Some(name.clone()), None),
                     None,
                 );
                 println!("{}", r.text);
@@ -58,7 +110,7 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<bool> {
         return run_trace(args);
     }
     let case = load_case(&args.file)?;
-    let backends = select_backends_with(&args.backend, &args.external)?;
+    let backends = backends_for(&args, case.recorded.as_ref())?;
     let mut ok = true;
     for r in replay_case(&case, &args.file.display().to_string(), &backends) {
         match (&r.outcome, &r.report) {

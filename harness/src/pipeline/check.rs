@@ -10,7 +10,7 @@ use crate::shrink::{shrink_fully, ShrinkBudget, Shrunk};
 use crate::strategy::{budget_of, fit_space, strategy_for, CaseRecipe, StrategyLimits};
 use crate::upstream::UpstreamCase;
 use attn_backends::{declared_space, Backend};
-use attn_reference::{reference_output, Case, InputRng, Space};
+use attn_reference::{reference_output, Case, InputRng, Recorded, Space};
 use attn_results::{FailureRecord, UpstreamStatus};
 use proptest::strategy::{Strategy, ValueTree};
 use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
@@ -41,6 +41,8 @@ pub struct CheckOptions {
     pub shrink: ShrinkBudget,
     /// `--only`: narrows every backend's declared space (the full space: no narrowing).
     pub only: Space,
+    /// The `--external NAME=COMMAND` flags of the run, for replay files and replay lines.
+    pub external_flags: Vec<String>,
     /// Told what the run is doing (for a progress bar).
     pub on_event: Option<OnEvent>,
 }
@@ -121,6 +123,7 @@ impl CheckOptions {
             out_dir,
             shrink: ShrinkBudget::default(),
             only: Space::default(),
+            external_flags: Vec::new(),
             on_event: None,
         }
     }
@@ -191,15 +194,35 @@ struct FailingCase<'a> {
     divergence: &'a Divergence,
 }
 
-/// A failure's report and its pending files, named after `stem` under `dir`.
-fn report(
+/// What a replay file records of the run that wrote it.
+pub fn recorded(
+    opts: &CheckOptions,
     backend: &str,
     origin: &str,
-    (case, expected, d): (&Case, &[f64], &Divergence),
-    dir: &Path,
+    tol: Tolerance,
+    d: &Divergence,
+) -> Recorded {
+    Recorded {
+        backend: backend.to_string(),
+        external: crate::external::flag_for(backend, &opts.external_flags),
+        origin: origin.to_string(),
+        seed: Some(opts.seed),
+        only: Some(opts.only.clone()).filter(|s| !s.is_full()),
+        atol: tol.atol,
+        rtol: tol.rtol,
+        outcome: d.kind.to_string(),
+    }
+}
+
+/// A failure's report and its pending files, named after `stem` under `opts.out_dir`.
+fn report(
+    opts: &CheckOptions,
+    (backend, origin): (&str, &str),
+    (case, expected, d, tol): (&Case, &[f64], &Divergence, Tolerance),
     stem: &str,
     shrunk: Option<&Shrunk>,
 ) -> (FailureRecord, Artifact) {
+    let dir = &opts.out_dir;
     let replay = dir.join(format!("{stem}.json"));
     let heatmap = d
         .comparison
@@ -208,10 +231,13 @@ fn report(
     let files = FailureFiles {
         replay: Some(replay.display().to_string()),
         heatmap: heatmap.as_ref().map(|h| h.path.display().to_string()),
+        external: crate::external::flag_for(backend, &opts.external_flags),
     };
     let record = failure_record(backend, origin, case, expected, d, files, shrunk);
+    let mut file = case.clone();
+    file.recorded = Some(recorded(opts, backend, origin, tol, d));
     let artifact = Artifact {
-        replay: Some((replay, case.clone())),
+        replay: Some((replay, file)),
         trace: None,
         heatmap,
     };
@@ -246,19 +272,22 @@ fn shrink_and_report(
     );
     match out {
         Outcome::Diverged(d) => report(
-            backend.name(),
-            &origin,
-            (&minimal, &e, &d),
-            &opts.out_dir,
+            opts,
+            (backend.name(), &origin),
+            (&minimal, &e, &d, Tolerance::for_case(&minimal)),
             &stem,
             Some(&shrunk),
         ),
         // Flaky: the minimal case passed when re-run; report the original.
         _ => report(
-            backend.name(),
-            &origin,
-            (f.case, f.expected, f.divergence),
-            &opts.out_dir,
+            opts,
+            (backend.name(), &origin),
+            (
+                f.case,
+                f.expected,
+                f.divergence,
+                Tolerance::for_case(f.case),
+            ),
             &stem,
             None,
         ),
@@ -414,10 +443,9 @@ pub fn run_check(mut opts: CheckOptions) -> CheckRun {
                             uc.label().replace([' ', '/', ','], "_")
                         );
                         let (r, a) = report(
-                            backend.name(),
-                            &uc.label(),
-                            (&case, &expected, d),
-                            &opts.out_dir,
+                            &opts,
+                            (backend.name(), &uc.label()),
+                            (&case, &expected, d, Tolerance::upstream()),
                             &stem,
                             None,
                         );

@@ -31,6 +31,7 @@ pub fn replay_case(case: &Case, origin: &str, backends: &[Arc<dyn Backend>]) -> 
                     FailureFiles {
                         replay: Some(origin.to_string()),
                         heatmap: None,
+                        external: None,
                     },
                     None,
                 )),

@@ -126,17 +126,27 @@ fn shrink_and_report(
         // Flaky: the minimal trace passed when re-run; report the original.
         _ => (original, step, divergence.clone(), None),
     };
+    let external = crate::external::flag_for(backend.name(), &opts.external_flags);
     let record = trace_failure_record(
         backend.name(),
         &origin,
         judged,
         step,
         &divergence,
-        Some(path.display().to_string()),
+        (Some(path.display().to_string()), external),
         shrunk,
     );
+    let mut file = judged.trace.clone();
+    let tol = crate::compare::Tolerance::for_case(&judged.steps[step]);
+    file.recorded = Some(crate::check::recorded(
+        opts,
+        backend.name(),
+        &origin,
+        tol,
+        &divergence,
+    ));
     let artifact = Artifact {
-        trace: Some((path, judged.trace.clone())),
+        trace: Some((path, file)),
         ..Artifact::default()
     };
     (record, artifact)

@@ -17,6 +17,24 @@ pub struct FailureFiles {
     pub replay: Option<String>,
     /// Only drawn for divergences that have values to draw.
     pub heatmap: Option<String>,
+    /// The `--external` flag of an adapter given on the command line, for the replay line.
+    pub external: Option<String>,
+}
+
+/// The command that replays `r`, ready to paste: its file, its backend, and the `--external`
+/// flag of an adapter given on the command line.
+pub fn replay_command(r: &FailureRecord) -> Option<String> {
+    let p = r.replay.as_ref()?;
+    let quote = |s: &str| shlex::try_quote(s).map_or_else(|_| s.to_string(), |q| q.into_owned());
+    let mut cmd = format!(
+        "attn-diff replay {} --backend {}",
+        quote(p),
+        quote(&r.backend)
+    );
+    if let Some(flag) = &r.external {
+        cmd.push_str(&format!(" --external {}", quote(flag)));
+    }
+    Some(cmd)
 }
 
 /// The report of a divergence of `backend` on `case` (its oracle output `expected`).
@@ -46,6 +64,7 @@ pub fn failure_record(
         worst: comparison.and_then(|c| c.worst.clone()),
         hint: comparison.and_then(|c| hint(case, c)),
         heatmap: files.heatmap.filter(|_| comparison.is_some()),
+        external: files.external,
         text: String::new(),
     };
     r.text = render(&r, case, expected, d);
@@ -115,9 +134,9 @@ fn render(r: &FailureRecord, case: &Case, expected: &[f64], d: &Divergence) -> S
             s.push_str(&diff);
         }
     }
-    match &r.replay {
-        Some(p) => {
-            let _ = writeln!(s, "replay:  attn-diff replay {p} --backend {}", r.backend);
+    match replay_command(r) {
+        Some(cmd) => {
+            let _ = writeln!(s, "replay:  {cmd}");
         }
         None => {
             let _ = writeln!(s, "replay:  (no replay file written)");

@@ -17,7 +17,7 @@ pub fn trace_failure_record(
     t: &JudgedTrace,
     step: usize,
     d: &Divergence,
-    replay: Option<String>,
+    (replay, external): (Option<String>, Option<String>),
     shrunk: Option<&ShrunkTrace>,
 ) -> FailureRecord {
     let case = &t.steps[step];
@@ -25,6 +25,7 @@ pub fn trace_failure_record(
     let files = FailureFiles {
         replay,
         heatmap: None,
+        external,
     };
     let mut r = failure_record(backend, &origin, case, &t.expected[step], d, files, None);
     r.shrink = shrunk.map(|s| ShrinkInfo {

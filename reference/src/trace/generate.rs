@@ -217,6 +217,7 @@ pub fn generate(r: &TraceRecipe) -> Trace {
         num_blocks,
         sequences,
         steps,
+        recorded: None,
     }
 }
 

@@ -36,6 +36,9 @@ pub struct Trace {
     /// The logical sequences, indexed by [`ScheduledSeq::seq`].
     pub sequences: Vec<TraceSequence>,
     pub steps: Vec<TraceStep>,
+    /// Where a trace file came from (absent in traces that are not replay files).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recorded: Option<crate::Recorded>,
 }
 
 /// Every token of one sequence, whichever step computes (or recomputes) it.
@@ -184,6 +187,7 @@ impl Trace {
                 slot_mapping,
             },
             tensors,
+            recorded: None,
         }
     }
 
