@@ -17,8 +17,13 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// Every package the shipped adapters (`adapters/python/`) and the tests import, pinned.
-/// numpy 2.3 has wheels for CPython 3.11 to 3.14; safetensors' wheels are abi3.
-pub const PACKAGES: &[(&str, &str)] = &[("numpy", "2.3.5"), ("safetensors", "0.7.0")];
+/// numpy 2.3 has wheels for CPython 3.11 to 3.14; safetensors' wheels are abi3; pytest runs
+/// the Python package's own tests (its pytest helper included) from `cargo test`.
+pub const PACKAGES: &[(&str, &str)] = &[
+    ("numpy", "2.3.5"),
+    ("safetensors", "0.7.0"),
+    ("pytest", "9.2.0"),
+];
 
 /// The repo's link to the environment (git-ignored), which the harness looks for.
 pub const LINK: &str = ".python-env";
