@@ -18,6 +18,17 @@ pub enum CaseError {
         size: u64,
         limit: u64,
     },
+    /// An allocation sized from the case would exceed the bound of
+    /// [`crate::MAX_ALLOC_BYTES`]: `what` spells the product.
+    #[error(
+        "{field} is too large: {what} is {bytes}, over the limit of {limit} for one allocation"
+    )]
+    TooManyBytes {
+        field: String,
+        what: String,
+        bytes: String,
+        limit: String,
+    },
     #[error("{field} must be at least 1, got 0")]
     Zero { field: &'static str },
     #[error(

@@ -41,4 +41,6 @@ pub use space::{KvCacheDtype, Space};
 pub use specs::{all_specs, spec_by_name, BatchSpec};
 pub use tolerance::Tolerance;
 pub use trace::{Trace, TraceError, TraceRecipe};
-pub use validate::{MAX_BLOCKS, MAX_CASE_FILE_BYTES, MAX_DIM, MAX_HEADS};
+pub use validate::{
+    validate_cache_size, MAX_ALLOC_BYTES, MAX_BLOCKS, MAX_CASE_FILE_BYTES, MAX_DIM, MAX_HEADS,
+};

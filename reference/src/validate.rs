@@ -15,6 +15,19 @@ pub const MAX_DIM: usize = 1 << 16;
 pub const MAX_HEADS: usize = 1 << 12;
 /// Largest cache accepted, in blocks.
 pub const MAX_BLOCKS: usize = 1 << 26;
+/// Largest number of bytes one allocation sized from a case may reach: the KV cache (K and
+/// V of every slot of `num_blocks` blocks), the K/V a backend gathers through the block table
+/// (every entry of every row, as a gather-then-attend backend reads it), and the step's query
+/// and output rows. Counted at the compute dtype (the largest element any backend keeps; an
+/// FP8 cache is smaller), so the bound holds whatever a backend chooses.
+///
+/// 64 GiB admits every case the strategies draw with room to spare: the largest, the
+/// huge-cache tier, is 140,000 blocks × 16 slots × 8 kv heads × 128 × 2 (K and V) × 4 bytes
+/// (f32) = 17.1 GiB, which backends allocate lazily (pages no write touches cost nothing) or
+/// decline (`Feature::CacheSize`). It also admits a real model's layer at serving size
+/// (8 kv heads of 128 in bf16 hold 16M tokens in 64 GiB), while a case that would need a
+/// machine's whole address space (a 633 TB cache) is rejected before any backend allocates.
+pub const MAX_ALLOC_BYTES: u64 = 64 << 30;
 
 fn nonzero(v: usize, field: &'static str) -> Result<(), CaseError> {
     if v == 0 {
@@ -34,6 +47,70 @@ fn at_most(v: usize, limit: usize, field: &str) -> Result<(), CaseError> {
     } else {
         Ok(())
     }
+}
+
+/// Bytes as a person reads them (`17.1 GiB`).
+fn human_bytes(bytes: u128) -> String {
+    const UNITS: [&str; 7] = ["bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
+    let mut v = bytes as f64;
+    let mut unit = 0;
+    while v >= 1024.0 && unit + 1 < UNITS.len() {
+        v /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{bytes} bytes")
+    } else {
+        format!("{v:.1} {}", UNITS[unit])
+    }
+}
+
+/// `Err` naming `field` when the product of `factors` (each `(count, what)`) times the
+/// compute dtype's bytes exceeds [`MAX_ALLOC_BYTES`].
+fn bounded_bytes(
+    field: &str,
+    factors: &[(usize, &str)],
+    element_bytes: usize,
+) -> Result<(), CaseError> {
+    let bytes = factors.iter().fold(element_bytes as u128, |acc, &(n, _)| {
+        acc.saturating_mul(n as u128)
+    });
+    if bytes <= MAX_ALLOC_BYTES as u128 {
+        return Ok(());
+    }
+    let what = factors
+        .iter()
+        .map(|(n, what)| format!("{n} {what}"))
+        .chain([format!("{element_bytes} bytes")])
+        .collect::<Vec<_>>()
+        .join(" × ");
+    Err(CaseError::TooManyBytes {
+        field: field.to_string(),
+        what,
+        bytes: human_bytes(bytes),
+        limit: human_bytes(MAX_ALLOC_BYTES as u128),
+    })
+}
+
+/// The KV cache a case (or a trace) of `num_blocks` blocks makes a backend allocate: K and V
+/// of every slot at the compute dtype, at most [`MAX_ALLOC_BYTES`]; `field` names
+/// `num_blocks` in the error.
+pub fn validate_cache_size(
+    config: &crate::AttentionConfig,
+    num_blocks: usize,
+    field: &str,
+) -> Result<(), CaseError> {
+    bounded_bytes(
+        field,
+        &[
+            (num_blocks, "blocks"),
+            (config.block_size, "slots"),
+            (config.num_kv_heads, "kv heads"),
+            (config.head_size, "elements"),
+            (2, "(K and V)"),
+        ],
+        config.dtype.size_bytes(),
+    )
 }
 
 fn expect_len(
@@ -225,6 +302,16 @@ impl Case {
                 size: u64::MAX,
                 limit: usize::MAX as u64,
             })?;
+        // The step's query and output rows (padding included), held as f32.
+        bounded_bytes(
+            "batch",
+            &[
+                (tokens, "tokens"),
+                (c.num_heads, "heads"),
+                (c.head_size, "elements"),
+            ],
+            4,
+        )?;
         let q_row = c.num_heads.checked_mul(c.head_size);
         let kv_row = c.num_kv_heads.checked_mul(c.head_size);
         let t = &self.tensors;
@@ -273,8 +360,23 @@ impl Case {
         let n = self.num_seqs();
         nonzero(l.num_blocks, "layout.num_blocks")?;
         at_most(l.num_blocks, MAX_BLOCKS, "layout.num_blocks")?;
+        validate_cache_size(&self.config, l.num_blocks, "layout.num_blocks")?;
         expect_len("layout.block_table", Some(n), l.block_table.len())?;
         let width = l.block_table[0].len();
+        // A backend that gathers the K/V of every table entry (padding included) before
+        // attending allocates this much.
+        bounded_bytes(
+            "layout.block_table",
+            &[
+                (n, "rows"),
+                (width, "blocks"),
+                (bs, "slots"),
+                (self.config.num_kv_heads, "kv heads"),
+                (self.config.head_size, "elements"),
+                (2, "(K and V)"),
+            ],
+            self.config.dtype.size_bytes(),
+        )?;
         for (s, row) in l.block_table.iter().enumerate() {
             if row.len() != width {
                 return Err(CaseError::RaggedBlockTable {

@@ -185,3 +185,27 @@ fn each_step_is_a_valid_case_whose_context_comes_from_the_sequences() {
         }
     }
 }
+
+/// A trace's one cache is bounded like a case's: a cache of 2^26 blocks of 256 slots and 576
+/// elements is refused naming `num_blocks`, before any step is looked at.
+#[test]
+fn a_trace_cache_no_machine_holds_is_rejected() {
+    let mut t = generate(&recipe(3));
+    t.validate().unwrap();
+    t.num_blocks = attn_reference::MAX_BLOCKS;
+    t.config.block_size = 256;
+    t.config.head_size = 576;
+    let e = t.validate().expect_err("too large");
+    assert!(
+        matches!(
+            e,
+            TraceError::Case {
+                step: None,
+                error: CaseError::TooManyBytes { ref field, .. }
+            } if field == "num_blocks"
+        ),
+        "{e:?}"
+    );
+    let text = serde_json::to_string(&t).unwrap();
+    assert_eq!(Trace::from_json(&text), Err(e));
+}

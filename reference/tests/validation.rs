@@ -326,7 +326,9 @@ fn lengths_that_overflow_when_multiplied() {
     assert!(
         matches!(
             e,
-            CaseError::TooLarge { .. } | CaseError::LengthMismatch { .. }
+            CaseError::TooLarge { .. }
+                | CaseError::LengthMismatch { .. }
+                | CaseError::TooManyBytes { .. }
         ),
         "{e:?}"
     );
@@ -524,4 +526,121 @@ fn cross_attention_cases() {
         bad.validate(),
         Err(CaseError::LengthMismatch { ref field, expected: 8, .. }) if field == "tensors.context_key[1]"
     ));
+}
+
+/// A case the loaders accepted before the allocation bound: 67,108,864 blocks of 256 slots, 8
+/// kv heads of 576 (a 633 TB cache in f32). Validation rejects it naming the field, so no
+/// backend is ever asked to allocate it.
+#[test]
+fn a_cache_no_machine_holds_is_rejected_naming_num_blocks() {
+    let config = AttentionConfig::new(8, 8, 576, 256, DType::F32);
+    let mut case = build_case(&[1], &[1], config, 1, &BuildOptions::default());
+    assert_eq!(case.validate(), Ok(()));
+    case.layout.num_blocks = 67_108_864;
+    let e = case.validate().expect_err("633 TB cache");
+    assert!(
+        matches!(e, CaseError::TooManyBytes { ref field, .. } if field == "layout.num_blocks"),
+        "{e:?}"
+    );
+    let text = e.to_string();
+    assert!(
+        text.contains("67108864 blocks × 256 slots × 8 kv heads × 576 elements"),
+        "{text}"
+    );
+    assert!(
+        text.contains("576.0 TiB") && text.contains("64.0 GiB"),
+        "{text}"
+    );
+    // The same through the JSON loader.
+    let json = serde_json::to_string(&case).unwrap();
+    assert_eq!(Case::from_json(&json), Err(e));
+}
+
+/// Every case the strategies draw stays inside the bound: the largest, the huge-cache tier
+/// (140,000 blocks of 16 slots, 8 kv heads of 128), in every dtype.
+#[test]
+fn the_huge_cache_tier_is_admitted() {
+    for dt in [DType::F32, DType::Bf16, DType::F16] {
+        let config = AttentionConfig::new(8, 8, 128, 16, dt);
+        assert_eq!(
+            attn_reference::validate_cache_size(&config, 140_000, "layout.num_blocks"),
+            Ok(())
+        );
+        let mut case = build_case(&[40], &[3], config, 1, &BuildOptions::default());
+        case.layout.num_blocks = 140_000;
+        assert_eq!(case.validate(), Ok(()), "{dt:?}");
+    }
+}
+
+/// A table padded far past what the cache holds would make a gather-then-attend backend
+/// allocate every entry's K/V; padding tokens size the query and output rows.
+#[test]
+fn block_table_width_and_token_count_are_bounded() {
+    let config = AttentionConfig::new(1, 1, 4096, 4096, DType::F32);
+    let mut case = build_case(&[1], &[1], config, 1, &BuildOptions::default());
+    assert_eq!(case.validate(), Ok(()));
+    case.layout.block_table[0].resize(600, 0);
+    let e = case.validate().expect_err("75 GiB gather");
+    assert!(
+        matches!(e, CaseError::TooManyBytes { ref field, .. } if field == "layout.block_table"),
+        "{e:?}"
+    );
+
+    let mut case = base();
+    case.batch.num_padding_tokens = 1 << 40;
+    let e = case.validate().expect_err("2^40 padding tokens");
+    assert!(
+        matches!(e, CaseError::TooManyBytes { ref field, .. } if field == "batch"),
+        "{e:?}"
+    );
+}
+
+mod huge_dimensions {
+    use attn_reference::{Case, CaseError, MAX_ALLOC_BYTES, MAX_BLOCKS, MAX_DIM};
+    use proptest::prelude::*;
+
+    /// A one-token case as JSON with any dimensions (its tensors as long as they must be).
+    fn case_json(heads: usize, head_size: usize, block_size: usize, num_blocks: usize) -> String {
+        let zeros = |n: usize| format!("[{}]", vec!["0"; n].join(","));
+        format!(
+            r#"{{"config": {{"num_heads": {heads}, "num_kv_heads": {heads}, "head_size": {head_size},
+                "block_size": {block_size}, "dtype": "f32", "scale": null, "kind": "decoder",
+                "sliding_window": null, "logits_soft_cap": null, "alibi_slopes": null, "sinks": null}},
+              "batch": {{"seq_lens": [1], "query_lens": [1]}},
+              "layout": {{"num_blocks": {num_blocks}, "block_table": [[1]], "slot_mapping": [{block_size}]}},
+              "tensors": {{"query": {q}, "key": {q}, "value": {q}, "context_key": [[]], "context_value": [[]]}}}}"#,
+            q = zeros(heads * head_size)
+        )
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(96))]
+        /// Whatever the dimensions, the loader gives a case whose cache fits the bound or a
+        /// typed error, never a panic; a cache past the bound is always refused.
+        #[test]
+        fn the_loader_bounds_every_cache(
+            heads in 1usize..=8,
+            head_size in prop_oneof![1usize..=64, (MAX_DIM / 2)..=(MAX_DIM / 8 * 9)],
+            block_size in prop_oneof![1usize..=16, 2usize..=(MAX_DIM * 2)],
+            num_blocks in prop_oneof![2usize..=64, 2usize..=(MAX_BLOCKS * 2)],
+        ) {
+            let bytes = 2u128 * 4 * (num_blocks * block_size * heads * head_size) as u128;
+            let got = Case::from_json(&case_json(heads, head_size, block_size, num_blocks));
+            match got {
+                Ok(case) => prop_assert!(bytes <= MAX_ALLOC_BYTES as u128, "{}", case.shape_summary()),
+                Err(CaseError::TooManyBytes { ref field, .. }) => {
+                    prop_assert_eq!(field.as_str(), "layout.num_blocks");
+                    prop_assert!(bytes > MAX_ALLOC_BYTES as u128);
+                }
+                Err(e) => {
+                    // Only the plain size limits may come first.
+                    prop_assert!(
+                        matches!(e, CaseError::TooLarge { .. }),
+                        "unexpected {e}"
+                    );
+                    prop_assert!(head_size > MAX_DIM || block_size > MAX_DIM || num_blocks > MAX_BLOCKS, "{e}");
+                }
+            }
+        }
+    }
 }

@@ -28,6 +28,8 @@ impl Trace {
             });
         }
         limit("num_blocks", self.num_blocks, MAX_BLOCKS)?;
+        crate::validate::validate_cache_size(c, self.num_blocks, "num_blocks")
+            .map_err(|error| TraceError::Case { step: None, error })?;
         limit("steps", self.steps.len(), MAX_TRACE_STEPS)?;
         let qrow = c.num_heads * c.head_size;
         let kvrow = c.num_kv_heads * c.head_size;
