@@ -148,8 +148,20 @@ pub(crate) fn stale_fill(
     }
     let row = config.num_kv_heads * config.head_size;
     let mut rng = InputRng::new(POISON_SEED);
-    let key = rng.normal_vec(slots.len() * row, POISON_STD, config.dtype);
-    let value = rng.normal_vec(slots.len() * row, POISON_STD, config.dtype);
+    // Sized from the case: a machine that cannot hold it declines the case, never aborts.
+    let n = slots.len().saturating_mul(row);
+    let mut values = || {
+        rng.try_normal_vec(n, POISON_STD, config.dtype)
+            .ok_or_else(|| {
+                attn_reference::Unsupported::new(
+                    attn_reference::Feature::CacheSize,
+                    "cannot allocate stale data for every spare slot on this machine",
+                )
+                .value(format!("{} slots", slots.len()))
+            })
+    };
+    let key = values()?;
+    let value = values()?;
     backend.write_kv(
         config,
         cache,

@@ -375,3 +375,30 @@ proptest! {
         }
     }
 }
+
+/// A cache no machine holds (67,108,864 blocks of 256 slots, 8 kv heads of 576: 633 TB in
+/// f32, past the address space) is declined as `cache_size`, in every dtype and as an FP8
+/// cache; `vec![0; n]` used to abort the process here.
+#[test]
+fn a_cache_past_the_address_space_is_declined_not_an_abort() {
+    let b = CpuBackend::auto();
+    for dtype in [DType::F32, DType::Bf16, DType::F16] {
+        for fp8 in [None, Some(attn_reference::Fp8Format::E4m3)] {
+            let mut c = config(8, 8, 576, 256, dtype);
+            c.kv_cache = fp8.map(|f| attn_reference::Fp8KvCache::new(f, 1.0, 1.0));
+            for num_blocks in [67_108_864, usize::MAX / 2] {
+                match b.new_cache(&c, num_blocks) {
+                    Err(BackendError::Unsupported(u)) => {
+                        assert_eq!(u.feature, attn_reference::Feature::CacheSize, "{u}")
+                    }
+                    Err(e) => panic!("{dtype:?} {fp8:?} {num_blocks}: {e}"),
+                    Ok(_) => panic!("{dtype:?} {fp8:?} {num_blocks}: allocated"),
+                }
+            }
+        }
+    }
+    // A cache that fits is still made, lazily.
+    assert!(b
+        .new_cache(&config(8, 8, 128, 16, DType::F32), 140_000)
+        .is_ok());
+}

@@ -60,6 +60,15 @@ impl InputRng {
             .collect()
     }
 
+    /// [`InputRng::normal_vec`], or `None` (the stream left where it was) when `n` values
+    /// cannot be allocated: for buffers sized from a case, where an abort is not an answer.
+    pub fn try_normal_vec(&mut self, n: usize, std: f64, dtype: DType) -> Option<Vec<f32>> {
+        let mut v = Vec::new();
+        v.try_reserve_exact(n).ok()?;
+        v.extend((0..n).map(|_| dtype.round((self.normal() * std) as f32)));
+        Some(v)
+    }
+
     /// A uniformly random permutation of `0..n` (Fisher–Yates).
     pub fn permutation(&mut self, n: usize) -> Vec<usize> {
         let mut p: Vec<usize> = (0..n).collect();
@@ -82,6 +91,18 @@ mod tests {
         let c = InputRng::new(8).normal_vec(64, 1.0, DType::F32);
         assert_eq!(a, b);
         assert_ne!(a, c);
+    }
+
+    #[test]
+    fn the_fallible_stream_is_the_same_stream() {
+        let mut a = InputRng::new(3);
+        let mut b = InputRng::new(3);
+        assert_eq!(
+            a.try_normal_vec(33, 2.0, DType::F16),
+            Some(b.normal_vec(33, 2.0, DType::F16))
+        );
+        assert_eq!(a.try_normal_vec(usize::MAX, 1.0, DType::F32), None);
+        assert_eq!(a.normal(), b.normal());
     }
 
     #[test]

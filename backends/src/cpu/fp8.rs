@@ -81,18 +81,18 @@ impl KvElem for E5m2 {
 }
 
 /// A zeroed vector of codes, as one zeroed allocation (pages no write touches cost nothing,
-/// as for the other dtypes).
-pub fn zeroed<T: Fp8Code>(len: usize) -> Vec<T> {
-    let mut bytes = std::mem::ManuallyDrop::new(vec![0u8; len]);
+/// as for the other dtypes); `None` when the allocator refuses it.
+pub fn zeroed<T: Fp8Code>(len: usize) -> Option<Vec<T>> {
+    let mut bytes = std::mem::ManuallyDrop::new(super::layout::try_zeroed::<u8>(len)?);
     // SAFETY: `T` is a `repr(transparent)` wrapper of `u8` (the `Fp8Code` contract): same
     // size, alignment and validity, so the allocation, length and capacity carry over.
-    unsafe {
+    Some(unsafe {
         Vec::from_raw_parts(
             bytes.as_mut_ptr().cast::<T>(),
             bytes.len(),
             bytes.capacity(),
         )
-    }
+    })
 }
 
 /// # Safety

@@ -341,15 +341,19 @@ pub struct OutputRows {
 }
 
 impl OutputRows {
-    pub fn new(rows: usize, d: usize) -> Self {
-        let mut data = ManuallyDrop::new(Vec::<MaybeUninit<f32>>::with_capacity(rows * d));
-        OutputRows {
+    /// `None` when `rows * d` values cannot be allocated (never an abort).
+    pub fn new(rows: usize, d: usize) -> Option<Self> {
+        let len = rows.checked_mul(d)?;
+        let mut data = Vec::<MaybeUninit<f32>>::new();
+        data.try_reserve_exact(len).ok()?;
+        let mut data = ManuallyDrop::new(data);
+        Some(OutputRows {
             ptr: data.as_mut_ptr(),
-            len: rows * d,
+            len,
             cap: data.capacity(),
             d,
             written: AtomicUsize::new(0),
-        }
+        })
     }
 
     fn rows(&self) -> usize {
@@ -479,7 +483,7 @@ mod tests {
     #[test]
     fn output_rows_come_back_in_place_and_a_missing_row_is_refused() {
         let d = 3;
-        let mut out = OutputRows::new(4, d);
+        let mut out = OutputRows::new(4, d).unwrap();
         out.zero_from(3);
         // SAFETY: one thread, each row written once.
         unsafe {
@@ -491,7 +495,7 @@ mod tests {
         let expect: Vec<f32> = (1..=9).map(|x| x as f32).chain([0.0; 3]).collect();
         assert_eq!(out.finish(), expect);
 
-        let mut partial = OutputRows::new(2, d);
+        let mut partial = OutputRows::new(2, d).unwrap();
         partial.zero_from(2);
         // SAFETY: as above.
         unsafe { partial.write_row(0, &[1.0, 2.0, 3.0]) };

@@ -59,6 +59,59 @@ impl Geometry {
     }
 }
 
+/// A cache the allocator refused (or that does not fit in the address space).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CacheAllocError {
+    pub geometry: Geometry,
+    /// Bytes asked for (`u128::MAX` when even the element count overflows).
+    pub bytes: u128,
+}
+
+impl std::fmt::Display for CacheAllocError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let g = self.geometry;
+        write!(
+            f,
+            "{} blocks x {} kv heads x {} slots x {} elements x 2 ({:.1} GiB)",
+            g.num_blocks,
+            g.num_kv_heads,
+            g.block_size,
+            g.head_size,
+            self.bytes as f64 / (1u64 << 30) as f64
+        )
+    }
+}
+
+/// Types whose all-zero bit pattern is a valid value.
+///
+/// # Safety
+/// Implemented only for types for which every all-zero byte pattern is a valid value.
+pub unsafe trait ZeroBits: Copy {}
+// SAFETY: 0.0 and 0 are all-zero bits.
+unsafe impl ZeroBits for f32 {}
+// SAFETY: as above.
+unsafe impl ZeroBits for u16 {}
+// SAFETY: as above.
+unsafe impl ZeroBits for u8 {}
+
+/// `len` zeroed elements as one zeroed allocation (pages no write touches cost nothing), or
+/// `None` when the allocator refuses it: an allocation sized from a case fails softly,
+/// where `vec![0; len]` would abort the process.
+pub fn try_zeroed<T: ZeroBits>(len: usize) -> Option<Vec<T>> {
+    let layout = std::alloc::Layout::array::<T>(len).ok()?;
+    if layout.size() == 0 {
+        return Some(Vec::new());
+    }
+    // SAFETY: the layout has a non-zero size.
+    let ptr = unsafe { std::alloc::alloc_zeroed(layout) }.cast::<T>();
+    if ptr.is_null() {
+        return None;
+    }
+    // SAFETY: `ptr` comes from the global allocator with the layout of `len` elements of `T`
+    // (what a `Vec<T>` of capacity `len` uses), and all `len` are zero bits, valid (`ZeroBits`).
+    Some(unsafe { Vec::from_raw_parts(ptr, len, len) })
+}
+
 /// A paged KV cache in this backend's layout.
 #[derive(Debug)]
 pub struct CpuKvCache {
@@ -70,25 +123,45 @@ pub struct CpuKvCache {
 }
 
 impl CpuKvCache {
-    pub fn new(dtype: DType, fp8: Option<Fp8KvCache>, geometry: Geometry) -> Result<Self, String> {
+    /// A zeroed cache; `Err` with the bytes asked for when it does not fit in the address
+    /// space or the allocator refuses it (never an abort).
+    pub fn new(
+        dtype: DType,
+        fp8: Option<Fp8KvCache>,
+        geometry: Geometry,
+    ) -> Result<Self, CacheAllocError> {
         let element_bytes = if fp8.is_some() { 1 } else { dtype.size_bytes() };
+        let refused = || CacheAllocError {
+            geometry,
+            bytes: geometry
+                .total_len()
+                .map_or(u128::MAX, |n| n as u128 * element_bytes as u128),
+        };
         let len = geometry
             .total_len()
             .filter(|&n| {
                 n.checked_mul(element_bytes)
                     .is_some_and(|b| b <= isize::MAX as usize)
             })
-            .ok_or_else(|| format!("a cache of {geometry:?} does not fit in memory"))?;
-        // Zeroed allocations (`vec![0; n]` of a primitive asks the allocator for zeroed
-        // memory): pages no write touches cost nothing, so a huge cache of which a case uses a
-        // few blocks is cheap. bf16/f16 zeros are all-zero bits, so they come as u16 zeros.
+            .ok_or_else(refused)?;
+        // Zeroed allocations (the allocator's zeroed memory): pages no write touches cost
+        // nothing, so a huge cache of which a case uses a few blocks is cheap. bf16/f16 zeros
+        // are all-zero bits, so they come as u16 zeros.
         use half::vec::HalfBitsVecExt;
         let data = match (fp8.map(|c| c.dtype), dtype) {
-            (Some(Fp8Format::E4m3), _) => KvData::Fp8E4m3(fp8::zeroed(len)),
-            (Some(Fp8Format::E5m2), _) => KvData::Fp8E5m2(fp8::zeroed(len)),
-            (None, DType::F32) => KvData::F32(vec![0.0; len]),
-            (None, DType::Bf16) => KvData::Bf16(vec![0u16; len].reinterpret_into()),
-            (None, DType::F16) => KvData::F16(vec![0u16; len].reinterpret_into()),
+            (Some(Fp8Format::E4m3), _) => KvData::Fp8E4m3(fp8::zeroed(len).ok_or_else(refused)?),
+            (Some(Fp8Format::E5m2), _) => KvData::Fp8E5m2(fp8::zeroed(len).ok_or_else(refused)?),
+            (None, DType::F32) => KvData::F32(try_zeroed::<f32>(len).ok_or_else(refused)?),
+            (None, DType::Bf16) => KvData::Bf16(
+                try_zeroed::<u16>(len)
+                    .ok_or_else(refused)?
+                    .reinterpret_into(),
+            ),
+            (None, DType::F16) => KvData::F16(
+                try_zeroed::<u16>(len)
+                    .ok_or_else(refused)?
+                    .reinterpret_into(),
+            ),
         };
         Ok(CpuKvCache {
             dtype,

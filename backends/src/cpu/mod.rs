@@ -308,7 +308,14 @@ impl CpuBackend {
         let mut shared = self.staging.try_lock().ok();
         let mut own = Vec::new();
         let staging = shared.as_deref_mut().unwrap_or(&mut own);
+        let no_memory = |what: &str, values: usize| BackendError::Failed {
+            backend: NAME.into(),
+            message: format!("cannot allocate {what} ({values} f32 values)"),
+        };
         if staging.len() < sched.staging_len {
+            staging
+                .try_reserve_exact(sched.staging_len - staging.len())
+                .map_err(|_| no_memory("the split-KV staging buffer", sched.staging_len))?;
             staging.resize(sched.staging_len, 0.0);
         }
         let mut pieces = Vec::with_capacity(sched.items.len());
@@ -323,7 +330,9 @@ impl CpuBackend {
             .iter()
             .map(|t| AtomicUsize::new(t.splits))
             .collect();
-        let mut output = kernel::OutputRows::new(step.num_tokens * config.num_heads, d);
+        let rows = step.num_tokens.saturating_mul(config.num_heads);
+        let mut output = kernel::OutputRows::new(rows, d)
+            .ok_or_else(|| no_memory("the output", rows.saturating_mul(d)))?;
         let seq_tokens = step.query_start_loc[step.seq_lens.len()];
         output.zero_from(seq_tokens * config.num_heads);
         let lock = |i: usize| pieces[i].lock().unwrap_or_else(|e| e.into_inner());
@@ -474,13 +483,14 @@ impl Backend for CpuBackend {
             block_size: config.block_size,
             head_size: config.head_size,
         };
-        let cache =
-            CpuKvCache::new(config.dtype, config.kv_cache, geometry).map_err(|message| {
-                BackendError::Failed {
-                    backend: NAME.into(),
-                    message,
-                }
-            })?;
+        // A cache the machine cannot hold is declined, not an abort.
+        let cache = CpuKvCache::new(config.dtype, config.kv_cache, geometry).map_err(|e| {
+            Unsupported::new(
+                Feature::CacheSize,
+                "cannot allocate the cache on this machine",
+            )
+            .value(e)
+        })?;
         Ok(Box::new(cache))
     }
 
