@@ -29,12 +29,39 @@ fn ensure_passive_openmp() {
     }
 }
 
+/// `println!` panics when stdout is a pipe whose reader has gone (`attn-diff list | head -1`):
+/// that panic ends the program quietly with status 0, as the reader that stopped reading
+/// wanted, for every command. SIGPIPE itself stays ignored (Rust's default): a write to an
+/// adapter that died must be an error the run reports, not a signal that kills attn-diff.
+fn quiet_on_closed_stdout() {
+    let previous = std::panic::take_hook();
+    let epipe = std::io::Error::from_raw_os_error(libc::EPIPE).to_string();
+    std::panic::set_hook(Box::new(move |info| {
+        let payload = info.payload();
+        let msg = payload
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| payload.downcast_ref::<&str>().copied())
+            .unwrap_or("");
+        if msg.starts_with("failed printing to stdout") && msg.contains(&epipe) {
+            std::process::exit(0);
+        }
+        previous(info);
+    }));
+}
+
 fn main() -> ExitCode {
+    quiet_on_closed_stdout();
     let cli = Cli::parse();
     if cli.runs_libtorch() {
         ensure_passive_openmp();
     }
-    match run(cli) {
+    let result = run(cli);
+    if attn_harness::interrupt::interrupted() {
+        // What ran is reported and its failures are on disk; the run itself did not finish.
+        return ExitCode::from(attn_harness::interrupt::EXIT_INTERRUPTED);
+    }
+    match result {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::from(1),
         Err(e) => {

@@ -176,3 +176,91 @@ fn list_names_specs() {
         assert!(out.contains(s), "{s} missing from list");
     }
 }
+
+/// The case of the issue: it passed validation, and `cpu` then tried to allocate a 633 TB
+/// cache and aborted (exit 134). Replay refuses it as a usage error naming the field.
+#[test]
+fn a_replay_file_whose_cache_no_machine_holds_exits_2_naming_num_blocks() {
+    let config = attn_reference::AttentionConfig::new(8, 8, 576, 256, attn_reference::DType::F32);
+    let mut case = attn_reference::build_case(
+        &[1],
+        &[1],
+        config,
+        1,
+        &attn_reference::BuildOptions::default(),
+    );
+    case.layout.num_blocks = 67_108_864;
+    let p = temp_file("cache_633tb.json", &serde_json::to_string(&case).unwrap());
+    for backend in ["cpu", "spyre-native"] {
+        let o = attn_diff(&["replay", p.to_str().unwrap(), "--backend", backend]);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{backend}: {err}");
+        assert!(
+            err.contains("layout.num_blocks is too large") && err.contains("64.0 GiB"),
+            "{err}"
+        );
+    }
+}
+
+/// Run attn-diff with a stdout whose reading end is already closed: every write gets EPIPE.
+fn with_closed_stdout(args: &[&str]) -> Output {
+    let mut fds = [0; 2];
+    // SAFETY: `fds` has room for the two descriptors pipe(2) returns.
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    // SAFETY: both descriptors were just made and are owned here alone.
+    let (read, write) = unsafe {
+        use std::os::fd::FromRawFd;
+        (
+            std::os::fd::OwnedFd::from_raw_fd(fds[0]),
+            std::os::fd::OwnedFd::from_raw_fd(fds[1]),
+        )
+    };
+    drop(read);
+    Command::new(env!("CARGO_BIN_EXE_attn-diff"))
+        .args(args)
+        .stdout(std::process::Stdio::from(write))
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .expect("attn-diff runs")
+}
+
+/// `attn-diff list | head -1`: a reader that stops reading ends the program quietly, exit 0,
+/// for every command that prints (it used to panic with exit 101).
+#[test]
+fn a_closed_stdout_ends_every_command_quietly() {
+    let fixture = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../fixtures/regressions/padding_rows_and_partial_blocks.json");
+    let fixture = fixture.to_str().unwrap();
+    let runs: [&[&str]; 6] = [
+        &["list"],
+        &["list", "--format", "json"],
+        &["--help"],
+        &["replay", fixture, "--backend", "cpu"],
+        &[
+            "check",
+            "--backend",
+            "cpu",
+            "--cases",
+            "2",
+            "--traces",
+            "1",
+            "-q",
+        ],
+        &[
+            "bench",
+            "--backend",
+            "cpu",
+            "--spec",
+            "small_decode",
+            "--reps",
+            "1",
+            "-q",
+        ],
+    ];
+    for args in runs {
+        let o = with_closed_stdout(args);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(0), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+}
