@@ -4,7 +4,124 @@
 
 use crate::compare::{Comparison, Tolerance};
 use attn_reference::Case;
-use std::path::PathBuf;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+/// In each folder attn-diff writes failures into, the files it wrote, one a line as
+/// `RUN<TAB>NAME` (RUN: one run's id), so a later `check` prunes only files attn-diff wrote
+/// ([`prune_failures`]).
+pub const REGISTRY: &str = ".attn-diff-files";
+
+/// This process's run id: the time of its first write and its process id.
+fn run_id() -> &'static str {
+    static ID: OnceLock<String> = OnceLock::new();
+    ID.get_or_init(|| {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        format!("{nanos}-{}", std::process::id())
+    })
+}
+
+/// Add `path` to its folder's registry as written by this run.
+fn register(path: &Path) {
+    let (Some(dir), Some(name)) = (path.parent(), path.file_name().and_then(|n| n.to_str())) else {
+        return;
+    };
+    let dir = if dir.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        dir
+    };
+    let appended = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join(REGISTRY))
+        .and_then(|mut f| writeln!(f, "{}\t{name}", run_id()));
+    if let Err(e) = appended {
+        eprintln!(
+            "warning: cannot record {} in {}: {e}",
+            path.display(),
+            dir.join(REGISTRY).display()
+        );
+    }
+}
+
+/// Names attn-diff gives property-case and trace failures (`…-seed1-case0.json`, `.png`,
+/// `…-seed1-trace3.json`): files of runs from before the registry are recognised by them.
+fn named_like_a_failure(name: &str) -> bool {
+    let Some(stem) = name
+        .strip_suffix(".json")
+        .or_else(|| name.strip_suffix(".png"))
+    else {
+        return false;
+    };
+    fn digits_after<'a>(s: &'a str, tag: &str) -> Option<&'a str> {
+        s.rsplit_once(tag)
+            .filter(|(_, n)| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+            .map(|(head, _)| head)
+    }
+    digits_after(stem, "-case")
+        .or_else(|| digits_after(stem, "-trace"))
+        .and_then(|head| digits_after(head, "-seed"))
+        .is_some()
+}
+
+/// Delete the failure files of every run but the last one that wrote into `dir`: files
+/// attn-diff wrote there (listed in its [`REGISTRY`], or named as it names failures), never
+/// anything else. Run at the start of a `check` writing there, so the folder holds the last
+/// run's files (and then this run's), instead of growing with every run. Without a registry
+/// nothing is deleted: which run was last is not known.
+pub fn prune_failures(dir: &Path) {
+    let registry = dir.join(REGISTRY);
+    let Ok(text) = std::fs::read_to_string(&registry) else {
+        return;
+    };
+    let entries: Vec<(&str, &str)> = text
+        .lines()
+        .filter_map(|l| l.split_once('\t'))
+        .filter(|(_, name)| !name.is_empty() && !name.contains(['/', '\\']) && *name != REGISTRY)
+        .collect();
+    let Some(&(last, _)) = entries.last() else {
+        return;
+    };
+    let keep: std::collections::HashSet<&str> = entries
+        .iter()
+        .filter(|(run, _)| *run == last)
+        .map(|&(_, name)| name)
+        .collect();
+    let listed = entries.iter().map(|&(_, name)| name.to_string());
+    let recognised = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter(|name| named_like_a_failure(name));
+    let doomed: std::collections::BTreeSet<String> = listed
+        .chain(recognised)
+        .filter(|name| !keep.contains(name.as_str()))
+        .collect();
+    for name in &doomed {
+        let path = dir.join(name);
+        if std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_file()) {
+            if let Err(e) = std::fs::remove_file(&path) {
+                eprintln!(
+                    "warning: cannot remove old failure file {}: {e}",
+                    path.display()
+                );
+            }
+        }
+    }
+    let kept: String = entries
+        .iter()
+        .filter(|(run, _)| *run == last)
+        .map(|(run, name)| format!("{run}\t{name}\n"))
+        .collect();
+    if let Err(e) = attn_reference::golden::write_atomic(&registry, kept.as_bytes()) {
+        eprintln!("warning: cannot rewrite {}: {e}", registry.display());
+    }
+}
 
 /// One failure's files, pending.
 #[derive(Clone, Debug, Default)]
@@ -51,8 +168,9 @@ pub fn write_all(artifacts: &[Artifact]) {
                     attn_reference::golden::write_atomic(path, json.as_bytes())
                         .map_err(|e| e.to_string())
                 });
-            if let Err(e) = written {
-                eprintln!("warning: cannot write trace file {}: {e}", path.display());
+            match written {
+                Ok(()) => register(path),
+                Err(e) => eprintln!("warning: cannot write trace file {}: {e}", path.display()),
             }
         }
         if let Some((path, case)) = &a.replay {
@@ -62,8 +180,9 @@ pub fn write_all(artifacts: &[Artifact]) {
                     attn_reference::golden::write_atomic(path, json.as_bytes())
                         .map_err(|e| e.to_string())
                 });
-            if let Err(e) = written {
-                eprintln!("warning: cannot write replay file {}: {e}", path.display());
+            match written {
+                Ok(()) => register(path),
+                Err(e) => eprintln!("warning: cannot write replay file {}: {e}", path.display()),
             }
         }
         if let Some(h) = &a.heatmap {
@@ -75,9 +194,28 @@ pub fn write_all(artifacts: &[Artifact]) {
                 h.heads,
                 h.allowance,
             );
-            if let Err(e) = drawn {
-                eprintln!("warning: cannot draw heat map {}: {e}", h.path.display());
+            match drawn {
+                Ok(()) => register(&h.path),
+                Err(e) => eprintln!("warning: cannot draw heat map {}: {e}", h.path.display()),
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failure_names_are_recognised() {
+        assert!(named_like_a_failure("cpu-seed1-case0.json"));
+        assert!(named_like_a_failure(
+            "external_numpy-ref-seed12-case340.png"
+        ));
+        assert!(named_like_a_failure("mutant_x-seed1-trace3.json"));
+        assert!(!named_like_a_failure("notes.json"));
+        assert!(!named_like_a_failure("cpu-seed1-case0.txt"));
+        assert!(!named_like_a_failure("cpu-seedX-case0.json"));
+        assert!(!named_like_a_failure("cpu-seed1-case.json"));
     }
 }

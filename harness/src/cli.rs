@@ -61,11 +61,23 @@ pub enum Command {
     /// Backends with what each declines, declared adapters, and the named specs.
     #[command(after_help = EXIT_CODES)]
     List(ListArgs),
+    /// Start an adapter, print what its handshake declares (name, protocol version,
+    /// description, capabilities: its case space) and exit.
+    #[command(after_help = EXIT_CODES)]
+    Handshake(HandshakeArgs),
+    /// Write a runnable adapter (numpy paged attention on the Python helper) and a README
+    /// saying how to run it into a new directory.
+    #[command(after_help = EXIT_CODES)]
+    NewAdapter(NewAdapterArgs),
     /// Every mutant (deliberately wrong backend) through the property runner and through the
     /// upstream suite alone: what each catches.
     #[cfg(feature = "mutants")]
     #[command(after_help = EXIT_CODES)]
     Mutants(MutantsArgs),
+    /// This build has no mutants: says how to build them.
+    #[cfg(not(feature = "mutants"))]
+    #[command(hide = true, after_help = EXIT_CODES)]
+    Mutants(NoMutantsArgs),
 }
 
 /// Query heads and kv heads: `32,8` (or `32/8`).
@@ -269,6 +281,38 @@ pub struct ListArgs {
     pub format: Format,
 }
 
+#[derive(Args, Debug)]
+pub struct HandshakeArgs {
+    /// The adapter to start: `external:NAME` or NAME, declared with --external or in
+    /// attn-diff.toml (default: the only one given with --external).
+    #[arg(long, value_name = "NAME")]
+    pub backend: Option<String>,
+    #[command(flatten)]
+    pub external: ExternalArgs,
+    /// How to write what the adapter declared.
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    pub format: Format,
+}
+
+#[derive(Args, Debug)]
+pub struct NewAdapterArgs {
+    /// The directory to write `adapter.py` and `README.md` into (made if missing; refused
+    /// unless empty).
+    pub dir: PathBuf,
+    /// The adapter's name (default: the directory's name).
+    #[arg(long, value_name = "NAME")]
+    pub name: Option<String>,
+}
+
+/// Whatever follows `mutants` in a build without them.
+#[cfg(not(feature = "mutants"))]
+#[derive(Args, Debug)]
+pub struct NoMutantsArgs {
+    /// Ignored: this build has no mutants.
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, hide = true)]
+    pub rest: Vec<String>,
+}
+
 #[cfg(feature = "mutants")]
 #[derive(Args, Debug)]
 pub struct MutantsArgs {
@@ -301,9 +345,11 @@ impl Cli {
             Command::Check(a) => named(&a.backend),
             Command::Replay(a) => named(&a.backend),
             Command::Bench(a) => named(&a.backend),
-            Command::Export(_) | Command::List(_) => false,
-            #[cfg(feature = "mutants")]
-            Command::Mutants(_) => false,
+            Command::Export(_)
+            | Command::List(_)
+            | Command::Handshake(_)
+            | Command::NewAdapter(_)
+            | Command::Mutants(_) => false,
         }
     }
 }

@@ -35,9 +35,12 @@ pub fn adapter_python(dir: &Path) -> String {
     provisioned_python(dir).map_or_else(|| "python3".into(), |p| p.display().to_string())
 }
 
-/// A bare `python3` (or `python`) in a config file means "the Python the adapters were set up
-/// for": the provisioned environment when there is one, else whatever PATH finds. Any other
-/// program (a path, `python3.12`, a wrapper) is the user's choice and kept as written.
+/// A bare `python3` (or `python`), in a config file or in `--external`, means "the Python the
+/// adapters were set up for": the provisioned environment in `dir` when there is one, else
+/// whatever PATH finds. `dir` is the config file's directory for its entries; for
+/// `--external`, the directory of `--config FILE` when given, else the current directory
+/// (where `./attn-diff.toml` is read from). Any other program (a path, `python3.12`, a
+/// wrapper) is the user's choice and kept as written.
 fn resolve_interpreter(mut command: Vec<String>, dir: &Path) -> Vec<String> {
     if matches!(
         command.first().map(String::as_str),
@@ -88,10 +91,12 @@ pub enum ExternalConfigError {
     Read { path: String, message: String },
     #[error("{path}: {message}")]
     Parse { path: String, message: String },
-    #[error("no adapter `{name}` is declared (declared: {declared}); add [backends.{name}] to {file} or pass --external {name}='command …'")]
+    #[error("no adapter `{name}` is declared (declared: {declared}){suggestion}; add [backends.{name}] to {file} or pass --external {name}='command …'")]
     Unknown {
         name: String,
         declared: String,
+        /// `; did you mean `X`?`, or empty.
+        suggestion: String,
         file: String,
     },
 }
@@ -208,17 +213,30 @@ pub fn parse_flag(flag: &str, timeout: Option<f64>) -> Result<AdapterSpec, Exter
 }
 
 impl ExternalArgs {
-    /// Every declared adapter: `--external` ones first, then the config file's.
+    /// Every declared adapter: `--external` ones first, then the config file's. A bare
+    /// `python3` resolves the same way in both ([`resolve_interpreter`]).
     pub fn declared(&self) -> Result<Vec<AdapterSpec>, ExternalConfigError> {
-        let mut specs = self
-            .external
-            .iter()
-            .map(|f| parse_flag(f, self.external_timeout))
-            .collect::<Result<Vec<_>, _>>()?;
         let path = self
             .config
             .clone()
             .unwrap_or_else(|| PathBuf::from(DEFAULT_CONFIG));
+        let flag_dir = match &self.config {
+            Some(file) => std::fs::canonicalize(file)
+                .ok()
+                .and_then(|p| p.parent().map(Path::to_path_buf))
+                .unwrap_or_else(|| PathBuf::from(".")),
+            None => PathBuf::from("."),
+        };
+        let mut specs = self
+            .external
+            .iter()
+            .map(|f| {
+                parse_flag(f, self.external_timeout).map(|mut spec| {
+                    spec.command = resolve_interpreter(spec.command, &flag_dir);
+                    spec
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         if self.config.is_some() || path.exists() {
             let text = std::fs::read_to_string(&path).map_err(|e| ExternalConfigError::Read {
                 path: path.display().to_string(),
@@ -242,6 +260,7 @@ impl ExternalArgs {
             .find(|s| s.name == name)
             .ok_or_else(|| ExternalConfigError::Unknown {
                 name: name.into(),
+                suggestion: crate::suggest::did_you_mean(name, &names),
                 declared: if names.is_empty() {
                     "none".into()
                 } else {
@@ -340,6 +359,49 @@ mod tests {
             "a named interpreter is kept"
         );
         assert_eq!(specs[2].command[0], provisioned);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// `--external x='python3 a.py'` runs the same interpreter as `command = ["python3",
+    /// "a.py"]` in the config file beside it: the provisioned environment when there is one.
+    #[test]
+    fn a_bare_python_in_a_flag_resolves_as_in_the_config() {
+        let dir = std::env::temp_dir().join(format!("attn-diff-flagenv-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let bin = dir.join(PYTHON_ENV).join("bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        std::fs::write(bin.join("python3"), "").unwrap();
+        let config = dir.join("attn-diff.toml");
+        std::fs::write(&config, "[backends.t]\ncommand = [\"python3\", \"t.py\"]\n").unwrap();
+        let args = ExternalArgs {
+            external: vec!["f=python3 f.py".into(), "g=/usr/bin/python3 g.py".into()],
+            external_timeout: None,
+            config: Some(config),
+        };
+        let provisioned = std::fs::canonicalize(bin.join("python3"))
+            .unwrap()
+            .display()
+            .to_string();
+        let declared = args.declared().unwrap();
+        let command = |n: &str| {
+            declared
+                .iter()
+                .find(|s| s.name == n)
+                .unwrap()
+                .command
+                .clone()
+        };
+        assert_eq!(command("f"), vec![provisioned.clone(), "f.py".into()]);
+        assert_eq!(
+            command("t")[0],
+            command("f")[0],
+            "the flag and the file agree"
+        );
+        assert_eq!(
+            command("g")[0],
+            "/usr/bin/python3",
+            "a named interpreter is kept"
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -16,6 +16,7 @@ pub mod external;
 pub mod pipeline;
 pub mod progress;
 pub mod render;
+pub mod suggest;
 
 // The pipeline's modules by their short names, as tests and tools have always used them.
 #[cfg(feature = "mutants")]

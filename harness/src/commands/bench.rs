@@ -23,7 +23,8 @@ fn bench_backend(
     external: &ExternalArgs,
 ) -> anyhow::Result<Arc<dyn Backend>> {
     let Some(adapter) = name.strip_prefix(PREFIX) else {
-        return attn_backends::registry::backend_with_threads(name, threads).map_err(usage);
+        return attn_backends::registry::backend_with_threads(name, threads)
+            .map_err(|e| usage(format!("{e}{}", super::backend_suggestion(name, external))));
     };
     let mut spec = external.spec(adapter).map_err(|e| usage(e.to_string()))?;
     if let Some(n) = threads {
@@ -44,6 +45,7 @@ pub fn run(args: BenchArgs, global: GlobalArgs) -> anyhow::Result<bool> {
     );
     config.validate().map_err(|e| usage(e.to_string()))?;
     config.kind = AttentionKind::Decoder;
+    super::check_config(&args.external)?;
     let specs: Vec<BatchSpec> = if args.specs.is_empty() {
         attn_reference::all_specs()
             .into_iter()
@@ -55,10 +57,14 @@ pub fn run(args: BenchArgs, global: GlobalArgs) -> anyhow::Result<bool> {
             .map(|n| spec_named(n))
             .collect::<anyhow::Result<_>>()?
     };
+    // Cases too large to build are refused before anything is allocated.
+    for spec in &specs {
+        super::check_spec_size(spec, &config)?;
+    }
     let names: Vec<String> = if args.backend.is_empty() {
         attn_backends::backend_names()
     } else {
-        args.backend
+        super::dedupe(&args.backend)
     };
     let backends = names
         .iter()

@@ -18,6 +18,7 @@ pub fn run(args: ExportArgs) -> anyhow::Result<bool> {
             config.kind = spec.kind;
             // Check the config before building anything from it.
             config.validate().map_err(|e| usage(e.to_string()))?;
+            super::check_spec_size(&spec, &config)?;
             attn_reference::build_spec_case(&spec, config, args.seed)
         }
         (None, Some(path)) => load_case(&path)?,

@@ -5,9 +5,11 @@
 mod bench;
 mod check;
 mod export;
+mod handshake;
 mod list;
 #[cfg(feature = "mutants")]
 mod mutants;
+mod new_adapter;
 mod replay;
 
 use crate::cli::{Cli, Command};
@@ -21,13 +23,25 @@ use std::sync::Arc;
 pub fn run(cli: Cli) -> anyhow::Result<bool> {
     let global = cli.global;
     match cli.command {
-        Command::Check(args) => check::run(args, global),
+        Command::Check(args) => {
+            // Only files attn-diff wrote, and not those of the last run that wrote there.
+            crate::artifacts::prune_failures(&args.out);
+            check::run(args, global)
+        }
         Command::Replay(args) => replay::run(args),
         Command::Export(args) => export::run(args),
         Command::Bench(args) => bench::run(args, global),
         Command::List(args) => list::run(args),
+        Command::Handshake(args) => handshake::run(args),
+        Command::NewAdapter(args) => new_adapter::run(args),
         #[cfg(feature = "mutants")]
         Command::Mutants(args) => mutants::run(args, global),
+        #[cfg(not(feature = "mutants"))]
+        Command::Mutants(_) => Err(usage(
+            "this attn-diff was built without the mutants (deliberately wrong backends); they \
+             need the `mutants` feature: cargo run --release -p attn-harness --features mutants \
+             -- mutants",
+        )),
     }
 }
 
@@ -61,7 +75,57 @@ pub fn load_case(path: &Path) -> anyhow::Result<Case> {
             .map_err(|e| usage(format!("{name}: {e}")))?;
         return Ok(case);
     }
-    Case::load(path).map_err(|e| usage(format!("{name}: {e}")))
+    Case::load(path).map_err(|e| {
+        // A trace file read as a case fails on its first trace field: say what it is.
+        if matches!(e, attn_reference::CaseError::Parse { .. }) && is_trace_file(path) {
+            return usage(format!(
+                "{name} is a trace file (several steps on one cache), not a case: `attn-diff \
+                 replay {name}` runs it; export takes a single case"
+            ));
+        }
+        usage(format!("{name}: {e}"))
+    })
+}
+
+/// A JSON file whose top level has `steps` (read only up to the size limit of cases).
+pub(crate) fn is_trace_file(path: &Path) -> bool {
+    path.extension().is_some_and(|e| e == "json")
+        && std::fs::metadata(path)
+            .is_ok_and(|m| m.is_file() && m.len() <= attn_reference::MAX_CASE_FILE_BYTES)
+        && std::fs::read_to_string(path).is_ok_and(|t| attn_reference::Trace::looks_like_trace(&t))
+}
+
+/// `names` without repeats, in their first order (`--backend cpu,cpu` runs cpu once).
+pub(crate) fn dedupe(names: &[String]) -> Vec<String> {
+    let mut seen = std::collections::HashSet::new();
+    names
+        .iter()
+        .map(|n| n.trim().to_string())
+        .filter(|n| seen.insert(n.clone()))
+        .collect()
+}
+
+/// `; did you mean `X`?` for an unknown backend `name`, among the registered backends and the
+/// adapters declared by `external` (as `external:NAME`), or nothing.
+pub(crate) fn backend_suggestion(name: &str, external: &ExternalArgs) -> String {
+    let mut known = attn_backends::backend_names();
+    if let Ok(declared) = external.declared() {
+        known.extend(
+            declared
+                .iter()
+                .map(|a| format!("{}{}", crate::external::PREFIX, a.name)),
+        );
+    }
+    crate::suggest::did_you_mean(name, &known)
+}
+
+/// A `--config FILE` that does not exist or does not parse is an error, whether or not the
+/// run names an adapter (it used to be ignored unless one was).
+pub(crate) fn check_config(external: &ExternalArgs) -> anyhow::Result<()> {
+    if external.config.is_some() {
+        external.declared().map_err(|e| usage(e.to_string()))?;
+    }
+    Ok(())
 }
 
 /// Backends by name; `external:NAME` adapters come from `./attn-diff.toml`.
@@ -75,6 +139,7 @@ pub fn select_backends_with(
     names: &[String],
     external: &ExternalArgs,
 ) -> anyhow::Result<Vec<Arc<dyn Backend>>> {
+    check_config(external)?;
     if names.is_empty() {
         let all = all_backends();
         if all.is_empty() {
@@ -82,23 +147,51 @@ pub fn select_backends_with(
         }
         return Ok(all);
     }
-    names
+    dedupe(names)
         .iter()
-        .map(|n| match n.trim().strip_prefix(crate::external::PREFIX) {
+        .map(|n| match n.strip_prefix(crate::external::PREFIX) {
             Some(adapter) => {
                 crate::external::start_backend(adapter, external).map_err(|e| usage(e.to_string()))
             }
-            None => backend_by_name(n.trim()).map_err(usage),
+            None => backend_by_name(n)
+                .map_err(|e| usage(format!("{e}{}", backend_suggestion(n, external)))),
         })
         .collect()
 }
 
+/// A usage error when the case of `spec` at `config` would pass the allocation bound of a
+/// case ([`attn_reference::MAX_ALLOC_BYTES`]): its cache, or its inputs as built (K/V of every
+/// key, the queries). Checked before building, which would allocate them.
+pub(crate) fn check_spec_size(
+    spec: &attn_reference::BatchSpec,
+    config: &attn_reference::AttentionConfig,
+) -> anyhow::Result<()> {
+    let blocks = spec.seq_lens.iter().fold(1usize, |acc, l| {
+        acc.saturating_add(l.div_ceil(config.block_size))
+    });
+    let at = || {
+        format!(
+            "spec `{}` at {} heads / {} kv heads of {}, block size {}",
+            spec.name, config.num_heads, config.num_kv_heads, config.head_size, config.block_size
+        )
+    };
+    attn_reference::validate_cache_size(config, blocks, "its cache")
+        .map_err(|e| usage(format!("{}: {e}", at())))?;
+    let keys: u128 = spec.seq_lens.iter().map(|&l| l as u128).sum();
+    let tokens: u128 = spec.query_lens.iter().map(|&q| q as u128).sum();
+    let values = 2 * keys * (config.num_kv_heads * config.head_size) as u128
+        + tokens * (config.num_heads * config.head_size) as u128;
+    if values.saturating_mul(4) > attn_reference::MAX_ALLOC_BYTES as u128 {
+        return Err(usage(format!(
+            "{}: its inputs ({values} f32 values) are over the limit of {} GiB for one case",
+            at(),
+            attn_reference::MAX_ALLOC_BYTES >> 30
+        )));
+    }
+    Ok(())
+}
+
 /// The named upstream spec, or a usage error listing the known ones.
 pub(crate) fn spec_named(name: &str) -> anyhow::Result<attn_reference::BatchSpec> {
-    attn_reference::spec_by_name(name).ok_or_else(|| {
-        usage(format!(
-            "unknown spec `{name}`; known specs: {}",
-            attn_reference::specs::spec_names().join(", ")
-        ))
-    })
+    attn_reference::spec_by_name(name).ok_or_else(|| usage(crate::suggest::unknown_spec(name)))
 }

@@ -1,6 +1,6 @@
 //! `attn-diff replay FILE`: one saved case through backends again.
 
-use super::{load_case, select_backends_with};
+use super::{is_trace_file, load_case, select_backends_with};
 use crate::cli::ReplayArgs;
 use crate::pipeline::trace::{evaluate_trace, JudgedTrace, TraceOutcome};
 use crate::render::trace_report::trace_failure_record;
@@ -8,16 +8,7 @@ use crate::replay::replay_case;
 use crate::runner::Outcome;
 use attn_backends::Backend;
 use attn_reference::{Recorded, Trace};
-use std::path::Path;
 use std::sync::Arc;
-
-/// A JSON file whose top level has `steps` (read only up to the size limit of cases).
-fn is_trace_file(path: &Path) -> bool {
-    path.extension().is_some_and(|e| e == "json")
-        && std::fs::metadata(path)
-            .is_ok_and(|m| m.is_file() && m.len() <= attn_reference::MAX_CASE_FILE_BYTES)
-        && std::fs::read_to_string(path).is_ok_and(|t| Trace::looks_like_trace(&t))
-}
 
 /// The backends to replay on: those named, else the one the file records (an adapter
 /// declared with `--external` only when the flag is given again: a file never starts a

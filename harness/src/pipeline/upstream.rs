@@ -120,12 +120,7 @@ pub fn full_suite() -> Vec<UpstreamCase> {
 pub fn cases_for_specs(names: &[String]) -> Result<Vec<UpstreamCase>, String> {
     let mut v = Vec::new();
     for name in names {
-        let spec = spec_by_name(name).ok_or_else(|| {
-            format!(
-                "unknown spec `{name}`; known specs: {}",
-                specs::spec_names().join(", ")
-            )
-        })?;
+        let spec = spec_by_name(name).ok_or_else(|| crate::suggest::unknown_spec(name))?;
         let n = spec.name;
         if spec.kind == AttentionKind::EncoderDecoder {
             v.push(at_model_heads(n));
