@@ -1,15 +1,11 @@
 //! N shard summaries of one run merged into the summary of the whole run.
 //!
-//! Shard I of N runs the property cases whose index is I mod N, so their counts add up. The
-//! upstream cases are not sharded: every shard runs all of them, and their outcomes are in
-//! every shard's counts. The merge keeps one copy: it counts each shard's property cases
-//! (its counts less its upstream rows' outcomes) and the first shard's upstream rows once.
-//! Times add up (machine time, upstream included); worst errors take the maximum; failures
-//! are kept once per (backend, origin), in shard order.
+//! Shard I of N runs the property cases, the traces and the upstream cases whose index is
+//! I mod N, so every count is a sum: tallies, declined groups, divergence kinds and coverage
+//! add; upstream rows are concatenated; times add up (machine time); worst errors take the
+//! maximum; failures are kept once per (backend, origin), in shard order.
 
-use crate::summary::{BackendSummary, CheckSummary, Shard, UpstreamRow, UpstreamStatus};
-use attn_results::DivergenceKind;
-use std::collections::BTreeMap;
+use crate::summary::{BackendSummary, CheckSummary, Shard, UpstreamRow};
 use thiserror::Error;
 
 #[derive(Debug, Error, PartialEq)]
@@ -33,126 +29,37 @@ pub enum MergeError {
         found: String,
         expected: String,
     },
-    #[error("shard {index}: {backend}'s counts are smaller than its upstream rows account for")]
-    Inconsistent { index: usize, backend: String },
 }
 
-fn take(n: &mut usize, index: usize, backend: &str) -> Result<(), MergeError> {
-    *n = n.checked_sub(1).ok_or_else(|| MergeError::Inconsistent {
-        index,
-        backend: backend.to_string(),
-    })?;
-    Ok(())
-}
-
-fn take_kind(
-    map: &mut BTreeMap<DivergenceKind, usize>,
-    kind: DivergenceKind,
-    index: usize,
-    backend: &str,
-) -> Result<(), MergeError> {
-    let n = map.get_mut(&kind).ok_or_else(|| MergeError::Inconsistent {
-        index,
-        backend: backend.to_string(),
-    })?;
-    take(n, index, backend)?;
-    if *n == 0 {
-        map.remove(&kind);
+fn earliest(a: Option<usize>, b: Option<usize>) -> Option<usize> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
     }
-    Ok(())
 }
 
-/// Take one declined case out of its group. The group's distinct values stay (another
-/// property case may have had the same value; a value set is a description, not a count).
-fn take_unsupported(
-    b: &mut BackendSummary,
-    reason: &attn_results::check::UnsupportedGroup,
-    index: usize,
-) -> Result<(), MergeError> {
-    let name = b.backend.clone();
-    let pos = b
-        .unsupported
-        .iter()
-        .position(|g| g.feature == reason.feature && g.detail == reason.detail)
-        .ok_or_else(|| MergeError::Inconsistent {
-            index,
-            backend: name.clone(),
-        })?;
-    take(&mut b.unsupported[pos].cases, index, &name)?;
-    if b.unsupported[pos].cases == 0 {
-        b.unsupported.remove(pos);
+fn add(into: &mut BackendSummary, part: &BackendSummary) {
+    into.property += part.property;
+    into.upstream += part.upstream;
+    into.traces += part.traces;
+    into.trace_steps += part.trace_steps;
+    for g in &part.unsupported {
+        into.add_group(g.clone());
     }
-    Ok(())
-}
-
-/// A shard's backend summary less the outcomes of its upstream rows: its property cases.
-fn property_part(
-    b: &BackendSummary,
-    upstream: &[UpstreamRow],
-    index: usize,
-) -> Result<BackendSummary, MergeError> {
-    let mut p = b.clone();
-    let name = b.backend.as_str();
-    for row in upstream.iter().filter(|r| r.backend == b.backend) {
-        if matches!(row.status, UpstreamStatus::NotDeclared { .. }) {
-            // Never sent to the backend: nothing of it is in the counts.
-            continue;
-        }
-        take(&mut p.cases_run, index, name)?;
-        match &row.status {
-            UpstreamStatus::Pass => take(&mut p.passed, index, name)?,
-            UpstreamStatus::Unsupported { reason } => {
-                let group = attn_results::check::UnsupportedGroup {
-                    feature: reason.feature,
-                    detail: reason.detail.clone(),
-                    cases: 1,
-                    values: Default::default(),
-                };
-                take_unsupported(&mut p, &group, index)?
-            }
-            UpstreamStatus::Diverged { kind } => {
-                take(&mut p.failed, index, name)?;
-                take_kind(&mut p.divergences, *kind, index, name)?;
-            }
-            UpstreamStatus::NotDeclared { .. } => {}
-        }
-    }
-    Ok(p)
-}
-
-fn add(into: &mut BackendSummary, part: BackendSummary) {
-    into.cases_run += part.cases_run;
-    into.passed += part.passed;
-    into.failed += part.failed;
-    for g in part.unsupported {
-        into.add_group(g);
-    }
-    for (k, n) in part.divergences {
-        *into.divergences.entry(k).or_default() += n;
+    for (k, n) in &part.divergences {
+        *into.divergences.entry(*k).or_default() += n;
     }
     into.worst_abs_err = into.worst_abs_err.max(part.worst_abs_err);
     into.worst_rel_err = into.worst_rel_err.max(part.worst_rel_err);
     into.backend_seconds += part.backend_seconds;
     into.wall_seconds += part.wall_seconds;
     into.shared_block_cases += part.shared_block_cases;
-    into.traces_run += part.traces_run;
-    into.trace_steps += part.trace_steps;
-    into.traces_failed += part.traces_failed;
-    into.first_trace_divergence_at = match (
-        into.first_trace_divergence_at,
-        part.first_trace_divergence_at,
-    ) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    };
-    // Per-shard counts are not comparable; keep the earliest any shard saw.
-    into.first_divergence_at = match (into.first_divergence_at, part.first_divergence_at) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    };
-    for f in part.failures {
+    // Indices into the whole run: the smallest is the first.
+    into.first_failing_case = earliest(into.first_failing_case, part.first_failing_case);
+    into.first_failing_trace = earliest(into.first_failing_trace, part.first_failing_trace);
+    for f in &part.failures {
         if !into.failures.iter().any(|g| g.origin == f.origin) {
-            into.failures.push(f);
+            into.failures.push(f.clone());
         }
     }
 }
@@ -174,19 +81,6 @@ fn check_agree(
             expected,
         })
     }
-}
-
-fn upstream_keys(s: &CheckSummary) -> String {
-    s.upstream
-        .iter()
-        .map(|r| {
-            format!(
-                "{}:{}:{}:{}/{}",
-                r.backend, r.test, r.spec, r.heads.0, r.heads.1
-            )
-        })
-        .collect::<Vec<_>>()
-        .join(",")
 }
 
 /// Merge the summaries of every shard of one run (in any order) into the whole run's.
@@ -219,12 +113,39 @@ pub fn merge(mut shards: Vec<CheckSummary>) -> Result<CheckSummary, MergeError> 
         });
     }
 
+    // Upstream rows in the whole run's order: case j (its rows, one per backend sent or not
+    // declared, consecutive) is shard j mod N's.
+    let same_case = |a: &UpstreamRow, b: &UpstreamRow| {
+        (&a.test, &a.spec, a.heads) == (&b.test, &b.spec, b.heads)
+    };
+    let mut row_chunks: Vec<std::vec::IntoIter<Vec<UpstreamRow>>> = shards
+        .iter()
+        .map(|s| {
+            s.upstream
+                .chunk_by(same_case)
+                .map(<[UpstreamRow]>::to_vec)
+                .collect::<Vec<_>>()
+                .into_iter()
+        })
+        .collect();
+    let mut rows = Vec::new();
+    'cases: loop {
+        for chunks in row_chunks.iter_mut() {
+            match chunks.next() {
+                Some(c) => rows.extend(c),
+                None => break 'cases,
+            }
+        }
+    }
+    for chunks in row_chunks {
+        rows.extend(chunks.flatten());
+    }
+
     let mut shards = shards.into_iter();
     let Some(mut whole) = shards.next() else {
         return Err(MergeError::NoShards);
     };
     let names: Vec<String> = whole.backends.iter().map(|b| b.backend.clone()).collect();
-    let up_keys = upstream_keys(&whole);
     for s in shards {
         let i = s.shard.index;
         check_agree(i, "seed", s.seed, whole.seed)?;
@@ -234,15 +155,21 @@ pub fn merge(mut shards: Vec<CheckSummary>) -> Result<CheckSummary, MergeError> 
         check_agree(i, "traces", s.traces, whole.traces)?;
         let theirs: Vec<String> = s.backends.iter().map(|b| b.backend.clone()).collect();
         check_agree(i, "backends", theirs.join(","), names.join(","))?;
-        check_agree(i, "upstream cases", upstream_keys(&s), &up_keys)?;
+        check_agree(
+            i,
+            "--only",
+            format!("{:?}", s.only),
+            format!("{:?}", whole.only),
+        )?;
         whole.oracle_seconds += s.oracle_seconds;
         if let (Some(into), Some(theirs)) = (whole.coverage.as_mut(), s.coverage.as_ref()) {
             into.merge(theirs);
         }
         for (into, b) in whole.backends.iter_mut().zip(&s.backends) {
-            add(into, property_part(b, &s.upstream, i)?);
+            add(into, b);
         }
     }
+    whole.upstream = rows;
     whole.shard = Shard { index: 0, count: 1 };
     Ok(whole)
 }
@@ -250,7 +177,9 @@ pub fn merge(mut shards: Vec<CheckSummary>) -> Result<CheckSummary, MergeError> 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::summary::UpstreamStatus;
     use attn_reference::{Feature, Unsupported};
+    use attn_results::{DivergenceKind, Tally};
 
     fn no_fp8() -> UpstreamStatus {
         UpstreamStatus::Unsupported {
@@ -272,6 +201,8 @@ mod tests {
         ]
     }
 
+    /// Shard `index` of `count`: `passed` property cases, and its share of the upstream rows
+    /// `upstream` (row j belongs to shard j mod count, as `check` shards them).
     fn shard(
         index: usize,
         count: usize,
@@ -281,10 +212,11 @@ mod tests {
         let rows: Vec<UpstreamRow> = upstream
             .iter()
             .enumerate()
-            .map(|(i, status)| UpstreamRow {
+            .filter(|(j, _)| j % count == index)
+            .map(|(j, status)| UpstreamRow {
                 backend: "cpu".into(),
                 test: "causal".into(),
-                spec: format!("spec{i}"),
+                spec: format!("spec{j}"),
                 heads: (8, 2),
                 status: status.clone(),
                 max_abs_err: f64::NAN,
@@ -292,21 +224,28 @@ mod tests {
             })
             .collect();
         let mut b = BackendSummary::new("cpu");
-        b.cases_run = passed;
-        b.passed = passed;
+        b.property = Tally {
+            sent: passed,
+            passed,
+            ..Tally::default()
+        };
         b.backend_seconds = 1.0;
         b.wall_seconds = 1.0;
         for r in &rows {
+            let t = &mut b.upstream;
             match &r.status {
-                UpstreamStatus::Pass => b.passed += 1,
-                UpstreamStatus::Unsupported { reason } => b.add_unsupported(reason, 1),
+                UpstreamStatus::Pass => t.passed += 1,
+                UpstreamStatus::Unsupported { reason } => {
+                    t.declined += 1;
+                    b.add_unsupported(reason, 1);
+                }
                 UpstreamStatus::Diverged { kind } => {
-                    b.failed += 1;
+                    t.failed += 1;
                     *b.divergences.entry(*kind).or_default() += 1;
                 }
                 UpstreamStatus::NotDeclared { .. } => continue,
             }
-            b.cases_run += 1;
+            b.upstream.sent += 1;
         }
         CheckSummary {
             schema_version: attn_results::SCHEMA_VERSION,
@@ -321,18 +260,23 @@ mod tests {
             upstream: rows,
             coverage: None,
             only: None,
+            requested_specs: Vec::new(),
+            stopped: None,
+            min_run: 1,
         }
     }
 
     #[test]
-    fn upstream_outcomes_are_counted_once() {
+    fn a_merge_of_shards_is_their_sum() {
         let m = merge(vec![shard(1, 2, 4, &up()), shard(0, 2, 5, &up())]).unwrap();
-        let b = &m.backends[0];
-        assert_eq!((b.cases_run, b.passed, b.failed), (9 + 3, 9 + 1, 1));
-        assert_eq!(b.unsupported.len(), 1);
-        assert_eq!(b.unsupported[0].cases, 1);
-        assert_eq!(b.unsupported[0].feature, Feature::Dtype);
-        assert_eq!(b.divergences.get(&DivergenceKind::NonFinite), Some(&1));
+        let whole = shard(0, 1, 9, &up());
+        let (b, w) = (&m.backends[0], &whole.backends[0]);
+        assert_eq!(b.property, w.property);
+        assert_eq!(b.upstream, w.upstream);
+        assert_eq!(b.upstream.sent, 3, "the not-declared row is in no count");
+        assert_eq!((b.total().passed, b.failed()), (9 + 1, 1));
+        assert_eq!(b.unsupported, w.unsupported);
+        assert_eq!(b.divergences, w.divergences);
         assert_eq!(m.upstream.len(), 4);
         assert_eq!(m.shard, Shard { index: 0, count: 1 });
         assert_eq!(b.wall_seconds, 2.0);
@@ -350,6 +294,18 @@ mod tests {
         assert_eq!(g.len(), 1, "{g:?}");
         assert_eq!(g[0].cases, 5);
         assert_eq!(g[0].to_string(), "head size not a multiple of 64 (2 sizes)");
+    }
+
+    #[test]
+    fn the_first_failure_is_the_smallest_index_of_any_shard() {
+        let mut a = shard(0, 2, 1, &[]);
+        let mut b = shard(1, 2, 1, &[]);
+        a.backends[0].first_failing_case = Some(8);
+        b.backends[0].first_failing_case = Some(3);
+        b.backends[0].first_failing_trace = Some(5);
+        let m = merge(vec![a, b]).unwrap();
+        assert_eq!(m.backends[0].first_failing_case, Some(3));
+        assert_eq!(m.backends[0].first_failing_trace, Some(5));
     }
 
     #[test]
@@ -381,28 +337,14 @@ mod tests {
             merge(vec![shard(0, 2, 1, &[]), other]),
             Err(MergeError::Disagree { field: "seed", .. })
         ));
+        let mut aimed = shard(1, 2, 1, &[]);
+        aimed.only = Some(attn_reference::Space::parse_only("max_seqs=1").unwrap());
         assert!(matches!(
-            merge(vec![shard(0, 2, 1, &up()), shard(1, 2, 1, &up()[..2])]),
+            merge(vec![shard(0, 2, 1, &[]), aimed]),
             Err(MergeError::Disagree {
-                field: "upstream cases",
+                field: "--only",
                 ..
             })
-        ));
-    }
-
-    #[test]
-    fn counts_smaller_than_the_upstream_rows_are_inconsistent() {
-        let mut s = shard(1, 2, 0, &up());
-        s.backends[0].passed = 0;
-        assert!(matches!(
-            merge(vec![shard(0, 2, 0, &up()), s.clone()]),
-            Err(MergeError::Inconsistent { index: 1, .. })
-        ));
-        let mut s = shard(1, 2, 0, &up());
-        s.backends[0].unsupported.clear();
-        assert!(matches!(
-            merge(vec![shard(0, 2, 0, &up()), s]),
-            Err(MergeError::Inconsistent { index: 1, .. })
         ));
     }
 }

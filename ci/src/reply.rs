@@ -56,13 +56,16 @@ pub struct ReplyContext {
 pub enum Verdict {
     Pass,
     Diverged,
+    /// No case or trace reached the backend (all declined): it was not tested.
+    RanNothing,
     Caught,
     Survived,
 }
 
 impl Verdict {
     pub fn of(b: &BackendSummary) -> Verdict {
-        match (is_mutant(&b.backend), b.failed > 0) {
+        match (is_mutant(&b.backend), b.failed() > 0) {
+            (false, false) if b.reached() == 0 => Verdict::RanNothing,
             (false, false) => Verdict::Pass,
             (false, true) => Verdict::Diverged,
             (true, true) => Verdict::Caught,
@@ -78,6 +81,7 @@ impl Verdict {
         match self {
             Verdict::Pass => "pass",
             Verdict::Diverged => "**DIVERGED**",
+            Verdict::RanNothing => "**RAN NOTHING** (every case declined)",
             Verdict::Caught => "caught (mutant)",
             Verdict::Survived => "**SURVIVED** (mutant)",
         }
@@ -195,8 +199,10 @@ pub fn render_reply(req: &BotRequest, s: &CheckSummary, ctx: &ReplyContext) -> S
     let mut out = String::new();
     let verdict = if all_ok(s) {
         "all passed"
-    } else {
+    } else if s.any_divergence() {
         "DIVERGENCE"
+    } else {
+        "NOTHING TESTED"
     };
     let _ = writeln!(out, "### attn-diff: {verdict}\n");
     let _ = writeln!(out, "{}\n", code(&req.canonical()));
@@ -210,18 +216,21 @@ pub fn render_reply(req: &BotRequest, s: &CheckSummary, ctx: &ReplyContext) -> S
         s.seed,
         upstream_cases
     );
-    out.push_str("| backend | verdict | cases | passed | failed | unsupported | worst abs | worst rel | time |\n");
-    out.push_str("|---|---|---|---|---|---|---|---|---|\n");
+    out.push_str("| backend | verdict | property | upstream | traces | passed | failed | declined | worst abs | worst rel | time |\n");
+    out.push_str("|---|---|---|---|---|---|---|---|---|---|---|\n");
     for b in &s.backends {
+        let t = b.total();
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {:.1}s |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.1}s |",
             cell(&b.backend),
             Verdict::of(b).label(),
-            b.cases_run,
-            b.passed,
+            b.property.sent,
+            b.upstream.sent,
+            b.traces.sent,
+            t.passed,
             cell(&b.failed_by_kind()),
-            b.unsupported_cases(),
+            t.declined,
             err(b.worst_abs_err),
             err(b.worst_rel_err),
             b.wall_seconds
@@ -291,7 +300,7 @@ pub fn status_of(s: &CheckSummary) -> Status {
         .filter(|b| !Verdict::of(b).ok())
         .map(|b| b.backend.clone())
         .collect();
-    let cases: usize = s.backends.iter().map(|b| b.cases_run).sum();
+    let cases: usize = s.backends.iter().map(|b| b.reached()).sum();
     if bad.is_empty() {
         Status::new(
             State::Success,
@@ -301,7 +310,12 @@ pub fn status_of(s: &CheckSummary) -> Status {
             ),
         )
     } else {
-        Status::new(State::Failure, format!("diverged: {}", bad.join(", ")))
+        let what = if s.any_divergence() {
+            "diverged"
+        } else {
+            "ran nothing"
+        };
+        Status::new(State::Failure, format!("{what}: {}", bad.join(", ")))
     }
 }
 

@@ -92,14 +92,17 @@ fn counts(s: &CheckSummary) -> Vec<String> {
         .iter()
         .map(|b| {
             format!(
-                "{}: run {} passed {} failed {} {:?} unsupported {:?} shared {}",
+                "{}: property {:?} upstream {:?} traces {:?} steps {} {:?} unsupported {:?} shared {} first {:?}/{:?}",
                 b.backend,
-                b.cases_run,
-                b.passed,
-                b.failed,
+                b.property,
+                b.upstream,
+                b.traces,
+                b.trace_steps,
                 b.divergences,
                 b.unsupported,
-                b.shared_block_cases
+                b.shared_block_cases,
+                b.first_failing_case,
+                b.first_failing_trace,
             )
         })
         .collect()
@@ -122,18 +125,20 @@ fn three_shards_merged_equal_one_run() {
 
     assert_eq!(counts(&merged), counts(&whole));
     assert_eq!(merged.upstream, whole.upstream);
+    // Coverage adds up too: every case, upstream ones included, counted once.
+    assert_eq!(merged.coverage, whole.coverage);
     assert_eq!(merged.shard, attn_ci::summary::Shard { index: 0, count: 1 });
     assert_eq!((merged.seed, merged.cases), (whole.seed, whole.cases));
     // The run exercised what the merge must get right.
     let faulty = &whole.backends[1];
     assert!(
-        faulty.failed > 0 && !faulty.unsupported.is_empty(),
+        faulty.failed() > 0 && !faulty.unsupported.is_empty(),
         "{:?}",
         counts(&whole)
     );
     assert!(
         !whole.upstream.is_empty(),
-        "upstream rows, which every shard runs"
+        "upstream rows, which shards split like property cases"
     );
     // Each shard's first failure is kept once; the upstream failures are not repeated.
     let origins: Vec<&str> = merged.backends[1]

@@ -160,6 +160,33 @@ pub struct CheckArgs {
     /// Also run the whole upstream suite (every spec, TP config and test).
     #[arg(long)]
     pub upstream: bool,
+    /// Skip the upstream suite (the small specs a check runs by default).
+    #[arg(long, conflicts_with = "upstream")]
+    pub no_upstream: bool,
+    /// Every backend must be reached by at least N cases and traces (declined ones do not
+    /// count), else the run fails (exit 1). A backend reached by none always fails it.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub min_run: usize,
+    /// Stop the run after N failures (of any backend); `-x` is 1.
+    #[arg(long, value_name = "N")]
+    pub max_failures: Option<usize>,
+    /// Stop at the first failure (`--max-failures 1`).
+    #[arg(short = 'x', long = "exitfirst", conflicts_with = "max_failures")]
+    pub exit_first: bool,
+    /// Report failures as found, without shrinking them.
+    #[arg(long)]
+    pub no_shrink: bool,
+    /// Seconds a shrink may take (default 20).
+    #[arg(long, value_name = "S", conflicts_with = "no_shrink")]
+    pub shrink_time: Option<f64>,
+    /// Send a backend no more cases after N identical failures in a row (the same error,
+    /// crash, timeout or malformed reply).
+    #[arg(long, default_value_t = crate::check::DEFAULT_GIVE_UP_AFTER, value_name = "N")]
+    pub give_up_after: usize,
+    /// Run only property case I of the seed (as a report names it: `property case I`),
+    /// without traces or upstream cases.
+    #[arg(long, value_name = "I")]
+    pub case_index: Option<usize>,
     /// Bigger batches and longer sequences.
     #[arg(long)]
     pub deep: bool,
@@ -167,12 +194,25 @@ pub struct CheckArgs {
     /// 128k keys, a decode batch of up to 256 sequences or a cache past 2^31 elements.
     #[arg(long)]
     pub long: bool,
-    /// How to write the summary.
-    #[arg(long, value_enum, default_value_t = Format::Text)]
-    pub format: Format,
+    /// How to write the summary (`junit`: JUnit XML, one test case per backend and part).
+    #[arg(long, value_enum, default_value_t = CheckFormat::Text)]
+    pub format: CheckFormat,
     /// Where replay files and heat maps of failures go.
     #[arg(long, default_value = "target/attn-diff/failures", value_name = "DIR")]
     pub out: PathBuf,
+}
+
+/// How `check` writes its summary.
+#[derive(Clone, Copy, Debug, clap::ValueEnum, PartialEq, Eq)]
+pub enum CheckFormat {
+    /// Aligned tables for a terminal.
+    Text,
+    /// A JSON document (with `schema_version`), for machines.
+    Json,
+    /// GitHub markdown, for pull requests.
+    Markdown,
+    /// JUnit XML, as CI systems read test results.
+    Junit,
 }
 
 #[derive(Args, Debug)]

@@ -13,6 +13,7 @@ pub mod cli;
 pub mod commands;
 pub mod export;
 pub mod external;
+pub mod interrupt;
 pub mod pipeline;
 pub mod progress;
 pub mod render;

@@ -224,7 +224,7 @@ fn spyre_device_runs_nearly_all_of_its_budget_in_its_own_cohort() {
         ..CheckOptions::new(backends, 100, out)
     });
     let d = &run.summary.backends[1];
-    assert_eq!(d.cases_run, 100, "a full budget, not a sliver");
+    assert_eq!(d.property.sent, 100, "a full budget, not a sliver");
     assert!(
         d.reached() * 10 >= d.drawn() * 9,
         "spyre-device reached {} of {}: {:?}",
@@ -354,7 +354,7 @@ fn a_narrow_adapter_gets_its_whole_budget() {
     );
     let s: attn_results::CheckSummary = serde_json::from_slice(&o.stdout).unwrap();
     let b = &s.backends[0];
-    assert_eq!(b.cases_run, 300);
+    assert_eq!(b.property.sent, 300);
     assert!(
         b.reached() * 100 >= b.drawn() * 95,
         "{} of {} reached it: {:?}",

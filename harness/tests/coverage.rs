@@ -12,7 +12,7 @@ fn the_default_run_covers_every_bucket_for_cpu() {
         std::env::temp_dir().join("attn-diff-coverage"),
     ));
     let b = &run.summary.backends[0];
-    assert_eq!(b.failed, 0, "{:?}", b.failures.first().map(|f| &f.text));
+    assert_eq!(b.failed(), 0, "{:?}", b.failures.first().map(|f| &f.text));
     let report = run.summary.coverage.as_ref().expect("a coverage report");
     let names = vec!["cpu".to_string()];
     for l in attn_results::coverage::summary_lines(report, &names) {

@@ -119,13 +119,13 @@ fn trace_only_mutants_escape_single_steps_and_die_on_traces() {
         ));
         let b = &run.summary.backends[0];
         assert_eq!(
-            b.first_divergence_at, None,
+            b.first_failing_case, None,
             "{name}: a single-step case diverged"
         );
         assert!(
-            b.traces_failed > 0,
+            b.traces.failed > 0,
             "{name} survived {} traces",
-            b.traces_run
+            b.traces.sent
         );
         let f = &b.failures[0];
         println!("{}", f.text);

@@ -21,7 +21,7 @@ fn a_correct_backend_passes() {
         "attn-diff-correct",
     ));
     let b = &s.summary.backends[0];
-    assert_eq!(b.failed, 0, "{:#?}", b.failures.first().map(|f| &f.text));
+    assert_eq!(b.failed(), 0, "{:#?}", b.failures.first().map(|f| &f.text));
     // The naive kernel has neither cross-attention nor an FP8 cache: those cases are
     // declined, every other one passes.
     use attn_reference::Feature;
@@ -32,8 +32,9 @@ fn a_correct_backend_passes() {
         "{:?}",
         b.unsupported
     );
-    assert_eq!(b.passed + b.unsupported_cases(), 200);
-    assert!(b.passed > 100, "{}", b.passed);
+    assert_eq!(b.property.passed + b.property.declined, 200);
+    assert_eq!(b.property.declined, b.unsupported_cases());
+    assert!(b.property.passed > 100, "{}", b.property.passed);
 }
 
 #[test]
@@ -57,9 +58,9 @@ fn window_off_by_one_is_caught_and_shrunk_small() {
     s.write_artifacts();
     let b = &s.summary.backends[0];
     assert!(
-        b.failed > 0,
+        b.failed() > 0,
         "planted window off-by-one survived {} cases",
-        b.cases_run
+        b.property.sent
     );
     let f = &b.failures[0];
     println!("{}", f.text);
@@ -120,7 +121,7 @@ fn a_panicking_backend_is_a_divergence_of_its_own_kind() {
         100,
         "attn-diff-panic",
     ));
-    assert_eq!(s.summary.backends[0].failed, 0);
+    assert_eq!(s.summary.backends[0].failed(), 0);
     let b = &s.summary.backends[1];
     assert!(
         b.divergences
@@ -150,9 +151,9 @@ fn shards_together_run_exactly_the_cases_of_one_run() {
         let mut o = options(vec![Arc::new(Naive::correct())], 60, "attn-diff-shard");
         o.shard = Shard { index: i, count: 3 };
         let s = run_check(o);
-        sum += s.summary.backends[0].cases_run;
+        sum += s.summary.backends[0].property.sent;
         shared += s.summary.backends[0].shared_block_cases;
     }
-    assert_eq!(sum, whole.summary.backends[0].cases_run);
+    assert_eq!(sum, whole.summary.backends[0].property.sent);
     assert_eq!(shared, whole.summary.backends[0].shared_block_cases);
 }

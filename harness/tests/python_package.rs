@@ -21,7 +21,14 @@ fn the_python_package_passes_its_own_tests() {
     let out = Command::new(&python)
         .current_dir(&repo)
         .env("ATTN_DIFF", env!("CARGO_BIN_EXE_attn-diff"))
-        .args(["-m", "pytest", "-q", "-p", "no:cacheprovider", "adapters/python/tests"])
+        .args([
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "adapters/python/tests",
+        ])
         .output()
         .expect("pytest runs");
     let text = format!(

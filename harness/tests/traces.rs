@@ -159,14 +159,14 @@ fn check_runs_traces_by_default_and_counts_them() {
     let s = &run.summary;
     let b = &s.backends[0];
     assert_eq!(s.traces, attn_harness::pipeline::trace::DEFAULT_TRACES);
-    assert_eq!(b.traces_run, s.traces as usize);
+    assert_eq!(b.traces.sent, s.traces as usize);
     assert_eq!(
-        b.traces_failed,
+        b.traces.failed,
         0,
         "{:?}",
         b.failures.first().map(|f| &f.text)
     );
-    assert!(b.trace_steps > b.traces_run * 5, "{} steps", b.trace_steps);
+    assert!(b.trace_steps > b.traces.sent * 5, "{} steps", b.trace_steps);
 }
 
 #[test]

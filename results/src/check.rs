@@ -71,11 +71,123 @@ pub struct CheckSummary {
     /// `--only`: the space every backend's own was narrowed to (absent: not narrowed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub only: Option<Space>,
+    /// Upstream specs named with `--spec`: each must reach every backend.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub requested_specs: Vec<String>,
+    /// Why the run stopped before its end (an interrupt, `--max-failures`); absent when it
+    /// ran to the end.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stopped: Option<String>,
+    /// `--min-run`: cases and traces that must reach every backend.
+    #[serde(default = "one")]
+    pub min_run: usize,
+}
+
+fn one() -> usize {
+    1
 }
 
 impl CheckSummary {
     pub fn any_divergence(&self) -> bool {
-        self.backends.iter().any(|b| b.failed > 0)
+        self.backends.iter().any(|b| b.failed() > 0)
+    }
+
+    /// Whether the run passed: no divergence, nothing short ([`CheckSummary::shortfalls`]
+    /// at its own `min_run`), not stopped early.
+    pub fn passed(&self) -> bool {
+        !self.any_divergence() && self.shortfalls(self.min_run).is_empty() && self.stopped.is_none()
+    }
+
+    /// One word for the run: `all passed`, `DIVERGENCE`, `NOT TESTED` or `STOPPED`.
+    pub fn verdict(&self) -> &'static str {
+        if self.any_divergence() {
+            "DIVERGENCE"
+        } else if !self.shortfalls(self.min_run).is_empty() {
+            "NOT TESTED"
+        } else if self.stopped.is_some() {
+            "STOPPED"
+        } else {
+            "all passed"
+        }
+    }
+
+    /// Why this run tested less than it was asked to, one line each: a backend that no
+    /// property case, trace or named spec reached although some were sent (all declined), or
+    /// that fewer than `min_run` cases and traces reached in all. A run with any is not a
+    /// pass.
+    pub fn shortfalls(&self, min_run: usize) -> Vec<Shortfall> {
+        let mut out = Vec::new();
+        for b in &self.backends {
+            let name = &b.backend;
+            for (part, t) in [
+                ("property cases", &b.property),
+                ("upstream cases", &b.upstream),
+                ("traces", &b.traces),
+            ] {
+                if t.sent > 0 && t.reached() == 0 {
+                    out.push(Shortfall::new(
+                        name,
+                        format!("ran none of its {} {part}: all were declined", t.sent),
+                    ));
+                }
+            }
+            for spec in &self.requested_specs {
+                let rows: Vec<&UpstreamRow> = self
+                    .upstream
+                    .iter()
+                    .filter(|r| &r.backend == name && &r.spec == spec)
+                    .collect();
+                let ran = rows.iter().any(|r| {
+                    matches!(
+                        r.status,
+                        UpstreamStatus::Pass | UpstreamStatus::Diverged { .. }
+                    )
+                });
+                if !rows.is_empty() && !ran {
+                    out.push(Shortfall::new(
+                        name,
+                        format!(
+                            "ran none of the {} case(s) of --spec {spec}: {}",
+                            rows.len(),
+                            rows[0].status
+                        ),
+                    ));
+                }
+            }
+            if b.reached() < min_run {
+                out.push(Shortfall::new(
+                    name,
+                    format!(
+                        "{} case(s) and trace(s) reached it, fewer than --min-run {min_run}",
+                        b.reached()
+                    ),
+                ));
+            }
+        }
+        out
+    }
+}
+
+/// A backend tested less than the run asked ([`CheckSummary::shortfalls`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Shortfall {
+    pub backend: String,
+    pub message: String,
+}
+
+impl Shortfall {
+    fn new(backend: &str, message: String) -> Self {
+        Shortfall {
+            backend: backend.to_string(),
+            message,
+        }
+    }
+}
+
+/// "spyre-device: ran none of its 40 property cases: all were declined".
+impl fmt::Display for Shortfall {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.backend, self.message)
     }
 }
 
@@ -120,14 +232,83 @@ fn value_noun(feature: Feature) -> &'static str {
     }
 }
 
+/// The parts of a check, each with its own [`Tally`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunPart {
+    Property,
+    Upstream,
+    Traces,
+}
+
+impl RunPart {
+    pub const ALL: [RunPart; 3] = [RunPart::Property, RunPart::Upstream, RunPart::Traces];
+
+    /// Words for a person: "property cases", "upstream suite", "traces".
+    pub fn label(self) -> &'static str {
+        match self {
+            RunPart::Property => "property cases",
+            RunPart::Upstream => "upstream suite",
+            RunPart::Traces => "traces",
+        }
+    }
+}
+
+/// What one part of a run (property cases, upstream cases or traces) did on one backend.
+/// Every case sent ends in exactly one of passed, failed and declined; tallies of shards add.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Tally {
+    /// Cases (or traces) sent to the backend.
+    pub sent: usize,
+    pub passed: usize,
+    pub failed: usize,
+    pub declined: usize,
+}
+
+impl Tally {
+    /// Cases that reached the backend: sent, less declined.
+    pub fn reached(&self) -> usize {
+        self.passed + self.failed
+    }
+
+    /// "40 (38 passed, 1 failed, 1 declined)".
+    pub fn describe(&self) -> String {
+        let mut parts = vec![format!("{} passed", self.passed)];
+        if self.failed > 0 {
+            parts.push(format!("{} failed", self.failed));
+        }
+        if self.declined > 0 {
+            parts.push(format!("{} declined", self.declined));
+        }
+        format!("{} ({})", self.sent, parts.join(", "))
+    }
+}
+
+impl std::ops::AddAssign for Tally {
+    fn add_assign(&mut self, o: Tally) {
+        self.sent += o.sent;
+        self.passed += o.passed;
+        self.failed += o.failed;
+        self.declined += o.declined;
+    }
+}
+
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BackendSummary {
     pub backend: String,
-    pub cases_run: usize,
-    pub passed: usize,
-    pub failed: usize,
-    /// Declined cases, one group per (feature, detail), most frequent first.
+    /// The property cases (small and long tiers).
+    pub property: Tally,
+    /// The upstream suite's cases inside the backend's space (those outside are `not
+    /// declared` rows, never sent).
+    pub upstream: Tally,
+    /// Serving traces; a trace passes when every step does.
+    pub traces: Tally,
+    /// Steps of traces compared (up to and including a diverging one).
+    pub trace_steps: usize,
+    /// Declined cases and traces of every part, one group per (feature, detail), most
+    /// frequent first.
     pub unsupported: Vec<UnsupportedGroup>,
     pub divergences: BTreeMap<DivergenceKind, usize>,
     /// NaN (JSON null) when nothing was compared.
@@ -141,25 +322,20 @@ pub struct BackendSummary {
     pub wall_seconds: f64,
     /// Property cases whose batch shares KV blocks between sequences.
     pub shared_block_cases: usize,
-    /// Cases run up to and including the first divergence.
+    /// The index of the first property case that diverged (what `--case-index` re-runs).
     #[serde(default)]
-    pub first_divergence_at: Option<usize>,
-    /// Traces run (declined ones included; they count in `unsupported` too), their steps
-    /// compared, and the traces that diverged (also counted in `failed`).
+    pub first_failing_case: Option<usize>,
+    /// The index of the first trace that diverged.
     #[serde(default)]
-    pub traces_run: usize,
-    #[serde(default)]
-    pub trace_steps: usize,
-    #[serde(default)]
-    pub traces_failed: usize,
-    /// Traces run up to and including the first diverging one.
-    #[serde(default)]
-    pub first_trace_divergence_at: Option<usize>,
+    pub first_failing_trace: Option<usize>,
     pub failures: Vec<FailureRecord>,
     /// The space this backend's cases and traces were drawn from: what it declares,
     /// narrowed by `--only` (absent: everything).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub space: Option<Space>,
+    /// Why the run stopped sending this backend cases (the same failure again and again).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gave_up: Option<String>,
 }
 
 /// More than this share of a backend's cases declined is worth a warning: its declared space
@@ -208,7 +384,7 @@ impl BackendSummary {
 
     /// "3 (2 mismatch, 1 panic)", or "0".
     pub fn failed_by_kind(&self) -> String {
-        if self.failed == 0 {
+        if self.failed() == 0 {
             return "0".into();
         }
         let kinds: Vec<String> = self
@@ -216,21 +392,43 @@ impl BackendSummary {
             .iter()
             .map(|(k, n)| format!("{n} {k}"))
             .collect();
-        format!("{} ({})", self.failed, kinds.join(", "))
+        format!("{} ({})", self.failed(), kinds.join(", "))
     }
 
     pub fn unsupported_cases(&self) -> usize {
         self.unsupported.iter().map(|g| g.cases).sum()
     }
 
-    /// Cases and traces sent to this backend, declined ones included.
-    pub fn drawn(&self) -> usize {
-        self.cases_run + self.traces_run
+    /// The tally of one part.
+    pub fn tally(&self, part: RunPart) -> Tally {
+        match part {
+            RunPart::Property => self.property,
+            RunPart::Upstream => self.upstream,
+            RunPart::Traces => self.traces,
+        }
     }
 
-    /// Cases and traces that really reached it (drawn, less declined).
+    /// Every part's tally together.
+    pub fn total(&self) -> Tally {
+        let mut t = self.property;
+        t += self.upstream;
+        t += self.traces;
+        t
+    }
+
+    /// Cases and traces that failed, every part together.
+    pub fn failed(&self) -> usize {
+        self.total().failed
+    }
+
+    /// Cases and traces sent to this backend, declined ones included.
+    pub fn drawn(&self) -> usize {
+        self.total().sent
+    }
+
+    /// Cases and traces that really reached it (sent, less declined).
     pub fn reached(&self) -> usize {
-        self.drawn().saturating_sub(self.unsupported_cases())
+        self.total().reached()
     }
 
     /// Whether more than [`DECLINED_WARNING_SHARE`] of what was drawn was declined.
@@ -238,10 +436,10 @@ impl BackendSummary {
         self.unsupported_cases() as f64 > DECLINED_WARNING_SHARE * self.drawn() as f64
     }
 
-    /// Judged cases per second of wall time; None when none ran.
+    /// Cases reaching the backend per second of wall time; None when none did.
     pub fn cases_per_second(&self) -> Option<f64> {
-        (self.cases_run > 0 && self.wall_seconds > 0.0)
-            .then(|| self.cases_run as f64 / self.wall_seconds)
+        let n = self.property.reached() + self.upstream.reached();
+        (n > 0 && self.wall_seconds > 0.0).then(|| n as f64 / self.wall_seconds)
     }
 }
 
@@ -298,6 +496,9 @@ pub struct FailureRecord {
     /// Which case of the run failed first (before shrinking): `property case I (seed S)` or
     /// an upstream case's label.
     pub origin: String,
+    /// Which part of the run it is from (absent for a replay).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub part: Option<RunPart>,
     pub kind: DivergenceKind,
     pub message: String,
     pub size: CaseSize,
@@ -309,6 +510,9 @@ pub struct FailureRecord {
     pub hint: Option<String>,
     /// The error heat map, when one is drawn.
     pub heatmap: Option<String>,
+    /// Other cases that failed the very same way (kind and message), folded into this one.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub also: Vec<String>,
     /// The `--external NAME=COMMAND` flag that declared the backend, when it was given on
     /// the command line: the replay command needs it too.
     #[serde(default, skip_serializing_if = "Option::is_none")]

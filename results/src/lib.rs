@@ -16,8 +16,8 @@ pub mod outcome;
 
 pub use bench::{BenchRow, BenchStatus, BenchSummary};
 pub use check::{
-    BackendSummary, CheckSummary, FailureRecord, Shard, UnsupportedGroup, UpstreamRow,
-    UpstreamStatus,
+    BackendSummary, CheckSummary, FailureRecord, RunPart, Shard, Tally, UnsupportedGroup,
+    UpstreamRow, UpstreamStatus,
 };
 pub use coverage::CoverageReport;
 pub use list::{AdapterEntry, BackendEntry, Declined, ListDocument, SpecEntry};
@@ -26,7 +26,7 @@ pub use outcome::{CaseSize, DivergenceKind, Mismatch, ShrinkInfo};
 
 /// The version of every JSON document attn-diff writes. Raised when a field changes meaning
 /// or disappears; a reader of another version refuses rather than misreads.
-pub const SCHEMA_VERSION: u32 = 2;
+pub const SCHEMA_VERSION: u32 = 3;
 
 /// serde's default for `schema_version` fields.
 pub fn schema_version() -> u32 {

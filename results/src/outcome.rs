@@ -61,6 +61,10 @@ pub struct ShrinkInfo {
     pub steps: usize,
     pub accepted: usize,
     pub seconds: f64,
+    /// The shrink ended on its step or time budget (or an interrupt), not because nothing
+    /// smaller failed: the case may not be minimal.
+    #[serde(default)]
+    pub exhausted: bool,
 }
 
 /// The size of a (minimal) case, as tables show it.

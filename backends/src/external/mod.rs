@@ -12,6 +12,7 @@
 //! wrong.
 
 mod frame;
+pub mod live;
 mod process;
 mod protocol;
 mod spec;

@@ -133,6 +133,7 @@ impl AdapterProcess {
         let (done_tx, stderr_done) = channel();
         let t = Arc::clone(&tail);
         thread::spawn(move || read_stderr(stderr, t, done_tx));
+        super::live::register(child.id() as i32);
         Ok(AdapterProcess {
             child,
             to_stdin: Some(to_stdin),
@@ -219,6 +220,7 @@ impl AdapterProcess {
         unsafe {
             libc::kill(-(self.child.id() as libc::pid_t), libc::SIGKILL);
         }
+        super::live::unregister(self.child.id() as i32);
         let reaped = self.child.wait();
         // Killed grandchildren (an adapter started through a shell) die on their own time,
         // which on a busy machine is later than their parent's reaping.

@@ -2,16 +2,18 @@
 
 use super::{select_backends_with, usage};
 use crate::check::{run_check, CheckOptions, Event};
-use crate::cli::{CheckArgs, GlobalArgs};
+use crate::cli::{CheckArgs, CheckFormat, GlobalArgs};
 use crate::progress::Progress;
 use crate::render::check::{render_json, render_markdown, render_text, Detail};
-use crate::render::Format;
 use crate::shrink::ShrinkBudget;
 use crate::upstream;
 
 pub fn run(args: CheckArgs, global: GlobalArgs) -> anyhow::Result<bool> {
+    crate::interrupt::install();
     let mut up = if args.upstream {
         upstream::full_suite()
+    } else if args.no_upstream {
+        Vec::new()
     } else {
         upstream::small_suite()
     };
@@ -78,9 +80,26 @@ pub fn run(args: CheckArgs, global: GlobalArgs) -> anyhow::Result<bool> {
         },
         upstream: up,
         out_dir: args.out,
-        shrink: ShrinkBudget::default(),
+        shrink: match (args.no_shrink, args.shrink_time) {
+            (true, _) => ShrinkBudget::NONE,
+            (false, Some(s)) => ShrinkBudget {
+                max_time: std::time::Duration::from_secs_f64(s.max(0.0)),
+                ..ShrinkBudget::default()
+            },
+            (false, None) => ShrinkBudget::default(),
+        },
         only,
         external_flags: args.external.external.clone(),
+        requested_specs: args.specs.clone(),
+        max_failures: if args.exit_first {
+            Some(1)
+        } else {
+            args.max_failures
+        },
+        give_up_after: args.give_up_after,
+        case_index: args.case_index,
+        min_run: args.min_run,
+        write_as_found: true,
         on_event: Some(on_event),
     });
     progress.finish();
@@ -90,11 +109,23 @@ pub fn run(args: CheckArgs, global: GlobalArgs) -> anyhow::Result<bool> {
     } else {
         Detail::Summary
     };
+    let shortfalls = run.summary.shortfalls(run.summary.min_run);
     let text = match args.format {
-        Format::Text => render_text(&run.summary, detail),
-        Format::Json => render_json(&run.summary),
-        Format::Markdown => render_markdown(&run.summary),
+        CheckFormat::Text => render_text(&run.summary, detail),
+        CheckFormat::Json => render_json(&run.summary),
+        CheckFormat::Markdown => render_markdown(&run.summary),
+        CheckFormat::Junit => crate::render::junit::render(&run.summary, &shortfalls),
     };
     println!("{text}");
-    Ok(!run.summary.any_divergence())
+    // Tested less than asked is not a pass: a machine-readable format still says so on stderr
+    // (the text summary says it itself).
+    if args.format != CheckFormat::Text {
+        for s in &shortfalls {
+            eprintln!("attn-diff: not tested: {s}");
+        }
+    }
+    if let Some(why) = &run.summary.stopped {
+        eprintln!("attn-diff: the run stopped early: {why}");
+    }
+    Ok(run.summary.passed())
 }

@@ -4,6 +4,7 @@
 
 use crate::artifacts::{Artifact, HeatMap};
 use crate::compare::Tolerance;
+use crate::pipeline::control::RunControl;
 use crate::render::report::{failure_record, FailureFiles};
 use crate::runner::{evaluate, Divergence, Outcome};
 use crate::shrink::{shrink_fully, ShrinkBudget, Shrunk};
@@ -11,17 +12,21 @@ use crate::strategy::{budget_of, fit_space, strategy_for, CaseRecipe, StrategyLi
 use crate::upstream::UpstreamCase;
 use attn_backends::{declared_space, Backend};
 use attn_reference::{reference_output, Case, InputRng, Recorded, Space};
-use attn_results::{FailureRecord, UpstreamStatus};
+use attn_results::{FailureRecord, RunPart, UpstreamStatus};
 use proptest::strategy::{Strategy, ValueTree};
 use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-pub use attn_results::{BackendSummary, CheckSummary, Shard, UpstreamRow};
+pub use attn_results::{BackendSummary, CheckSummary, Shard, Tally, UpstreamRow};
 
 /// Property cases when neither `--cases` nor `PROPTEST_CASES` says otherwise.
 pub const DEFAULT_CASES: u32 = 500;
+
+/// Identical failures in a row (an error, crash, timeout or malformed reply with the same
+/// message) after which a backend is sent no more cases.
+pub const DEFAULT_GIVE_UP_AFTER: usize = 5;
 
 pub struct CheckOptions {
     pub backends: Vec<Arc<dyn Backend>>,
@@ -43,6 +48,20 @@ pub struct CheckOptions {
     pub only: Space,
     /// The `--external NAME=COMMAND` flags of the run, for replay files and replay lines.
     pub external_flags: Vec<String>,
+    /// Specs named with `--spec`: the summary says when one reached no backend.
+    pub requested_specs: Vec<String>,
+    /// Stop the run after this many failures (`--max-failures`, `-x`: 1).
+    pub max_failures: Option<usize>,
+    /// Stop sending a backend cases after this many identical failures in a row.
+    pub give_up_after: usize,
+    /// Run only this property case (`--case-index`), e.g. the one a report names.
+    pub case_index: Option<usize>,
+    /// Cases and traces that must reach every backend (`--min-run`).
+    pub min_run: usize,
+    /// Write a failure's replay file as soon as it is found, before shrinking (the command
+    /// does, so an interrupt loses nothing; a library caller gets every file pending in
+    /// [`CheckRun::artifacts`] and no I/O).
+    pub write_as_found: bool,
     /// Told what the run is doing (for a progress bar).
     pub on_event: Option<OnEvent>,
 }
@@ -124,6 +143,12 @@ impl CheckOptions {
             shrink: ShrinkBudget::default(),
             only: Space::default(),
             external_flags: Vec::new(),
+            requested_specs: Vec::new(),
+            max_failures: None,
+            give_up_after: DEFAULT_GIVE_UP_AFTER,
+            case_index: None,
+            min_run: 1,
+            write_as_found: false,
             on_event: None,
         }
     }
@@ -159,27 +184,43 @@ pub fn case_tree(
         .expect("recipe strategy never rejects")
 }
 
-fn record(summary: &mut BackendSummary, outcome: &Outcome, time: Duration) {
-    summary.cases_run += 1;
+/// Which part of a run a case belongs to: each has its own tally.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Part {
+    Property,
+    Upstream,
+}
+
+fn record(summary: &mut BackendSummary, part: Part, outcome: &Outcome, time: Duration) {
     summary.backend_seconds += time.as_secs_f64();
     let mut worst = |abs: f64, rel: f64| {
         summary.worst_abs_err = summary.worst_abs_err.max(abs);
         summary.worst_rel_err = summary.worst_rel_err.max(rel);
     };
+    let mut tally = Tally {
+        sent: 1,
+        ..Tally::default()
+    };
     match outcome {
         Outcome::Pass(c) => {
             worst(c.max_abs_err, c.max_rel_err);
-            summary.passed += 1;
+            tally.passed = 1;
         }
-        Outcome::Unsupported(u) => summary.add_unsupported(u, 1),
+        Outcome::Unsupported(u) => {
+            summary.add_unsupported(u, 1);
+            tally.declined = 1;
+        }
         Outcome::Diverged(d) => {
             if let Some(c) = &d.comparison {
                 worst(c.max_abs_err, c.max_rel_err);
             }
-            summary.failed += 1;
-            summary.first_divergence_at.get_or_insert(summary.cases_run);
+            tally.failed = 1;
             *summary.divergences.entry(d.kind).or_default() += 1;
         }
+    }
+    match part {
+        Part::Property => summary.property += tally,
+        Part::Upstream => summary.upstream += tally,
     }
 }
 
@@ -264,12 +305,7 @@ fn shrink_and_report(
     let e = reference_output(&minimal);
     let (out, _) = evaluate(backend, &minimal, &e, Tolerance::for_case(&minimal));
     let origin = format!("property case {} (seed {})", f.index, f.seed);
-    let stem = format!(
-        "{}-seed{}-case{}",
-        sanitize(backend.name()),
-        f.seed,
-        f.index
-    );
+    let stem = failure_stem(backend.name(), f.seed, f.index);
     match out {
         Outcome::Diverged(d) => report(
             opts,
@@ -292,6 +328,11 @@ fn shrink_and_report(
             None,
         ),
     }
+}
+
+/// The file stem of property case `index`'s failure files.
+fn failure_stem(backend: &str, seed: u64, index: usize) -> String {
+    format!("{}-seed{seed}-case{index}", sanitize(backend))
 }
 
 /// Whether a case's block tables share a physical block between live positions.
@@ -339,11 +380,28 @@ pub fn run_check(mut opts: CheckOptions) -> CheckRun {
         }
     };
 
-    for index in 0..opts.cases as usize {
+    let mut control = RunControl::new(opts.backends.len(), opts.max_failures, opts.give_up_after);
+    let indices: Vec<usize> = match opts.case_index {
+        Some(i) => vec![i],
+        None => (0..opts.cases as usize).collect(),
+    };
+    for index in indices {
         if !opts.shard.owns(index) {
             continue;
         }
+        if control.should_stop() {
+            break;
+        }
         for cohort in &cohorts {
+            let live: Vec<usize> = cohort
+                .members
+                .iter()
+                .copied()
+                .filter(|&m| control.gave_up(m).is_none())
+                .collect();
+            if live.is_empty() {
+                continue;
+            }
             let recipe = case_tree(opts.seed, index, limits, &cohort.space).current();
             let case = recipe.build();
             let t0 = Instant::now();
@@ -352,17 +410,31 @@ pub fn run_check(mut opts: CheckOptions) -> CheckRun {
             let shared = shares_blocks(&case);
             let buckets = crate::coverage::buckets(&case);
             let tol = Tolerance::for_case(&case);
-            for &member in &cohort.members {
+            for &member in &live {
                 let (backend, summary) = (&opts.backends[member], &mut summaries[member]);
                 let t0 = Instant::now();
                 let (outcome, time) = evaluate(backend.as_ref(), &case, &expected, tol);
-                record(summary, &outcome, time);
+                record(summary, Part::Property, &outcome, time);
+                control.note(member, &outcome);
                 if !matches!(outcome, Outcome::Unsupported(_)) {
                     crate::coverage::count(&mut coverage, backend.name(), &buckets);
                 }
                 summary.shared_block_cases += shared as usize;
                 if let Outcome::Diverged(d) = &outcome {
+                    summary.first_failing_case.get_or_insert(index);
                     if summary.failures.is_empty() {
+                        if opts.write_as_found {
+                            // On disk before shrinking starts: an interrupt loses nothing.
+                            let origin = format!("property case {index} (seed {})", opts.seed);
+                            let unshrunk = report(
+                                &opts,
+                                (backend.name(), &origin),
+                                (&case, &expected, d, tol),
+                                &failure_stem(backend.name(), opts.seed, index),
+                                None,
+                            );
+                            crate::artifacts::write_all(&[unshrunk.1]);
+                        }
                         tell(Event::Shrinking {
                             backend: backend.name(),
                         });
@@ -375,7 +447,8 @@ pub fn run_check(mut opts: CheckOptions) -> CheckRun {
                             expected: &expected,
                             divergence: d,
                         };
-                        let (r, a) = shrink_and_report(backend.as_ref(), &failing, &opts);
+                        let (mut r, a) = shrink_and_report(backend.as_ref(), &failing, &opts);
+                        r.part = Some(RunPart::Property);
                         summary.failures.push(r);
                         artifacts.push(a);
                     }
@@ -388,7 +461,7 @@ pub fn run_check(mut opts: CheckOptions) -> CheckRun {
 
     crate::pipeline::trace_check::run_traces(
         &opts,
-        &cohorts,
+        (&cohorts, &mut control),
         &mut summaries,
         &mut artifacts,
         &mut coverage,
@@ -397,13 +470,26 @@ pub fn run_check(mut opts: CheckOptions) -> CheckRun {
     );
 
     let mut upstream_rows = Vec::new();
-    for uc in &opts.upstream {
+    // Upstream cases are sharded like property cases, so shards' counts add up.
+    for (j, uc) in opts.upstream.iter().enumerate() {
+        // A single property case asked for by its index runs alone.
+        if !opts.shard.owns(j) || opts.case_index.is_some() {
+            continue;
+        }
+        if control.should_stop() {
+            break;
+        }
         let case = uc.build();
         let t0 = Instant::now();
         let expected = reference_output(&case);
         oracle_time += t0.elapsed();
         let buckets = crate::coverage::buckets(&case);
-        for (backend, summary) in opts.backends.iter().zip(summaries.iter_mut()) {
+        for (member, (backend, summary)) in
+            opts.backends.iter().zip(summaries.iter_mut()).enumerate()
+        {
+            if control.gave_up(member).is_some() {
+                continue;
+            }
             if let Err(outside) = summary.space.as_ref().map_or(Ok(()), |s| s.admits(&case)) {
                 // Outside the space it is checked in: not sent, and not one of its declines.
                 upstream_rows.push(UpstreamRow {
@@ -420,7 +506,8 @@ pub fn run_check(mut opts: CheckOptions) -> CheckRun {
             let t0 = Instant::now();
             let (outcome, time) =
                 evaluate(backend.as_ref(), &case, &expected, Tolerance::upstream());
-            record(summary, &outcome, time);
+            record(summary, Part::Upstream, &outcome, time);
+            control.note(member, &outcome);
             if !matches!(outcome, Outcome::Unsupported(_)) {
                 crate::coverage::count(&mut coverage, backend.name(), &buckets);
             }
@@ -436,7 +523,14 @@ pub fn run_check(mut opts: CheckOptions) -> CheckRun {
                         .comparison
                         .as_ref()
                         .map_or((f64::NAN, f64::NAN), |c| (c.max_abs_err, c.max_rel_err));
-                    if summary.failures.len() < 8 {
+                    // The same failure on another upstream case folds into the first.
+                    if let Some(same) = summary
+                        .failures
+                        .iter_mut()
+                        .find(|f| f.kind == d.kind && f.message == d.message)
+                    {
+                        same.also.push(uc.label());
+                    } else if summary.failures.len() < 8 {
                         let stem = format!(
                             "{}-{}",
                             sanitize(backend.name()),
@@ -449,6 +543,10 @@ pub fn run_check(mut opts: CheckOptions) -> CheckRun {
                             &stem,
                             None,
                         );
+                        let r = FailureRecord {
+                            part: Some(RunPart::Upstream),
+                            ..r
+                        };
                         summary.failures.push(r);
                         artifacts.push(a);
                     }
@@ -468,9 +566,12 @@ pub fn run_check(mut opts: CheckOptions) -> CheckRun {
         }
         tell(Event::UpstreamCase);
     }
+    for (i, s) in summaries.iter_mut().enumerate() {
+        s.gave_up = control.gave_up(i).map(str::to_string);
+    }
     // Nothing compared: no worst error to speak of.
     for s in &mut summaries {
-        if s.passed + s.failed == 0 {
+        if s.reached() == 0 {
             s.worst_abs_err = f64::NAN;
             s.worst_rel_err = f64::NAN;
         }
@@ -490,6 +591,9 @@ pub fn run_check(mut opts: CheckOptions) -> CheckRun {
             upstream: upstream_rows,
             coverage: Some(coverage),
             only: Some(opts.only.clone()).filter(|s| !s.is_full()),
+            requested_specs: opts.requested_specs.clone(),
+            stopped: control.stopped.clone(),
+            min_run: opts.min_run,
         },
         artifacts,
     }

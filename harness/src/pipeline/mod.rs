@@ -5,6 +5,7 @@
 pub mod bench;
 pub mod check;
 pub mod compare;
+pub mod control;
 pub mod coverage;
 #[cfg(feature = "mutants")]
 pub mod mutants;

@@ -44,9 +44,10 @@ pub fn run_mutants(
                 mutant: format!("mutant:{}", info.name),
                 description: info.description.to_string(),
                 public_bug: info.public_bug.map(str::to_string),
-                killed: b.failed > 0,
-                cases_to_kill: b.first_divergence_at,
-                traces_to_kill: b.first_trace_divergence_at,
+                killed: b.failed() > 0,
+                // Cases run in index order, unsharded: the first failing index + 1.
+                cases_to_kill: b.first_failing_case.map(|i| i + 1),
+                traces_to_kill: b.first_failing_trace.map(|i| i + 1),
                 seconds: start.elapsed().as_secs_f64(),
                 shrunk: b.failures.first().map(|f| f.size.clone()),
                 killed_by_upstream: false,

@@ -11,6 +11,22 @@ pub struct ShrinkBudget {
     pub max_time: Duration,
 }
 
+impl ShrinkBudget {
+    /// No shrinking (`--no-shrink`): a failure is reported as found.
+    pub const NONE: ShrinkBudget = ShrinkBudget {
+        max_steps: 0,
+        max_time: Duration::ZERO,
+    };
+
+    /// Whether a shrink begun at `start` that has tried `steps` candidates may try another:
+    /// within both limits and not interrupted.
+    pub fn allows(&self, steps: usize, start: Instant) -> bool {
+        steps < self.max_steps
+            && start.elapsed() < self.max_time
+            && !crate::interrupt::interrupted()
+    }
+}
+
 impl Default for ShrinkBudget {
     fn default() -> Self {
         ShrinkBudget {
@@ -23,6 +39,8 @@ impl Default for ShrinkBudget {
 #[derive(Clone, Debug)]
 pub struct Shrunk {
     pub recipe: CaseRecipe,
+    /// Ended on the budget or an interrupt rather than because nothing smaller failed.
+    pub exhausted: bool,
     /// Shrink steps that still failed.
     pub accepted: usize,
     pub steps: usize,
@@ -45,26 +63,31 @@ where
     if !tree.simplify() {
         return Shrunk {
             recipe: best,
+            exhausted: false,
             accepted,
             steps,
             elapsed: start.elapsed(),
         };
     }
-    while steps < budget.max_steps && start.elapsed() < budget.max_time {
+    let mut exhausted = true;
+    while budget.allows(steps, start) {
         steps += 1;
         let candidate = tree.current();
         if fails(&candidate) {
             best = candidate;
             accepted += 1;
             if !tree.simplify() {
+                exhausted = false;
                 break;
             }
         } else if !tree.complicate() {
+            exhausted = false;
             break;
         }
     }
     Shrunk {
         recipe: best,
+        exhausted,
         accepted,
         steps,
         elapsed: start.elapsed(),
@@ -173,9 +196,11 @@ pub fn refine(
     let mut best = recipe;
     let mut steps = 0;
     let mut accepted = 0;
+    let mut exhausted = false;
     'outer: loop {
         for c in candidates(&best, fit) {
-            if steps >= budget.max_steps || start.elapsed() >= budget.max_time {
+            if !budget.allows(steps, start) {
+                exhausted = true;
                 break 'outer;
             }
             steps += 1;
@@ -189,6 +214,7 @@ pub fn refine(
     }
     Shrunk {
         recipe: best,
+        exhausted,
         accepted,
         steps,
         elapsed: start.elapsed(),
@@ -210,6 +236,8 @@ where
     let second = refine(first.recipe, budget, fit, &mut fails);
     Shrunk {
         recipe: second.recipe,
+        // proptest's pass may end on the budget while refining still finishes.
+        exhausted: second.exhausted || (first.exhausted && second.steps == 0),
         accepted: first.accepted + second.accepted,
         steps: first.steps + second.steps,
         elapsed: first.elapsed + second.elapsed,

@@ -4,6 +4,7 @@
 
 use crate::artifacts::Artifact;
 use crate::check::{sanitize, CheckOptions, Cohort, Event};
+use crate::pipeline::control::RunControl;
 use crate::pipeline::trace::{evaluate_trace, trace_recipe_in, JudgedTrace, TraceOutcome};
 use crate::pipeline::trace_shrink::shrink_trace;
 use crate::render::trace_report::trace_failure_record;
@@ -17,20 +18,35 @@ use std::time::{Duration, Instant};
 /// Run `opts.traces` traces (those of this shard) on every backend into `summaries`.
 pub fn run_traces(
     opts: &CheckOptions,
-    cohorts: &[Cohort],
+    (cohorts, control): (&[Cohort], &mut RunControl),
     summaries: &mut [BackendSummary],
     artifacts: &mut Vec<Artifact>,
     coverage: &mut CoverageReport,
     oracle_time: &mut Duration,
     tell: &mut dyn FnMut(Event<'_>),
 ) {
-    for index in 0..opts.traces as usize {
+    // A single property case asked for by its index runs alone.
+    let traces = if opts.case_index.is_some() {
+        0
+    } else {
+        opts.traces
+    };
+    for index in 0..traces as usize {
         if !opts.shard.owns(index) {
             continue;
         }
+        if control.should_stop() {
+            break;
+        }
         for cohort in cohorts {
-            if !cohort.space.allows_kind(AttentionKind::Decoder) {
-                // Traces are decoder steps: nothing to draw for this space.
+            let live: Vec<usize> = cohort
+                .members
+                .iter()
+                .copied()
+                .filter(|&m| control.gave_up(m).is_none())
+                .collect();
+            if live.is_empty() || !cohort.space.allows_kind(AttentionKind::Decoder) {
+                // Traces are decoder steps: nothing to draw for a space without them.
                 continue;
             }
             let t0 = Instant::now();
@@ -45,31 +61,54 @@ pub fn run_traces(
                 continue;
             }
             let buckets = crate::coverage::trace_buckets(&judged.trace);
-            for &member in &cohort.members {
+            for &member in &live {
                 let (backend, summary) = (&opts.backends[member], &mut summaries[member]);
                 let t0 = Instant::now();
                 let (outcome, time) = evaluate_trace(backend.as_ref(), &judged);
-                summary.traces_run += 1;
+                summary.traces.sent += 1;
                 summary.backend_seconds += time.as_secs_f64();
                 match &outcome {
                     TraceOutcome::Pass {
                         max_abs_err,
                         max_rel_err,
                     } => {
+                        summary.traces.passed += 1;
                         summary.trace_steps += judged.steps.len();
                         summary.worst_abs_err = summary.worst_abs_err.max(*max_abs_err);
                         summary.worst_rel_err = summary.worst_rel_err.max(*max_rel_err);
                     }
-                    TraceOutcome::Unsupported(u) => summary.add_unsupported(u, 1),
+                    TraceOutcome::Unsupported(u) => {
+                        summary.traces.declined += 1;
+                        summary.add_unsupported(u, 1);
+                    }
                     TraceOutcome::Diverged { step, divergence } => {
+                        control.note_failure(member, divergence.kind, &divergence.message);
                         summary.trace_steps += step + 1;
-                        summary.failed += 1;
-                        summary.traces_failed += 1;
-                        summary
-                            .first_trace_divergence_at
-                            .get_or_insert(summary.traces_run);
+                        summary.traces.failed += 1;
+                        summary.first_failing_trace.get_or_insert(index);
                         *summary.divergences.entry(divergence.kind).or_default() += 1;
-                        if summary.traces_failed == 1 {
+                        if summary.traces.failed == 1 {
+                            if opts.write_as_found {
+                                // On disk before shrinking starts: an interrupt loses nothing.
+                                let path = opts.out_dir.join(format!(
+                                    "{}.json",
+                                    trace_stem(backend.name(), opts.seed, index)
+                                ));
+                                let mut file = judged.trace.clone();
+                                let tol = crate::compare::Tolerance::for_case(&judged.steps[*step]);
+                                let origin = format!("trace {index} (seed {})", opts.seed);
+                                file.recorded = Some(crate::check::recorded(
+                                    opts,
+                                    backend.name(),
+                                    &origin,
+                                    tol,
+                                    divergence,
+                                ));
+                                crate::artifacts::write_all(&[Artifact {
+                                    trace: Some((path, file)),
+                                    ..Artifact::default()
+                                }]);
+                            }
                             tell(Event::Shrinking {
                                 backend: backend.name(),
                             });
@@ -80,7 +119,10 @@ pub fn run_traces(
                                 (*step, divergence),
                                 &judged,
                             );
-                            summary.failures.push(record);
+                            summary.failures.push(attn_results::FailureRecord {
+                                part: Some(attn_results::RunPart::Traces),
+                                ..record
+                            });
                             artifacts.push(artifact);
                         }
                     }
@@ -95,6 +137,11 @@ pub fn run_traces(
     }
 }
 
+/// The file stem of trace `index`'s failure file.
+fn trace_stem(backend: &str, seed: u64, index: usize) -> String {
+    format!("{}-seed{seed}-trace{index}", sanitize(backend))
+}
+
 /// Shrink trace `index` (diverging at `step`) and report its smallest form.
 fn shrink_and_report(
     backend: &dyn Backend,
@@ -104,11 +151,7 @@ fn shrink_and_report(
     original: &JudgedTrace,
 ) -> (FailureRecord, Artifact) {
     let origin = format!("trace {index} (seed {})", opts.seed);
-    let stem = format!(
-        "{}-seed{}-trace{index}",
-        sanitize(backend.name()),
-        opts.seed
-    );
+    let stem = trace_stem(backend.name(), opts.seed, index);
     let path = opts.out_dir.join(format!("{stem}.json"));
     let kind = divergence.kind;
     let shrunk = shrink_trace(

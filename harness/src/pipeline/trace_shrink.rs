@@ -13,6 +13,8 @@ use std::time::{Duration, Instant};
 
 pub struct ShrunkTrace {
     pub recipe: TraceRecipe,
+    /// Ended on the budget or an interrupt rather than because nothing smaller failed.
+    pub exhausted: bool,
     /// Candidates that still diverged.
     pub accepted: usize,
     /// Candidates tried.
@@ -51,10 +53,12 @@ pub fn shrink_trace(
     // Walk the candidate kinds in order; after an accepted one, try the same kind again on
     // the smaller trace before moving on, and sweep again while a sweep made progress.
     let (mut i, mut progress) = (0, false);
-    while steps < budget.max_steps && start.elapsed() < budget.max_time {
+    let mut exhausted = true;
+    while budget.allows(steps, start) {
         let cs = candidates(&best, space);
         if i >= cs.len() {
             if !progress {
+                exhausted = false;
                 break;
             }
             (i, progress) = (0, false);
@@ -73,6 +77,7 @@ pub fn shrink_trace(
     }
     ShrunkTrace {
         recipe: best,
+        exhausted,
         accepted,
         steps,
         elapsed: start.elapsed(),

@@ -74,23 +74,44 @@ fn aim_lines(s: &CheckSummary) -> Vec<String> {
     out
 }
 
-/// Per-backend rows; a backend that ran nothing shows "-" rather than rates or errors.
+/// What makes the run less than a pass besides divergences: what was not tested, backends
+/// no longer sent cases, an early stop.
+fn trust_lines(s: &CheckSummary) -> Vec<String> {
+    let mut out: Vec<String> = s
+        .shortfalls(s.min_run)
+        .iter()
+        .map(|l| format!("NOT TESTED: {l}"))
+        .collect();
+    for b in &s.backends {
+        if let Some(why) = &b.gave_up {
+            out.push(format!("{}: {why}", b.backend));
+        }
+    }
+    if let Some(why) = &s.stopped {
+        out.push(format!(
+            "STOPPED: {why}; the summary covers what ran until then"
+        ));
+    }
+    out
+}
+
+/// Per-backend rows; a backend that ran nothing shows "-" rather than rates or errors. The
+/// columns add up: passed + failed + declined = property + upstream + traces.
 fn backend_rows(s: &CheckSummary) -> Vec<Vec<String>> {
     s.backends
         .iter()
         .map(|b| {
-            let ran = b.cases_run > 0;
+            let t = b.total();
+            let ran = t.sent > 0;
             let dash = || "-".to_string();
             vec![
                 b.backend.clone(),
-                b.cases_run.to_string(),
-                if ran { b.passed.to_string() } else { dash() },
+                b.property.sent.to_string(),
+                b.upstream.sent.to_string(),
+                b.traces.sent.to_string(),
+                if ran { t.passed.to_string() } else { dash() },
                 if ran { b.failed_by_kind() } else { dash() },
-                if ran {
-                    b.unsupported_cases().to_string()
-                } else {
-                    dash()
-                },
+                if ran { t.declined.to_string() } else { dash() },
                 fmt_err(b.worst_abs_err),
                 fmt_err(b.worst_rel_err),
                 if ran {
@@ -105,12 +126,14 @@ fn backend_rows(s: &CheckSummary) -> Vec<Vec<String>> {
         .collect()
 }
 
-const BACKEND_HEADER: [&str; 9] = [
+const BACKEND_HEADER: [&str; 11] = [
     "backend",
-    "cases",
+    "property",
+    "upstream",
+    "traces",
     "passed",
     "failed",
-    "unsupported",
+    "declined",
     "worst abs",
     "worst rel",
     "time",
@@ -187,11 +210,7 @@ fn headline(s: &CheckSummary) -> String {
     } else {
         String::new()
     };
-    let verdict = if s.any_divergence() {
-        "DIVERGENCE"
-    } else {
-        "all passed"
-    };
+    let verdict = s.verdict();
     format!(
         "attn-diff check: {} property case(s){}{} seed {}{shard}, {} trace(s), {} upstream case(s): {verdict}",
         s.cases,
@@ -258,6 +277,9 @@ pub fn render_text(s: &CheckSummary, detail: Detail) -> String {
     for l in aim_lines(s) {
         let _ = writeln!(out, "{l}");
     }
+    for l in trust_lines(s) {
+        let _ = writeln!(out, "{l}");
+    }
     out.push_str(&coverage_text(s, detail));
     let shared: usize = s.backends.first().map_or(0, |b| b.shared_block_cases);
     let _ = writeln!(
@@ -280,29 +302,27 @@ pub fn traces_line(s: &CheckSummary) -> Option<String> {
         .backends
         .iter()
         .map(|b| {
-            let declined = b
-                .unsupported
-                .iter()
-                .filter(|g| g.feature == attn_reference::Feature::Trace)
-                .map(|g| g.cases)
-                .sum::<usize>();
-            if b.traces_failed > 0 {
+            let t = &b.traces;
+            if t.failed > 0 {
                 format!(
-                    "{} {} diverged (first at trace {})",
+                    "{} {} diverged (first: trace {})",
                     b.backend,
-                    b.traces_failed,
-                    b.first_trace_divergence_at.unwrap_or(0)
+                    t.failed,
+                    b.first_failing_trace.unwrap_or(0)
                 )
-            } else if declined == b.traces_run && declined > 0 {
-                format!("{} declined (no sessions)", b.backend)
+            } else if t.declined == t.sent && t.declined > 0 {
+                format!("{} declined all {}", b.backend, t.sent)
             } else {
-                format!("{} passed ({} steps)", b.backend, b.trace_steps)
+                format!(
+                    "{} {} passed ({} steps)",
+                    b.backend, t.passed, b.trace_steps
+                )
             }
         })
         .collect();
     Some(format!(
         "traces: {} per backend (one cache across their steps); {}",
-        s.backends.first().map_or(0, |b| b.traces_run),
+        s.backends.iter().map(|b| b.traces.sent).max().unwrap_or(0),
         per.join(", ")
     ))
 }
@@ -314,7 +334,7 @@ pub fn render_markdown(s: &CheckSummary) -> String {
         let _ = writeln!(out, "\n{l}");
     }
     out.push('\n');
-    for l in aim_lines(s) {
+    for l in aim_lines(s).into_iter().chain(trust_lines(s)) {
         let _ = writeln!(out, "- {l}");
     }
     let lines = unsupported_lines(s);

@@ -4,6 +4,7 @@
 pub mod bench;
 pub mod check;
 pub mod hint;
+pub mod junit;
 #[cfg(feature = "mutants")]
 pub mod mutants;
 pub mod plot;

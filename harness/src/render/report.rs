@@ -51,6 +51,7 @@ pub fn failure_record(
     let mut r = FailureRecord {
         backend: backend.to_string(),
         origin: origin.to_string(),
+        part: None,
         kind: d.kind,
         message: d.message.clone(),
         size: CaseSize::of(case),
@@ -59,11 +60,13 @@ pub fn failure_record(
             steps: s.steps,
             accepted: s.accepted,
             seconds: s.elapsed.as_secs_f64(),
+            exhausted: s.exhausted,
         }),
         first: comparison.and_then(|c| c.first.clone()),
         worst: comparison.and_then(|c| c.worst.clone()),
         hint: comparison.and_then(|c| hint(case, c)),
         heatmap: files.heatmap.filter(|_| comparison.is_some()),
+        also: Vec::new(),
         external: files.external,
         text: String::new(),
     };
@@ -74,6 +77,10 @@ pub fn failure_record(
 /// The first line of a failure report: who diverged, how, on what, and the shrinking.
 pub(crate) fn headline(r: &FailureRecord) -> String {
     let shrunk = match &r.shrink {
+        Some(sh) if sh.exhausted => format!(
+            ", shrink stopped by its budget after {:.1} s ({} steps): may not be minimal",
+            sh.seconds, sh.steps
+        ),
         Some(sh) => format!(", shrunk in {:.1} s ({} steps)", sh.seconds, sh.steps),
         None => String::new(),
     };

@@ -32,6 +32,7 @@ pub fn trace_failure_record(
         steps: s.steps,
         accepted: s.accepted,
         seconds: s.elapsed.as_secs_f64(),
+        exhausted: s.exhausted,
     });
     let mut s = String::new();
     let _ = writeln!(s, "{}", super::report::headline(&r));

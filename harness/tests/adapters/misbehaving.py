@@ -7,7 +7,9 @@ MODE:
   crash-on-batches    exits with status 3 on any case of more than one sequence;
   hang-on-batches     never answers a case of more than one sequence;
   wrong-shape-on-batches  answers a batch with one output row too few;
-  print-on-batches    writes text to stdout before the reply to a batch.
+  print-on-batches    writes text to stdout before the reply to a batch;
+  wrong-then-hang     answers its first case wrong, then never answers again (a divergence
+                      whose shrinking hangs: what an interrupt must survive).
 MARKER is ignored: tests find the process (and its children) by it.
 """
 
@@ -33,8 +35,15 @@ class Misbehaving(NumpyReference):
             mask |= (rel <= 0) & (rel == -config.sliding_window)
         return mask
 
+    answered_wrong = False
+
     def forward(self, config, cache, step):
         batch = len(step.seq_lens) > 1
+        if MODE == "wrong-then-hang":
+            if Misbehaving.answered_wrong:
+                time.sleep(3600)
+            Misbehaving.answered_wrong = True
+            return super().forward(config, cache, step) * 2.0 + 1.0
         if batch and MODE == "crash-on-batches":
             sys.stderr.write(f"planted crash on a batch of {len(step.seq_lens)}\n")
             sys.stderr.flush()

@@ -1,0 +1,84 @@
+//! When a check stops early, and which backends it stops sending cases to: `--max-failures`
+//! (`-x` is 1), an interrupt, and a backend that failed the same way (kind and message, its
+//! numbers aside) `give_up_after` times in a row (an adapter that crashes on every case would
+//! otherwise cost a restart per case).
+
+use crate::runner::Outcome;
+use attn_results::DivergenceKind;
+
+pub struct RunControl {
+    max_failures: Option<usize>,
+    give_up_after: usize,
+    failures: usize,
+    /// Per backend: its last failure (kind and message) and how many in a row were alike.
+    streaks: Vec<Option<(DivergenceKind, String, usize)>>,
+    /// Per backend: why no more cases are sent to it.
+    gave_up: Vec<Option<String>>,
+    /// Why the run stopped early.
+    pub stopped: Option<String>,
+}
+
+impl RunControl {
+    pub fn new(backends: usize, max_failures: Option<usize>, give_up_after: usize) -> Self {
+        RunControl {
+            max_failures,
+            give_up_after: give_up_after.max(1),
+            failures: 0,
+            streaks: vec![None; backends],
+            gave_up: vec![None; backends],
+            stopped: None,
+        }
+    }
+
+    /// Whether to stop the run now: interrupted, or `--max-failures` reached.
+    pub fn should_stop(&mut self) -> bool {
+        if self.stopped.is_some() {
+            return true;
+        }
+        if crate::interrupt::interrupted() {
+            self.stopped = Some("interrupted".into());
+        } else if let Some(m) = self.max_failures.filter(|&m| self.failures >= m) {
+            self.stopped = Some(format!("stopped after {m} failure(s) (--max-failures)"));
+        }
+        self.stopped.is_some()
+    }
+
+    /// Why backend `i` gets no more cases, if it does not.
+    pub fn gave_up(&self, i: usize) -> Option<&str> {
+        self.gave_up[i].as_deref()
+    }
+
+    /// Note backend `i`'s outcome on one case or trace.
+    pub fn note(&mut self, i: usize, outcome: &Outcome) {
+        match outcome {
+            Outcome::Diverged(d) => self.note_failure(i, d.kind, &d.message),
+            _ => self.streaks[i] = None,
+        }
+    }
+
+    /// Note a failure of backend `i` (of a case or a trace).
+    pub fn note_failure(&mut self, i: usize, kind: DivergenceKind, message: &str) {
+        self.failures += 1;
+        // A wrong value is news every time; an error that repeats word for word is not.
+        if kind == DivergenceKind::Mismatch || kind == DivergenceKind::NonFinite {
+            self.streaks[i] = None;
+            return;
+        }
+        // Numbers aside: "a batch of 3" and "a batch of 5" are the same failure.
+        let shape: String = message
+            .chars()
+            .map(|c| if c.is_ascii_digit() { '#' } else { c })
+            .collect();
+        let n = match &self.streaks[i] {
+            Some((k, m, n)) if *k == kind && *m == shape => n + 1,
+            _ => 1,
+        };
+        self.streaks[i] = Some((kind, shape, n));
+        if n >= self.give_up_after && self.gave_up[i].is_none() {
+            let first_line = message.lines().next().unwrap_or("");
+            self.gave_up[i] = Some(format!(
+                "no more cases sent after {n} identical failures in a row ({kind}: {first_line})"
+            ));
+        }
+    }
+}

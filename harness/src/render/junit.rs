@@ -1,0 +1,121 @@
+//! A check's summary as JUnit XML, the test-result format CI systems read: one test suite
+//! per backend, one test case per part of the run (property cases, upstream suite, traces).
+//! A part with a divergence is a `<failure>` carrying the shrunk reports; a part that sent
+//! cases but reached none, or a backend short of `--min-run`, is a `<failure>` too (nothing
+//! tested is not a pass); a part that sent nothing is `<skipped>`.
+
+use attn_results::check::Shortfall;
+use attn_results::{BackendSummary, CheckSummary, RunPart};
+use std::fmt::Write;
+
+/// Text as XML 1.0 character data or an attribute value: the five special characters
+/// escaped, characters XML 1.0 cannot carry (most C0 controls) dropped.
+fn escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&apos;"),
+            '\t' | '\n' | '\r' => out.push(c),
+            c if (c as u32) < 0x20 || c == '\u{FFFE}' || c == '\u{FFFF}' => {}
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// The test case of `part` on backend `b`, and whether it failed and was skipped.
+fn test_case(b: &BackendSummary, part: RunPart) -> (String, bool, bool) {
+    let t = b.tally(part);
+    let name = escape(part.label());
+    let class = escape(&b.backend);
+    let mut out = format!("    <testcase classname=\"{class}\" name=\"{name}\" time=\"0\">\n");
+    let (failed, skipped) = if t.failed > 0 {
+        let texts: Vec<&str> = b
+            .failures
+            .iter()
+            .filter(|f| f.part == Some(part))
+            .map(|f| f.text.as_str())
+            .collect();
+        let kinds: Vec<String> = b.divergences.keys().map(|k| k.to_string()).collect();
+        let _ = write!(
+            out,
+            "      <failure message=\"{}\" type=\"{}\">{}</failure>\n",
+            escape(&format!("{} of {} diverged", t.failed, t.sent)),
+            escape(&kinds.join(",")),
+            escape(&texts.join("\n"))
+        );
+        (true, false)
+    } else if t.sent > 0 && t.reached() == 0 {
+        let _ = write!(
+            out,
+            "      <failure message=\"{}\" type=\"not tested\"/>\n",
+            escape(&format!(
+                "all {} declined: nothing reached the backend",
+                t.sent
+            ))
+        );
+        (true, false)
+    } else if t.sent == 0 {
+        out.push_str("      <skipped message=\"none sent\"/>\n");
+        (false, true)
+    } else {
+        (false, false)
+    };
+    let _ = write!(
+        out,
+        "      <system-out>{}</system-out>\n    </testcase>\n",
+        escape(&t.describe())
+    );
+    (out, failed, skipped)
+}
+
+/// The summary as a JUnit XML document; `shortfalls` (from [`CheckSummary::shortfalls`])
+/// become a failing test case of the backend they name.
+pub fn render(s: &CheckSummary, shortfalls: &[Shortfall]) -> String {
+    let mut suites = String::new();
+    let (mut tests, mut failures, mut skipped) = (0, 0, 0);
+    for b in &s.backends {
+        let mut cases = String::new();
+        let (mut n, mut f, mut k) = (0, 0, 0);
+        for part in RunPart::ALL {
+            let (text, failed, skip) = test_case(b, part);
+            cases.push_str(&text);
+            n += 1;
+            f += usize::from(failed);
+            k += usize::from(skip);
+        }
+        let own: Vec<&str> = shortfalls
+            .iter()
+            .filter(|l| l.backend == b.backend)
+            .map(|l| l.message.as_str())
+            .collect();
+        if !own.is_empty() {
+            let _ = write!(
+                cases,
+                "    <testcase classname=\"{}\" name=\"enough cases reached it\" time=\"0\">\n      <failure message=\"{}\" type=\"not tested\"/>\n    </testcase>\n",
+                escape(&b.backend),
+                escape(&own.join("; "))
+            );
+            n += 1;
+            f += 1;
+        }
+        let _ = write!(
+            suites,
+            "  <testsuite name=\"{}\" tests=\"{n}\" failures=\"{f}\" errors=\"0\" skipped=\"{k}\" time=\"{:.3}\">\n{cases}  </testsuite>\n",
+            escape(&b.backend),
+            b.wall_seconds
+        );
+        tests += n;
+        failures += f;
+        skipped += k;
+    }
+    let time: f64 = s.backends.iter().map(|b| b.wall_seconds).sum();
+    format!(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites name=\"attn-diff check (seed {})\" tests=\"{tests}\" failures=\"{failures}\" errors=\"0\" skipped=\"{skipped}\" time=\"{time:.3}\">\n{suites}</testsuites>",
+        s.seed
+    )
+}
