@@ -161,11 +161,12 @@ impl Case {
 
     /// Parse and validate a case from JSON; every problem is a typed error.
     pub fn from_json(text: &str) -> Result<Case, CaseError> {
-        let case: Case = serde_json::from_str(text).map_err(|e| CaseError::Parse {
-            line: e.line(),
-            column: e.column(),
-            message: e.to_string(),
-        })?;
+        let case: Case =
+            crate::json::parse(text).map_err(|(line, column, message)| CaseError::Parse {
+                line,
+                column,
+                message,
+            })?;
         case.validate()?;
         Ok(case)
     }

@@ -18,6 +18,7 @@ mod error;
 mod feature;
 pub mod fp8;
 pub mod golden;
+mod json;
 pub mod oracle;
 pub mod recorded;
 pub mod rng;

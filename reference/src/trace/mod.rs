@@ -202,11 +202,12 @@ impl Trace {
 
     /// Parse and validate a trace from JSON; every problem is a typed error.
     pub fn from_json(text: &str) -> Result<Trace, TraceError> {
-        let trace: Trace = serde_json::from_str(text).map_err(|e| TraceError::Parse {
-            line: e.line(),
-            column: e.column(),
-            message: e.to_string(),
-        })?;
+        let trace: Trace =
+            crate::json::parse(text).map_err(|(line, column, message)| TraceError::Parse {
+                line,
+                column,
+                message,
+            })?;
         trace.validate()?;
         Ok(trace)
     }
