@@ -236,6 +236,8 @@ fn a_copied_replay_line_reproduces_an_external_failure() {
         String::from_utf8_lossy(&o.stderr)
     );
     assert!(again.contains("offby1 diverged (mismatch)"), "{again}");
+    // Every report prints the tolerance it applied.
+    assert!(text.contains("tol:     |actual - expected| <= atol"), "{text}");
     // Without --external, replay names the command instead of running one from the file.
     let file = &words[2];
     let o = attn_diff(&["replay", file]);
@@ -453,4 +455,51 @@ fn junit_output_is_what_ci_tools_read() {
     );
     assert!(xml.contains("diverged (mismatch)"), "{xml}");
     let _ = Path::new(&out);
+}
+
+#[test]
+fn an_unwritable_out_folder_is_refused_before_the_run() {
+    let file = std::env::temp_dir().join(format!("attn-diff-out-is-a-file-{}", std::process::id()));
+    std::fs::write(&file, "not a folder").unwrap();
+    let o = attn_diff(&[
+        "check",
+        "--backend",
+        "cpu",
+        "--cases",
+        "1",
+        "--out",
+        file.to_str().unwrap(),
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("--out") && err.contains("cannot"), "{err}");
+    assert!(o.stdout.is_empty(), "nothing ran");
+    let _ = std::fs::remove_file(&file);
+}
+
+#[test]
+fn a_case_no_output_could_fail_is_not_passed() {
+    let path = repo().join("fixtures/regressions/padding_rows_and_partial_blocks.json");
+    let mut case: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    case["config"]["dtype"] = "f32".into();
+    case["tensors"]["query"][0] = 3e38.into();
+    let file =
+        std::env::temp_dir().join(format!("attn-diff-huge-query-{}.json", std::process::id()));
+    std::fs::write(&file, case.to_string()).unwrap();
+    let o = attn_diff(&["replay", file.to_str().unwrap(), "--backend", "cpu"]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("not judged") && text.contains("not tested"),
+        "{text}"
+    );
+    // A case that can be judged prints the tolerance it applied.
+    case["tensors"]["query"][0] = 1.0.into();
+    std::fs::write(&file, case.to_string()).unwrap();
+    let o = attn_diff(&["replay", file.to_str().unwrap(), "--backend", "cpu"]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(0), "{text}");
+    assert!(text.contains("tolerance atol"), "{text}");
+    let _ = std::fs::remove_file(&file);
 }

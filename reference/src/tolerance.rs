@@ -106,6 +106,26 @@ impl Tolerance {
         }
     }
 
+    /// Whether this tolerance cannot judge `case`: an absolute tolerance as large as the
+    /// largest value an output row can hold (max |v|, every output being a convex
+    /// combination of values) accepts any output, so nothing could diverge. That happens when
+    /// the logits' conditioning term explodes (a query of 1e38: logits past what f32 holds).
+    /// Returns that max |v|.
+    pub fn vacuous_for(&self, case: &Case) -> Option<f64> {
+        let t = &case.tensors;
+        let values = t.value.iter().chain(t.context_value.iter().flatten());
+        let v = match &case.config.kv_cache {
+            Some(c) => {
+                let v32: Vec<f32> = values.copied().collect();
+                c.read_back_v(&v32)
+                    .iter()
+                    .fold(0.0f64, |m, x| m.max(x.abs()))
+            }
+            None => values.fold(0.0f64, |m, &x| m.max((x as f64).abs())),
+        };
+        (v > 0.0 && (self.atol >= v || !self.atol.is_finite())).then_some(v)
+    }
+
     /// vLLM's backend test: atol = rtol = 1e-2 for every dtype.
     pub fn upstream() -> Self {
         Tolerance::rel_abs(

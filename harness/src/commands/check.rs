@@ -8,7 +8,21 @@ use crate::render::check::{render_json, render_markdown, render_text, Detail};
 use crate::shrink::ShrinkBudget;
 use crate::upstream;
 
+/// The failures folder must take files before the run starts: a run that finds a divergence
+/// and cannot write its replay file would lose it, and print paths that do not exist.
+fn check_writable(dir: &std::path::Path) -> anyhow::Result<()> {
+    let name = dir.display();
+    std::fs::create_dir_all(dir)
+        .map_err(|e| usage(format!("--out {name}: cannot create it: {e}")))?;
+    let probe = dir.join(format!(".attn-diff-probe-{}", std::process::id()));
+    std::fs::write(&probe, b"")
+        .map_err(|e| usage(format!("--out {name}: cannot write there: {e}")))?;
+    let _ = std::fs::remove_file(&probe);
+    Ok(())
+}
+
 pub fn run(args: CheckArgs, global: GlobalArgs) -> anyhow::Result<bool> {
+    check_writable(&args.out)?;
     crate::interrupt::install();
     let mut up = if args.upstream {
         upstream::full_suite()

@@ -67,6 +67,8 @@ fn run_trace(args: ReplayArgs) -> anyhow::Result<bool> {
     let backends = backends_for(&args, trace.recorded.as_ref())?;
     let judged = JudgedTrace::new(trace);
     let mut ok = true;
+    // A replay no backend ran tested nothing: not a pass.
+    let mut declined = 0;
     for b in &backends {
         match evaluate_trace(b.as_ref(), &judged).0 {
             TraceOutcome::Pass {
@@ -77,7 +79,10 @@ fn run_trace(args: ReplayArgs) -> anyhow::Result<bool> {
                 b.name(),
                 judged.steps.len()
             ),
-            TraceOutcome::Unsupported(why) => println!("{}: unsupported ({why})", b.name()),
+            TraceOutcome::Unsupported(why) => {
+                declined += 1;
+                println!("{}: unsupported ({why})", b.name())
+            }
             TraceOutcome::Diverged { step, divergence } => {
                 ok = false;
                 let r = trace_failure_record(
@@ -93,6 +98,10 @@ fn run_trace(args: ReplayArgs) -> anyhow::Result<bool> {
             }
         }
     }
+    if declined == backends.len() {
+        println!("not tested: no backend ran the case");
+        return Ok(false);
+    }
     Ok(ok)
 }
 
@@ -103,13 +112,18 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<bool> {
     let case = load_case(&args.file)?;
     let backends = backends_for(&args, case.recorded.as_ref())?;
     let mut ok = true;
+    // A replay no backend ran tested nothing: not a pass.
+    let mut declined = 0;
     for r in replay_case(&case, &args.file.display().to_string(), &backends) {
         match (&r.outcome, &r.report) {
             (Outcome::Pass(c), _) => println!(
-                "{}: pass (max abs {:.2e}, max rel {:.2e})",
-                r.backend, c.max_abs_err, c.max_rel_err
+                "{}: pass (max abs {:.2e}, max rel {:.2e}; tolerance atol {:.2e}, rtol {:.1e})",
+                r.backend, c.max_abs_err, c.max_rel_err, c.tolerance.atol, c.tolerance.rtol
             ),
-            (Outcome::Unsupported(why), _) => println!("{}: unsupported ({why})", r.backend),
+            (Outcome::Unsupported(why), _) => {
+                declined += 1;
+                println!("{}: unsupported ({why})", r.backend)
+            }
             (Outcome::Diverged(_), Some(rep)) => {
                 ok = false;
                 println!("{}", rep.text);
@@ -119,6 +133,10 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<bool> {
                 println!("{}: {} ({})", r.backend, d.kind, d.message);
             }
         }
+    }
+    if declined == backends.len() {
+        println!("not tested: no backend ran the case");
+        return Ok(false);
     }
     Ok(ok)
 }

@@ -568,6 +568,13 @@ pub fn run_check(mut opts: CheckOptions) -> CheckRun {
     }
     for (i, s) in summaries.iter_mut().enumerate() {
         s.gave_up = control.gave_up(i).map(str::to_string);
+        for f in s.failures.iter_mut().filter(|f| !f.also.is_empty()) {
+            f.text.push_str(&format!(
+                "also:    the same failure on {} more upstream case(s): {}\n",
+                f.also.len(),
+                f.also.join("; ")
+            ));
+        }
     }
     // Nothing compared: no worst error to speak of.
     for s in &mut summaries {

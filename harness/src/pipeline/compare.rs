@@ -23,6 +23,8 @@ pub struct Comparison {
     pub worst: Option<Mismatch>,
     /// Whether a real row holds NaN or Inf.
     pub non_finite: bool,
+    /// The tolerance applied.
+    pub tolerance: Tolerance,
     /// (token, head) -> max abs error, `[real_tokens * heads]`, for hints and heat maps.
     #[serde(skip)]
     pub err_map: Vec<f64>,
@@ -55,6 +57,7 @@ pub fn compare(
         first: None,
         worst: None,
         non_finite: false,
+        tolerance: tol,
         err_map: vec![0.0; real_tokens * heads],
         failed: vec![false; expected.len()],
     };

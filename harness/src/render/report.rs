@@ -66,6 +66,7 @@ pub fn failure_record(
         worst: comparison.and_then(|c| c.worst.clone()),
         hint: comparison.and_then(|c| hint(case, c)),
         heatmap: files.heatmap.filter(|_| comparison.is_some()),
+        tolerance: comparison.map(|c| c.tolerance),
         also: Vec::new(),
         external: files.external,
         text: String::new(),
@@ -108,6 +109,14 @@ fn render(r: &FailureRecord, case: &Case, expected: &[f64], d: &Divergence) -> S
         abbreviate_flat(&case.layout.slot_mapping, 16)
     );
     let _ = writeln!(s, "what:    {}", r.message);
+    if let Some(t) = &r.tolerance {
+        let _ = writeln!(
+            s,
+            "tol:     |actual - expected| <= atol {:.3e} or <= rtol {:.1e} × |value|",
+            t.atol, t.rtol
+        );
+    }
+
     let name = |m: &Mismatch| {
         let (seq, pos) = case.locate_token(m.token);
         format!(
