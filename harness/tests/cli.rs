@@ -264,3 +264,236 @@ fn a_closed_stdout_ends_every_command_quietly() {
         assert!(!err.contains("panicked"), "{args:?}: {err}");
     }
 }
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// Names that are almost right get a suggestion: an adapter's name without `external:`, a
+/// typo in a backend or spec.
+#[test]
+fn near_misses_are_suggested() {
+    let config = repo().join("attn-diff.toml");
+    let config = config.to_str().unwrap();
+    let o = attn_diff(&[
+        "check",
+        "--backend",
+        "numpy-ref",
+        "--config",
+        config,
+        "--cases",
+        "1",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("did you mean `external:numpy-ref`?"),
+        "{}",
+        stderr(&o)
+    );
+    let o = attn_diff(&["replay", "x.json", "--backend", "cpuu"]);
+    assert!(stderr(&o).contains("cannot read"), "{}", stderr(&o));
+    let o = attn_diff(&["check", "--backend", "cpuu", "--cases", "1"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("did you mean `cpu`?"), "{}", stderr(&o));
+    let o = attn_diff(&[
+        "check",
+        "--backend",
+        "cpu",
+        "--spec",
+        "small_decod",
+        "--cases",
+        "1",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("did you mean `small_decode`?"),
+        "{}",
+        stderr(&o)
+    );
+    let o = attn_diff(&["bench", "--backend", "cpu", "--spec", "large_decod"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("did you mean `large_decode`?"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+/// A build without the mutants says how to get them, instead of "unrecognized subcommand".
+#[cfg(not(feature = "mutants"))]
+#[test]
+fn mutants_without_the_feature_say_how_to_build_them() {
+    let o = attn_diff(&["mutants", "--cases", "3"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("--features mutants"), "{}", stderr(&o));
+}
+
+/// `--config FILE` that is not there is an error even when no adapter is named (check used
+/// to ignore it).
+#[test]
+fn a_missing_config_file_is_an_error() {
+    for args in [
+        &["check", "--backend", "cpu", "--cases", "1", "--traces", "0"][..],
+        &[
+            "bench",
+            "--backend",
+            "cpu",
+            "--spec",
+            "small_decode",
+            "--reps",
+            "1",
+        ],
+        &["list"],
+    ] {
+        let mut args = args.to_vec();
+        args.extend(["--config", "/nonexistent/attn-diff.toml"]);
+        let o = attn_diff(&args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        assert!(
+            stderr(&o).contains("cannot read /nonexistent/attn-diff.toml"),
+            "{args:?}: {}",
+            stderr(&o)
+        );
+    }
+}
+
+/// `list` fits a 100-column terminal (it was about 390 wide).
+#[test]
+fn list_fits_100_columns() {
+    let config = repo().join("attn-diff.toml");
+    let o = attn_diff(&["list", "--config", config.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    for line in out.lines() {
+        assert!(
+            line.chars().count() <= 100,
+            "{} wide: {line}",
+            line.chars().count()
+        );
+    }
+    for needle in ["cpu", "external:numpy-ref", "large_decode", "[2048×32]"] {
+        assert!(out.contains(needle), "{needle} missing from\n{out}");
+    }
+}
+
+/// A JSON mistake names the field path, not only a line and column.
+#[test]
+fn json_errors_name_the_field_path() {
+    rejects(
+        "head_size_string",
+        |v| v["config"]["head_size"] = "x".into(),
+        "config.head_size: invalid type: string \"x\"",
+    );
+    rejects(
+        "slot_as_float",
+        |v| v["layout"]["slot_mapping"][2] = 1.5.into(),
+        "layout.slot_mapping[2]: invalid type: floating point",
+    );
+}
+
+fn trace_file() -> PathBuf {
+    let trace = attn_reference::trace::generate(&attn_reference::TraceRecipe {
+        config: attn_reference::AttentionConfig::new(2, 1, 4, 2, attn_reference::DType::F32),
+        prompts: vec![5, 3],
+        outputs: vec![2, 1],
+        sharing: 0,
+        shared_prefix: 0,
+        chunk: 3,
+        token_budget: 6,
+        max_running: 2,
+        cache_blocks: 6,
+        max_steps: 8,
+        seed: 2,
+    });
+    temp_file("a_trace.json", &serde_json::to_string(&trace).unwrap())
+}
+
+/// `export --case` of a trace file says what the file is (it said "unknown field").
+#[test]
+fn export_of_a_trace_file_says_it_is_a_trace() {
+    let trace = trace_file();
+    let out = trace.with_extension("safetensors");
+    let o = attn_diff(&[
+        "export",
+        "--case",
+        trace.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("is a trace file"), "{}", stderr(&o));
+    assert!(!stderr(&o).contains("unknown field"), "{}", stderr(&o));
+}
+
+/// `--backend cpu,cpu` runs cpu once, in the order given.
+#[test]
+fn a_backend_named_twice_runs_once() {
+    let fixture = repo().join("fixtures/regressions/padding_rows_and_partial_blocks.json");
+    let o = attn_diff(&[
+        "replay",
+        fixture.to_str().unwrap(),
+        "--backend",
+        "cpu,spyre-native,cpu",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    let rows: Vec<&str> = out.lines().filter(|l| l.contains(": pass")).collect();
+    assert_eq!(rows.len(), 2, "{out}");
+    assert!(
+        rows[0].starts_with("cpu:") && rows[1].starts_with("spyre-native:"),
+        "{out}"
+    );
+}
+
+/// A check prunes the failure files of runs before the last one that wrote into its folder:
+/// only files attn-diff wrote (listed in the folder's registry, or named as it names
+/// failures), never a file of the user's.
+#[test]
+fn check_prunes_failure_files_of_older_runs() {
+    let dir = std::env::temp_dir().join(format!("attn-diff-prune-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let files = [
+        "older-upstream.json",
+        "cpu-seed1-case4.json",
+        "cpu-seed1-case4.png",
+        "last-upstream.json",
+        "cpu-seed2-case0.json",
+        "notes.json",
+    ];
+    for f in files {
+        std::fs::write(dir.join(f), "{}").unwrap();
+    }
+    std::fs::write(
+        dir.join(attn_harness::artifacts::REGISTRY),
+        "1-10\tolder-upstream.json\n2-20\tlast-upstream.json\n2-20\tcpu-seed2-case0.json\n",
+    )
+    .unwrap();
+    let o = attn_diff(&[
+        "check",
+        "--backend",
+        "cpu",
+        "--cases",
+        "1",
+        "--traces",
+        "0",
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let left: std::collections::BTreeSet<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    let want: std::collections::BTreeSet<String> = [
+        "last-upstream.json",
+        "cpu-seed2-case0.json",
+        "notes.json",
+        attn_harness::artifacts::REGISTRY,
+    ]
+    .into_iter()
+    .map(String::from)
+    .collect();
+    assert_eq!(left, want);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -9,6 +9,9 @@ use attn_reference::{AttentionConfig, DType, Feature};
 use attn_results::list::Declined;
 use attn_results::{AdapterEntry, BackendEntry, ListDocument, SpecEntry};
 
+/// Columns the text list fits in.
+pub const TEXT_WIDTH: usize = 100;
+
 pub fn run(args: ListArgs) -> anyhow::Result<bool> {
     // Declared adapters are listed, not started: starting one runs its command.
     let declared = args.external.declared().map_err(|e| usage(e.to_string()))?;
@@ -35,7 +38,7 @@ pub fn run(args: ListArgs) -> anyhow::Result<bool> {
     };
     let text = match args.format {
         Format::Json => attn_results::to_json(&doc),
-        Format::Text => render(&doc, table::text),
+        Format::Text => render(&doc, |h, r| table::text_wrapped(h, r, TEXT_WIDTH)),
         Format::Markdown => render(&doc, table::markdown),
     };
     println!("{text}");
@@ -76,22 +79,38 @@ fn entry(backend: &dyn Backend) -> BackendEntry {
     }
 }
 
-fn render(doc: &ListDocument, table: fn(&[&str], &[Vec<String>]) -> String) -> String {
+/// Lengths with runs of one value collapsed: `[2048×32]`, `[1, 1, 5, 5]`.
+fn lengths(v: &[usize]) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < v.len() {
+        let run = v[i..].iter().take_while(|&&x| x == v[i]).count();
+        parts.push(if run > 4 {
+            format!("{}×{run}", v[i])
+        } else {
+            vec![v[i].to_string(); run].join(", ")
+        });
+        i += run;
+    }
+    format!("[{}]", parts.join(", "))
+}
+
+fn render(doc: &ListDocument, table: impl Fn(&[&str], &[Vec<String>]) -> String) -> String {
     let backends: Vec<Vec<String>> = doc
         .backends
         .iter()
         .map(|b| vec![b.name.clone(), b.cache_shape.clone(), b.runs.join(", ")])
-        .chain(doc.adapters.iter().map(|a| {
+        .collect();
+    let adapters: Vec<Vec<String>> = doc
+        .adapters
+        .iter()
+        .map(|a| {
             vec![
                 a.name.clone(),
-                format!(
-                    "(adapter `{}`, timeout {:.0} s, started on use)",
-                    a.command.join(" "),
-                    a.timeout_seconds
-                ),
-                String::new(),
+                a.command.join(" "),
+                format!("{:.0} s", a.timeout_seconds),
             ]
-        }))
+        })
         .collect();
     let declines: Vec<Vec<String>> = doc
         .backends
@@ -109,14 +128,21 @@ fn render(doc: &ListDocument, table: fn(&[&str], &[Vec<String>]) -> String) -> S
             vec![
                 s.name.clone(),
                 s.kind.clone(),
-                format!("{:?}", s.seq_lens),
-                format!("{:?}", s.query_lens),
+                lengths(&s.seq_lens),
+                lengths(&s.query_lens),
             ]
         })
         .collect();
+    let mut out = table(&["backend", "cache layout", "optional features"], &backends);
+    if !adapters.is_empty() {
+        out.push('\n');
+        out.push_str(&table(
+            &["adapter (started on use)", "command", "timeout per case"],
+            &adapters,
+        ));
+    }
     format!(
-        "{}\n{}\n{}",
-        table(&["backend", "cache layout", "optional features"], &backends),
+        "{out}\n{}\n{}",
         table(&["backend", "declines", "because"], &declines),
         table(&["spec", "kind", "seq_lens", "query_lens"], &specs)
     )
