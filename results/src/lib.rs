@@ -79,3 +79,48 @@ pub(crate) fn nullable_f64<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64
     use serde::Deserialize;
     Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::NAN))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_document_of_another_schema_is_refused_by_name() {
+        // Version 2 counted property, upstream and trace outcomes together (`cases_run`,
+        // `passed`, `failed`); version 3 keeps a tally per part.
+        let old = r#"{"schema_version": 2, "seed": 1, "cases": 1, "shard": {"index": 0, "count": 1},
+            "deep": false, "oracle_seconds": 0, "backends": [{"backend": "cpu", "cases_run": 1,
+            "passed": 1, "failed": 0}], "upstream": []}"#;
+        let e = from_json::<CheckSummary>(old).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            format!("attn-diff JSON has schema_version 2; this build reads {SCHEMA_VERSION}")
+        );
+        let none = r#"{"seed": 1}"#;
+        assert!(from_json::<CheckSummary>(none)
+            .unwrap_err()
+            .to_string()
+            .contains("schema_version 0"));
+        // Its own documents round-trip.
+        let s = CheckSummary {
+            schema_version: SCHEMA_VERSION,
+            seed: 3,
+            cases: 1,
+            shard: Shard::ALL,
+            deep: false,
+            long: false,
+            traces: 0,
+            oracle_seconds: 0.0,
+            backends: vec![BackendSummary::new("cpu")],
+            upstream: vec![],
+            coverage: None,
+            only: None,
+            requested_specs: vec![],
+            stopped: None,
+            min_run: 1,
+        };
+        let back: CheckSummary = from_json(&to_json(&s)).unwrap();
+        assert_eq!(back.backends[0].backend, "cpu");
+        assert_eq!(back.seed, 3);
+    }
+}
