@@ -373,11 +373,33 @@ impl Backend for ExternalBackend {
                 ),
             });
         }
-        cache.writes.push(RecordedWrite {
-            key: kv.key.to_vec(),
-            value: kv.value.to_vec(),
-            slot_mapping: kv.slot_mapping.to_vec(),
-        });
+        // Copies sized from the case: a machine that cannot hold them fails the write with an
+        // error, never an abort.
+        fn copy<T: Copy>(from: &[T]) -> Option<Vec<T>> {
+            let mut v = Vec::new();
+            v.try_reserve_exact(from.len()).ok()?;
+            v.extend_from_slice(from);
+            Some(v)
+        }
+        let recorded = (|| {
+            Some(RecordedWrite {
+                key: copy(kv.key)?,
+                value: copy(kv.value)?,
+                slot_mapping: copy(kv.slot_mapping)?,
+            })
+        })()
+        .ok_or_else(|| BackendError::Failed {
+            backend: self.name.clone(),
+            message: format!("cannot allocate a copy of a write of {n} slots"),
+        })?;
+        cache
+            .writes
+            .try_reserve(1)
+            .map_err(|_| BackendError::Failed {
+                backend: self.name.clone(),
+                message: "cannot allocate the list of writes".into(),
+            })?;
+        cache.writes.push(recorded);
         Ok(())
     }
 
