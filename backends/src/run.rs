@@ -3,7 +3,7 @@
 //! `slot_mapping`, then the forward call.
 
 use crate::{Backend, BackendError, KvCache, KvWrite, StepInputs};
-use attn_reference::{Case, InputRng};
+use attn_reference::{Case, InputRng, Poison};
 use std::time::{Duration, Instant};
 
 #[derive(Clone, Debug, PartialEq)]
@@ -114,7 +114,7 @@ pub fn prepare_cache(backend: &dyn Backend, case: &Case) -> Result<KvCache, Back
     let config = &case.config;
     crate::declines_case(backend, case)?;
     let mut cache = backend.new_cache(config, case.layout.num_blocks)?;
-    stale_fill(backend, config, &mut cache, &stale_slots(case))?;
+    stale_fill(backend, config, &mut cache, &stale_slots(case), case.poison)?;
     let mut write = |key: &[f32], value: &[f32], slot_mapping: &[i64]| {
         backend.write_kv(
             config,
@@ -136,12 +136,14 @@ pub fn prepare_cache(backend: &dyn Backend, case: &Case) -> Result<KvCache, Back
     Ok(cache)
 }
 
-/// Write stale data (large seeded values) into `slots`, as earlier requests would have left.
+/// Write stale data into `slots`, as earlier requests (or `torch.empty`) would have left:
+/// large seeded values, or `poison` in every element.
 pub(crate) fn stale_fill(
     backend: &dyn Backend,
     config: &attn_reference::AttentionConfig,
     cache: &mut KvCache,
     slots: &[i64],
+    poison: Option<Poison>,
 ) -> Result<(), BackendError> {
     if slots.is_empty() {
         return Ok(());
@@ -151,14 +153,17 @@ pub(crate) fn stale_fill(
     // Sized from the case: a machine that cannot hold it declines the case, never aborts.
     let n = slots.len().saturating_mul(row);
     let mut values = || {
-        rng.try_normal_vec(n, POISON_STD, config.dtype)
-            .ok_or_else(|| {
-                attn_reference::Unsupported::new(
-                    attn_reference::Feature::CacheSize,
-                    "cannot allocate stale data for every spare slot on this machine",
-                )
-                .value(format!("{} slots", slots.len()))
-            })
+        let filled = match poison {
+            Some(p) => try_filled(n, p.value(config.dtype)),
+            None => rng.try_normal_vec(n, POISON_STD, config.dtype),
+        };
+        filled.ok_or_else(|| {
+            attn_reference::Unsupported::new(
+                attn_reference::Feature::CacheSize,
+                "cannot allocate stale data for every spare slot on this machine",
+            )
+            .value(format!("{} slots", slots.len()))
+        })
     };
     let key = values()?;
     let value = values()?;
@@ -171,6 +176,25 @@ pub(crate) fn stale_fill(
             slot_mapping: slots,
         },
     )
+}
+
+/// `n` copies of `x`, or None when the machine cannot hold them.
+fn try_filled(n: usize, x: f32) -> Option<Vec<f32>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(n).ok()?;
+    v.resize(n, x);
+    Some(v)
+}
+
+/// The query a backend is given: the case's, with `poison` in the rows of padding tokens
+/// (which belong to no sequence and whose outputs are ignored).
+fn poisoned_query(case: &Case) -> Option<Vec<f32>> {
+    let p = case.poison?;
+    let row = case.config.num_heads * case.config.head_size;
+    let mut q = case.tensors.query.clone();
+    let real = (case.num_real_tokens() * row).min(q.len());
+    q[real..].fill(p.value(case.config.dtype));
+    Some(q)
 }
 
 /// `Err` unless `output` has one row per token of `case`.
@@ -208,7 +232,11 @@ pub fn run_case(backend: &dyn Backend, case: &Case) -> Result<CaseRun, BackendEr
     let config = &case.config;
     let cache = prepare_cache(backend, case)?;
     let qsl = case.query_start_loc();
-    let step = step_inputs(case, &qsl);
+    let poisoned = poisoned_query(case);
+    let mut step = step_inputs(case, &qsl);
+    if let Some(q) = &poisoned {
+        step.query = q;
+    }
     let start = Instant::now();
     let output = backend.forward(config, &cache, &step)?;
     let forward_time = start.elapsed();

@@ -23,7 +23,7 @@ impl<'a> TraceSession<'a> {
         let mut cache = backend.new_cache(&trace.config, trace.num_blocks)?;
         let bs = trace.config.block_size as i64;
         let slots: Vec<i64> = (0..trace.num_blocks as i64 * bs).collect();
-        stale_fill(backend, &trace.config, &mut cache, &slots)?;
+        stale_fill(backend, &trace.config, &mut cache, &slots, trace.poison)?;
         Ok(TraceSession { backend, cache })
     }
 

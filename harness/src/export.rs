@@ -324,6 +324,7 @@ pub fn case_from_safetensors(bytes: &[u8]) -> Result<(Case, Option<Vec<f64>>), T
             context_key,
             context_value,
         },
+        poison: None,
         recorded: None,
     };
     case.validate()?;

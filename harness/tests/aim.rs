@@ -110,21 +110,23 @@ fn the_full_space_draws_what_it_always_drew() {
 #[test]
 fn shrinking_never_leaves_the_space() {
     for (key, s) in spaces() {
-        for index in [0, 2, 7] {
+        for index in [2] {
             let mut tree = case_tree(5, index, LIMITS, &s);
             let budget = budget_of(index, LIMITS);
             let fit = |r: CaseRecipe| fit_space(r, &s, budget);
             let mut outside = 0;
             // Everything "fails": the shrinker goes as far as it can.
             let budget_steps = ShrinkBudget {
-                max_steps: 400,
-                max_time: std::time::Duration::from_secs(3),
+                max_steps: 4000,
+                max_time: std::time::Duration::from_secs(20),
             };
             let shrunk = shrink_fully(&mut tree, budget_steps, &fit, |r| {
                 outside += usize::from(s.admits(&r.build()).is_err());
                 true
             });
             assert_eq!(outside, 0, "{key}: a shrink candidate left the space");
+            // Everything failing, the greedy loop must still end on its own (no cycle).
+            assert!(!shrunk.exhausted, "{key}: the shrink ran out of budget");
             let minimal = shrunk.recipe.build();
             assert_eq!(s.admits(&minimal), Ok(()), "{key}");
             assert!(shrunk.accepted > 0, "{key}: nothing shrank");

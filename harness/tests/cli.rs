@@ -404,6 +404,7 @@ fn trace_file() -> PathBuf {
         cache_blocks: 6,
         max_steps: 8,
         seed: 2,
+        poison: None,
     });
     temp_file("a_trace.json", &serde_json::to_string(&trace).unwrap())
 }

@@ -157,3 +157,23 @@ fn shards_together_run_exactly_the_cases_of_one_run() {
     assert_eq!(sum, whole.summary.backends[0].property.sent);
     assert_eq!(shared, whole.summary.backends[0].shared_block_cases);
 }
+
+#[test]
+fn reading_a_poisoned_block_tail_is_caught() {
+    let bad = Naive::with(
+        "naive-whole-block-tail",
+        Plant {
+            whole_block_tail: true,
+            ..Plant::default()
+        },
+    );
+    let s = run_check(options(vec![Arc::new(bad)], 200, "attn-diff-block-tail"));
+    let b = &s.summary.backends[0];
+    assert!(b.failed() > 0, "survived {} cases", b.property.sent);
+    let f = &b.failures[0];
+    println!("{}", f.text);
+    assert_eq!(f.kind, attn_harness::runner::DivergenceKind::NonFinite);
+    // The shrunk case keeps what makes it fail: poisoned memory past a sequence's end.
+    assert!(f.text.contains("poison"), "{}", f.text);
+    assert!(f.size.sequences <= 2, "{:?}", f.size);
+}

@@ -237,7 +237,10 @@ fn a_copied_replay_line_reproduces_an_external_failure() {
     );
     assert!(again.contains("offby1 diverged (mismatch)"), "{again}");
     // Every report prints the tolerance it applied.
-    assert!(text.contains("tol:     |actual - expected| <= atol"), "{text}");
+    assert!(
+        text.contains("tol:     |actual - expected| <= atol"),
+        "{text}"
+    );
     // Without --external, replay names the command instead of running one from the file.
     let file = &words[2];
     let o = attn_diff(&["replay", file]);

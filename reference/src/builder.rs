@@ -179,6 +179,7 @@ pub fn build_case(
             context_key,
             context_value,
         },
+        poison: None,
         recorded: None,
     };
     debug_assert_eq!(case.validate(), Ok(()));

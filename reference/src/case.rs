@@ -11,6 +11,10 @@ pub struct Case {
     pub batch: Batch,
     pub layout: PagedLayout,
     pub tensors: Tensors,
+    /// What unwritten cache slots and padding query rows hold when the case runs (absent:
+    /// large finite stale values); the oracle reads neither ([`crate::Poison`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub poison: Option<crate::Poison>,
     /// Where a replay file came from (absent in cases that are not replay files).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub recorded: Option<crate::Recorded>,
@@ -200,7 +204,7 @@ impl Case {
     /// One-line summary of the case's shape.
     pub fn shape_summary(&self) -> String {
         format!(
-            "{} seq(s), seq_lens {:?}, query_lens {:?}{}, {}",
+            "{} seq(s), seq_lens {:?}, query_lens {:?}{}, {}{}",
             self.num_seqs(),
             self.batch.seq_lens,
             self.batch.query_lens,
@@ -209,7 +213,10 @@ impl Case {
             } else {
                 String::new()
             },
-            self.config
+            self.config,
+            self.poison.map_or(String::new(), |p| format!(
+                ", poison {p} in unwritten slots and padding rows"
+            ))
         )
     }
 }

@@ -21,6 +21,7 @@ fn recipe(seed: u64) -> TraceRecipe {
         cache_blocks: pick(1, 12),
         max_steps: 40,
         seed,
+        poison: None,
     }
 }
 

@@ -42,8 +42,11 @@ pub const DIMENSIONS: &[(&str, &[&str])] = &[
     ("table order", &["ascending", "descending", "mixed"]),
     ("sharing", &["shared blocks", "none"]),
     ("padding", &["padding tokens", "none"]),
+    // What unwritten slots and padding rows hold (`attn_reference::Poison`).
+    ("poison", &["none", "nan", "+inf", "-inf", "huge"]),
     // Traces (counted per trace, not per case).
     ("trace steps", &["1-8", "9-24", "above 24"]),
+    ("trace poison", &["none", "nan", "+inf", "-inf", "huge"]),
     (
         "trace events",
         &[

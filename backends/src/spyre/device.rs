@@ -6,7 +6,7 @@
 //! their softmax stays finite, and their rows are dropped from the output.
 
 use super::cache::SpyreCache;
-use super::mask::{alibi_distance, hidden, per_head, LogitShaping};
+use super::mask::{alibi_distance, hidden, per_head, zero_past_end, LogitShaping};
 use super::plan::{Group, GroupIndex};
 use super::tensors::{in_place, kind_of, CPU};
 use crate::Unsupported;
@@ -79,14 +79,21 @@ pub(crate) fn attend_sequence(
         .select_pages(&ids, kind_of(c.dtype))?
         .f_view([2, -1, hkv, d])?
         .f_narrow(1, 0, len)?;
-    let k = kv
+    let mut k = kv
         .f_select(0, 0)?
         .f_permute([1, 2, 0])?
-        .f_to_kind(Kind::Float)?; // [Hkv, D, len]
-    let v = kv
+        .f_to_kind(Kind::Float)?
+        .f_unsqueeze(0)?; // [1, Hkv, D, len]
+    let mut v = kv
         .f_select(0, 1)?
         .f_transpose(0, 1)?
-        .f_to_kind(Kind::Float)?; // [Hkv, len, D]
+        .f_to_kind(Kind::Float)?
+        .f_unsqueeze(0)?; // [1, Hkv, len, D]
+                          // The padded keys past the sequence's end are stale memory: the additive mask cannot
+                          // hide a NaN logit, and a hidden value still meets its probability of 0.
+    zero_past_end(&mut k, idx, (0, len), true)?;
+    zero_past_end(&mut v, idx, (0, len), false)?;
+    let (k, v) = (k.f_squeeze_dim(0)?, v.f_squeeze_dim(0)?);
     let q = query
         .f_index_select(0, &idx.q_rows)?
         .f_to_kind(Kind::Half)?; // [q_max, Hq, D]

@@ -35,6 +35,30 @@ pub(crate) fn hidden(
     hide.f_expand([size[0], size[1], len as i64], false)
 }
 
+/// Zero the gathered keys or values of positions `k0..k0 + len` that lie past each
+/// sequence's end: the tails of partial pages and the null block hold whatever the memory
+/// held (`torch.empty`: NaN, infinities). Masking their logits is not enough: a hidden
+/// value row still meets its probability of 0 in P·V (0 · NaN = NaN), and an additive mask
+/// added to a NaN logit stays NaN. `kv` is `[b, Hkv, len, D]` (`keys_last`: `[b, Hkv, D,
+/// len]`), `b` the group's sequences.
+pub(crate) fn zero_past_end(
+    kv: &mut Tensor,
+    idx: &GroupIndex,
+    (k0, len): (i64, i64),
+    keys_last: bool,
+) -> Result<(), TchError> {
+    let b = idx.seq_lens.size()[0];
+    let past = Tensor::f_arange_start(k0, k0 + len, (Kind::Int64, CPU))?
+        .f_view([1, len])?
+        .f_ge_tensor(&idx.seq_lens.f_view([b, 1])?)?;
+    let shape = if keys_last {
+        [b, 1, 1, len]
+    } else {
+        [b, 1, len, 1]
+    };
+    in_place(kv.f_masked_fill_(&past.f_view(shape)?, 0.0))
+}
+
 /// `[b, q_max, len]` f32 `k - p`, the distance ALiBi scales; `None` without ALiBi.
 pub(crate) fn alibi_distance(
     c: &AttentionConfig,

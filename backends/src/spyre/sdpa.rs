@@ -14,7 +14,7 @@
 //! compute their logits explicitly with the native variant's f32 path.
 
 use super::cache::SpyreCache;
-use super::mask::{alibi_distance, hidden, per_head};
+use super::mask::{alibi_distance, hidden, per_head, zero_past_end};
 use super::native;
 use super::plan::{Group, GroupIndex};
 use super::tensors::{in_place, kind_of, CPU};
@@ -72,6 +72,9 @@ pub(crate) fn attend_group(
     };
     let mut k = gather(0, &mut ws.k_pages)?;
     let mut v = gather(1, &mut ws.v_pages)?;
+    // SDPA adds its mask to the logits: a NaN key past a sequence's end would survive it.
+    zero_past_end(&mut k, idx, (0, len), false)?;
+    zero_past_end(&mut v, idx, (0, len), false)?;
     let q = query
         .f_index_select(0, &idx.q_rows)?
         .f_view([b, qm, hkv, grp, d])?

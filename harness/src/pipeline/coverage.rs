@@ -3,7 +3,7 @@
 //! `features`), which declares them so a report can show the empty ones.
 
 use crate::check::shares_blocks;
-use attn_reference::{Case, DType, Feature, KvCacheDtype, Space};
+use attn_reference::{Case, DType, Feature, KvCacheDtype, Poison, Space};
 use attn_results::coverage::dimensions;
 use attn_results::CoverageReport;
 
@@ -253,6 +253,7 @@ pub fn buckets(case: &Case) -> Vec<(&'static str, &'static str)> {
                 "none"
             },
         ),
+        ("poison", case.poison.map_or("none", Poison::name)),
         (
             "padding",
             if case.num_tokens() > case.num_real_tokens() {
@@ -270,7 +271,10 @@ pub fn buckets(case: &Case) -> Vec<(&'static str, &'static str)> {
 pub fn trace_buckets(trace: &attn_reference::Trace) -> Vec<(&'static str, &'static str)> {
     use attn_reference::trace::{FreeReason, Phase};
     let steps = range_bucket(trace.steps.len(), &[(8, "1-8"), (24, "9-24")], "above 24");
-    let mut out = vec![("trace steps", steps)];
+    let mut out = vec![
+        ("trace steps", steps),
+        ("trace poison", trace.poison.map_or("none", Poison::name)),
+    ];
     let bs = trace.config.block_size;
     let mut freed = std::collections::HashSet::new();
     let (mut reused, mut preempted, mut chunked, mut new_block) = (false, false, false, false);

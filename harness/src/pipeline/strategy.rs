@@ -8,7 +8,7 @@
 
 use attn_reference::{
     build_case, AttentionConfig, AttentionKind, BuildOptions, Case, DType, Feature, Fp8Format,
-    Fp8KvCache, InputRng, SharedPrefix, Space,
+    Fp8KvCache, InputRng, Poison, SharedPrefix, Space,
 };
 use proptest::prelude::*;
 use serde::{Deserialize, Serialize};
@@ -71,6 +71,19 @@ pub struct CaseRecipe {
     /// An FP8 KV cache (None: the cache holds the compute dtype).
     #[serde(default)]
     pub kv_cache: Option<Fp8KvCache>,
+    /// What unwritten slots and padding rows hold (None: large finite stale values).
+    #[serde(default)]
+    pub poison: Option<Poison>,
+}
+
+/// One case in four runs on poisoned memory, which one a function of the values' seed (so
+/// the draws of every other field are what they were).
+pub fn poison_of(values: Values) -> Option<Poison> {
+    let seed = match values {
+        Values::Simple(s) | Values::Normal { seed: s, .. } => s,
+    };
+    let mixed = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 59;
+    Poison::ALL.get(mixed as usize % 16).copied()
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -182,6 +195,7 @@ impl CaseRecipe {
             scale: None,
             cache_blocks: None,
             kv_cache: None,
+            poison: None,
         }
     }
 
@@ -283,6 +297,7 @@ impl CaseRecipe {
             shared_prefixes: self.sharing().into_iter().collect(),
         };
         let mut case = build_case(&seq_lens, &query_lens, self.config(), seed, &opts);
+        case.poison = self.poison;
         if let Values::Simple(seed) = self.values {
             simplify_values(&mut case, seed, self.sharing().as_ref());
         }
@@ -707,6 +722,7 @@ pub fn recipe(limits: StrategyLimits) -> impl Strategy<Value = CaseRecipe> {
                 share,
                 scale,
                 kv_cache,
+                poison: poison_of(values),
                 ..CaseRecipe::plain()
             };
             fit_cost(r, SMALL_COST, &Space::default())
@@ -729,6 +745,7 @@ fn long_base(
         seqs,
         table: TableOrder::Permuted(seed),
         values: Values::Normal { seed, std: 1.0 },
+        poison: poison_of(Values::Normal { seed, std: 1.0 }),
         ..CaseRecipe::plain()
     }
 }

@@ -6,7 +6,9 @@ use crate::compare::Tolerance;
 use crate::runner::{catch_panic, judge, Divergence, Outcome};
 use attn_backends::{Backend, TraceSession, Unsupported};
 use attn_reference::trace::{generate, TraceRecipe};
-use attn_reference::{reference_output, AttentionConfig, Case, DType, InputRng, Space, Trace};
+use attn_reference::{
+    reference_output, AttentionConfig, Case, DType, InputRng, Poison, Space, Trace,
+};
 use std::time::Duration;
 
 /// Traces a `check` runs when `--traces` does not say otherwise.
@@ -168,6 +170,8 @@ pub fn trace_recipe_with(seed: u64, index: usize, shapes: &TraceShapes) -> Trace
         cache_blocks: pick(2, 12),
         max_steps: 48,
         seed: rng_seed(seed, index),
+        // One trace in four starts on a poisoned cache (drawn last: the rest is unchanged).
+        poison: Poison::ALL.get(pick(0, 15)).copied(),
     }
 }
 

@@ -91,7 +91,11 @@ fn candidates(r: &TraceRecipe, space: &Space) -> Vec<TraceRecipe> {
         let mut c = r.clone();
         f(&mut c);
         let c = fit_trace(c, space);
-        if &c != r && !out.contains(&c) {
+        // Never larger in a size (fitting can round one up; the loop must not cycle).
+        let larger = c.config.head_size > r.config.head_size
+            || c.config.block_size > r.config.block_size
+            || c.config.num_heads > r.config.num_heads;
+        if &c != r && !larger && !out.contains(&c) {
             out.push(c);
         }
     };
@@ -139,5 +143,6 @@ fn candidates(r: &TraceRecipe, space: &Space) -> Vec<TraceRecipe> {
     push(&|c| c.config.dtype = DType::F32);
     push(&|c| c.config.sliding_window = None);
     push(&|c| c.config.logits_soft_cap = None);
+    push(&|c| c.poison = None);
     out
 }

@@ -16,6 +16,9 @@ pub struct Plant {
     pub gqa_modulo: bool,
     /// Panic on any case with more than one sequence.
     pub panic_on_batches: bool,
+    /// P·V runs to the end of the last block, multiplying the stale tail by probability 0:
+    /// right on finite stale data, NaN on poisoned memory.
+    pub whole_block_tail: bool,
 }
 
 pub struct Naive {
@@ -142,10 +145,17 @@ impl Backend for Naive {
                     logits.iter_mut().for_each(|l| *l = (*l - m).exp());
                     let denom: f64 =
                         logits.iter().sum::<f64>() + sink.map_or(0.0, |x| (x - m).exp());
+                    let end = if self.plant.whole_block_tail {
+                        len.div_ceil(bs) * bs - 1
+                    } else {
+                        hi
+                    };
                     for i in 0..d {
-                        let acc: f64 = (lo..=hi)
-                            .zip(&logits)
-                            .map(|(k, w)| w * cache.v[(slot(k) * hkv + kvh) * d + i] as f64)
+                        let acc: f64 = (lo..=end)
+                            .map(|k| {
+                                let w = if k <= hi { logits[k - lo] } else { 0.0 };
+                                w * cache.v[(slot(k) * hkv + kvh) * d + i] as f64
+                            })
                             .sum();
                         out[(t * hq + h) * d + i] = c.dtype.round((acc / denom) as f32);
                     }

@@ -34,6 +34,9 @@ pub struct TraceRecipe {
     pub max_steps: usize,
     /// Seed of the tokens' values.
     pub seed: u64,
+    /// What unwritten slots hold ([`crate::Poison`]; absent: large finite values).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub poison: Option<crate::Poison>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -217,6 +220,7 @@ pub fn generate(r: &TraceRecipe) -> Trace {
         num_blocks,
         sequences,
         steps,
+        poison: r.poison,
         recorded: None,
     }
 }

@@ -36,6 +36,10 @@ pub struct Trace {
     /// The logical sequences, indexed by [`ScheduledSeq::seq`].
     pub sequences: Vec<TraceSequence>,
     pub steps: Vec<TraceStep>,
+    /// What unwritten cache slots hold when the trace starts (absent: large finite stale
+    /// values); freed blocks keep it until overwritten.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub poison: Option<crate::Poison>,
     /// Where a trace file came from (absent in traces that are not replay files).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub recorded: Option<crate::Recorded>,
@@ -187,6 +191,8 @@ impl Trace {
                 slot_mapping,
             },
             tensors,
+            // A step's own tokens are all real; its cache is the trace's.
+            poison: None,
             recorded: None,
         }
     }
@@ -247,12 +253,15 @@ impl Trace {
     /// One-line summary of the trace's shape.
     pub fn shape_summary(&self) -> String {
         format!(
-            "{} step(s), {} sequence(s), {} token(s), {} blocks, {}",
+            "{} step(s), {} sequence(s), {} token(s), {} blocks, {}{}",
             self.steps.len(),
             self.sequences.len(),
             self.num_tokens(),
             self.num_blocks,
-            self.config
+            self.config,
+            self.poison.map_or(String::new(), |p| format!(
+                ", poison {p} in unwritten slots"
+            ))
         )
     }
 }
