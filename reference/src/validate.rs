@@ -302,9 +302,10 @@ impl Case {
                 size: u64::MAX,
                 limit: usize::MAX as u64,
             })?;
-        // The step's query and output rows (padding included), held as f32.
+        // The step's query and output rows (padding included), held as f32: the shape
+        // `tensors.query` declares.
         bounded_bytes(
-            "batch",
+            "tensors.query",
             &[
                 (tokens, "tokens"),
                 (c.num_heads, "heads"),

@@ -590,7 +590,7 @@ fn block_table_width_and_token_count_are_bounded() {
     case.batch.num_padding_tokens = 1 << 40;
     let e = case.validate().expect_err("2^40 padding tokens");
     assert!(
-        matches!(e, CaseError::TooManyBytes { ref field, .. } if field == "batch"),
+        matches!(e, CaseError::TooManyBytes { ref field, .. } if field == "tensors.query"),
         "{e:?}"
     );
 }
