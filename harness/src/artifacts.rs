@@ -2,7 +2,7 @@
 //! maps. The pipeline only decides where they go and keeps what they need; they are written
 //! here, afterwards, each atomically.
 
-use crate::compare::{Comparison, Tolerance};
+use crate::compare::Comparison;
 use attn_reference::Case;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -142,6 +142,8 @@ pub struct HeatMap {
     pub heads: usize,
     /// The absolute tolerance, where the colour scale turns.
     pub allowance: f64,
+    /// Token indices where each sequence starts (`query_start_loc`).
+    pub boundaries: Vec<usize>,
 }
 
 impl HeatMap {
@@ -152,7 +154,8 @@ impl HeatMap {
             errors: c.err_map.clone(),
             tokens: case.num_real_tokens(),
             heads: case.config.num_heads,
-            allowance: Tolerance::for_case(case).atol,
+            allowance: c.tolerance.atol,
+            boundaries: case.query_start_loc(),
         }
     }
 }
@@ -189,10 +192,9 @@ pub fn write_all(artifacts: &[Artifact]) {
             let drawn = crate::render::plot::heat_map(
                 &h.path,
                 &h.title,
-                &h.errors,
-                h.tokens,
-                h.heads,
+                (&h.errors, h.tokens, h.heads),
                 h.allowance,
+                &h.boundaries,
             );
             match drawn {
                 Ok(()) => register(&h.path),

@@ -292,6 +292,10 @@ pub fn flag_for(backend: &str, flags: &[String]) -> Option<String> {
 /// Start the adapter `name` (handshake included) as a backend.
 pub fn start_backend(name: &str, args: &ExternalArgs) -> anyhow::Result<Arc<dyn Backend>> {
     let spec = args.spec(name)?;
+    crate::progress::note(&format!(
+        "starting adapter {name} and waiting for its handshake (up to {:.0} s)",
+        spec.startup_timeout.as_secs_f64()
+    ));
     Ok(Arc::new(ExternalBackend::start(spec)?))
 }
 

@@ -510,6 +510,9 @@ pub struct FailureRecord {
     pub hint: Option<String>,
     /// The error heat map, when one is drawn.
     pub heatmap: Option<String>,
+    /// The hint of the case as found, before shrinking, when it differs from `hint`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hint_unshrunk: Option<String>,
     /// The tolerance the comparison applied (absent when there was no output to compare).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tolerance: Option<attn_reference::Tolerance>,

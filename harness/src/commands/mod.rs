@@ -22,6 +22,7 @@ use std::sync::Arc;
 /// Run the parsed command line.
 pub fn run(cli: Cli) -> anyhow::Result<bool> {
     let global = cli.global;
+    crate::progress::set_quiet(global.quiet);
     match cli.command {
         Command::Check(args) => {
             // Only files attn-diff wrote, and not those of the last run that wrote there.

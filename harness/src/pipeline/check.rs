@@ -307,13 +307,30 @@ fn shrink_and_report(
     let origin = format!("property case {} (seed {})", f.index, f.seed);
     let stem = failure_stem(backend.name(), f.seed, f.index);
     match out {
-        Outcome::Diverged(d) => report(
-            opts,
-            (backend.name(), &origin),
-            (&minimal, &e, &d, Tolerance::for_case(&minimal)),
-            &stem,
-            Some(&shrunk),
-        ),
+        Outcome::Diverged(d) => {
+            let (mut record, artifact) = report(
+                opts,
+                (backend.name(), &origin),
+                (&minimal, &e, &d, Tolerance::for_case(&minimal)),
+                &stem,
+                Some(&shrunk),
+            );
+            // A small case can lose the pattern a large one showed ("only decode tokens
+            // diverge"): keep the hint of the case as found when it says something else.
+            let before = f
+                .divergence
+                .comparison
+                .as_ref()
+                .and_then(|c| crate::render::hint::hint(f.case, c));
+            if before.is_some() && before != record.hint {
+                let h = before.unwrap_or_default();
+                record
+                    .text
+                    .push_str(&format!("hint before shrinking: {h}\n"));
+                record.hint_unshrunk = Some(h);
+            }
+            (record, artifact)
+        }
         // Flaky: the minimal case passed when re-run; report the original.
         _ => report(
             opts,

@@ -26,18 +26,19 @@ fn err(e: impl std::fmt::Display) -> String {
 pub fn heat_map(
     path: &Path,
     title: &str,
-    errors: &[f64],
-    tokens: usize,
-    heads: usize,
+    (errors, tokens, heads): (&[f64], usize, usize),
     allowance: f64,
+    boundaries: &[usize],
 ) -> Result<(), String> {
     init_font();
     let cell = (640 / tokens.max(1)).clamp(4, 48) as u32;
-    let w = (cell * tokens.max(1) as u32 + 140).max(360);
-    let h = (cell * heads.max(1) as u32 + 110).max(200);
+    let bar_width = 130;
+    let w = (cell * tokens.max(1) as u32 + 140).max(360) + bar_width;
+    let h = (cell * heads.max(1) as u32 + 110).max(220);
     let root = BitMapBackend::new(path, (w, h)).into_drawing_area();
     root.fill(&WHITE).map_err(err)?;
-    let mut chart = ChartBuilder::on(&root)
+    let (left, right) = root.split_horizontally(w - bar_width);
+    let mut chart = ChartBuilder::on(&left)
         .caption(title, ("sans-serif", 16))
         .margin(10)
         .x_label_area_size(30)
@@ -47,15 +48,16 @@ pub fn heat_map(
     chart
         .configure_mesh()
         .disable_mesh()
-        .x_desc("token")
+        .x_desc("token (lines: sequence boundaries)")
         .y_desc("head")
         .draw()
         .map_err(err)?;
+    let allowance = allowance.max(f64::MIN_POSITIVE);
     let colour = |e: f64| -> RGBColor {
         if !e.is_finite() {
             return RGBColor(0, 0, 0);
         }
-        let r = e / allowance.max(f64::MIN_POSITIVE);
+        let r = e / allowance;
         if r <= 1.0 {
             let t = (r * 40.0) as u8;
             return RGBColor(235 - t, 245 - t, 255);
@@ -74,7 +76,70 @@ pub fn heat_map(
                 }),
         )
         .map_err(err)?;
-    root.present().map_err(err)
+    // Where one sequence's tokens end and the next one's begin.
+    chart
+        .draw_series(
+            boundaries
+                .iter()
+                .filter(|&&b| b > 0 && b < tokens)
+                .map(|&b| PathElement::new(vec![(b, 0), (b, heads.max(1))], BLACK.stroke_width(2))),
+        )
+        .map_err(err)?;
+    colour_bar(&right, allowance, &colour, h)
+}
+
+/// The heat map's scale: error 0 to the tolerance (blue), 1x to 1000x the tolerance (orange
+/// to dark red), and NaN/Inf (black), labelled.
+fn colour_bar(
+    area: &DrawingArea<BitMapBackend<'_>, plotters::coord::Shift>,
+    allowance: f64,
+    colour: &dyn Fn(f64) -> RGBColor,
+    h: u32,
+) -> Result<(), String> {
+    let (top, bottom) = (40i32, h as i32 - 60);
+    let x = 10i32;
+    let steps = (bottom - top).max(1);
+    // Bottom half: 0..=tolerance linearly; top half: tolerance..1000x logarithmically.
+    let value_at = |y: i32| -> f64 {
+        let f = (bottom - y) as f64 / steps as f64;
+        if f <= 0.5 {
+            allowance * f * 2.0
+        } else {
+            allowance * 10f64.powf((f - 0.5) * 2.0 * 3.0)
+        }
+    };
+    for y in top..bottom {
+        area.draw(&Rectangle::new(
+            [(x, y), (x + 20, y + 1)],
+            colour(value_at(y)).filled(),
+        ))
+        .map_err(err)?;
+    }
+    area.draw(&Rectangle::new(
+        [(x, bottom + 8), (x + 20, bottom + 22)],
+        RGBColor(0, 0, 0).filled(),
+    ))
+    .map_err(err)?;
+    let label = |text: String, y: i32| Text::new(text, (x + 26, y - 6), ("sans-serif", 12));
+    let mid = top + steps / 2;
+    for (text, y) in [
+        ("1000x tol".to_string(), top),
+        ("10x tol".to_string(), top + steps / 6),
+        (format!("tol {allowance:.1e}"), mid),
+        ("0".to_string(), bottom),
+        ("NaN / Inf".to_string(), bottom + 15),
+    ] {
+        area.draw(&label(text, y)).map_err(err)?;
+    }
+    // The tolerance: where passing turns into failing.
+    area.draw(&PathElement::new(
+        vec![(x - 4, mid), (x + 24, mid)],
+        BLACK.stroke_width(2),
+    ))
+    .map_err(err)?;
+    area.draw(&Text::new("abs error", (x, 16), ("sans-serif", 13)))
+        .map_err(err)?;
+    Ok(())
 }
 
 /// A grouped bar chart, log-scaled: one group per label, one bar per series.

@@ -67,6 +67,7 @@ pub fn failure_record(
         hint: comparison.and_then(|c| hint(case, c)),
         heatmap: files.heatmap.filter(|_| comparison.is_some()),
         tolerance: comparison.map(|c| c.tolerance),
+        hint_unshrunk: None,
         also: Vec::new(),
         external: files.external,
         text: String::new(),
@@ -78,6 +79,7 @@ pub fn failure_record(
 /// The first line of a failure report: who diverged, how, on what, and the shrinking.
 pub(crate) fn headline(r: &FailureRecord) -> String {
     let shrunk = match &r.shrink {
+        Some(sh) if sh.exhausted && sh.steps == 0 => ", not shrunk".to_string(),
         Some(sh) if sh.exhausted => format!(
             ", shrink stopped by its budget after {:.1} s ({} steps): may not be minimal",
             sh.seconds, sh.steps
