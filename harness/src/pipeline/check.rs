@@ -609,7 +609,12 @@ pub fn run_check(mut opts: CheckOptions) -> CheckRun {
             shard: opts.shard,
             deep: opts.deep,
             long: opts.long,
-            traces: opts.traces,
+            // A single case asked for by its index runs alone: no traces.
+            traces: if opts.case_index.is_some() {
+                0
+            } else {
+                opts.traces
+            },
             oracle_seconds: oracle_time.as_secs_f64(),
             backends: summaries,
             upstream: upstream_rows,
