@@ -410,12 +410,7 @@ pub fn run_check(mut opts: CheckOptions) -> CheckRun {
             break;
         }
         for cohort in &cohorts {
-            let live: Vec<usize> = cohort
-                .members
-                .iter()
-                .copied()
-                .filter(|&m| control.gave_up(m).is_none())
-                .collect();
+            let live = control.live(&cohort.members);
             if live.is_empty() {
                 continue;
             }

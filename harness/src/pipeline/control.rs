@@ -43,6 +43,15 @@ impl RunControl {
         self.stopped.is_some()
     }
 
+    /// The backends of `members` still sent cases.
+    pub fn live(&self, members: &[usize]) -> Vec<usize> {
+        members
+            .iter()
+            .copied()
+            .filter(|&m| self.gave_up[m].is_none())
+            .collect()
+    }
+
     /// Why backend `i` gets no more cases, if it does not.
     pub fn gave_up(&self, i: usize) -> Option<&str> {
         self.gave_up[i].as_deref()

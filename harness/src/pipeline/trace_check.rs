@@ -39,12 +39,7 @@ pub fn run_traces(
             break;
         }
         for cohort in cohorts {
-            let live: Vec<usize> = cohort
-                .members
-                .iter()
-                .copied()
-                .filter(|&m| control.gave_up(m).is_none())
-                .collect();
+            let live = control.live(&cohort.members);
             if live.is_empty() || !cohort.space.allows_kind(AttentionKind::Decoder) {
                 // Traces are decoder steps: nothing to draw for a space without them.
                 continue;
