@@ -124,23 +124,27 @@ class CheckResult:
         """Whether attn-diff exited 0 (every case that ran agreed with the oracle)."""
         return self.returncode == 0
 
+    #: The parts of a check, each with its own tally in the summary (schema 3).
+    PARTS = ("property", "upstream", "traces")
+
     def _sum(self, key: str) -> int:
-        return sum(int(b.get(key) or 0) for b in self._backends)
+        """`key` ("sent", "passed", "failed", "declined") of every part of every backend."""
+        return sum(int((b.get(part) or {}).get(key) or 0) for b in self._backends for part in self.PARTS)
 
     @property
     def drawn(self) -> int:
-        """Property cases and traces sent to the backend, declined ones included."""
-        return self._sum("cases_run") + self._sum("traces_run")
+        """Property cases, upstream cases and traces sent to the backend, declined included."""
+        return self._sum("sent")
 
     @property
     def declined(self) -> int:
         """Cases and traces the backend (or its declared capabilities) declined."""
-        return sum(int(g.get("cases") or 0) for b in self._backends for g in b.get("unsupported") or [])
+        return self._sum("declined")
 
     @property
     def reached(self) -> int:
         """Cases and traces that really ran on the backend and were compared."""
-        return max(self.drawn - self.declined, 0)
+        return self._sum("passed") + self._sum("failed")
 
     @property
     def failed(self) -> int:

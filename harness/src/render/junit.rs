@@ -41,18 +41,18 @@ fn test_case(b: &BackendSummary, part: RunPart) -> (String, bool, bool) {
             .map(|f| f.text.as_str())
             .collect();
         let kinds: Vec<String> = b.divergences.keys().map(|k| k.to_string()).collect();
-        let _ = write!(
+        let _ = writeln!(
             out,
-            "      <failure message=\"{}\" type=\"{}\">{}</failure>\n",
+            "      <failure message=\"{}\" type=\"{}\">{}</failure>",
             escape(&format!("{} of {} diverged", t.failed, t.sent)),
             escape(&kinds.join(",")),
             escape(&texts.join("\n"))
         );
         (true, false)
     } else if t.sent > 0 && t.reached() == 0 {
-        let _ = write!(
+        let _ = writeln!(
             out,
-            "      <failure message=\"{}\" type=\"not tested\"/>\n",
+            "      <failure message=\"{}\" type=\"not tested\"/>",
             escape(&format!(
                 "all {} declined: nothing reached the backend",
                 t.sent
