@@ -144,7 +144,7 @@ fn failure_section(f: &FailureRecord, ctx: &ReplyContext) -> String {
         "<details><summary>{}: {} on {} ({} seq, {} tokens, {} heads, head size {})</summary>\n",
         cell(&f.backend),
         cell(&f.kind.to_string()),
-        cell(&f.origin),
+        cell(&f.origin.to_string()),
         f.size.sequences,
         f.size.tokens,
         f.size.heads,

@@ -141,13 +141,12 @@ fn three_shards_merged_equal_one_run() {
         "upstream rows, which shards split like property cases"
     );
     // Each shard's first failure is kept once; the upstream failures are not repeated.
-    let origins: Vec<&str> = merged.backends[1]
+    let origins: Vec<&attn_results::Origin> = merged.backends[1]
         .failures
         .iter()
-        .map(|f| f.origin.as_str())
+        .map(|f| &f.origin)
         .collect();
-    let mut unique = origins.clone();
-    unique.dedup();
+    let unique: std::collections::HashSet<_> = origins.iter().collect();
     assert_eq!(origins.len(), unique.len());
     assert!(merged.backends[1].failures.len() >= whole.backends[1].failures.len());
 

@@ -232,6 +232,69 @@ fn value_noun(feature: Feature) -> &'static str {
     }
 }
 
+/// Where a failure comes from, typed: never a display string to parse or compare.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Origin {
+    /// Property case `index` of `seed`.
+    Property { seed: u64, index: usize },
+    /// A case of vLLM's backend test.
+    Upstream {
+        test: String,
+        spec: String,
+        heads: (usize, usize),
+    },
+    /// Step `step` (of `steps`) of trace `index` of `seed`.
+    Trace {
+        seed: u64,
+        index: usize,
+        step: usize,
+        steps: usize,
+    },
+    /// A replay file (and the step of a trace file).
+    Replay {
+        file: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        step: Option<(usize, usize)>,
+    },
+}
+
+impl Origin {
+    /// The part of a check it belongs to (none for a replay).
+    pub fn part(&self) -> Option<RunPart> {
+        match self {
+            Origin::Property { .. } => Some(RunPart::Property),
+            Origin::Upstream { .. } => Some(RunPart::Upstream),
+            Origin::Trace { .. } => Some(RunPart::Traces),
+            Origin::Replay { .. } => None,
+        }
+    }
+}
+
+/// "property case 3 (seed 1)", "upstream causal small_decode heads 8/2", "trace 2 (seed 1),
+/// step 4 of 9", "FILE".
+impl fmt::Display for Origin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Origin::Property { seed, index } => write!(f, "property case {index} (seed {seed})"),
+            Origin::Upstream { test, spec, heads } => {
+                write!(f, "upstream {test} {spec} heads {}/{}", heads.0, heads.1)
+            }
+            Origin::Trace {
+                seed,
+                index,
+                step,
+                steps,
+            } => write!(f, "trace {index} (seed {seed}), step {step} of {steps}"),
+            Origin::Replay { file, step: None } => f.write_str(file),
+            Origin::Replay {
+                file,
+                step: Some((step, steps)),
+            } => write!(f, "{file}, step {step} of {steps}"),
+        }
+    }
+}
+
 /// The parts of a check, each with its own [`Tally`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -493,12 +556,9 @@ pub struct UpstreamRow {
 #[serde(deny_unknown_fields)]
 pub struct FailureRecord {
     pub backend: String,
-    /// Which case of the run failed first (before shrinking): `property case I (seed S)` or
-    /// an upstream case's label.
-    pub origin: String,
-    /// Which part of the run it is from (absent for a replay).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub part: Option<RunPart>,
+    /// Which case of the run failed first (before shrinking); its `Display` is how reports
+    /// name it, its equality is what a shard merge keeps one of.
+    pub origin: Origin,
     pub kind: DivergenceKind,
     pub message: String,
     pub size: CaseSize,

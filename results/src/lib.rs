@@ -16,7 +16,7 @@ pub mod outcome;
 
 pub use bench::{BenchRow, BenchStatus, BenchSummary};
 pub use check::{
-    BackendSummary, CheckSummary, FailureRecord, RunPart, Shard, Tally, UnsupportedGroup,
+    BackendSummary, CheckSummary, FailureRecord, Origin, RunPart, Shard, Tally, UnsupportedGroup,
     UpstreamRow, UpstreamStatus,
 };
 pub use coverage::CoverageReport;

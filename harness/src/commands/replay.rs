@@ -85,9 +85,13 @@ fn run_trace(args: ReplayArgs) -> anyhow::Result<bool> {
             }
             TraceOutcome::Diverged { step, divergence } => {
                 ok = false;
+                let origin = attn_results::Origin::Replay {
+                    file: name.clone(),
+                    step: Some((step, judged.steps.len())),
+                };
                 let r = trace_failure_record(
                     b.name(),
-                    &name,
+                    &origin,
                     &judged,
                     step,
                     &divergence,

@@ -12,7 +12,7 @@ use crate::strategy::{budget_of, fit_space, strategy_for, CaseRecipe, StrategyLi
 use crate::upstream::UpstreamCase;
 use attn_backends::{declared_space, Backend};
 use attn_reference::{reference_output, Case, InputRng, Recorded, Space};
-use attn_results::{FailureRecord, RunPart, UpstreamStatus};
+use attn_results::{FailureRecord, Origin, UpstreamStatus};
 use proptest::strategy::{Strategy, ValueTree};
 use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
 use std::path::PathBuf;
@@ -239,7 +239,7 @@ struct FailingCase<'a> {
 pub fn recorded(
     opts: &CheckOptions,
     backend: &str,
-    origin: &str,
+    origin: &Origin,
     tol: Tolerance,
     d: &Divergence,
 ) -> Recorded {
@@ -258,7 +258,7 @@ pub fn recorded(
 /// A failure's report and its pending files, named after `stem` under `opts.out_dir`.
 fn report(
     opts: &CheckOptions,
-    (backend, origin): (&str, &str),
+    (backend, origin): (&str, &Origin),
     (case, expected, d, tol): (&Case, &[f64], &Divergence, Tolerance),
     stem: &str,
     shrunk: Option<&Shrunk>,
@@ -304,7 +304,10 @@ fn shrink_and_report(
     let minimal = shrunk.recipe.build();
     let e = reference_output(&minimal);
     let (out, _) = evaluate(backend, &minimal, &e, Tolerance::for_case(&minimal));
-    let origin = format!("property case {} (seed {})", f.index, f.seed);
+    let origin = Origin::Property {
+        seed: f.seed,
+        index: f.index,
+    };
     let stem = failure_stem(backend.name(), f.seed, f.index);
     match out {
         Outcome::Diverged(d) => {
@@ -437,7 +440,10 @@ pub fn run_check(mut opts: CheckOptions) -> CheckRun {
                     if summary.failures.is_empty() {
                         if opts.write_as_found {
                             // On disk before shrinking starts: an interrupt loses nothing.
-                            let origin = format!("property case {index} (seed {})", opts.seed);
+                            let origin = Origin::Property {
+                                seed: opts.seed,
+                                index,
+                            };
                             let unshrunk = report(
                                 &opts,
                                 (backend.name(), &origin),
@@ -459,8 +465,7 @@ pub fn run_check(mut opts: CheckOptions) -> CheckRun {
                             expected: &expected,
                             divergence: d,
                         };
-                        let (mut r, a) = shrink_and_report(backend.as_ref(), &failing, &opts);
-                        r.part = Some(RunPart::Property);
+                        let (r, a) = shrink_and_report(backend.as_ref(), &failing, &opts);
                         summary.failures.push(r);
                         artifacts.push(a);
                     }
@@ -550,15 +555,11 @@ pub fn run_check(mut opts: CheckOptions) -> CheckRun {
                         );
                         let (r, a) = report(
                             &opts,
-                            (backend.name(), &uc.label()),
+                            (backend.name(), &uc.origin()),
                             (&case, &expected, d, Tolerance::upstream()),
                             &stem,
                             None,
                         );
-                        let r = FailureRecord {
-                            part: Some(RunPart::Upstream),
-                            ..r
-                        };
                         summary.failures.push(r);
                         artifacts.push(a);
                     }

@@ -24,7 +24,10 @@ pub fn replay_case(case: &Case, origin: &str, backends: &[Arc<dyn Backend>]) -> 
             let report = match &outcome {
                 Outcome::Diverged(d) => Some(failure_record(
                     b.name(),
-                    origin,
+                    &attn_results::Origin::Replay {
+                        file: origin.to_string(),
+                        step: None,
+                    },
                     case,
                     &expected,
                     d,

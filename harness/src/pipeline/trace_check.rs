@@ -12,7 +12,7 @@ use crate::runner::Divergence;
 use attn_backends::Backend;
 use attn_reference::trace::generate;
 use attn_reference::{AttentionKind, Space};
-use attn_results::{BackendSummary, CoverageReport, FailureRecord};
+use attn_results::{BackendSummary, CoverageReport, FailureRecord, Origin};
 use std::time::{Duration, Instant};
 
 /// Run `opts.traces` traces (those of this shard) on every backend into `summaries`.
@@ -91,7 +91,12 @@ pub fn run_traces(
                                 ));
                                 let mut file = judged.trace.clone();
                                 let tol = crate::compare::Tolerance::for_case(&judged.steps[*step]);
-                                let origin = format!("trace {index} (seed {})", opts.seed);
+                                let origin = Origin::Trace {
+                                    seed: opts.seed,
+                                    index,
+                                    step: *step,
+                                    steps: judged.steps.len(),
+                                };
                                 file.recorded = Some(crate::check::recorded(
                                     opts,
                                     backend.name(),
@@ -114,10 +119,7 @@ pub fn run_traces(
                                 (*step, divergence),
                                 &judged,
                             );
-                            summary.failures.push(attn_results::FailureRecord {
-                                part: Some(attn_results::RunPart::Traces),
-                                ..record
-                            });
+                            summary.failures.push(record);
                             artifacts.push(artifact);
                         }
                     }
@@ -145,7 +147,6 @@ fn shrink_and_report(
     (step, divergence): (usize, &Divergence),
     original: &JudgedTrace,
 ) -> (FailureRecord, Artifact) {
-    let origin = format!("trace {index} (seed {})", opts.seed);
     let stem = trace_stem(backend.name(), opts.seed, index);
     let path = opts.out_dir.join(format!("{stem}.json"));
     let kind = divergence.kind;
@@ -165,6 +166,12 @@ fn shrink_and_report(
         _ => (original, step, divergence.clone(), None),
     };
     let external = crate::external::flag_for(backend.name(), &opts.external_flags);
+    let origin = Origin::Trace {
+        seed: opts.seed,
+        index,
+        step,
+        steps: judged.steps.len(),
+    };
     let record = trace_failure_record(
         backend.name(),
         &origin,

@@ -42,6 +42,15 @@ pub struct UpstreamCase {
 }
 
 impl UpstreamCase {
+    /// This case as the origin of a failure.
+    pub fn origin(&self) -> attn_results::Origin {
+        attn_results::Origin::Upstream {
+            test: self.test.name().to_string(),
+            spec: self.spec.to_string(),
+            heads: self.heads,
+        }
+    }
+
     pub fn label(&self) -> String {
         format!(
             "upstream {} {} heads {}/{}",

@@ -37,7 +37,7 @@ fn test_case(b: &BackendSummary, part: RunPart) -> (String, bool, bool) {
         let texts: Vec<&str> = b
             .failures
             .iter()
-            .filter(|f| f.part == Some(part))
+            .filter(|f| f.origin.part() == Some(part))
             .map(|f| f.text.as_str())
             .collect();
         let kinds: Vec<String> = b.divergences.keys().map(|k| k.to_string()).collect();

@@ -7,7 +7,7 @@ use crate::render::hint::hint;
 use crate::runner::Divergence;
 use crate::shrink::Shrunk;
 use attn_reference::Case;
-use attn_results::{CaseSize, FailureRecord, Mismatch, ShrinkInfo};
+use attn_results::{CaseSize, FailureRecord, Mismatch, Origin, ShrinkInfo};
 use std::fmt::Write;
 
 /// Where a failure's files go; they are written afterwards (see [`crate::artifacts`]), so the
@@ -40,7 +40,7 @@ pub fn replay_command(r: &FailureRecord) -> Option<String> {
 /// The report of a divergence of `backend` on `case` (its oracle output `expected`).
 pub fn failure_record(
     backend: &str,
-    origin: &str,
+    origin: &Origin,
     case: &Case,
     expected: &[f64],
     d: &Divergence,
@@ -50,8 +50,7 @@ pub fn failure_record(
     let comparison = d.comparison.as_ref();
     let mut r = FailureRecord {
         backend: backend.to_string(),
-        origin: origin.to_string(),
-        part: None,
+        origin: origin.clone(),
         kind: d.kind,
         message: d.message.clone(),
         size: CaseSize::of(case),

@@ -7,13 +7,14 @@ use crate::pipeline::trace_shrink::ShrunkTrace;
 use crate::render::report::{failure_record, FailureFiles};
 use crate::runner::Divergence;
 use attn_reference::trace::block_history;
+use attn_results::Origin;
 use attn_results::{FailureRecord, ShrinkInfo};
 use std::fmt::Write;
 
 /// The report of `backend` diverging at `step` of `t`.
 pub fn trace_failure_record(
     backend: &str,
-    origin: &str,
+    origin: &Origin,
     t: &JudgedTrace,
     step: usize,
     d: &Divergence,
@@ -21,13 +22,12 @@ pub fn trace_failure_record(
     shrunk: Option<&ShrunkTrace>,
 ) -> FailureRecord {
     let case = &t.steps[step];
-    let origin = format!("{origin}, step {step} of {}", t.steps.len());
     let files = FailureFiles {
         replay,
         heatmap: None,
         external,
     };
-    let mut r = failure_record(backend, &origin, case, &t.expected[step], d, files, None);
+    let mut r = failure_record(backend, origin, case, &t.expected[step], d, files, None);
     r.shrink = shrunk.map(|s| ShrinkInfo {
         steps: s.steps,
         accepted: s.accepted,
