@@ -187,14 +187,10 @@ fn candidates(r: &CaseRecipe, fit: &dyn Fn(CaseRecipe) -> CaseRecipe) -> Vec<Cas
     push(&|c| c.spare_blocks = 0);
     push(&|c| c.table = crate::strategy::TableOrder::Sequential);
     push(&|c| c.dtype = attn_reference::DType::F32);
-    // Toward small integers, and among those toward seed 0 only: candidates that merely
-    // trade one simple seed for another would cycle for ever on a failure values do not
-    // matter to.
-    let below = match r.values {
-        crate::strategy::Values::Simple(current) => current.min(4),
-        crate::strategy::Values::Normal { .. } => 4,
-    };
-    for seed in 0..below {
+    // Small integers: other simple seeds are lateral moves (a size that stops failing with
+    // one set of values may fail with another); `refine` takes each recipe at most once, so
+    // they cannot cycle.
+    for seed in 0..4 {
         push(&|c| c.values = crate::strategy::Values::Simple(seed));
     }
     out
@@ -213,14 +209,20 @@ pub fn refine(
     let mut steps = 0;
     let mut accepted = 0;
     let mut exhausted = false;
+    // Every recipe accepted so far: a lateral move back to one of them would cycle.
+    let mut visited = vec![best.clone()];
     'outer: loop {
         for c in candidates(&best, fit) {
+            if visited.contains(&c) {
+                continue;
+            }
             if !budget.allows(steps, start) {
                 exhausted = true;
                 break 'outer;
             }
             steps += 1;
             if fails(&c) {
+                visited.push(c.clone());
                 best = c;
                 accepted += 1;
                 continue 'outer;
