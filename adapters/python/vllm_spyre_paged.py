@@ -25,8 +25,8 @@ drives an attention backend, translating attn-diff's inputs and changing nothing
   a `spyre` device is dropped, any other device is honoured), and provides that function as
   `vllm_spyre_next.custom_ops.utils` when the package is not installed;
   (3) gives the module a `torch` whose `compile` returns the function unchanged, so the
-  kernel **runs eagerly** on the CPU (`--compile eager`: through TorchDynamo with its
-  `eager` backend instead, i.e. traced, not compiled).
+  kernel **runs eagerly** on the CPU (`torch.compile(..., backend="eager")` is no option:
+  TorchDynamo looks for a `torch.spyre` module behind the registered device name).
   What is tested is therefore upstream's Python and its PyTorch ops in float16 on CPU
   kernels: masks, gathers, padding, chunking, the transposed matmul formulation and float16
   rounding of every intermediate that upstream keeps in float16. What the Spyre compiler and
@@ -79,8 +79,7 @@ needs the network, so the builder gets a stand-in answering those two calls with
 head counts (the values a real config would give; nothing else of it is read).
 
     python vllm_spyre_paged.py --mode native|sdpa [--file spyre_attn.py|spyre_paged_attn.py]
-        [--construct layer|keywords] [--padding runner|none] [--compile none|eager]
-        [--reference] [--probe]
+        [--construct layer|keywords] [--padding runner|none] [--reference] [--probe]
 
 `--probe` loads upstream, prints the description and the declared capabilities, and exits.
 """
@@ -146,12 +145,6 @@ class UpstreamTorch(types.ModuleType):
         return getattr(torch, name)
 
 
-def compile_stand_in(how):
-    if how == "none":
-        return lambda fn=None, **kwargs: fn  # eager: the function itself
-    return lambda fn=None, **kwargs: torch.compile(fn, **{**kwargs, "backend": "eager"})
-
-
 def register_spyre_device_name():
     """Let `torch.device("spyre")` be built (no device behind it). True if it was needed."""
     try:
@@ -201,7 +194,7 @@ def upstream_spec(path):
     raise RuntimeError("no installed upstream module: " + "; ".join(errors))
 
 
-def load_upstream(path, compile_how):
+def load_upstream(path):
     """Upstream's module, from `path` or the installed vllm-spyre-next, with the CPU
     stand-in for the Spyre device installed where its source uses one; returns (module,
     what was stood in)."""
@@ -220,12 +213,8 @@ def load_upstream(path, compile_how):
         module.convert = cpu_convert
         stand_ins.append("convert(t, spyre, dtype) -> t.to(dtype) on the CPU")
     if "torch.compile" in source:
-        module.torch = UpstreamTorch(compile_stand_in(compile_how))
-        stand_ins.append(
-            "torch.compile -> the function itself (eager)"
-            if compile_how == "none"
-            else "torch.compile -> TorchDynamo with the eager backend"
-        )
+        module.torch = UpstreamTorch(lambda fn=None, **kwargs: fn)
+        stand_ins.append("torch.compile -> the function itself (eager)")
     return module, stand_ins
 
 
@@ -633,19 +622,13 @@ def main():
     )
     parser.add_argument("--construct", choices=["layer", "keywords"], default="layer")
     parser.add_argument("--padding", choices=["runner", "none"], default="runner")
-    parser.add_argument(
-        "--compile",
-        choices=["none", "eager"],
-        default="none",
-        help="what upstream's torch.compile does: none (run the function) or eager (TorchDynamo)",
-    )
     parser.add_argument("--reference", action="store_true", help="float64 attention math")
     parser.add_argument("--probe", action="store_true", help="load upstream and exit")
     args = parser.parse_args()
     threads = os.environ.get("ATTN_DIFF_THREADS")
     if threads:
         torch.set_num_threads(int(threads))
-    module, stand_ins = load_upstream(args.file, args.compile)
+    module, stand_ins = load_upstream(args.file)
     adapter = SpyrePaged(
         module, stand_ins, args.mode, args.construct, args.padding, args.reference
     )
