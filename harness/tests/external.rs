@@ -599,3 +599,98 @@ fn a_version_1_adapter_runs_cases_and_declines_traces() {
         other => panic!("expected unsupported, got {other:?}"),
     }
 }
+
+/// vllm-spyre's spyre_attn.py at c6fd7f97 (the copy in fixtures/upstream/vllm-spyre/) on the
+/// adapter's CPU stand-in for the Spyre device: upstream's space is declared (float16, head
+/// sizes multiple of 64, one sequence per step), the glue agrees with the oracle, and the
+/// divergences of docs/findings-vllm-spyre.md are still there.
+#[test]
+fn vllm_spyre_attn_findings_reproduce_when_installed() {
+    let _g = serial();
+    let python = vllm_python();
+    let adapter = repo().join("adapters/python/vllm_spyre_paged.py");
+    let upstream = repo().join("fixtures/upstream/vllm-spyre/spyre_attn.py");
+    let probe = match Command::new(&python)
+        .arg(&adapter)
+        .arg("--file")
+        .arg(&upstream)
+        .arg("--probe")
+        .output()
+    {
+        Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout).into_owned(),
+        _ => {
+            eprintln!(
+                "SKIPPED vllm_spyre_attn_findings_reproduce_when_installed: set \
+                 ATTN_DIFF_VLLM_PYTHON to an interpreter with vLLM (docs/findings-vllm-spyre.md); \
+                 nothing was checked"
+            );
+            return;
+        }
+    };
+    assert!(
+        probe.contains(
+            "{'dtypes': ['f16'], 'head_size_multiple_of': 64, 'kinds': ['decoder'], \
+             'features': [], 'max_seqs': 1}"
+        ),
+        "upstream's declared space changed:\n{probe}"
+    );
+    let attn_diff = |flags: &str, args: &[&str]| {
+        let external = format!(
+            "spyre={python} '{}' --file '{}' {flags}",
+            adapter.display(),
+            upstream.display()
+        );
+        Command::new(env!("CARGO_BIN_EXE_attn-diff"))
+            .args(args)
+            .args(["--backend", "external:spyre", "--external", &external])
+            .output()
+            .expect("attn-diff runs")
+    };
+    let out = std::env::temp_dir().join("attn-diff-external-spyre-attn");
+    let o = attn_diff(
+        "--padding none --reference",
+        &[
+            "check",
+            "--cases",
+            "100",
+            "--traces",
+            "20",
+            "--out",
+            &out.display().to_string(),
+        ],
+    );
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(0), "the glue diverges:\n{stdout}");
+    assert!(
+        stdout.contains("max_seqs=1"),
+        "one sequence per step not declared:\n{stdout}"
+    );
+    assert!(
+        !stdout.contains("AssertionError"),
+        "a case reached upstream's assert:\n{stdout}"
+    );
+    let replays = repo().join("fixtures/upstream/vllm-spyre/replays");
+    // When one of these passes, upstream fixed it: update the findings document.
+    for (flags, file, code) in [
+        ("--padding none", "spyre-attn-f16-scores.json", 1),
+        ("", "spyre-attn-padding-crash.json", 1),
+        ("", "spyre-attn-padding-overwrites-last-slot.json", 1),
+        ("--padding none", "spyre-attn-masked-overflow.json", 1),
+        // The SDPA path keeps its scores in float32: it passes both.
+        (
+            "--padding none --mode sdpa --construct keywords",
+            "spyre-attn-f16-scores.json",
+            0,
+        ),
+        (
+            "--padding none --mode sdpa --construct keywords",
+            "spyre-attn-masked-overflow.json",
+            0,
+        ),
+    ] {
+        let case = replays.join(file);
+        let o = attn_diff(flags, &["replay", &case.display().to_string()]);
+        let stdout = String::from_utf8_lossy(&o.stdout);
+        assert_eq!(o.status.code(), Some(code), "{file} [{flags}]:\n{stdout}");
+    }
+}
