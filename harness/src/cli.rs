@@ -187,6 +187,10 @@ pub struct CheckArgs {
     /// without traces or upstream cases.
     #[arg(long, value_name = "I")]
     pub case_index: Option<usize>,
+    /// No poisoned memory (NaN, infinities, huge values in unwritten slots and padding rows,
+    /// one case and trace in four by default): to look past a known finding of that kind.
+    #[arg(long)]
+    pub no_poison: bool,
     /// Bigger batches and longer sequences.
     #[arg(long)]
     pub deep: bool,

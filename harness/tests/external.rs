@@ -424,7 +424,8 @@ fn vllm_cpu_attn_agrees_when_vllm_is_installed() {
         }
         cmd.output().expect("attn-diff runs")
     };
-    // Soft-cap aside (docs/findings.md: large capped logits become NaN), CPU_ATTN agrees.
+    // Soft-cap and poisoned memory aside (docs/findings.md: large capped logits become NaN;
+    // NaN or Inf past a sequence's end reaches the output), CPU_ATTN agrees.
     let out = std::env::temp_dir().join("attn-diff-external-vllm");
     let o = attn_diff(
         &[
@@ -433,6 +434,7 @@ fn vllm_cpu_attn_agrees_when_vllm_is_installed() {
             "3000",
             "--seed",
             "3",
+            "--no-poison",
             "--out",
             &out.display().to_string(),
         ],
@@ -448,14 +450,21 @@ fn vllm_cpu_attn_agrees_when_vllm_is_installed() {
     );
     // The soft-cap divergence is still there: when this fails, vLLM fixed it; update
     // docs/findings.md and drop the restriction above.
-    let case = repo().join("docs/findings/vllm-cpu-attn-softcap-nan.json");
-    let o = attn_diff(&["replay", &case.display().to_string()], None);
-    let stdout = String::from_utf8_lossy(&o.stdout);
-    assert_eq!(o.status.code(), Some(1), "{stdout}");
-    assert!(
-        stdout.contains("non-finite") || stdout.contains("NaN"),
-        "{stdout}"
-    );
+    for file in [
+        "vllm-cpu-attn-softcap-nan.json",
+        // The value rows past a sequence's end (finding 7): when this passes, vLLM fixed it;
+        // update docs/findings.md and drop --no-poison above.
+        "vllm-cpu-attn-poison-value-tail-nan.json",
+    ] {
+        let case = repo().join("docs/findings").join(file);
+        let o = attn_diff(&["replay", &case.display().to_string()], None);
+        let stdout = String::from_utf8_lossy(&o.stdout);
+        assert_eq!(o.status.code(), Some(1), "{file}: {stdout}");
+        assert!(
+            stdout.contains("non-finite") || stdout.contains("NaN"),
+            "{file}: {stdout}"
+        );
+    }
 }
 
 /// vllm-spyre's SpyreAttentionPaged, when `ATTN_DIFF_VLLM_SPYRE_FILE` names its

@@ -113,6 +113,7 @@ pub fn run(args: CheckArgs, global: GlobalArgs) -> anyhow::Result<bool> {
         give_up_after: args.give_up_after,
         case_index: args.case_index,
         min_run: args.min_run,
+        poison: !args.no_poison,
         write_as_found: true,
         on_event: Some(on_event),
     });

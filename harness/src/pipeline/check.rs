@@ -58,6 +58,9 @@ pub struct CheckOptions {
     pub case_index: Option<usize>,
     /// Cases and traces that must reach every backend (`--min-run`).
     pub min_run: usize,
+    /// Poisoned memory in one case and trace in four (`--no-poison` turns it off, to look
+    /// past a known finding).
+    pub poison: bool,
     /// Write a failure's replay file as soon as it is found, before shrinking (the command
     /// does, so an interrupt loses nothing; a library caller gets every file pending in
     /// [`CheckRun::artifacts`] and no I/O).
@@ -148,9 +151,29 @@ impl CheckOptions {
             give_up_after: DEFAULT_GIVE_UP_AFTER,
             case_index: None,
             min_run: 1,
+            poison: true,
             write_as_found: false,
             on_event: None,
         }
+    }
+
+    /// `r` as this run draws it: without its poison under `--no-poison`.
+    pub fn without_poison_if_off(&self, mut r: CaseRecipe) -> CaseRecipe {
+        if !self.poison {
+            r.poison = None;
+        }
+        r
+    }
+
+    /// A trace recipe as this run draws it: without its poison under `--no-poison`.
+    pub fn trace_without_poison_if_off(
+        &self,
+        mut r: attn_reference::TraceRecipe,
+    ) -> attn_reference::TraceRecipe {
+        if !self.poison {
+            r.poison = None;
+        }
+        r
     }
 
     pub fn default_cases() -> u32 {
@@ -293,7 +316,7 @@ fn shrink_and_report(
 ) -> (FailureRecord, Artifact) {
     let kind = f.divergence.kind;
     let fails = |r: &CaseRecipe| {
-        let c = r.build();
+        let c = opts.without_poison_if_off(r.clone()).build();
         let e = reference_output(&c);
         matches!(evaluate(backend, &c, &e, Tolerance::for_case(&c)).0, Outcome::Diverged(ref d) if d.kind == kind)
     };
@@ -301,7 +324,7 @@ fn shrink_and_report(
     let budget = budget_of(f.index, f.limits);
     let fit = |r: CaseRecipe| fit_space(r, f.space, budget);
     let shrunk = shrink_fully(&mut tree, opts.shrink, &fit, fails);
-    let minimal = shrunk.recipe.build();
+    let minimal = opts.without_poison_if_off(shrunk.recipe.clone()).build();
     let e = reference_output(&minimal);
     let (out, _) = evaluate(backend, &minimal, &e, Tolerance::for_case(&minimal));
     let origin = Origin::Property {
@@ -417,7 +440,9 @@ pub fn run_check(mut opts: CheckOptions) -> CheckRun {
             if live.is_empty() {
                 continue;
             }
-            let recipe = case_tree(opts.seed, index, limits, &cohort.space).current();
+            let recipe = opts.without_poison_if_off(
+                case_tree(opts.seed, index, limits, &cohort.space).current(),
+            );
             let case = recipe.build();
             let t0 = Instant::now();
             let expected = reference_output(&case);

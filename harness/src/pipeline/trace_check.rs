@@ -45,11 +45,8 @@ pub fn run_traces(
                 continue;
             }
             let t0 = Instant::now();
-            let judged = JudgedTrace::new(generate(&trace_recipe_in(
-                opts.seed,
-                index,
-                &opts.trace_shapes,
-                &cohort.space,
+            let judged = JudgedTrace::new(generate(&opts.trace_without_poison_if_off(
+                trace_recipe_in(opts.seed, index, &opts.trace_shapes, &cohort.space),
             )));
             *oracle_time += t0.elapsed();
             if judged.steps.is_empty() {
@@ -152,7 +149,12 @@ fn shrink_and_report(
     let kind = divergence.kind;
     let shrunk = shrink_trace(
         backend,
-        trace_recipe_in(opts.seed, index, &opts.trace_shapes, space),
+        opts.trace_without_poison_if_off(trace_recipe_in(
+            opts.seed,
+            index,
+            &opts.trace_shapes,
+            space,
+        )),
         (step, kind),
         opts.shrink,
         space,
