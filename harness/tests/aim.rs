@@ -6,7 +6,6 @@ use attn_backends::{
     StepInputs,
 };
 use attn_harness::check::{case_tree, cohorts, run_check, CheckOptions};
-use attn_harness::external::adapter_python;
 use attn_harness::pipeline::trace::{fit_trace, trace_recipe_in, TraceShapes};
 use attn_harness::render::check::{render_text, Detail};
 use attn_harness::shrink::{shrink_fully, ShrinkBudget};
@@ -14,7 +13,9 @@ use attn_harness::strategy::{budget_of, fit_space, CaseRecipe, StrategyLimits};
 use attn_reference::trace::generate;
 use attn_reference::{AttentionConfig, Case, Feature, Space, Unsupported};
 use proptest::strategy::ValueTree;
-use std::path::PathBuf;
+use support::{adapter_python_with, repo};
+
+mod support;
 use std::process::Command;
 use std::sync::Arc;
 
@@ -246,10 +247,6 @@ fn spyre_device_runs_nearly_all_of_its_budget_in_its_own_cohort() {
         .all(|(dim, _)| *dim != "dtype" && *dim != "head size"));
 }
 
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
 fn attn_diff(args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_attn-diff"))
         .current_dir(repo())
@@ -319,15 +316,7 @@ fn only_narrows_every_backend_and_is_recorded() {
 
 #[test]
 fn a_narrow_adapter_gets_its_whole_budget() {
-    let python = adapter_python(&repo());
-    let ok = Command::new(&python)
-        .args(["-c", "import numpy, safetensors"])
-        .status()
-        .is_ok_and(|s| s.success());
-    assert!(
-        ok,
-        "needs python3 with numpy and safetensors: `cargo xtask setup`"
-    );
+    let python = adapter_python_with("numpy, safetensors");
     let script = repo().join("harness/tests/adapters/narrow.py");
     let adapters = repo().join("adapters/python");
     let external = format!(

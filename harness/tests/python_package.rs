@@ -2,22 +2,15 @@
 //! pytest helper a plugin's test suite calls) by its own pytest suite, against this build of
 //! the binary. Needs the adapters' Python environment with pytest: `cargo xtask setup`.
 
-use attn_harness::external::adapter_python;
-use std::path::PathBuf;
 use std::process::Command;
+use support::{adapter_python_with, repo};
+
+mod support;
 
 #[test]
 fn the_python_package_passes_its_own_tests() {
-    let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-    let python = adapter_python(&repo);
-    let has_pytest = Command::new(&python)
-        .args(["-c", "import pytest, numpy, safetensors"])
-        .status()
-        .is_ok_and(|s| s.success());
-    assert!(
-        has_pytest,
-        "{python} lacks pytest, numpy or safetensors: `cargo xtask setup` provisions them"
-    );
+    let repo = repo();
+    let python = adapter_python_with("pytest, numpy, safetensors");
     let out = Command::new(&python)
         .current_dir(&repo)
         .env("ATTN_DIFF", env!("CARGO_BIN_EXE_attn-diff"))

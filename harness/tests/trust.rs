@@ -2,14 +2,12 @@
 //! and leaves no adapter behind, the run controls a pytest user expects, counts that add up,
 //! and JUnit output CI systems read.
 
-use attn_harness::external::adapter_python;
-use std::path::{Path, PathBuf};
+mod support;
+
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
-}
+use support::{adapter_python_with, repo};
 
 fn attn_diff(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_attn-diff"))
@@ -20,16 +18,7 @@ fn attn_diff(args: &[&str]) -> Output {
 }
 
 fn python() -> String {
-    let python = adapter_python(&repo());
-    let ok = Command::new(&python)
-        .args(["-c", "import numpy, safetensors"])
-        .status()
-        .is_ok_and(|s| s.success());
-    assert!(
-        ok,
-        "needs python3 with numpy and safetensors: `cargo xtask setup`"
-    );
-    python
+    adapter_python_with("numpy, safetensors")
 }
 
 /// `--external` for a misbehaving test adapter in `mode`, findable by `marker`.

@@ -534,15 +534,8 @@ pub fn run_check(mut opts: CheckOptions) -> CheckRun {
             }
             if let Err(outside) = summary.space.as_ref().map_or(Ok(()), |s| s.admits(&case)) {
                 // Outside the space it is checked in: not sent, and not one of its declines.
-                upstream_rows.push(UpstreamRow {
-                    backend: backend.name().to_string(),
-                    test: uc.test.name().to_string(),
-                    spec: uc.spec.to_string(),
-                    heads: uc.heads,
-                    status: UpstreamStatus::NotDeclared { reason: outside },
-                    max_abs_err: f64::NAN,
-                    max_rel_err: f64::NAN,
-                });
+                let status = UpstreamStatus::NotDeclared { reason: outside };
+                upstream_rows.push(uc.row(backend.name(), status, (f64::NAN, f64::NAN)));
                 continue;
             }
             let t0 = Instant::now();
@@ -591,15 +584,7 @@ pub fn run_check(mut opts: CheckOptions) -> CheckRun {
                     (UpstreamStatus::Diverged { kind: d.kind }, a, r)
                 }
             };
-            upstream_rows.push(UpstreamRow {
-                backend: backend.name().to_string(),
-                test: uc.test.name().to_string(),
-                spec: uc.spec.to_string(),
-                heads: uc.heads,
-                status,
-                max_abs_err: abs,
-                max_rel_err: rel,
-            });
+            upstream_rows.push(uc.row(backend.name(), status, (abs, rel)));
             summary.wall_seconds += t0.elapsed().as_secs_f64();
         }
         tell(Event::UpstreamCase);

@@ -82,29 +82,14 @@ pub fn run_traces(
                         if summary.traces.failed == 1 {
                             if opts.write_as_found {
                                 // On disk before shrinking starts: an interrupt loses nothing.
-                                let path = opts.out_dir.join(format!(
-                                    "{}.json",
-                                    trace_stem(backend.name(), opts.seed, index)
-                                ));
-                                let mut file = judged.trace.clone();
-                                let tol = crate::compare::Tolerance::for_case(&judged.steps[*step]);
-                                let origin = Origin::Trace {
-                                    seed: opts.seed,
-                                    index,
-                                    step: *step,
-                                    steps: judged.steps.len(),
-                                };
-                                file.recorded = Some(crate::check::recorded(
+                                let file = trace_file(
                                     opts,
                                     backend.name(),
-                                    &origin,
-                                    tol,
-                                    divergence,
-                                ));
-                                crate::artifacts::write_all(&[Artifact {
-                                    trace: Some((path, file)),
-                                    ..Artifact::default()
-                                }]);
+                                    index,
+                                    &judged,
+                                    (*step, divergence),
+                                );
+                                crate::artifacts::write_all(&[file]);
                             }
                             tell(Event::Shrinking {
                                 backend: backend.name(),
@@ -168,33 +153,49 @@ fn shrink_and_report(
         _ => (original, step, divergence.clone(), None),
     };
     let external = crate::external::flag_for(backend.name(), &opts.external_flags);
-    let origin = Origin::Trace {
-        seed: opts.seed,
-        index,
-        step,
-        steps: judged.steps.len(),
-    };
     let record = trace_failure_record(
         backend.name(),
-        &origin,
+        &trace_origin(opts, index, judged, step),
         judged,
         step,
         &divergence,
         (Some(path.display().to_string()), external),
         shrunk,
     );
-    let mut file = judged.trace.clone();
-    let tol = crate::compare::Tolerance::for_case(&judged.steps[step]);
+    let artifact = trace_file(opts, backend.name(), index, judged, (step, &divergence));
+    (record, artifact)
+}
+
+/// Step `step` of trace `index` as a failure's origin.
+fn trace_origin(opts: &CheckOptions, index: usize, t: &JudgedTrace, step: usize) -> Origin {
+    Origin::Trace {
+        seed: opts.seed,
+        index,
+        step,
+        steps: t.steps.len(),
+    }
+}
+
+/// The replay file of trace `index` diverging at `step`, with what it records of the run
+/// (written before shrinking, then replaced by the shrunk trace's).
+fn trace_file(
+    opts: &CheckOptions,
+    backend: &str,
+    index: usize,
+    t: &JudgedTrace,
+    (step, divergence): (usize, &Divergence),
+) -> Artifact {
+    let path = opts
+        .out_dir
+        .join(format!("{}.json", trace_stem(backend, opts.seed, index)));
+    let mut file = t.trace.clone();
+    let tol = crate::compare::Tolerance::for_case(&t.steps[step]);
+    let origin = trace_origin(opts, index, t, step);
     file.recorded = Some(crate::check::recorded(
-        opts,
-        backend.name(),
-        &origin,
-        tol,
-        &divergence,
+        opts, backend, &origin, tol, divergence,
     ));
-    let artifact = Artifact {
+    Artifact {
         trace: Some((path, file)),
         ..Artifact::default()
-    };
-    (record, artifact)
+    }
 }

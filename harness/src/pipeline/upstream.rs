@@ -42,6 +42,24 @@ pub struct UpstreamCase {
 }
 
 impl UpstreamCase {
+    /// This case's row of a summary for `backend`: its status and worst (abs, rel) errors.
+    pub fn row(
+        &self,
+        backend: &str,
+        status: attn_results::UpstreamStatus,
+        (abs, rel): (f64, f64),
+    ) -> attn_results::UpstreamRow {
+        attn_results::UpstreamRow {
+            backend: backend.to_string(),
+            test: self.test.name().to_string(),
+            spec: self.spec.to_string(),
+            heads: self.heads,
+            status,
+            max_abs_err: abs,
+            max_rel_err: rel,
+        }
+    }
+
     /// This case as the origin of a failure.
     pub fn origin(&self) -> attn_results::Origin {
         attn_results::Origin::Upstream {

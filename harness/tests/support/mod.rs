@@ -7,6 +7,28 @@ use attn_backends::{
     Unsupported,
 };
 use attn_reference::{AttentionConfig, AttentionKind};
+use std::path::PathBuf;
+use std::process::Command;
+
+/// The repository's root.
+pub fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// The Python the adapters were set up for, checked to import `modules` (comma-separated):
+/// a test that needs them fails with how to get them rather than with an adapter's crash.
+pub fn adapter_python_with(modules: &str) -> String {
+    let python = attn_harness::external::adapter_python(&repo());
+    let ok = Command::new(&python)
+        .args(["-c", &format!("import {modules}")])
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(
+        ok,
+        "{python} lacks {modules}: `cargo xtask setup` provisions them"
+    );
+    python
+}
 
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Plant {
