@@ -183,6 +183,10 @@ pub struct CheckArgs {
     /// crash, timeout or malformed reply).
     #[arg(long, default_value_t = crate::check::DEFAULT_GIVE_UP_AFTER, value_name = "N")]
     pub give_up_after: usize,
+    /// Cases and traces run at once (default: one per core). Each adapter runs as up to N
+    /// processes. The summary is the same whatever N is.
+    #[arg(short = 'j', long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub jobs: Option<u32>,
     /// Run only property case I of the seed (as a report names it: `property case I`),
     /// without traces or upstream cases.
     #[arg(long, value_name = "I")]

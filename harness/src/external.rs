@@ -70,6 +70,9 @@ pub struct ExternalArgs {
     /// File declaring adapters as [backends.NAME] (default: ./attn-diff.toml, if present).
     #[arg(long = "config", value_name = "FILE")]
     pub config: Option<PathBuf>,
+    /// Adapter processes per adapter (a check's `--jobs`; 0 is 1).
+    #[arg(skip)]
+    pub processes: usize,
 }
 
 #[derive(Debug, Error, PartialEq)]
@@ -291,7 +294,10 @@ pub fn flag_for(backend: &str, flags: &[String]) -> Option<String> {
 
 /// Start the adapter `name` (handshake included) as a backend.
 pub fn start_backend(name: &str, args: &ExternalArgs) -> anyhow::Result<Arc<dyn Backend>> {
-    let spec = args.spec(name)?;
+    let spec = AdapterSpec {
+        processes: args.processes.max(1),
+        ..args.spec(name)?
+    };
     crate::progress::note(&format!(
         "starting adapter {name} and waiting for its handshake (up to {:.0} s)",
         spec.startup_timeout.as_secs_f64()
@@ -381,6 +387,7 @@ mod tests {
             external: vec!["f=python3 f.py".into(), "g=/usr/bin/python3 g.py".into()],
             external_timeout: None,
             config: Some(config),
+            processes: 1,
         };
         let provisioned = std::fs::canonicalize(bin.join("python3"))
             .unwrap()

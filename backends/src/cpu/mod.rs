@@ -375,7 +375,8 @@ impl CpuBackend {
         let total: u64 = sched.items.iter().map(|i| i.cost).sum();
         match self.pool() {
             Some(pool)
-                if sched.items.len() > 1
+                if !crate::threads::caller_only()
+                    && sched.items.len() > 1
                     && total >= INLINE_COST
                     && (total >= WAKE_COST || !pool.asleep()) =>
             {

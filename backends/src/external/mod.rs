@@ -2,7 +2,8 @@
 //! kernel, vLLM's own CPU kernel, ...) speaking the framed protocol documented in
 //! `docs/external-backends.md`.
 //!
-//! attn-diff starts the adapter once and keeps it. `new_cache` and `write_kv` only record
+//! attn-diff starts the adapter once and keeps it (with `processes` > 1, a pool of them, each
+//! cache pinned to one process for its life). `new_cache` and `write_kv` only record
 //! what to write; `forward` sends the whole case (every write in order, then the step) as one
 //! request and waits for one reply (version 1), or, to an adapter speaking version 2, one
 //! `step` of the cache's session with the writes since its last step: the adapter keeps the
@@ -33,7 +34,8 @@ use crate::{
 use attn_reference::AttentionConfig;
 use process::{AdapterProcess, ExchangeError};
 use protocol::Reply;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use thiserror::Error;
 
@@ -67,21 +69,62 @@ pub struct ExternalCache {
     /// (adapter start it was sent to, writes sent): a restarted adapter lost the session, so
     /// its next step resends every write.
     sent: Mutex<(u64, usize)>,
+    /// The process every step of this cache goes to: a session lives in one process.
+    slot: usize,
+    /// Counts this cache among its process's users while it lives.
+    _user: SlotUser,
+}
+
+/// One live cache pinned to a process; a new cache goes to the process with fewest.
+#[derive(Debug)]
+struct SlotUser(Arc<AtomicUsize>);
+
+impl Drop for SlotUser {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 struct State {
     process: Option<AdapterProcess>,
     next_case: u64,
-    next_session: u64,
-    last_kernel: Option<Duration>,
+    /// The session the process holds (an adapter keeps one: a step of another starts fresh).
+    session: Option<u64>,
     starts: u64,
+}
+
+/// One adapter process of the pool.
+struct Slot {
+    state: Mutex<State>,
+    users: Arc<AtomicUsize>,
+}
+
+impl Slot {
+    fn new(process: Option<AdapterProcess>) -> Slot {
+        Slot {
+            state: Mutex::new(State {
+                starts: process.is_some() as u64,
+                process,
+                next_case: 0,
+                session: None,
+            }),
+            users: Arc::default(),
+        }
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
 }
 
 pub struct ExternalBackend {
     spec: AdapterSpec,
     name: String,
     hello: Hello,
-    state: Mutex<State>,
+    /// `spec.processes` processes (at least one); the first started with the handshake.
+    slots: Vec<Slot>,
+    next_session: AtomicU64,
+    last_kernel: Mutex<Option<Duration>>,
 }
 
 fn with_stderr(message: String, tail: &str) -> String {
@@ -132,17 +175,16 @@ impl ExternalBackend {
     /// Start the adapter and run the handshake; the process is kept for every case.
     pub fn start(spec: AdapterSpec) -> Result<ExternalBackend, StartError> {
         let (process, hello) = start(&spec)?;
+        let slots = std::iter::once(Slot::new(Some(process)))
+            .chain((1..spec.processes.max(1)).map(|_| Slot::new(None)))
+            .collect();
         Ok(ExternalBackend {
             name: spec.backend_name(),
             spec,
             hello,
-            state: Mutex::new(State {
-                process: Some(process),
-                next_case: 0,
-                next_session: 0,
-                last_kernel: None,
-                starts: 1,
-            }),
+            slots,
+            next_session: AtomicU64::new(0),
+            last_kernel: Mutex::new(None),
         })
     }
 
@@ -155,23 +197,31 @@ impl ExternalBackend {
         &self.spec
     }
 
-    fn state(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
     /// The kernel time the adapter reported for the last case it ran (for `bench`).
     pub fn last_kernel_time(&self) -> Option<Duration> {
-        self.state().last_kernel
+        *self.last_kernel.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// How many times the adapter process was started (1 + restarts).
+    /// How many times adapter processes were started (1 + restarts + the pool's others).
     pub fn starts(&self) -> u64 {
-        self.state().starts
+        self.slots.iter().map(|s| s.state().starts).sum()
     }
 
-    /// The adapter's process id, when one is running.
+    /// The first adapter process's id, when it is running.
     pub fn process_id(&self) -> Option<u32> {
-        self.state().process.as_ref().map(AdapterProcess::id)
+        self.slots[0]
+            .state()
+            .process
+            .as_ref()
+            .map(AdapterProcess::id)
+    }
+
+    /// How many adapter processes have been started and are running.
+    pub fn processes_running(&self) -> usize {
+        self.slots
+            .iter()
+            .filter(|s| s.state().process.is_some())
+            .count()
     }
 
     fn crashed(&self, message: String) -> BackendError {
@@ -195,11 +245,13 @@ impl ExternalBackend {
         cache: &ExternalCache,
         step: &StepInputs<'_>,
     ) -> Result<Vec<f32>, BackendError> {
-        let mut st = self.state();
-        st.last_kernel = None;
+        *self.last_kernel.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        let mut st = self.slots[cache.slot].state();
         if st.process.is_none() {
-            let (p, _) = start(&self.spec)
-                .map_err(|e| self.crashed(format!("could not restart the adapter: {e}")))?;
+            let (p, _) = start(&self.spec).map_err(|e| {
+                let what = if st.starts == 0 { "start" } else { "restart" };
+                self.crashed(format!("could not {what} the adapter: {e}"))
+            })?;
             st.process = Some(p);
             st.starts += 1;
         }
@@ -208,7 +260,10 @@ impl ExternalBackend {
         let sessions = self.hello.version >= protocol::SESSION_VERSION;
         let mut sent = cache.sent.lock().unwrap_or_else(|p| p.into_inner());
         let request = if sessions {
-            let fresh = sent.1 == 0 || sent.0 != st.starts;
+            // A restarted process lost the session, and one that ran another session since
+            // dropped it: resend every write.
+            let fresh = sent.1 == 0 || sent.0 != st.starts || st.session != Some(cache.session);
+            st.session = Some(cache.session);
             protocol::step_request(id, config, cache, (sent.1, fresh), step)
         } else {
             protocol::case_request(id, config, cache, step)
@@ -253,7 +308,8 @@ impl ExternalBackend {
                         values,
                         kernel_seconds,
                     } => {
-                        st.last_kernel = kernel_seconds.map(Duration::from_secs_f64);
+                        *self.last_kernel.lock().unwrap_or_else(|p| p.into_inner()) =
+                            kernel_seconds.map(Duration::from_secs_f64);
                         *sent = (st.starts, cache.writes.len());
                         Ok(values)
                     }
@@ -340,16 +396,20 @@ impl Backend for ExternalBackend {
     }
 
     fn new_cache(&self, _: &AttentionConfig, num_blocks: usize) -> Result<KvCache, BackendError> {
-        let session = {
-            let mut st = self.state();
-            st.next_session += 1;
-            st.next_session
-        };
+        let session = self.next_session.fetch_add(1, Ordering::Relaxed) + 1;
+        // The process with the fewest live caches: concurrent cases each get their own.
+        let slot = (0..self.slots.len())
+            .min_by_key(|&i| self.slots[i].users.load(Ordering::Relaxed))
+            .unwrap_or(0);
+        let users = Arc::clone(&self.slots[slot].users);
+        users.fetch_add(1, Ordering::Relaxed);
         Ok(Box::new(ExternalCache {
             num_blocks,
             session,
             sent: Mutex::new((0, 0)),
             writes: Vec::new(),
+            slot,
+            _user: SlotUser(users),
         }))
     }
 

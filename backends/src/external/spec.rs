@@ -23,6 +23,9 @@ pub struct AdapterSpec {
     pub timeout: Duration,
     /// Time allowed to start and answer the handshake.
     pub startup_timeout: Duration,
+    /// Adapter processes run side by side, each with its own sessions (a check's `--jobs`);
+    /// the first is started at once, the others when first needed.
+    pub processes: usize,
 }
 
 impl AdapterSpec {
@@ -34,6 +37,7 @@ impl AdapterSpec {
             cwd: None,
             timeout: DEFAULT_TIMEOUT,
             startup_timeout: DEFAULT_STARTUP_TIMEOUT,
+            processes: 1,
         }
     }
 

@@ -21,8 +21,15 @@ fn check_writable(dir: &std::path::Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-pub fn run(args: CheckArgs, global: GlobalArgs) -> anyhow::Result<bool> {
+/// Subjects run at once by default: one per core.
+pub fn default_jobs() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+pub fn run(mut args: CheckArgs, global: GlobalArgs) -> anyhow::Result<bool> {
     check_writable(&args.out)?;
+    let jobs = args.jobs.map_or_else(default_jobs, |n| n as usize);
+    args.external.processes = jobs;
     crate::interrupt::install();
     let mut up = if args.upstream {
         upstream::full_suite()
@@ -115,6 +122,7 @@ pub fn run(args: CheckArgs, global: GlobalArgs) -> anyhow::Result<bool> {
         min_run: args.min_run,
         poison: !args.no_poison,
         write_as_found: true,
+        jobs,
         on_event: Some(on_event),
     });
     progress.finish();

@@ -1,23 +1,27 @@
 //! `attn-diff check`: property cases and upstream specs through every selected backend,
 //! each compared with the oracle computed once per case; the first divergence of each
-//! backend is shrunk and reported.
+//! backend is shrunk and reported. The loop itself is `drive`; what each kind of subject
+//! does is in `property_check`, `trace_check` and `upstream_check`.
 
-use crate::artifacts::{Artifact, HeatMap};
+use crate::artifacts::Artifact;
 use crate::compare::Tolerance;
 use crate::pipeline::control::RunControl;
-use crate::render::report::{failure_record, FailureFiles};
-use crate::runner::{evaluate, Divergence, Outcome};
-use crate::shrink::{shrink_fully, ShrinkBudget, Shrunk};
-use crate::strategy::{budget_of, fit_space, strategy_for, CaseRecipe, StrategyLimits};
+use crate::pipeline::drive::{drive, Item};
+use crate::pipeline::property_check::{self, PropertyCases};
+use crate::pipeline::trace_check::{self, Traces};
+use crate::pipeline::upstream_check::{self, UpstreamCases};
+use crate::runner::Divergence;
+use crate::shrink::ShrinkBudget;
+use crate::strategy::{strategy_for, CaseRecipe, StrategyLimits};
 use crate::upstream::UpstreamCase;
 use attn_backends::{declared_space, Backend};
-use attn_reference::{reference_output, Case, InputRng, Recorded, Space};
-use attn_results::{FailureRecord, Origin, UpstreamStatus};
+use attn_reference::{Case, InputRng, Recorded, Space};
+use attn_results::{CoverageReport, Origin};
 use proptest::strategy::{Strategy, ValueTree};
 use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 pub use attn_results::{BackendSummary, CheckSummary, Shard, Tally, UpstreamRow};
 
@@ -65,6 +69,8 @@ pub struct CheckOptions {
     /// does, so an interrupt loses nothing; a library caller gets every file pending in
     /// [`CheckRun::artifacts`] and no I/O).
     pub write_as_found: bool,
+    /// Subjects run at once (`--jobs`); the summary is the same whatever it is.
+    pub jobs: usize,
     /// Told what the run is doing (for a progress bar).
     pub on_event: Option<OnEvent>,
 }
@@ -153,27 +159,9 @@ impl CheckOptions {
             min_run: 1,
             poison: true,
             write_as_found: false,
+            jobs: 1,
             on_event: None,
         }
-    }
-
-    /// `r` as this run draws it: without its poison under `--no-poison`.
-    pub fn without_poison_if_off(&self, mut r: CaseRecipe) -> CaseRecipe {
-        if !self.poison {
-            r.poison = None;
-        }
-        r
-    }
-
-    /// A trace recipe as this run draws it: without its poison under `--no-poison`.
-    pub fn trace_without_poison_if_off(
-        &self,
-        mut r: attn_reference::TraceRecipe,
-    ) -> attn_reference::TraceRecipe {
-        if !self.poison {
-            r.poison = None;
-        }
-        r
     }
 
     pub fn default_cases() -> u32 {
@@ -207,57 +195,6 @@ pub fn case_tree(
         .expect("recipe strategy never rejects")
 }
 
-/// Which part of a run a case belongs to: each has its own tally.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Part {
-    Property,
-    Upstream,
-}
-
-fn record(summary: &mut BackendSummary, part: Part, outcome: &Outcome, time: Duration) {
-    summary.backend_seconds += time.as_secs_f64();
-    let mut worst = |abs: f64, rel: f64| {
-        summary.worst_abs_err = summary.worst_abs_err.max(abs);
-        summary.worst_rel_err = summary.worst_rel_err.max(rel);
-    };
-    let mut tally = Tally {
-        sent: 1,
-        ..Tally::default()
-    };
-    match outcome {
-        Outcome::Pass(c) => {
-            worst(c.max_abs_err, c.max_rel_err);
-            tally.passed = 1;
-        }
-        Outcome::Unsupported(u) => {
-            summary.add_unsupported(u, 1);
-            tally.declined = 1;
-        }
-        Outcome::Diverged(d) => {
-            if let Some(c) = &d.comparison {
-                worst(c.max_abs_err, c.max_rel_err);
-            }
-            tally.failed = 1;
-            *summary.divergences.entry(d.kind).or_default() += 1;
-        }
-    }
-    match part {
-        Part::Property => summary.property += tally,
-        Part::Upstream => summary.upstream += tally,
-    }
-}
-
-/// A property case that diverged, with what is needed to regenerate and shrink it.
-struct FailingCase<'a> {
-    seed: u64,
-    index: usize,
-    limits: StrategyLimits,
-    space: &'a Space,
-    case: &'a Case,
-    expected: &'a [f64],
-    divergence: &'a Divergence,
-}
-
 /// What a replay file records of the run that wrote it.
 pub fn recorded(
     opts: &CheckOptions,
@@ -278,104 +215,36 @@ pub fn recorded(
     }
 }
 
-/// A failure's report and its pending files, named after `stem` under `opts.out_dir`.
-fn report(
-    opts: &CheckOptions,
-    (backend, origin): (&str, &Origin),
-    (case, expected, d, tol): (&Case, &[f64], &Divergence, Tolerance),
-    stem: &str,
-    shrunk: Option<&Shrunk>,
-) -> (FailureRecord, Artifact) {
-    let dir = &opts.out_dir;
-    let replay = dir.join(format!("{stem}.json"));
-    let heatmap = d
-        .comparison
-        .as_ref()
-        .map(|c| HeatMap::of(dir.join(format!("{stem}.png")), backend, case, c));
-    let files = FailureFiles {
-        replay: Some(replay.display().to_string()),
-        heatmap: heatmap.as_ref().map(|h| h.path.display().to_string()),
-        external: crate::external::flag_for(backend, &opts.external_flags),
-    };
-    let record = failure_record(backend, origin, case, expected, d, files, shrunk);
-    let mut file = case.clone();
-    file.recorded = Some(recorded(opts, backend, origin, tol, d));
-    let artifact = Artifact {
-        replay: Some((replay, file)),
-        trace: None,
-        heatmap,
-    };
-    (record, artifact)
+/// What the recorders of a run fill in, in subject order.
+pub struct RunState<'t> {
+    pub summaries: Vec<BackendSummary>,
+    pub artifacts: Vec<Artifact>,
+    pub coverage: CoverageReport,
+    /// The oracle's time over every subject (summed across workers).
+    pub oracle_time: Duration,
+    pub tell: &'t mut dyn FnMut(Event<'_>),
 }
 
-/// Shrink a failing property case (keeping its divergence kind) and report it.
-fn shrink_and_report(
-    backend: &dyn Backend,
-    f: &FailingCase<'_>,
-    opts: &CheckOptions,
-) -> (FailureRecord, Artifact) {
-    let kind = f.divergence.kind;
-    let fails = |r: &CaseRecipe| {
-        let c = opts.without_poison_if_off(r.clone()).build();
-        let e = reference_output(&c);
-        matches!(evaluate(backend, &c, &e, Tolerance::for_case(&c)).0, Outcome::Diverged(ref d) if d.kind == kind)
-    };
-    let mut tree = case_tree(f.seed, f.index, f.limits, f.space);
-    let budget = budget_of(f.index, f.limits);
-    let fit = |r: CaseRecipe| fit_space(r, f.space, budget);
-    let shrunk = shrink_fully(&mut tree, opts.shrink, &fit, fails);
-    let minimal = opts.without_poison_if_off(shrunk.recipe.clone()).build();
-    let e = reference_output(&minimal);
-    let (out, _) = evaluate(backend, &minimal, &e, Tolerance::for_case(&minimal));
-    let origin = Origin::Property {
-        seed: f.seed,
-        index: f.index,
-    };
-    let stem = failure_stem(backend.name(), f.seed, f.index);
-    match out {
-        Outcome::Diverged(d) => {
-            let (mut record, artifact) = report(
-                opts,
-                (backend.name(), &origin),
-                (&minimal, &e, &d, Tolerance::for_case(&minimal)),
-                &stem,
-                Some(&shrunk),
-            );
-            // A small case can lose the pattern a large one showed ("only decode tokens
-            // diverge"): keep the hint of the case as found when it says something else.
-            let before = f
-                .divergence
-                .comparison
-                .as_ref()
-                .and_then(|c| crate::render::hint::hint(f.case, c));
-            if before.is_some() && before != record.hint {
-                let h = before.unwrap_or_default();
-                record
-                    .text
-                    .push_str(&format!("hint before shrinking: {h}\n"));
-                record.hint_unshrunk = Some(h);
-            }
-            (record, artifact)
+/// The loop items of `indices`: one per index and cohort that `draws` (members: the
+/// cohort's), in index then cohort order.
+pub fn items_of(
+    indices: impl Iterator<Item = usize>,
+    cohorts: &[Cohort],
+    draws: impl Fn(&Cohort) -> bool,
+) -> Vec<Item> {
+    let drawn: Vec<usize> = (0..cohorts.len()).filter(|&c| draws(&cohorts[c])).collect();
+    let mut items = Vec::new();
+    for index in indices {
+        for (j, &cohort) in drawn.iter().enumerate() {
+            items.push(Item {
+                index,
+                cohort,
+                members: cohorts[cohort].members.clone(),
+                last_of_index: j + 1 == drawn.len(),
+            });
         }
-        // Flaky: the minimal case passed when re-run; report the original.
-        _ => report(
-            opts,
-            (backend.name(), &origin),
-            (
-                f.case,
-                f.expected,
-                f.divergence,
-                Tolerance::for_case(f.case),
-            ),
-            &stem,
-            None,
-        ),
     }
-}
-
-/// The file stem of property case `index`'s failure files.
-fn failure_stem(backend: &str, seed: u64, index: usize) -> String {
-    format!("{}-seed{seed}-case{index}", sanitize(backend))
+    items
 }
 
 /// Whether a case's block tables share a physical block between live positions.
@@ -396,7 +265,7 @@ pub fn run_check(mut opts: CheckOptions) -> CheckRun {
         (true, true) => StrategyLimits::DEEP.long(),
     };
     let cohorts = cohorts(&opts.backends, &opts.only);
-    let mut summaries: Vec<BackendSummary> = opts
+    let summaries: Vec<BackendSummary> = opts
         .backends
         .iter()
         .map(|b| BackendSummary {
@@ -404,8 +273,7 @@ pub fn run_check(mut opts: CheckOptions) -> CheckRun {
             ..BackendSummary::new(b.name())
         })
         .collect();
-    let mut artifacts = Vec::new();
-    let mut coverage = attn_results::CoverageReport::default();
+    let mut coverage = CoverageReport::default();
     for (b, summary) in opts.backends.iter().zip(&summaries) {
         for (dim, bucket) in summary
             .space
@@ -415,180 +283,106 @@ pub fn run_check(mut opts: CheckOptions) -> CheckRun {
             coverage.mark_not_declared(b.name(), dim, bucket);
         }
     }
-    let mut oracle_time = Duration::ZERO;
     let mut on_event = opts.on_event.take();
     let mut tell = |e: Event<'_>| {
         if let Some(f) = on_event.as_mut() {
             f(e)
         }
     };
-
+    let mut run = RunState {
+        summaries,
+        artifacts: Vec::new(),
+        coverage,
+        oracle_time: Duration::ZERO,
+        tell: &mut tell,
+    };
+    let opts = &opts;
+    let jobs = opts.jobs.max(1);
+    // Kernels called from several workers at once would fight their siblings for the cores.
+    attn_backends::threads::set_caller_only(jobs > 1);
     let mut control = RunControl::new(opts.backends.len(), opts.max_failures, opts.give_up_after);
+
     let indices: Vec<usize> = match opts.case_index {
         Some(i) => vec![i],
         None => (0..opts.cases as usize).collect(),
     };
-    for index in indices {
-        if !opts.shard.owns(index) {
-            continue;
-        }
-        if control.should_stop() {
-            break;
-        }
-        for cohort in &cohorts {
-            let live = control.live(&cohort.members);
-            if live.is_empty() {
-                continue;
+    let property_items = items_of(
+        indices.into_iter().filter(|&i| opts.shard.owns(i)),
+        &cohorts,
+        |_| true,
+    );
+    let cases = PropertyCases {
+        seed: opts.seed,
+        limits,
+        poison: opts.poison,
+        cohorts: &cohorts,
+        backends: &opts.backends,
+    };
+    drive(
+        jobs,
+        &cases,
+        &property_items,
+        &mut control,
+        &mut |item, ran, control| {
+            property_check::record(opts, (&cases, &mut run), item, ran, control);
+            if item.last_of_index {
+                (run.tell)(Event::PropertyCase);
             }
-            let recipe = opts.without_poison_if_off(
-                case_tree(opts.seed, index, limits, &cohort.space).current(),
-            );
-            let case = recipe.build();
-            let t0 = Instant::now();
-            let expected = reference_output(&case);
-            oracle_time += t0.elapsed();
-            let shared = shares_blocks(&case);
-            let buckets = crate::coverage::buckets(&case);
-            let tol = Tolerance::for_case(&case);
-            for &member in &live {
-                let (backend, summary) = (&opts.backends[member], &mut summaries[member]);
-                let t0 = Instant::now();
-                let (outcome, time) = evaluate(backend.as_ref(), &case, &expected, tol);
-                record(summary, Part::Property, &outcome, time);
-                control.note(member, &outcome);
-                if !matches!(outcome, Outcome::Unsupported(_)) {
-                    crate::coverage::count(&mut coverage, backend.name(), &buckets);
-                }
-                summary.shared_block_cases += shared as usize;
-                if let Outcome::Diverged(d) = &outcome {
-                    summary.first_failing_case.get_or_insert(index);
-                    if summary.failures.is_empty() {
-                        if opts.write_as_found {
-                            // On disk before shrinking starts: an interrupt loses nothing.
-                            let origin = Origin::Property {
-                                seed: opts.seed,
-                                index,
-                            };
-                            let unshrunk = report(
-                                &opts,
-                                (backend.name(), &origin),
-                                (&case, &expected, d, tol),
-                                &failure_stem(backend.name(), opts.seed, index),
-                                None,
-                            );
-                            crate::artifacts::write_all(&[unshrunk.1]);
-                        }
-                        tell(Event::Shrinking {
-                            backend: backend.name(),
-                        });
-                        let failing = FailingCase {
-                            seed: opts.seed,
-                            index,
-                            limits,
-                            space: &cohort.space,
-                            case: &case,
-                            expected: &expected,
-                            divergence: d,
-                        };
-                        let (r, a) = shrink_and_report(backend.as_ref(), &failing, &opts);
-                        summary.failures.push(r);
-                        artifacts.push(a);
-                    }
-                }
-                summary.wall_seconds += t0.elapsed().as_secs_f64();
-            }
-        }
-        tell(Event::PropertyCase);
-    }
-
-    crate::pipeline::trace_check::run_traces(
-        &opts,
-        (&cohorts, &mut control),
-        &mut summaries,
-        &mut artifacts,
-        &mut coverage,
-        &mut oracle_time,
-        &mut tell,
+        },
     );
 
+    let traces = Traces {
+        seed: opts.seed,
+        poison: opts.poison,
+        shapes: &opts.trace_shapes,
+        cohorts: &cohorts,
+        backends: &opts.backends,
+    };
+    let trace_items = trace_check::items(opts, &cohorts);
+    drive(
+        jobs,
+        &traces,
+        &trace_items,
+        &mut control,
+        &mut |item, ran, control| {
+            trace_check::record(opts, (&traces, &mut run), item, ran, control)
+        },
+    );
+
+    // Upstream cases are sharded like property cases, so shards' counts add up; a single
+    // property case asked for by its index runs alone.
+    let upstream_items: Vec<Item> = (0..opts.upstream.len())
+        .filter(|&j| opts.shard.owns(j) && opts.case_index.is_none())
+        .map(|index| Item {
+            index,
+            cohort: 0,
+            members: (0..opts.backends.len()).collect(),
+            last_of_index: true,
+        })
+        .collect();
+    let upstream = UpstreamCases {
+        cases: &opts.upstream,
+        backends: &opts.backends,
+        spaces: run.summaries.iter().map(|s| s.space.clone()).collect(),
+    };
     let mut upstream_rows = Vec::new();
-    // Upstream cases are sharded like property cases, so shards' counts add up.
-    for (j, uc) in opts.upstream.iter().enumerate() {
-        // A single property case asked for by its index runs alone.
-        if !opts.shard.owns(j) || opts.case_index.is_some() {
-            continue;
-        }
-        if control.should_stop() {
-            break;
-        }
-        let case = uc.build();
-        let t0 = Instant::now();
-        let expected = reference_output(&case);
-        oracle_time += t0.elapsed();
-        let buckets = crate::coverage::buckets(&case);
-        for (member, (backend, summary)) in
-            opts.backends.iter().zip(summaries.iter_mut()).enumerate()
-        {
-            if control.gave_up(member).is_some() {
-                continue;
-            }
-            if let Err(outside) = summary.space.as_ref().map_or(Ok(()), |s| s.admits(&case)) {
-                // Outside the space it is checked in: not sent, and not one of its declines.
-                let status = UpstreamStatus::NotDeclared { reason: outside };
-                upstream_rows.push(uc.row(backend.name(), status, (f64::NAN, f64::NAN)));
-                continue;
-            }
-            let t0 = Instant::now();
-            let (outcome, time) =
-                evaluate(backend.as_ref(), &case, &expected, Tolerance::upstream());
-            record(summary, Part::Upstream, &outcome, time);
-            control.note(member, &outcome);
-            if !matches!(outcome, Outcome::Unsupported(_)) {
-                crate::coverage::count(&mut coverage, backend.name(), &buckets);
-            }
-            let (status, abs, rel) = match &outcome {
-                Outcome::Pass(c) => (UpstreamStatus::Pass, c.max_abs_err, c.max_rel_err),
-                Outcome::Unsupported(u) => (
-                    UpstreamStatus::Unsupported { reason: u.clone() },
-                    f64::NAN,
-                    f64::NAN,
-                ),
-                Outcome::Diverged(d) => {
-                    let (a, r) = d
-                        .comparison
-                        .as_ref()
-                        .map_or((f64::NAN, f64::NAN), |c| (c.max_abs_err, c.max_rel_err));
-                    // The same failure on another upstream case folds into the first.
-                    if let Some(same) = summary
-                        .failures
-                        .iter_mut()
-                        .find(|f| f.kind == d.kind && f.message == d.message)
-                    {
-                        same.also.push(uc.label());
-                    } else if summary.failures.len() < 8 {
-                        let stem = format!(
-                            "{}-{}",
-                            sanitize(backend.name()),
-                            uc.label().replace([' ', '/', ','], "_")
-                        );
-                        let (r, a) = report(
-                            &opts,
-                            (backend.name(), &uc.origin()),
-                            (&case, &expected, d, Tolerance::upstream()),
-                            &stem,
-                            None,
-                        );
-                        summary.failures.push(r);
-                        artifacts.push(a);
-                    }
-                    (UpstreamStatus::Diverged { kind: d.kind }, a, r)
-                }
-            };
-            upstream_rows.push(uc.row(backend.name(), status, (abs, rel)));
-            summary.wall_seconds += t0.elapsed().as_secs_f64();
-        }
-        tell(Event::UpstreamCase);
-    }
+    drive(
+        jobs,
+        &upstream,
+        &upstream_items,
+        &mut control,
+        &mut |item, ran, control| {
+            upstream_check::record(opts, &mut run, &mut upstream_rows, item, ran, control)
+        },
+    );
+
+    let RunState {
+        mut summaries,
+        artifacts,
+        coverage,
+        oracle_time,
+        ..
+    } = run;
     for (i, s) in summaries.iter_mut().enumerate() {
         s.gave_up = control.gave_up(i).map(str::to_string);
         for f in s.failures.iter_mut().filter(|f| !f.also.is_empty()) {

@@ -7,8 +7,10 @@ pub mod check;
 pub mod compare;
 pub mod control;
 pub mod coverage;
+pub mod drive;
 #[cfg(feature = "mutants")]
 pub mod mutants;
+pub mod property_check;
 pub mod replay;
 pub mod runner;
 pub mod shrink;
@@ -17,3 +19,4 @@ pub mod trace;
 pub mod trace_check;
 pub mod trace_shrink;
 pub mod upstream;
+pub mod upstream_check;

@@ -3,116 +3,158 @@
 //! shrunk and reported with the history of the blocks involved.
 
 use crate::artifacts::Artifact;
-use crate::check::{sanitize, CheckOptions, Cohort, Event};
+use crate::check::{sanitize, CheckOptions, Cohort, Event, RunState};
 use crate::pipeline::control::RunControl;
+use crate::pipeline::drive::{Item, Ran, Subjects};
 use crate::pipeline::trace::{evaluate_trace, trace_recipe_in, JudgedTrace, TraceOutcome};
 use crate::pipeline::trace_shrink::shrink_trace;
 use crate::render::trace_report::trace_failure_record;
 use crate::runner::Divergence;
 use attn_backends::Backend;
 use attn_reference::trace::generate;
-use attn_reference::{AttentionKind, Space};
-use attn_results::{BackendSummary, CoverageReport, FailureRecord, Origin};
-use std::time::{Duration, Instant};
+use attn_reference::{AttentionKind, Space, TraceRecipe};
+use attn_results::{FailureRecord, Origin};
+use std::sync::Arc;
+use std::time::Duration;
 
-/// Run `opts.traces` traces (those of this shard) on every backend into `summaries`.
-pub fn run_traces(
-    opts: &CheckOptions,
-    (cohorts, control): (&[Cohort], &mut RunControl),
-    summaries: &mut [BackendSummary],
-    artifacts: &mut Vec<Artifact>,
-    coverage: &mut CoverageReport,
-    oracle_time: &mut Duration,
-    tell: &mut dyn FnMut(Event<'_>),
-) {
-    // A single property case asked for by its index runs alone.
+/// What the workers need to draw and run traces.
+pub struct Traces<'a> {
+    pub seed: u64,
+    pub poison: bool,
+    pub shapes: &'a crate::pipeline::trace::TraceShapes,
+    pub cohorts: &'a [Cohort],
+    pub backends: &'a [Arc<dyn Backend>],
+}
+
+/// A trace drawn, its steps judged by the oracle.
+pub struct DrawnTrace {
+    judged: JudgedTrace,
+    buckets: Vec<(&'static str, &'static str)>,
+}
+
+impl Subjects for Traces<'_> {
+    type Prepared = DrawnTrace;
+    /// `None` for a trace of no steps (nothing to run).
+    type Verdict = Option<(TraceOutcome, Duration)>;
+
+    fn prepare(&self, item: &Item) -> DrawnTrace {
+        let space = &self.cohorts[item.cohort].space;
+        let recipe = trace_poisoned_if(
+            self.poison,
+            trace_recipe_in(self.seed, item.index, self.shapes, space),
+        );
+        let judged = JudgedTrace::new(generate(&recipe));
+        DrawnTrace {
+            buckets: crate::coverage::trace_buckets(&judged.trace),
+            judged,
+        }
+    }
+
+    fn evaluate(&self, t: &DrawnTrace, member: usize) -> Self::Verdict {
+        (!t.judged.steps.is_empty())
+            .then(|| evaluate_trace(self.backends[member].as_ref(), &t.judged))
+    }
+}
+
+/// A trace recipe as a run draws it: without its poison under `--no-poison`.
+pub fn trace_poisoned_if(poison: bool, mut r: TraceRecipe) -> TraceRecipe {
+    if !poison {
+        r.poison = None;
+    }
+    r
+}
+
+/// The traces a check runs: those of its shard, for every cohort whose space has decoder
+/// steps (traces are decoder steps), none when one property case was asked for by index.
+pub fn items(opts: &CheckOptions, cohorts: &[Cohort]) -> Vec<Item> {
     let traces = if opts.case_index.is_some() {
         0
     } else {
-        opts.traces
+        opts.traces as usize
     };
-    for index in 0..traces as usize {
-        if !opts.shard.owns(index) {
-            continue;
-        }
-        if control.should_stop() {
-            break;
-        }
-        for cohort in cohorts {
-            let live = control.live(&cohort.members);
-            if live.is_empty() || !cohort.space.allows_kind(AttentionKind::Decoder) {
-                // Traces are decoder steps: nothing to draw for a space without them.
+    crate::check::items_of((0..traces).filter(|&i| opts.shard.owns(i)), cohorts, |c| {
+        c.space.allows_kind(AttentionKind::Decoder)
+    })
+}
+
+/// Record trace `item` in order: tallies, coverage, and the first diverging trace of each
+/// backend shrunk and reported.
+pub fn record(
+    opts: &CheckOptions,
+    (traces, run): (&Traces<'_>, &mut RunState<'_>),
+    item: &Item,
+    ran: Ran<DrawnTrace, Option<(TraceOutcome, Duration)>>,
+    control: &mut RunControl,
+) {
+    run.oracle_time += ran.oracle;
+    if let Some(t) = &ran.prepared {
+        let judged = &t.judged;
+        for (&member, verdict) in item.members.iter().zip(ran.verdicts) {
+            let Some((Some((outcome, time)), wall)) = verdict else {
                 continue;
-            }
-            let t0 = Instant::now();
-            let judged = JudgedTrace::new(generate(&opts.trace_without_poison_if_off(
-                trace_recipe_in(opts.seed, index, &opts.trace_shapes, &cohort.space),
-            )));
-            *oracle_time += t0.elapsed();
-            if judged.steps.is_empty() {
-                continue;
-            }
-            let buckets = crate::coverage::trace_buckets(&judged.trace);
-            for &member in &live {
-                let (backend, summary) = (&opts.backends[member], &mut summaries[member]);
-                let t0 = Instant::now();
-                let (outcome, time) = evaluate_trace(backend.as_ref(), &judged);
-                summary.traces.sent += 1;
-                summary.backend_seconds += time.as_secs_f64();
-                match &outcome {
-                    TraceOutcome::Pass {
-                        max_abs_err,
-                        max_rel_err,
-                    } => {
-                        summary.traces.passed += 1;
-                        summary.trace_steps += judged.steps.len();
-                        summary.worst_abs_err = summary.worst_abs_err.max(*max_abs_err);
-                        summary.worst_rel_err = summary.worst_rel_err.max(*max_rel_err);
-                    }
-                    TraceOutcome::Unsupported(u) => {
-                        summary.traces.declined += 1;
-                        summary.add_unsupported(u, 1);
-                    }
-                    TraceOutcome::Diverged { step, divergence } => {
-                        control.note_failure(member, divergence.kind, &divergence.message);
-                        summary.trace_steps += step + 1;
-                        summary.traces.failed += 1;
-                        summary.first_failing_trace.get_or_insert(index);
-                        *summary.divergences.entry(divergence.kind).or_default() += 1;
-                        if summary.traces.failed == 1 {
-                            if opts.write_as_found {
-                                // On disk before shrinking starts: an interrupt loses nothing.
-                                let file = trace_file(
-                                    opts,
-                                    backend.name(),
-                                    index,
-                                    &judged,
-                                    (*step, divergence),
-                                );
-                                crate::artifacts::write_all(&[file]);
-                            }
-                            tell(Event::Shrinking {
-                                backend: backend.name(),
-                            });
-                            let (record, artifact) = shrink_and_report(
-                                backend.as_ref(),
-                                (opts, &cohort.space),
-                                index,
+            };
+            let backend = &opts.backends[member];
+            let summary = &mut run.summaries[member];
+            summary.traces.sent += 1;
+            summary.backend_seconds += time.as_secs_f64();
+            summary.wall_seconds += wall.as_secs_f64();
+            match &outcome {
+                TraceOutcome::Pass {
+                    max_abs_err,
+                    max_rel_err,
+                } => {
+                    summary.traces.passed += 1;
+                    summary.trace_steps += judged.steps.len();
+                    summary.worst_abs_err = summary.worst_abs_err.max(*max_abs_err);
+                    summary.worst_rel_err = summary.worst_rel_err.max(*max_rel_err);
+                }
+                TraceOutcome::Unsupported(u) => {
+                    summary.traces.declined += 1;
+                    summary.add_unsupported(u, 1);
+                }
+                TraceOutcome::Diverged { step, divergence } => {
+                    control.note_failure(member, divergence.kind, &divergence.message);
+                    summary.trace_steps += step + 1;
+                    summary.traces.failed += 1;
+                    summary.first_failing_trace.get_or_insert(item.index);
+                    *summary.divergences.entry(divergence.kind).or_default() += 1;
+                    if summary.traces.failed == 1 {
+                        if opts.write_as_found {
+                            // On disk before shrinking starts: an interrupt loses nothing.
+                            let file = trace_file(
+                                opts,
+                                backend.name(),
+                                item.index,
+                                judged,
                                 (*step, divergence),
-                                &judged,
                             );
-                            summary.failures.push(record);
-                            artifacts.push(artifact);
+                            crate::artifacts::write_all(&[file]);
                         }
+                        (run.tell)(Event::Shrinking {
+                            backend: backend.name(),
+                        });
+                        let t0 = std::time::Instant::now();
+                        let (record, artifact) = shrink_and_report(
+                            backend.as_ref(),
+                            (opts, &traces.cohorts[item.cohort].space),
+                            item.index,
+                            (*step, divergence),
+                            judged,
+                        );
+                        let summary = &mut run.summaries[member];
+                        summary.failures.push(record);
+                        summary.wall_seconds += t0.elapsed().as_secs_f64();
+                        run.artifacts.push(artifact);
                     }
                 }
-                if !matches!(outcome, TraceOutcome::Unsupported(_)) {
-                    crate::coverage::count(coverage, backend.name(), &buckets);
-                }
-                summary.wall_seconds += t0.elapsed().as_secs_f64();
+            }
+            if !matches!(outcome, TraceOutcome::Unsupported(_)) {
+                crate::coverage::count(&mut run.coverage, backend.name(), &t.buckets);
             }
         }
-        tell(Event::Trace);
+    }
+    if item.last_of_index {
+        (run.tell)(Event::Trace);
     }
 }
 
@@ -134,12 +176,10 @@ fn shrink_and_report(
     let kind = divergence.kind;
     let shrunk = shrink_trace(
         backend,
-        opts.trace_without_poison_if_off(trace_recipe_in(
-            opts.seed,
-            index,
-            &opts.trace_shapes,
-            space,
-        )),
+        trace_poisoned_if(
+            opts.poison,
+            trace_recipe_in(opts.seed, index, &opts.trace_shapes, space),
+        ),
         (step, kind),
         opts.shrink,
         space,

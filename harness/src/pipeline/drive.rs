@@ -1,0 +1,193 @@
+//! The one loop of a check. Every subject (a property case, an upstream case, a trace) is
+//! built and judged by the oracle once, run through each backend sent it, and recorded.
+//!
+//! With `jobs` > 1, worker threads build and run subjects ahead of the recorder (the calling
+//! thread), which takes their results strictly in subject order: the tallies, the give-up and
+//! stop decisions, the failures and their shrinking happen exactly as in a run with one job,
+//! so the summary does not depend on `jobs`. A backend's result on a subject the recorder
+//! reaches after giving up on that backend, or after the run stopped, is dropped unrecorded.
+
+use crate::pipeline::control::RunControl;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{mpsc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+/// One subject of the loop: which of its kind, and the backends it is sent to.
+#[derive(Clone, Debug)]
+pub struct Item {
+    /// The property case, trace or upstream case index.
+    pub index: usize,
+    /// The cohort drawing it (0 for upstream cases, which every backend shares).
+    pub cohort: usize,
+    /// The backends it goes to (indices into the check's backends), in order.
+    pub members: Vec<usize>,
+    /// The last item of its index: the index is done when it is recorded.
+    pub last_of_index: bool,
+}
+
+/// A subject as the workers leave it: built, judged by the oracle, run on its members.
+pub struct Ran<P, V> {
+    /// `None` when no member was left to run it on.
+    pub prepared: Option<P>,
+    /// The time the subject took to build and judge by the oracle.
+    pub oracle: Duration,
+    /// Per member (same order as `Item::members`): its verdict and the wall time it took;
+    /// `None` when the member was not run (given up on while the subject waited).
+    pub verdicts: Vec<Option<(V, Duration)>>,
+}
+
+/// What the loop asks of a kind of subject.
+pub trait Subjects: Sync {
+    type Prepared: Send;
+    type Verdict: Send;
+    /// Build the subject of `item` and compute what the oracle expects (on a worker).
+    fn prepare(&self, item: &Item) -> Self::Prepared;
+    /// Run backend `member` on the subject and judge it (on a worker).
+    fn evaluate(&self, p: &Self::Prepared, member: usize) -> Self::Verdict;
+}
+
+/// Records one subject, in order, with the run's control (it may note outcomes there).
+pub type Record<'r, S> = dyn FnMut(&Item, Ran<<S as Subjects>::Prepared, <S as Subjects>::Verdict>, &mut RunControl)
+    + 'r;
+
+/// Run `items` through `subjects` and hand each to `record` in order (`record` may shrink,
+/// report and note outcomes in `control`). Stops at an index boundary when
+/// `control.should_stop()`.
+pub fn drive<S: Subjects>(
+    jobs: usize,
+    subjects: &S,
+    items: &[Item],
+    control: &mut RunControl,
+    record: &mut Record<'_, S>,
+) {
+    let first_of_index = |k: usize| k == 0 || items[k - 1].last_of_index;
+    if jobs <= 1 {
+        for (k, item) in items.iter().enumerate() {
+            if first_of_index(k) && control.should_stop() {
+                break;
+            }
+            let gave_up = |m: usize| control.gave_up(m).is_some();
+            let ran = run_item(subjects, item, &gave_up);
+            record(item, ran, control);
+        }
+        return;
+    }
+
+    // Hints for the workers, set by the recorder: results they would produce for these are
+    // dropped anyway.
+    let gave_up: Vec<AtomicBool> = (0..backend_count(items))
+        .map(|_| AtomicBool::new(false))
+        .collect();
+    let stop = AtomicBool::new(false);
+    let next = AtomicUsize::new(0);
+    // Items recorded so far: workers run at most `ahead` items past it, which bounds the
+    // memory of subjects waiting for the recorder.
+    let recorded = (Mutex::new(0usize), Condvar::new());
+    let ahead = 2 * jobs;
+    let (tx, rx) = mpsc::channel::<(usize, Ran<S::Prepared, S::Verdict>)>();
+    std::thread::scope(|scope| {
+        for _ in 0..jobs {
+            let tx = tx.clone();
+            let (gave_up, stop, next, recorded) = (&gave_up, &stop, &next, &recorded);
+            scope.spawn(move || loop {
+                let k = next.fetch_add(1, Ordering::Relaxed);
+                if k >= items.len() {
+                    break;
+                }
+                {
+                    let (done, wake) = recorded;
+                    let mut done = done.lock().unwrap_or_else(|p| p.into_inner());
+                    while k >= *done + ahead && !stop.load(Ordering::Relaxed) {
+                        done = wake.wait(done).unwrap_or_else(|p| p.into_inner());
+                    }
+                }
+                if stop.load(Ordering::Relaxed) || crate::interrupt::interrupted() {
+                    break;
+                }
+                let skip = |m: usize| gave_up[m].load(Ordering::Relaxed);
+                if tx.send((k, run_item(subjects, &items[k], &skip))).is_err() {
+                    break;
+                }
+            });
+        }
+        drop(tx);
+
+        let mut waiting = BTreeMap::new();
+        let mut k = 0;
+        'recording: while k < items.len() {
+            // Items finish out of order: keep them until their turn.
+            while !waiting.contains_key(&k) {
+                match rx.recv() {
+                    Ok((j, ran)) => {
+                        waiting.insert(j, ran);
+                    }
+                    // Every worker ended (stopped, or one panicked: the scope re-raises it).
+                    Err(_) => break 'recording,
+                }
+            }
+            if first_of_index(k) && control.should_stop() {
+                break;
+            }
+            let ran = waiting.remove(&k).expect("waited for");
+            let item = &items[k];
+            record(item, ran, control);
+            for &m in &item.members {
+                if control.gave_up(m).is_some() {
+                    gave_up[m].store(true, Ordering::Relaxed);
+                }
+            }
+            k += 1;
+            let (done, wake) = &recorded;
+            *done.lock().unwrap_or_else(|p| p.into_inner()) = k;
+            wake.notify_all();
+        }
+        stop.store(true, Ordering::Relaxed);
+        recorded.1.notify_all();
+        // Results still arriving are dropped with the receiver.
+        drop(rx);
+    });
+}
+
+/// The number of backends the items name (one past the highest index).
+fn backend_count(items: &[Item]) -> usize {
+    items
+        .iter()
+        .flat_map(|i| i.members.iter())
+        .max()
+        .map_or(0, |m| m + 1)
+}
+
+/// Build `item`, then run each member not skipped.
+fn run_item<S: Subjects>(
+    subjects: &S,
+    item: &Item,
+    skip: &dyn Fn(usize) -> bool,
+) -> Ran<S::Prepared, S::Verdict> {
+    if item.members.iter().all(|&m| skip(m)) {
+        return Ran {
+            prepared: None,
+            oracle: Duration::ZERO,
+            verdicts: item.members.iter().map(|_| None).collect(),
+        };
+    }
+    let t0 = Instant::now();
+    let prepared = subjects.prepare(item);
+    let oracle = t0.elapsed();
+    let verdicts = item
+        .members
+        .iter()
+        .map(|&m| {
+            (!skip(m)).then(|| {
+                let t0 = Instant::now();
+                let v = subjects.evaluate(&prepared, m);
+                (v, t0.elapsed())
+            })
+        })
+        .collect();
+    Ran {
+        prepared: Some(prepared),
+        oracle,
+        verdicts,
+    }
+}
