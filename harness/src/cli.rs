@@ -370,6 +370,9 @@ pub struct MutantsArgs {
     /// Seed of the property cases.
     #[arg(long, default_value_t = 1, value_name = "SEED")]
     pub seed: u64,
+    /// Mutants checked at once (default: one per core); the table is the same whatever N is.
+    #[arg(short = 'j', long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub jobs: Option<u32>,
     /// Run the upstream suite at every TP head config (default: only 8/2, the cheapest;
     /// the others hold the same specs with more heads).
     #[arg(long)]

@@ -29,10 +29,11 @@ fn too_big(mutant: &str, size: &CaseSize) -> bool {
 
 #[test]
 fn every_mutant_is_killed_and_shrunk_small() {
+    let jobs = std::thread::available_parallelism().map_or(1, |n| n.get());
     let s = run_mutants(
         DEFAULT_CASES,
         1,
-        &[],
+        (&[], jobs),
         std::env::temp_dir().join("attn-diff-mutants-test"),
         &|_| {},
     )

@@ -30,6 +30,8 @@ pub fn run(mut args: CheckArgs, global: GlobalArgs) -> anyhow::Result<bool> {
     check_writable(&args.out)?;
     let jobs = args.jobs.map_or_else(default_jobs, |n| n as usize);
     args.external.processes = jobs;
+    // Kernels called from several workers at once would fight their siblings for the cores.
+    attn_backends::threads::set_caller_only(jobs > 1);
     crate::interrupt::install();
     let mut up = if args.upstream {
         upstream::full_suite()

@@ -16,11 +16,16 @@ pub fn run(args: MutantsArgs, global: GlobalArgs) -> anyhow::Result<bool> {
         })
         .collect();
     let total = attn_backends::mutants::CATALOGUE.len();
+    let jobs = args
+        .jobs
+        .map_or_else(super::check::default_jobs, |n| n as usize);
+    // Mutants checked side by side: each kernel call keeps to its own thread.
+    attn_backends::threads::set_caller_only(jobs > 1);
     let progress = Progress::new(global.quiet, total as u64, "mutants");
     let run = run_mutants(
         args.cases.unwrap_or_else(CheckOptions::default_cases),
         args.seed,
-        &suite,
+        (&suite, jobs),
         args.out,
         &|name| {
             progress.phase(format!("mutant:{name}"));

@@ -298,8 +298,6 @@ pub fn run_check(mut opts: CheckOptions) -> CheckRun {
     };
     let opts = &opts;
     let jobs = opts.jobs.max(1);
-    // Kernels called from several workers at once would fight their siblings for the cores.
-    attn_backends::threads::set_caller_only(jobs > 1);
     let mut control = RunControl::new(opts.backends.len(), opts.max_failures, opts.give_up_after);
 
     let indices: Vec<usize> = match opts.case_index {

@@ -191,3 +191,35 @@ fn run_item<S: Subjects>(
         verdicts,
     }
 }
+
+/// `f` of every item on `jobs` threads, the results in item order (for work with no order
+/// of its own, such as one check per mutant).
+pub fn map_ordered<T: Sync, R: Send>(
+    jobs: usize,
+    items: &[T],
+    f: &(dyn Fn(&T) -> R + Sync),
+) -> Vec<R> {
+    if jobs <= 1 || items.len() <= 1 {
+        return items.iter().map(f).collect();
+    }
+    let next = AtomicUsize::new(0);
+    let results: Vec<Mutex<Option<R>>> = items.iter().map(|_| Mutex::new(None)).collect();
+    std::thread::scope(|scope| {
+        for _ in 0..jobs.min(items.len()) {
+            scope.spawn(|| loop {
+                let k = next.fetch_add(1, Ordering::Relaxed);
+                let Some(item) = items.get(k) else { break };
+                let r = f(item);
+                *results[k].lock().unwrap_or_else(|p| p.into_inner()) = Some(r);
+            });
+        }
+    });
+    results
+        .into_iter()
+        .map(|r| {
+            r.into_inner()
+                .unwrap_or_else(|p| p.into_inner())
+                .expect("every item ran")
+        })
+        .collect()
+}

@@ -5,6 +5,7 @@
 use crate::artifacts::Artifact;
 use crate::check::{run_check, CheckOptions};
 use crate::compare::Tolerance;
+use crate::pipeline::drive::map_ordered;
 use crate::runner::{evaluate, Outcome};
 use crate::upstream::UpstreamCase;
 use attn_backends::mutants::{mutant, CATALOGUE};
@@ -19,62 +20,68 @@ pub struct MutantsRun {
     pub artifacts: Vec<Artifact>,
 }
 
-/// Run every mutant; `upstream` is the upstream suite to compare with (may be empty);
-/// `on_mutant` is told each mutant's name as it starts (for a progress display).
+/// Run every mutant, `jobs` at once; `upstream` is the upstream suite to compare with (may
+/// be empty); `on_mutant` is told each mutant's name as it starts (for a progress display).
+/// The table does not depend on `jobs`: each mutant's check is its own.
 pub fn run_mutants(
     cases: u32,
     seed: u64,
-    upstream: &[UpstreamCase],
+    (upstream, jobs): (&[UpstreamCase], usize),
     out_dir: PathBuf,
-    on_mutant: &dyn Fn(&str),
+    on_mutant: &(dyn Fn(&str) + Sync),
 ) -> MutantsRun {
+    let checked = map_ordered(jobs, CATALOGUE, &|info| {
+        on_mutant(info.name);
+        let backend = mutant(info.name).expect("catalogue names are known");
+        let start = Instant::now();
+        let run = run_check(CheckOptions {
+            seed,
+            ..CheckOptions::new(vec![backend], cases, out_dir.clone())
+        });
+        let b = &run.summary.backends[0];
+        let row = MutantRow {
+            mutant: format!("mutant:{}", info.name),
+            description: info.description.to_string(),
+            public_bug: info.public_bug.map(str::to_string),
+            killed: b.failed() > 0,
+            // Cases run in index order, unsharded: the first failing index + 1.
+            cases_to_kill: b.first_failing_case.map(|i| i + 1),
+            traces_to_kill: b.first_failing_trace.map(|i| i + 1),
+            seconds: start.elapsed().as_secs_f64(),
+            shrunk: b.failures.first().map(|f| f.size.clone()),
+            killed_by_upstream: false,
+            upstream_killer: None,
+        };
+        (row, run.artifacts)
+    });
     let mut artifacts = Vec::new();
-    let mut rows: Vec<MutantRow> = CATALOGUE
-        .iter()
-        .map(|info| {
-            on_mutant(info.name);
-            let backend = mutant(info.name).expect("catalogue names are known");
-            let start = Instant::now();
-            let run = run_check(CheckOptions {
-                seed,
-                ..CheckOptions::new(vec![backend], cases, out_dir.clone())
-            });
-            let b = &run.summary.backends[0];
-            let row = MutantRow {
-                mutant: format!("mutant:{}", info.name),
-                description: info.description.to_string(),
-                public_bug: info.public_bug.map(str::to_string),
-                killed: b.failed() > 0,
-                // Cases run in index order, unsharded: the first failing index + 1.
-                cases_to_kill: b.first_failing_case.map(|i| i + 1),
-                traces_to_kill: b.first_failing_trace.map(|i| i + 1),
-                seconds: start.elapsed().as_secs_f64(),
-                shrunk: b.failures.first().map(|f| f.size.clone()),
-                killed_by_upstream: false,
-                upstream_killer: None,
-            };
-            artifacts.extend(run.artifacts);
-            row
-        })
-        .collect();
+    let mut rows = Vec::with_capacity(checked.len());
+    for (row, files) in checked {
+        rows.push(row);
+        artifacts.extend(files);
+    }
 
     // The upstream suite: each case's oracle once, every mutant still alive against it.
     for uc in upstream {
-        if rows.iter().all(|r| r.killed_by_upstream) {
+        let alive: Vec<usize> = (0..rows.len())
+            .filter(|&i| !rows[i].killed_by_upstream)
+            .collect();
+        if alive.is_empty() {
             break;
         }
         let case = uc.build();
         let expected = reference_output(&case);
-        for (info, row) in CATALOGUE.iter().zip(rows.iter_mut()) {
-            if row.killed_by_upstream {
-                continue;
-            }
-            let backend = mutant(info.name).expect("catalogue names are known");
-            if let (Outcome::Diverged(_), _) =
-                evaluate(backend.as_ref(), &case, &expected, Tolerance::upstream())
-            {
-                row.killed_by_upstream = true;
-                row.upstream_killer = Some(uc.label());
+        let killed = map_ordered(jobs, &alive, &|&i| {
+            let backend = mutant(CATALOGUE[i].name).expect("catalogue names are known");
+            matches!(
+                evaluate(backend.as_ref(), &case, &expected, Tolerance::upstream()).0,
+                Outcome::Diverged(_)
+            )
+        });
+        for (&i, killed) in alive.iter().zip(killed) {
+            if killed {
+                rows[i].killed_by_upstream = true;
+                rows[i].upstream_killer = Some(uc.label());
             }
         }
     }
