@@ -14,6 +14,7 @@ pub mod registry;
 pub mod run;
 #[cfg(feature = "spyre")]
 pub mod spyre;
+mod step_check;
 pub mod threads;
 pub mod trace;
 

@@ -26,7 +26,7 @@ use crate::{
     cache_as, cache_as_mut, Backend, BackendError, CacheLayout, KvCache, KvWrite, StepInputs,
     Unsupported,
 };
-use attn_reference::{AttentionConfig, AttentionKind, Feature};
+use attn_reference::{AttentionConfig, Feature};
 use elem::KvElem;
 use kernel::{KvSource, Problem, Scratch};
 use layout::{CpuKvCache, Geometry, KvData};
@@ -194,63 +194,6 @@ impl CpuBackend {
                 "cache was created for {:?} {:?} {:?}, not for {config}",
                 cache.dtype, cache.fp8, g
             )));
-        }
-        Ok(())
-    }
-
-    fn check_step(
-        &self,
-        config: &AttentionConfig,
-        num_blocks: usize,
-        step: &StepInputs<'_>,
-    ) -> Result<(), BackendError> {
-        let (hq, d, bs) = (config.num_heads, config.head_size, config.block_size);
-        let seqs = step.seq_lens.len();
-        let qsl = step.query_start_loc;
-        if hq
-            .checked_mul(d)
-            .and_then(|row| row.checked_mul(step.num_tokens))
-            != Some(step.query.len())
-        {
-            return Err(self.invalid(format!(
-                "query holds {} values, expected {} x {hq} x {d}",
-                step.query.len(),
-                step.num_tokens
-            )));
-        }
-        if qsl.len() != seqs + 1
-            || qsl[0] != 0
-            || qsl.windows(2).any(|w| w[0] > w[1])
-            || qsl[seqs] > step.num_tokens
-        {
-            return Err(self.invalid(format!("query_start_loc {qsl:?} is not a prefix sum of {seqs} query lengths within {} tokens", step.num_tokens)));
-        }
-        if step.block_table.len() < seqs {
-            return Err(self.invalid(format!(
-                "block_table has {} rows for {seqs} sequences",
-                step.block_table.len()
-            )));
-        }
-        for (s, &seq_len) in step.seq_lens.iter().enumerate() {
-            let q = qsl[s + 1] - qsl[s];
-            if q > seq_len && config.kind != AttentionKind::EncoderDecoder {
-                return Err(self.invalid(format!(
-                    "sequence {s}: {q} query tokens but seq_len {seq_len}"
-                )));
-            }
-            let row = &step.block_table[s];
-            let need = seq_len.div_ceil(bs);
-            if row.len() < need {
-                return Err(self.invalid(format!(
-                    "sequence {s}: seq_len {seq_len} needs {need} blocks, block table row has {}",
-                    row.len()
-                )));
-            }
-            if let Some(&b) = row[..need].iter().find(|&&b| b as usize >= num_blocks) {
-                return Err(self.invalid(format!(
-                    "sequence {s}: block {b} outside the cache's {num_blocks} blocks"
-                )));
-            }
         }
         Ok(())
     }
@@ -515,7 +458,8 @@ impl Backend for CpuBackend {
         self.supports(config)?;
         let cache = cache_as::<CpuKvCache>(NAME, cache)?;
         self.check_cache(config, cache)?;
-        self.check_step(config, cache.geometry.num_blocks, step)?;
+        step.validate(config, cache.geometry.num_blocks)
+            .map_err(|m| self.invalid(m))?;
         match &cache.data {
             KvData::F32(d) => self.run(config, d, cache.geometry, step),
             KvData::Bf16(d) => self.run(config, d, cache.geometry, step),

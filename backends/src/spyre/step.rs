@@ -103,59 +103,24 @@ pub(crate) fn sequences(
     step: &StepInputs<'_>,
     num_blocks: usize,
 ) -> Result<Vec<Seq>, String> {
+    step.validate(c, num_blocks)?;
     let b = step.seq_lens.len();
-    let row_q = c.num_heads * c.head_size;
-    if step.query.len() != step.num_tokens * row_q {
-        return Err(format!(
-            "query holds {} values, expected {} ([{}, {}, {}])",
-            step.query.len(),
-            step.num_tokens * row_q,
-            step.num_tokens,
-            c.num_heads,
-            c.head_size
-        ));
-    }
-    if step.query_start_loc.len() != b + 1 || step.query_start_loc[0] != 0 {
-        return Err(format!(
-            "query_start_loc must have {} entries starting at 0",
-            b + 1
-        ));
-    }
-    if step.block_table.len() != b {
-        return Err(format!(
-            "block_table has {} rows for {b} sequences",
-            step.block_table.len()
-        ));
-    }
-    let mut seqs = Vec::with_capacity(b);
-    for s in 0..b {
-        let (start, end) = (step.query_start_loc[s], step.query_start_loc[s + 1]);
-        if end < start || end > step.num_tokens {
-            return Err(format!("query_start_loc is not a non-decreasing prefix sum within {} tokens at sequence {s}", step.num_tokens));
-        }
-        let (q_len, seq_len) = (end - start, step.seq_lens[s]);
-        if q_len > seq_len && c.kind != attn_reference::AttentionKind::EncoderDecoder {
-            return Err(format!(
-                "sequence {s}: query_len {q_len} exceeds seq_len {seq_len}"
-            ));
-        }
-        let needed = seq_len.div_ceil(c.block_size);
-        let row = &step.block_table[s];
-        if row.len() < needed {
-            return Err(format!(
-                "sequence {s}: block_table row has {} blocks, seq_len {seq_len} needs {needed}",
-                row.len()
-            ));
-        }
+    // Beyond the shared rules: the gather reads a sequence's whole block-table row.
+    for (s, row) in step.block_table[..b].iter().enumerate() {
         if let Some((i, &blk)) = row
             .iter()
             .enumerate()
             .find(|(_, &blk)| blk as usize >= num_blocks)
         {
             return Err(format!(
-                "sequence {s}: block_table[{i}] = {blk} is outside the cache's {num_blocks} blocks"
+                "sequence {s}: block_table[{s}][{i}] = {blk} is outside the cache's {num_blocks} blocks (the gather reads the whole row)"
             ));
         }
+    }
+    let mut seqs = Vec::with_capacity(b);
+    for s in 0..b {
+        let (start, end) = (step.query_start_loc[s], step.query_start_loc[s + 1]);
+        let (q_len, seq_len) = (end - start, step.seq_lens[s]);
         if q_len > 0 {
             seqs.push(Seq {
                 index: s,
