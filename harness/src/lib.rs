@@ -20,6 +20,7 @@ pub mod render;
 pub mod suggest;
 
 // The pipeline's modules by their short names, as tests and tools have always used them.
+pub use attn_results::compare;
 #[cfg(feature = "mutants")]
 pub use pipeline::mutants;
-pub use pipeline::{bench, check, compare, coverage, replay, runner, shrink, strategy, upstream};
+pub use pipeline::{bench, check, coverage, replay, runner, shrink, strategy, upstream};

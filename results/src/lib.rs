@@ -9,6 +9,7 @@
 
 pub mod bench;
 pub mod check;
+pub mod compare;
 pub mod coverage;
 pub mod list;
 pub mod mutants;

@@ -1,49 +1,39 @@
-//! What the backend-specific tests share: a comparison with the oracle that names the first
-//! mismatches, under the case's `attn_reference::Tolerance` (the harness's own). The topics
-//! every backend shares are in the harness's conformance suite (`harness/tests/conformance.rs`).
+//! What the backend-specific tests share: the harness's own comparison with the oracle
+//! (`attn_results::compare`, under the case's `attn_reference::Tolerance`), as a report that
+//! names the first mismatches. The topics every backend shares are in the harness's
+//! conformance suite (`harness/tests/conformance.rs`).
 
 use attn_reference::{Case, Tolerance};
+use attn_results::compare::compare as judge;
 
-/// Compare the real rows of `actual` with `expected`; every value of `actual` (padding rows
-/// too) must be finite. On failure, a report of the first mismatches with their position.
+/// Compare the real rows of `actual` with `expected` as the harness does (padding rows are
+/// not read; NaN or Inf in a real row fails). On failure, the count, the first and the
+/// worst mismatch with their position.
 pub fn compare(case: &Case, actual: &[f32], expected: &[f64]) -> Result<(), String> {
     let (hq, d) = (case.config.num_heads, case.config.head_size);
-    if let Some(i) = actual.iter().position(|x| !x.is_finite()) {
-        return Err(format!(
-            "non-finite output {} at token {}, head {}, dim {}",
-            actual[i],
-            i / (hq * d),
-            i / d % hq,
-            i % d
-        ));
-    }
     let tol = Tolerance::for_case(case);
-    let mut bad = Vec::new();
-    let mut count = 0usize;
-    for (i, (&a, &e)) in actual.iter().zip(expected).enumerate() {
-        let diff = (a as f64 - e).abs();
-        if !tol.accepts(a as f64, e) {
-            count += 1;
-            if bad.len() < 5 {
-                bad.push(format!(
-                    "  token {} head {} dim {}: got {a}, expected {e:.6}, |diff| {diff:.3e}, rel {:.3e}",
-                    i / (hq * d),
-                    i / d % hq,
-                    i % d,
-                    diff / e.abs().max(f64::MIN_POSITIVE)
-                ));
-            }
-        }
+    let c = judge(actual, expected, hq, d, tol);
+    if c.passed() {
+        return Ok(());
     }
-    if count == 0 {
-        Ok(())
-    } else {
-        Err(format!(
-            "{count} of {} values outside atol {:e}, rtol {:e}:\n{}",
-            expected.len(),
-            tol.atol,
-            tol.rtol,
-            bad.join("\n")
-        ))
-    }
+    let at = |m: &attn_results::Mismatch| {
+        format!(
+            "token {} head {} dim {}: got {}, expected {:.6}",
+            m.token, m.head, m.dim, m.actual, m.expected
+        )
+    };
+    Err(format!(
+        "{} of {} values outside atol {:e}, rtol {:e}{}; first {}; worst {}",
+        c.mismatch_count,
+        expected.len(),
+        tol.atol,
+        tol.rtol,
+        if c.non_finite {
+            " (non-finite values)"
+        } else {
+            ""
+        },
+        c.first.as_ref().map_or("-".into(), at),
+        c.worst.as_ref().map_or("-".into(), at),
+    ))
 }

@@ -4,7 +4,6 @@
 
 pub mod bench;
 pub mod check;
-pub mod compare;
 pub mod control;
 pub mod coverage;
 pub mod drive;

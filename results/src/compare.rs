@@ -1,7 +1,9 @@
 //! Comparing a backend's output with the oracle's, element by element, under the case's
 //! [`Tolerance`]: how many values fail, the first and the worst, and an error map per token and
 //! head for the heat map. NaN or Inf anywhere in a real row is a divergence whatever the
-//! tolerance.
+//! tolerance; padding rows are never read (an engine ignores them, and they may be computed
+//! from poisoned padding queries). The harness and every backend's own tests judge with this
+//! one comparison.
 
 use serde::Serialize;
 
@@ -10,7 +12,7 @@ use serde::Serialize;
 pub use attn_reference::Tolerance;
 
 /// One element that failed the tolerance.
-pub use attn_results::Mismatch;
+pub use crate::Mismatch;
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Comparison {
