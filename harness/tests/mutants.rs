@@ -130,23 +130,14 @@ fn trace_only_mutants_escape_single_steps_and_die_on_traces() {
         );
         let f = &b.failures[0];
         println!("{}", f.text);
-        let steps: usize = f
-            .text
-            .lines()
-            .find_map(|l| l.strip_prefix("trace:   "))
-            .and_then(|l| l.split(' ').next())
-            .and_then(|n| n.parse().ok())
-            .expect("the report names the trace's steps");
+        let attn_results::Origin::Trace { steps, .. } = f.origin else {
+            panic!("{name} was not killed by a trace: {}", f.origin);
+        };
         assert!(
             steps <= 3,
             "{name} shrunk only to {steps} steps:\n{}",
             f.text
         );
         assert!(f.text.contains("history of blocks"), "{}", f.text);
-        assert!(
-            matches!(f.origin, attn_results::Origin::Trace { .. }),
-            "{}",
-            f.origin
-        );
     }
 }

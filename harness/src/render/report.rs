@@ -93,8 +93,12 @@ pub(crate) fn headline(r: &FailureRecord) -> String {
 }
 
 fn render(r: &FailureRecord, case: &Case, expected: &[f64], d: &Divergence) -> String {
+    format!("{}\n{}", headline(r), body(r, case, expected, d))
+}
+
+/// A failure report below its headline: the case, what diverged, the diff, the files.
+pub(crate) fn body(r: &FailureRecord, case: &Case, expected: &[f64], d: &Divergence) -> String {
     let mut s = String::new();
-    let _ = writeln!(s, "{}", headline(r));
     let _ = writeln!(s, "case:    {}", case.shape_summary());
     if let Some(slopes) = &case.config.alibi_slopes {
         let _ = writeln!(s, "alibi:   {slopes:?}");

@@ -45,9 +45,8 @@ pub fn trace_failure_record(
             q.seq, q.phase, q.context_len, q.query_len, q.block_table
         );
     }
-    // The whole step report, without its own header.
-    let body = r.text.split_once('\n').map_or("", |(_, b)| b);
-    s.push_str(body);
+    // The whole step report, without its own headline.
+    s.push_str(&super::report::body(&r, case, &t.expected[step], d));
     // The blocks involved: those the diverging sequence reads, and those its batch row held
     // the step before (where a stale per-row or per-sequence pointer leads).
     let row = r
