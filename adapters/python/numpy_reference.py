@@ -21,7 +21,8 @@ import numpy as np  # noqa: E402
 class NumpyReference(Adapter):
     name = "numpy-reference"
     description = "paged attention in numpy (float64), every feature"
-    capabilities = {}
+    # Every established feature, and padded requests (no FP8 cache, no cross-attention).
+    capabilities = {"features": ["sliding_window", "logits_soft_cap", "alibi", "sinks", "padded_requests"]}
 
     def new_cache(self, config, num_blocks):
         shape = (num_blocks, config.block_size, config.num_kv_heads, config.head_size)
@@ -54,6 +55,8 @@ class NumpyReference(Adapter):
         out = np.zeros((step.num_tokens, config.num_heads, config.head_size), np.float32)
         for s in range(len(step.seq_lens)):
             q0, q1 = int(step.query_start_loc[s]), int(step.query_start_loc[s + 1])
+            if q1 == q0:
+                continue  # a padded request: no query, no output row
             seq_len = int(step.seq_lens[s])
             context = seq_len - (q1 - q0)
             pos = np.arange(seq_len)

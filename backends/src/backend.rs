@@ -212,11 +212,25 @@ pub fn declines(backend: &dyn Backend, config: &AttentionConfig) -> Result<(), U
 /// (sequences, query and sequence lengths, tokens per step).
 pub fn declines_case(backend: &dyn Backend, case: &Case) -> Result<(), Unsupported> {
     declines(backend, &case.config)?;
+    declines_lens(backend, &case.batch.query_lens)?;
     backend.space().admits_batch(
         &case.batch.seq_lens,
         &case.batch.query_lens,
         case.num_tokens(),
     )
+}
+
+/// Whether `backend` declines a batch of these query lengths for a feature of the batch
+/// ([`Feature::OF_THE_BATCH`]) it does not implement.
+pub fn declines_lens(backend: &dyn Backend, query_lens: &[usize]) -> Result<(), Unsupported> {
+    let implemented = backend.optional_features();
+    match Feature::OF_THE_BATCH
+        .into_iter()
+        .find(|f| f.used_by_lens(query_lens) && !implemented.contains(f))
+    {
+        Some(f) => Err(Unsupported::new(f, "not implemented")),
+        None => Ok(()),
+    }
 }
 
 /// Downcast a cache to the backend's own type, with an error rather than a panic when a

@@ -50,8 +50,18 @@ pub enum CaseError {
         expected: usize,
         actual: usize,
     },
-    #[error("batch.query_lens[{seq}] is 0: every sequence in a step has at least one new token")]
-    QueryLenZero { seq: usize },
+    #[error(
+        "batch.query_lens[{seq}] is 0 but batch.seq_lens[{seq}] = {seq_len}: only a padded request \
+         (query_len 0 and seq_len 0, as vLLM pads a batch's request count) has no new token"
+    )]
+    QueryLenZero { seq: usize, seq_len: usize },
+    #[error(
+        "batch.seq_lens[{seq}] is a padded request (query_len 0, seq_len 0) before the real request \
+         {real}: vLLM puts padded requests after every real one"
+    )]
+    PaddedRequestBeforeReal { seq: usize, real: usize },
+    #[error("batch.query_lens: every request is padded (query_len 0); a step has at least one real request")]
+    OnlyPaddedRequests,
     #[error("batch.query_lens[{seq}] = {query_len} exceeds batch.seq_lens[{seq}] = {seq_len}")]
     QueryLenExceedsSeqLen {
         seq: usize,

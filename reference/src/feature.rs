@@ -24,6 +24,10 @@ pub enum Feature {
     /// An FP8 KV cache (`fp8_e4m3` or `fp8_e5m2`, per-tensor k/v scales); the format is
     /// probed on its own by `list`.
     Fp8KvCache,
+    /// Requests with no new token in the step (query_len 0, seq_len 0) after the real ones:
+    /// vLLM pads a batch's request count with them for CUDA graphs. A property of the batch,
+    /// not of the config ([`Feature::used_by_lens`]).
+    PaddedRequests,
     /// The head size (a SIMD width, a device tile).
     HeadSize,
     /// The KV-cache block size.
@@ -44,7 +48,7 @@ pub enum Feature {
 }
 
 impl Feature {
-    pub const ALL: [Feature; 16] = [
+    pub const ALL: [Feature; 17] = [
         Feature::Dtype,
         Feature::EncoderOnly,
         Feature::CrossAttention,
@@ -53,6 +57,7 @@ impl Feature {
         Feature::Alibi,
         Feature::Sinks,
         Feature::Fp8KvCache,
+        Feature::PaddedRequests,
         Feature::HeadSize,
         Feature::BlockSize,
         Feature::HeadLayout,
@@ -65,7 +70,7 @@ impl Feature {
 
     /// The optional attention features: on or off in a config, listed in an external
     /// adapter's capabilities.
-    pub const OPTIONAL: [Feature; 7] = [
+    pub const OPTIONAL: [Feature; 8] = [
         Feature::EncoderOnly,
         Feature::CrossAttention,
         Feature::SlidingWindow,
@@ -73,7 +78,11 @@ impl Feature {
         Feature::Alibi,
         Feature::Sinks,
         Feature::Fp8KvCache,
+        Feature::PaddedRequests,
     ];
+
+    /// The optional features a batch uses rather than a config.
+    pub const OF_THE_BATCH: [Feature; 1] = [Feature::PaddedRequests];
 
     /// The optional features every backend of this project implemented when the list was
     /// made: what [`Backend::optional_features`](../attn_backends) claims by default. A feature
@@ -98,6 +107,7 @@ impl Feature {
             Feature::Alibi => "alibi",
             Feature::Sinks => "sinks",
             Feature::Fp8KvCache => "fp8_kv_cache",
+            Feature::PaddedRequests => "padded_requests",
             Feature::HeadSize => "head_size",
             Feature::BlockSize => "block_size",
             Feature::HeadLayout => "head_layout",
@@ -120,6 +130,7 @@ impl Feature {
             Feature::Alibi => "ALiBi",
             Feature::Sinks => "attention sinks",
             Feature::Fp8KvCache => "FP8 KV cache",
+            Feature::PaddedRequests => "padded requests (query length 0)",
             Feature::HeadSize => "head size",
             Feature::BlockSize => "block size",
             Feature::HeadLayout => "head layout",
@@ -148,6 +159,14 @@ impl Feature {
 
     /// Turn this optional feature off in `config` (the shrinker's "feature off" step); false
     /// when there was nothing to turn off.
+    /// Whether a batch of these lengths uses this feature (the features of the batch).
+    pub fn used_by_lens(self, query_lens: &[usize]) -> bool {
+        match self {
+            Feature::PaddedRequests => query_lens.contains(&0),
+            _ => false,
+        }
+    }
+
     pub fn turn_off(self, config: &mut AttentionConfig) -> bool {
         let was = self.used_by(config);
         match self {
@@ -204,6 +223,8 @@ impl Feature {
                     )
                 })
                 .collect(),
+            // Not a config: `list` asks the backend's features directly.
+            f if Feature::OF_THE_BATCH.contains(&f) => Vec::new(),
             f if Feature::OPTIONAL.contains(&f) => {
                 vec![(f.label().to_string(), with(&|c| f.turn_on(c)))]
             }

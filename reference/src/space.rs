@@ -423,6 +423,12 @@ impl Space {
         let over = |what: &str, limit: usize, value: usize| {
             Unsupported::new(Feature::BatchShape, format!("{what} above {limit}")).value(value)
         };
+        if let Some(f) = Feature::OF_THE_BATCH
+            .into_iter()
+            .find(|&f| f.used_by_lens(query_lens) && !self.allows_feature(f))
+        {
+            return Err(Unsupported::new(f, "not declared"));
+        }
         if let Some(m) = self.max_seqs {
             if seq_lens.len() > m {
                 return Err(over("sequences per step", m, seq_lens.len()));

@@ -273,9 +273,20 @@ impl Case {
         }
         let n = b.seq_lens.len();
         expect_len("batch.query_lens", Some(n), b.query_lens.len())?;
+        let mut padded_from = None;
         for (s, (&q, &l)) in b.query_lens.iter().zip(&b.seq_lens).enumerate() {
             if q == 0 {
-                return Err(CaseError::QueryLenZero { seq: s });
+                if l != 0 {
+                    return Err(CaseError::QueryLenZero { seq: s, seq_len: l });
+                }
+                padded_from.get_or_insert(s);
+                continue;
+            }
+            if let Some(padded) = padded_from {
+                return Err(CaseError::PaddedRequestBeforeReal {
+                    seq: padded,
+                    real: s,
+                });
             }
             if q > l && c.kind != AttentionKind::EncoderDecoder {
                 return Err(CaseError::QueryLenExceedsSeqLen {
@@ -291,6 +302,9 @@ impl Case {
                     seq_len: l,
                 });
             }
+        }
+        if padded_from == Some(0) {
+            return Err(CaseError::OnlyPaddedRequests);
         }
         // Lengths of tensors in memory bound every count below, so no loop runs away.
         let tokens = b

@@ -33,8 +33,36 @@ fn err(f: impl FnOnce(&mut Case)) -> CaseError {
 fn query_len_zero() {
     assert_eq!(
         err(|c| c.batch.query_lens[1] = 0),
-        CaseError::QueryLenZero { seq: 1 }
+        CaseError::QueryLenZero { seq: 1, seq_len: 3 }
     );
+}
+
+/// vLLM pads a batch's request count (for CUDA graphs) with requests of query_len 0 and
+/// seq_len 0 after the real ones: exactly those are valid.
+#[test]
+fn padded_requests_are_valid_only_as_vllm_makes_them() {
+    use attn_reference::{build_case, AttentionConfig, BuildOptions, DType};
+    let config = AttentionConfig::new(4, 2, 8, 4, DType::F32);
+    let padded = build_case(
+        &[5, 3, 0, 0],
+        &[2, 1, 0, 0],
+        config,
+        1,
+        &BuildOptions::default(),
+    );
+    assert_eq!(padded.validate(), Ok(()));
+    assert_eq!(padded.query_start_loc(), vec![0, 2, 3, 3, 3]);
+    let mut before = padded.clone();
+    before.batch.seq_lens = vec![5, 0, 3, 0];
+    before.batch.query_lens = vec![2, 0, 1, 0];
+    assert_eq!(
+        before.validate(),
+        Err(CaseError::PaddedRequestBeforeReal { seq: 1, real: 2 })
+    );
+    let mut only = padded;
+    only.batch.seq_lens = vec![0; 4];
+    only.batch.query_lens = vec![0; 4];
+    assert_eq!(only.validate(), Err(CaseError::OnlyPaddedRequests));
 }
 
 #[test]

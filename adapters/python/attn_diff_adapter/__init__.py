@@ -94,7 +94,7 @@ MAX_FRAME_BYTES = 1 << 32
 
 DTYPES = ("f32", "bf16", "f16")
 KINDS = ("decoder", "encoder_only", "encoder_decoder")
-FEATURES = ("sliding_window", "logits_soft_cap", "alibi", "sinks", "fp8_kv_cache")
+FEATURES = ("sliding_window", "logits_soft_cap", "alibi", "sinks", "fp8_kv_cache", "padded_requests")
 #: KV-cache dtypes as vLLM's `kv_cache_dtype` names them; "fp8" is "fp8_e4m3".
 KV_CACHE_DTYPES = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2")
 
@@ -114,8 +114,10 @@ class Capabilities(TypedDict, total=False):
     - ``kinds``: from ``"decoder"``, ``"encoder_only"``, ``"encoder_decoder"``
       (cross-attention is run only when listed).
     - ``features``: the optional features implemented, from ``"sliding_window"``,
-      ``"logits_soft_cap"``, ``"alibi"``, ``"sinks"``, ``"fp8_kv_cache"``; a case using a
-      feature not listed is not drawn. (Encoder-only and cross-attention are ``kinds``.)
+      ``"logits_soft_cap"``, ``"alibi"``, ``"sinks"``, ``"fp8_kv_cache"``,
+      ``"padded_requests"`` (requests of query length 0 and seq_len 0 after the real ones,
+      as vLLM pads a batch's request count for CUDA graphs); a case using a feature not
+      listed is not drawn. (Encoder-only and cross-attention are ``kinds``.)
     - ``max_seqs``: sequences per step; ``max_query_len``: new tokens of one sequence in a
       step; ``max_seq_len``: context plus new tokens of one sequence (for cross-attention,
       the encoder's keys); ``max_tokens``: tokens per step, padding tokens included;
@@ -450,6 +452,8 @@ def decline_reason(
                 return f"FP8 KV cache ({config.kv_cache_dtype}) not implemented"
         elif features is not None and f not in features:
             return f"{f} not implemented"
+    if query_lens is not None and 0 in list(query_lens) and "padded_requests" not in (features or []):
+        return "padded requests (query length 0) not implemented"
     if config.kv_cache is None and not listed("kv_cache_dtypes", "auto"):
         return "a KV cache in the compute dtype (auto) not implemented"
     g = caps.get("max_group")

@@ -21,6 +21,7 @@ pub enum Bug {
     SinkInNumerator,
     SoftCapAfterAlibi,
     PaddingRowNan,
+    MaxQueryLenFromCounts,
     LowPrecisionAccumulation,
     SplitMergeDropsRescale,
     LastPartialBlockIgnored,
@@ -162,7 +163,11 @@ impl Backend for PlainBackend {
 
     fn optional_features(&self) -> Vec<Feature> {
         let mut f = Feature::ESTABLISHED.to_vec();
-        f.extend([Feature::Fp8KvCache, Feature::CrossAttention]);
+        f.extend([
+            Feature::Fp8KvCache,
+            Feature::CrossAttention,
+            Feature::PaddedRequests,
+        ]);
         f
     }
 
@@ -292,10 +297,23 @@ impl Backend for PlainBackend {
             }
         }
 
+        // The longest query "is" num_tokens - num_seqs + 1 when every request has a token:
+        // a grid sized by it drops the last queries of a request once padded requests
+        // (query length 0) join the count.
+        let n = step.seq_lens.len();
+        let grid = (step.query_start_loc[n] + 1).saturating_sub(n);
         for (s, &seq_hit) in hit.iter().enumerate() {
             let (q0, q1) = (step.query_start_loc[s], step.query_start_loc[s + 1]);
             let seq_len = step.seq_lens[s];
+            if seq_len == 0 {
+                continue; // a padded request: nothing to attend, no output row
+            }
             let query_len = q1 - q0;
+            let q1 = if self.bug == Bug::MaxQueryLenFromCounts {
+                q1.min(q0 + grid)
+            } else {
+                q1
+            };
             // Cross-attention: every key is the encoder's; queries have no position among
             // them (and may outnumber them).
             let cross = c.kind == AttentionKind::EncoderDecoder;

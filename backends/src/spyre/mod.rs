@@ -219,7 +219,11 @@ impl Backend for Spyre {
 
     fn optional_features(&self) -> Vec<Feature> {
         let mut f = Feature::ESTABLISHED.to_vec();
-        f.extend([Feature::Fp8KvCache, Feature::CrossAttention]);
+        f.extend([
+            Feature::Fp8KvCache,
+            Feature::CrossAttention,
+            Feature::PaddedRequests,
+        ]);
         f
     }
 

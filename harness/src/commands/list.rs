@@ -4,7 +4,7 @@
 use super::usage;
 use crate::cli::ListArgs;
 use crate::render::{table, Format};
-use attn_backends::{all_backends, declines, Backend};
+use attn_backends::{all_backends, declines, declines_lens, Backend};
 use attn_reference::{AttentionConfig, DType, Feature};
 use attn_results::list::Declined;
 use attn_results::{AdapterEntry, BackendEntry, ListDocument, SpecEntry};
@@ -54,11 +54,28 @@ fn entry(backend: &dyn Backend) -> BackendEntry {
         .map(plain)
         .find(|c| declines(backend, c).is_ok())
         .unwrap_or_else(|| plain(DType::Bf16));
+    // The features of a batch are probed with a batch that uses them.
+    let batch_probes: Vec<(String, Result<(), _>)> = Feature::OF_THE_BATCH
+        .into_iter()
+        .map(|f| {
+            let lens: &[usize] = match f {
+                Feature::PaddedRequests => &[1, 0],
+                _ => &[1],
+            };
+            (f.label().to_string(), declines_lens(backend, lens))
+        })
+        .collect();
     let runs = Feature::OPTIONAL
         .into_iter()
         .flat_map(|f| f.probes(&base))
         .filter(|(_, config)| declines(backend, config).is_ok())
         .map(|(probe, _)| probe)
+        .chain(
+            batch_probes
+                .iter()
+                .filter(|(_, r)| r.is_ok())
+                .map(|(p, _)| p.clone()),
+        )
         .collect();
     let declines = Feature::ALL
         .into_iter()
@@ -68,6 +85,11 @@ fn entry(backend: &dyn Backend) -> BackendEntry {
                 .err()
                 .map(|reason| Declined { probe, reason })
         })
+        .chain(
+            batch_probes
+                .into_iter()
+                .filter_map(|(probe, r)| r.err().map(|reason| Declined { probe, reason })),
+        )
         .collect();
     let layout = backend.cache_layout();
     BackendEntry {

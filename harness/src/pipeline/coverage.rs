@@ -210,7 +210,7 @@ pub fn buckets(case: &Case) -> Vec<(&'static str, &'static str)> {
     ];
     let mut features: Vec<&'static str> = Feature::OPTIONAL
         .into_iter()
-        .filter(|f| f.used_by(c))
+        .filter(|f| f.used_by(c) || f.used_by_lens(&case.batch.query_lens))
         .map(Feature::label)
         .collect();
     if features.is_empty() {

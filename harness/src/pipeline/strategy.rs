@@ -74,6 +74,23 @@ pub struct CaseRecipe {
     /// What unwritten slots and padding rows hold (None: large finite stale values).
     #[serde(default)]
     pub poison: Option<Poison>,
+    /// Requests of query_len 0 and seq_len 0 after the real ones, as vLLM pads a batch's
+    /// request count for CUDA graphs (decoder only).
+    #[serde(default)]
+    pub padded_requests: usize,
+}
+
+/// One decoder case in eight carries 1 to 3 padded requests, how many a function of the
+/// values' seed (so the draws of every other field are what they were).
+pub fn padded_requests_of(values: Values) -> usize {
+    let seed = match values {
+        Values::Simple(s) | Values::Normal { seed: s, .. } => s,
+    };
+    let mixed = seed.wrapping_mul(0xD6E8_FEB8_6659_FD93) >> 58;
+    match mixed % 8 {
+        0 => 1 + (mixed / 8) as usize % 3,
+        _ => 0,
+    }
 }
 
 /// One case in four runs on poisoned memory, which one a function of the values' seed (so
@@ -196,6 +213,7 @@ impl CaseRecipe {
             cache_blocks: None,
             kv_cache: None,
             poison: None,
+            padded_requests: 0,
         }
     }
 
@@ -246,6 +264,7 @@ impl CaseRecipe {
             Feature::Alibi => std::mem::take(&mut c.alibi),
             Feature::Sinks => std::mem::take(&mut c.sinks),
             Feature::Fp8KvCache => c.kv_cache.take().is_some(),
+            Feature::PaddedRequests => std::mem::take(&mut c.padded_requests) > 0,
             _ => false,
         };
         used.then_some(c)
@@ -261,7 +280,16 @@ impl CaseRecipe {
         })
     }
 
-    /// (seq_lens, query_lens) as the batch sees them.
+    /// The padded requests the batch really has (decoder steps only).
+    pub fn padded(&self) -> usize {
+        if self.kind == AttentionKind::Decoder {
+            self.padded_requests
+        } else {
+            0
+        }
+    }
+
+    /// (seq_lens, query_lens) as the batch sees them, padded requests last.
     pub fn lens(&self) -> (Vec<usize>, Vec<usize>) {
         let shared = self.sharing();
         self.seqs
@@ -279,6 +307,7 @@ impl CaseRecipe {
                 AttentionKind::EncoderOnly => (q, q),
                 AttentionKind::EncoderDecoder => (ctx.max(1), q),
             })
+            .chain(std::iter::repeat_n((0, 0), self.padded()))
             .unzip()
     }
 
@@ -593,6 +622,13 @@ pub fn fit_space(mut r: CaseRecipe, space: &Space, budget: usize) -> CaseRecipe 
         r.alibi = false;
     }
     space.fit_lengths(r.kind, &mut r.seqs, &mut r.padding_tokens);
+    // Padded requests count among the step's requests.
+    if !space.allows_feature(Feature::PaddedRequests) {
+        r.padded_requests = 0;
+    }
+    if let Some(m) = space.max_seqs {
+        r.padded_requests = r.padded_requests.min(m.saturating_sub(r.seqs.len()));
+    }
     // A shared prefix lengthens the contexts of its group: not past the longest allowed.
     if let Some(m) = space.max_seq_len {
         if r.lens().0.iter().any(|&l| l > m) {
@@ -723,6 +759,7 @@ pub fn recipe(limits: StrategyLimits) -> impl Strategy<Value = CaseRecipe> {
                 scale,
                 kv_cache,
                 poison: poison_of(values),
+                padded_requests: padded_requests_of(values),
                 ..CaseRecipe::plain()
             };
             fit_cost(r, SMALL_COST, &Space::default())
@@ -746,6 +783,7 @@ fn long_base(
         table: TableOrder::Permuted(seed),
         values: Values::Normal { seed, std: 1.0 },
         poison: poison_of(Values::Normal { seed, std: 1.0 }),
+        padded_requests: padded_requests_of(Values::Normal { seed, std: 1.0 }),
         ..CaseRecipe::plain()
     }
 }
