@@ -118,9 +118,90 @@ fn a_checks_summary_does_not_depend_on_jobs() {
     }
 }
 
+/// `cpu` that fails every batch of more than one sequence with the same error.
+struct FailsOnBatches(attn_backends::cpu::CpuBackend);
+
+impl Backend for FailsOnBatches {
+    fn name(&self) -> &str {
+        "fails-on-batches"
+    }
+    fn supports(
+        &self,
+        c: &attn_reference::AttentionConfig,
+    ) -> Result<(), attn_backends::Unsupported> {
+        self.0.supports(c)
+    }
+    fn optional_features(&self) -> Vec<attn_reference::Feature> {
+        self.0.optional_features()
+    }
+    fn cache_layout(&self) -> attn_backends::CacheLayout {
+        self.0.cache_layout()
+    }
+    fn new_cache(
+        &self,
+        c: &attn_reference::AttentionConfig,
+        num_blocks: usize,
+    ) -> Result<attn_backends::KvCache, attn_backends::BackendError> {
+        self.0.new_cache(c, num_blocks)
+    }
+    fn write_kv(
+        &self,
+        c: &attn_reference::AttentionConfig,
+        cache: &mut attn_backends::KvCache,
+        kv: &attn_backends::KvWrite<'_>,
+    ) -> Result<(), attn_backends::BackendError> {
+        self.0.write_kv(c, cache, kv)
+    }
+    fn forward(
+        &self,
+        c: &attn_reference::AttentionConfig,
+        cache: &attn_backends::KvCache,
+        step: &attn_backends::StepInputs<'_>,
+    ) -> Result<Vec<f32>, attn_backends::BackendError> {
+        if step.seq_lens.len() > 1 {
+            return Err(attn_backends::BackendError::Failed {
+                backend: self.name().into(),
+                message: "batches are not implemented".into(),
+            });
+        }
+        self.0.forward(c, cache, step)
+    }
+}
+
+/// A backend given up on stops getting cases at the same point whatever the jobs: the
+/// cases the workers ran for it ahead of the give-up are dropped, not counted.
+#[test]
+fn a_give_up_is_the_same_whatever_the_jobs() {
+    let run = |jobs| {
+        let run = run_check(CheckOptions {
+            traces: 0,
+            give_up_after: 3,
+            jobs,
+            ..CheckOptions::new(
+                vec![
+                    Arc::new(FailsOnBatches(attn_backends::cpu::CpuBackend::auto()))
+                        as Arc<dyn Backend>,
+                ],
+                120,
+                std::env::temp_dir().join("attn-diff-jobs-give-up"),
+            )
+        });
+        let b = &run.summary.backends[0];
+        assert!(b.gave_up.is_some(), "given up");
+        assert_eq!(b.failed(), 3, "{:?}", b.divergences);
+        without_timings(&render_json(&run.summary))
+    };
+    let one = run(1);
+    for jobs in [2, 4] {
+        if let Some(d) = first_difference(&one, &run(jobs), "") {
+            panic!("--jobs {jobs} changed the summary at {d}");
+        }
+    }
+}
+
 #[cfg(feature = "mutants")]
 #[test]
-fn give_ups_and_stops_are_the_same_whatever_the_jobs() {
+fn stops_are_the_same_whatever_the_jobs() {
     let backends = || -> Vec<Arc<dyn Backend>> {
         vec![
             backend_by_name("cpu").expect("cpu is registered"),

@@ -72,6 +72,21 @@ pub fn dimensions() -> Vec<(&'static str, Vec<&'static str>)> {
         .position(|(d, _)| *d == "window")
         .map_or(0, |i| i + 1);
     dims.insert(at, ("features", features));
+    // Traces are decoder steps: their features are the config's, but no kind or batch one.
+    let trace_features = std::iter::once("none")
+        .chain(
+            Feature::OPTIONAL
+                .iter()
+                .filter(|f| !Feature::OF_THE_BATCH.contains(f))
+                .filter(|f| ![Feature::EncoderOnly, Feature::CrossAttention].contains(f))
+                .map(|f| f.label()),
+        )
+        .collect();
+    let at = dims
+        .iter()
+        .position(|(d, _)| *d == "trace poison")
+        .map_or(dims.len(), |i| i + 1);
+    dims.insert(at, ("trace features", trace_features));
     dims
 }
 

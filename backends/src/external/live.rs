@@ -2,13 +2,22 @@
 //! harness's signal handler calls [`kill_all`], which only reads atomics and calls
 //! `killpg`, both safe inside a signal handler.
 
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 
 /// More adapters than any run starts at once; a group past this is not tracked (it still
 /// dies with its `AdapterProcess`).
 const SLOTS: usize = 256;
 
 static GROUPS: [AtomicI32; SLOTS] = [const { AtomicI32::new(0) }; SLOTS];
+
+/// Set by [`kill_all`]: from then on no adapter may start (a process spawned while the
+/// groups were being killed would outlive the run).
+static ENDING: AtomicBool = AtomicBool::new(false);
+
+/// Whether every adapter was ended (an interrupt): no new one may start.
+pub fn ending() -> bool {
+    ENDING.load(Ordering::SeqCst)
+}
 
 /// Track process group `pgid` until [`unregister`].
 pub(crate) fn register(pgid: i32) {
@@ -29,8 +38,10 @@ pub(crate) fn unregister(pgid: i32) {
     }
 }
 
-/// SIGKILL every tracked adapter's process group. Async-signal-safe.
+/// SIGKILL every tracked adapter's process group, and refuse new ones from now on.
+/// Async-signal-safe.
 pub fn kill_all() {
+    ENDING.store(true, Ordering::SeqCst);
     for slot in &GROUPS {
         let pgid = slot.load(Ordering::SeqCst);
         if pgid > 0 {

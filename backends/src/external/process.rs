@@ -93,6 +93,9 @@ fn read_stderr(mut err: ChildStderr, tail: Arc<Mutex<StderrTail>>, done: Sender<
 impl AdapterProcess {
     /// Start the adapter (no handshake yet).
     pub fn spawn(spec: &AdapterSpec) -> Result<AdapterProcess, String> {
+        if super::live::ending() {
+            return Err("the run was interrupted: no adapter starts any more".into());
+        }
         let (program, args) = spec
             .command
             .split_first()
@@ -134,6 +137,10 @@ impl AdapterProcess {
         let t = Arc::clone(&tail);
         thread::spawn(move || read_stderr(stderr, t, done_tx));
         super::live::register(child.id() as i32);
+        // Spawned while an interrupt was ending every adapter: end this one too.
+        if super::live::ending() {
+            super::live::kill_all();
+        }
         Ok(AdapterProcess {
             child,
             to_stdin: Some(to_stdin),

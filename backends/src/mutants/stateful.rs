@@ -210,8 +210,11 @@ impl Backend for StatefulMutant {
     /// tokens, and a cross-attention step writes none (its query may also outnumber its keys,
     /// which the row bookkeeping here does not model).
     fn optional_features(&self) -> Vec<attn_reference::Feature> {
+        // Their bugs live in a cache across steps: neither cross-attention nor padded
+        // requests (which their row bookkeeping does not model) are theirs to run.
+        use attn_reference::Feature;
         let mut features = self.inner.optional_features();
-        features.retain(|f| *f != attn_reference::Feature::CrossAttention);
+        features.retain(|f| ![Feature::CrossAttention, Feature::PaddedRequests].contains(f));
         features
     }
 

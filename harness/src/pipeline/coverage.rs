@@ -275,6 +275,15 @@ pub fn trace_buckets(trace: &attn_reference::Trace) -> Vec<(&'static str, &'stat
         ("trace steps", steps),
         ("trace poison", trace.poison.map_or("none", Poison::name)),
     ];
+    let mut features: Vec<&'static str> = Feature::OPTIONAL
+        .into_iter()
+        .filter(|f| f.used_by(&trace.config))
+        .map(Feature::label)
+        .collect();
+    if features.is_empty() {
+        features.push("none");
+    }
+    out.extend(features.into_iter().map(|f| ("trace features", f)));
     let bs = trace.config.block_size;
     let mut freed = std::collections::HashSet::new();
     let (mut reused, mut preempted, mut chunked, mut new_block) = (false, false, false, false);

@@ -264,7 +264,10 @@ impl CaseRecipe {
             Feature::Alibi => std::mem::take(&mut c.alibi),
             Feature::Sinks => std::mem::take(&mut c.sinks),
             Feature::Fp8KvCache => c.kv_cache.take().is_some(),
-            Feature::PaddedRequests => std::mem::take(&mut c.padded_requests) > 0,
+            Feature::PaddedRequests => {
+                c.padded_requests = 0;
+                self.padded() > 0
+            }
             _ => false,
         };
         used.then_some(c)
@@ -278,6 +281,11 @@ impl CaseRecipe {
             seqs: (0..n).collect(),
             blocks: share.blocks,
         })
+    }
+
+    /// Whether the case uses optional feature `f` (of its config or of its batch).
+    pub fn uses(&self, f: Feature) -> bool {
+        f.used_by(&self.config()) || f.used_by_lens(&self.lens().1)
     }
 
     /// The padded requests the batch really has (decoder steps only).
@@ -864,7 +872,7 @@ mod tests {
         fn every_recipe_builds_a_valid_case(r in recipe(StrategyLimits::DEFAULT)) {
             let case = r.build();
             prop_assert_eq!(case.validate(), Ok(()));
-            prop_assert_eq!(case.num_seqs(), r.seqs.len());
+            prop_assert_eq!(case.num_seqs(), r.seqs.len() + r.padded());
         }
     }
 
@@ -905,11 +913,11 @@ mod tests {
         // Turning a feature off in the recipe turns it off in the case, and only that one.
         for r in &rs {
             for f in Feature::OPTIONAL {
-                let used = f.used_by(&r.config());
+                let used = r.uses(f);
                 match r.without(f) {
                     Some(off) => {
                         assert!(used, "{f}");
-                        assert!(!f.used_by(&off.config()), "{f}");
+                        assert!(!off.uses(f), "{f}");
                         let mut expected = r.config();
                         f.turn_off(&mut expected);
                         assert_eq!(off.config(), expected, "{f}");
@@ -924,6 +932,7 @@ mod tests {
                 || (rs.iter().any(|r| r.alibi) && rs.iter().any(|r| r.sinks))
         );
         assert!(rs.iter().any(|r| r.padding_tokens > 0));
+        assert!(rs.iter().any(|r| r.padded() > 0));
         assert!(rs.iter().any(|r| crate::check::shares_blocks(&r.build())));
         assert!(rs.iter().any(|r| r.group == 3 && r.num_kv_heads == 3));
         assert!(rs.iter().any(|r| r.head_size == 128));

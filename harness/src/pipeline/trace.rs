@@ -7,7 +7,8 @@ use crate::runner::{catch_panic, judge, Divergence, Outcome};
 use attn_backends::{Backend, TraceSession, Unsupported};
 use attn_reference::trace::{generate, TraceRecipe};
 use attn_reference::{
-    reference_output, AttentionConfig, Case, DType, InputRng, Poison, Space, Trace,
+    reference_output, AttentionConfig, Case, DType, Fp8Format, Fp8KvCache, InputRng, Poison, Space,
+    Trace,
 };
 use std::time::Duration;
 
@@ -158,7 +159,7 @@ pub fn trace_recipe_with(seed: u64, index: usize, shapes: &TraceShapes) -> Trace
     } else {
         0
     };
-    TraceRecipe {
+    let mut recipe = TraceRecipe {
         config,
         prompts: (0..n).map(|_| pick(1, 4 * block_size + 3)).collect(),
         outputs: (0..n).map(|_| pick(0, 2 * block_size + 2)).collect(),
@@ -172,7 +173,29 @@ pub fn trace_recipe_with(seed: u64, index: usize, shapes: &TraceShapes) -> Trace
         seed: rng_seed(seed, index),
         // One trace in four starts on a poisoned cache (drawn last: the rest is unchanged).
         poison: Poison::ALL.get(pick(0, 15)).copied(),
+    };
+    // The features of a step's config beyond window and soft-cap, drawn after everything
+    // else so every earlier draw is what it was: ALiBi, sinks and an FP8 cache each in
+    // about one trace in six, so their positions and scales live across steps too.
+    let c = &mut recipe.config;
+    if pick(0, 5) == 0 {
+        c.alibi_slopes = Some(crate::strategy::alibi_slopes(c.num_heads));
     }
+    if pick(0, 5) == 0 {
+        let sinks = (0..c.num_heads).map(|_| pick(0, 16) as f32 / 2.0 - 4.0);
+        c.sinks = Some(sinks.collect());
+    }
+    if pick(0, 5) == 0 {
+        let format = Fp8Format::ALL[pick(0, Fp8Format::ALL.len() - 1)];
+        let scale = |i: usize| crate::strategy::FP8_SCALES[i];
+        let last = crate::strategy::FP8_SCALES.len() - 1;
+        c.kv_cache = Some(Fp8KvCache::new(
+            format,
+            scale(pick(0, last)),
+            scale(pick(0, last)),
+        ));
+    }
+    recipe
 }
 
 /// `r` moved inside `space`: its config as [`Space::fit_config`] moves a case's, at most

@@ -7,7 +7,7 @@ use crate::pipeline::trace::{evaluate_trace, fit_trace, JudgedTrace, TraceOutcom
 use crate::shrink::ShrinkBudget;
 use attn_backends::Backend;
 use attn_reference::trace::{generate, TraceRecipe};
-use attn_reference::{DType, Space};
+use attn_reference::{DType, Feature, Space};
 use attn_results::DivergenceKind;
 use std::time::{Duration, Instant};
 
@@ -130,19 +130,31 @@ fn candidates(r: &TraceRecipe, space: &Space) -> Vec<TraceRecipe> {
     push(&|c| c.cache_blocks = c.cache_blocks.div_ceil(2));
     push(&|c| c.cache_blocks = c.cache_blocks.saturating_sub(1));
     // The per-case shrinks of the step's shape.
-    push(&|c| {
-        c.config.num_heads = 1;
-        c.config.num_kv_heads = 1;
-    });
-    push(&|c| c.config.num_heads = c.config.num_kv_heads);
+    // Per-head values (ALiBi slopes, sinks) follow the head count.
+    let heads = |c: &mut TraceRecipe, q: usize, kv: usize| {
+        c.config.num_heads = q;
+        c.config.num_kv_heads = kv;
+        if let Some(a) = &mut c.config.alibi_slopes {
+            *a = crate::strategy::alibi_slopes(q);
+        }
+        if let Some(s) = &mut c.config.sinks {
+            s.resize(q, 0.0);
+        }
+    };
+    push(&|c| heads(c, 1, 1));
+    push(&|c| heads(c, c.config.num_kv_heads, c.config.num_kv_heads));
     push(&|c| c.config.head_size = 1);
     push(&|c| c.config.head_size = c.config.head_size.div_ceil(2));
     push(&|c| c.config.block_size = 1);
     push(&|c| c.config.block_size = c.config.block_size.div_ceil(2));
     push(&|c| c.config.block_size = c.config.block_size.saturating_sub(1).max(1));
     push(&|c| c.config.dtype = DType::F32);
-    push(&|c| c.config.sliding_window = None);
-    push(&|c| c.config.logits_soft_cap = None);
+    // Every optional feature of the config off, one at a time (the features are data).
+    for f in Feature::OPTIONAL {
+        push(&|c| {
+            f.turn_off(&mut c.config);
+        });
+    }
     push(&|c| c.poison = None);
     out
 }
