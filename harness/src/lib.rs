@@ -13,6 +13,7 @@ pub mod cli;
 pub mod commands;
 pub mod export;
 pub mod external;
+pub mod failure;
 pub mod interrupt;
 pub mod pipeline;
 pub mod progress;

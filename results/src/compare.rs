@@ -35,6 +35,19 @@ pub struct Comparison {
     pub failed: Vec<bool>,
 }
 
+/// A backend's answer that the comparison (or the run) failed: how, in one line, and what
+/// there is to show of it.
+#[derive(Clone, Debug, Serialize)]
+pub struct Divergence {
+    pub kind: crate::DivergenceKind,
+    pub message: String,
+    #[serde(skip)]
+    pub comparison: Option<Comparison>,
+    /// The backend's full output, when it produced one.
+    #[serde(skip)]
+    pub output: Option<Vec<f32>>,
+}
+
 impl Comparison {
     pub fn passed(&self) -> bool {
         self.mismatch_count == 0 && !self.non_finite

@@ -2,8 +2,8 @@
 
 use super::{is_trace_file, load_case, select_backends_with};
 use crate::cli::ReplayArgs;
+use crate::failure::trace::trace_failure_record;
 use crate::pipeline::trace::{evaluate_trace, JudgedTrace, TraceOutcome};
-use crate::render::trace_report::trace_failure_record;
 use crate::replay::replay_case;
 use crate::runner::Outcome;
 use attn_backends::Backend;
@@ -92,8 +92,7 @@ fn run_trace(args: ReplayArgs) -> anyhow::Result<bool> {
                 let r = trace_failure_record(
                     b.name(),
                     &origin,
-                    &judged,
-                    step,
+                    judged.diverged_at(step),
                     &divergence,
                     (Some(name.clone()), None),
                     None,

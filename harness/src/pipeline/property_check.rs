@@ -4,9 +4,9 @@
 use crate::artifacts::{Artifact, HeatMap};
 use crate::check::{case_tree, sanitize, CheckOptions, Cohort, Event, RunState};
 use crate::compare::Tolerance;
+use crate::failure::report::{failure_record, FailureFiles};
 use crate::pipeline::control::RunControl;
 use crate::pipeline::drive::{Item, Ran, Subjects};
-use crate::render::report::{failure_record, FailureFiles};
 use crate::runner::{evaluate, Divergence, Outcome};
 use crate::shrink::{shrink_fully, Shrunk};
 use crate::strategy::{budget_of, fit_space, CaseRecipe, StrategyLimits};
@@ -208,7 +208,15 @@ pub fn report(
         heatmap: heatmap.as_ref().map(|h| h.path.display().to_string()),
         external: crate::external::flag_for(backend, &opts.external_flags),
     };
-    let record = failure_record(backend, origin, case, expected, d, files, shrunk);
+    let record = failure_record(
+        backend,
+        origin,
+        case,
+        expected,
+        d,
+        files,
+        shrunk.map(Shrunk::info),
+    );
     let mut file = case.clone();
     file.recorded = Some(crate::check::recorded(opts, backend, origin, tol, d));
     let artifact = Artifact {
@@ -258,7 +266,7 @@ fn shrink_and_report(
                 .divergence
                 .comparison
                 .as_ref()
-                .and_then(|c| crate::render::hint::hint(f.case, c));
+                .and_then(|c| crate::failure::hint::hint(f.case, c));
             if before.is_some() && before != record.hint {
                 let h = before.unwrap_or_default();
                 record

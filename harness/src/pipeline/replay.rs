@@ -1,7 +1,7 @@
 //! `attn-diff replay FILE`: run one saved case (a replay file) through backends again.
 
 use crate::compare::Tolerance;
-use crate::render::report::{failure_record, FailureFiles};
+use crate::failure::report::{failure_record, FailureFiles};
 use crate::runner::{evaluate, Outcome};
 use attn_backends::Backend;
 use attn_reference::{reference_output, Case};

@@ -3,24 +3,13 @@
 use crate::compare::{compare, Comparison, Tolerance};
 use attn_backends::{run_case, Backend, BackendError, CaseRun, Unsupported};
 use attn_reference::Case;
-use serde::Serialize;
 use std::cell::RefCell;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Once;
 use std::time::Duration;
 
+pub use attn_results::compare::Divergence;
 pub use attn_results::DivergenceKind;
-
-#[derive(Clone, Debug, Serialize)]
-pub struct Divergence {
-    pub kind: DivergenceKind,
-    pub message: String,
-    #[serde(skip)]
-    pub comparison: Option<Comparison>,
-    /// The backend's full output, when it produced one.
-    #[serde(skip)]
-    pub output: Option<Vec<f32>>,
-}
 
 #[derive(Clone, Debug)]
 pub enum Outcome {

@@ -47,6 +47,18 @@ pub struct Shrunk {
     pub elapsed: Duration,
 }
 
+impl Shrunk {
+    /// What a report says of this shrink.
+    pub fn info(&self) -> attn_results::ShrinkInfo {
+        attn_results::ShrinkInfo {
+            steps: self.steps,
+            accepted: self.accepted,
+            seconds: self.elapsed.as_secs_f64(),
+            exhausted: self.exhausted,
+        }
+    }
+}
+
 /// Shrink `tree` (whose current value fails) while `fails` holds.
 pub fn shrink<T>(
     tree: &mut T,

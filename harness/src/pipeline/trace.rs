@@ -33,6 +33,16 @@ impl JudgedTrace {
             expected,
         }
     }
+
+    /// Step `step` as a failure report reads it.
+    pub fn diverged_at(&self, step: usize) -> crate::failure::trace::DivergedStep<'_> {
+        crate::failure::trace::DivergedStep {
+            trace: &self.trace,
+            step,
+            case: &self.steps[step],
+            expected: &self.expected[step],
+        }
+    }
 }
 
 #[derive(Clone, Debug)]

@@ -4,11 +4,11 @@
 
 use crate::artifacts::Artifact;
 use crate::check::{sanitize, CheckOptions, Cohort, Event, RunState};
+use crate::failure::trace::trace_failure_record;
 use crate::pipeline::control::RunControl;
 use crate::pipeline::drive::{Item, Ran, Subjects};
 use crate::pipeline::trace::{evaluate_trace, trace_recipe_in, JudgedTrace, TraceOutcome};
 use crate::pipeline::trace_shrink::shrink_trace;
-use crate::render::trace_report::trace_failure_record;
 use crate::runner::Divergence;
 use attn_backends::Backend;
 use attn_reference::trace::generate;
@@ -187,7 +187,7 @@ fn shrink_and_report(
     let minimal = JudgedTrace::new(generate(&shrunk.recipe));
     let (judged, step, divergence, shrunk) = match evaluate_trace(backend, &minimal).0 {
         TraceOutcome::Diverged { step, divergence } if divergence.kind == kind => {
-            (&minimal, step, *divergence, Some(&shrunk))
+            (&minimal, step, *divergence, Some(shrunk.info()))
         }
         // Flaky: the minimal trace passed when re-run; report the original.
         _ => (original, step, divergence.clone(), None),
@@ -196,8 +196,7 @@ fn shrink_and_report(
     let record = trace_failure_record(
         backend.name(),
         &trace_origin(opts, index, judged, step),
-        judged,
-        step,
+        judged.diverged_at(step),
         &divergence,
         (Some(path.display().to_string()), external),
         shrunk,

@@ -22,6 +22,18 @@ pub struct ShrunkTrace {
     pub elapsed: Duration,
 }
 
+impl ShrunkTrace {
+    /// What a report says of this shrink.
+    pub fn info(&self) -> attn_results::ShrinkInfo {
+        attn_results::ShrinkInfo {
+            steps: self.steps,
+            accepted: self.accepted,
+            seconds: self.elapsed.as_secs_f64(),
+            exhausted: self.exhausted,
+        }
+    }
+}
+
 /// The step where `recipe`'s trace diverges on `backend` with `kind`, if it does.
 pub fn diverges(
     backend: &dyn Backend,

@@ -1,16 +1,14 @@
 //! Everything that turns results into something to read: summaries as text, markdown or JSON,
-//! failure reports with their hints, tables and plots. Nothing here runs a backend.
+//! tables and plots (a failure's own report is built where it is found: `failure`). Nothing
+//! here runs a backend, and nothing here depends on the pipeline.
 
 pub mod bench;
 pub mod check;
-pub mod hint;
 pub mod junit;
 #[cfg(feature = "mutants")]
 pub mod mutants;
 pub mod plot;
-pub mod report;
 pub mod table;
-pub mod trace_report;
 
 use clap::ValueEnum;
 

@@ -2,11 +2,9 @@
 //! diverges, a diff of expected and actual rows around the mismatches, a hint from the
 //! error's pattern, and the replay file that reproduces it.
 
-use crate::compare::Comparison;
-use crate::render::hint::hint;
-use crate::runner::Divergence;
-use crate::shrink::Shrunk;
+use super::hint::hint;
 use attn_reference::Case;
+use attn_results::compare::{Comparison, Divergence};
 use attn_results::{CaseSize, FailureRecord, Mismatch, Origin, ShrinkInfo};
 use std::fmt::Write;
 
@@ -45,7 +43,7 @@ pub fn failure_record(
     expected: &[f64],
     d: &Divergence,
     files: FailureFiles,
-    shrunk: Option<&Shrunk>,
+    shrink: Option<ShrinkInfo>,
 ) -> FailureRecord {
     let comparison = d.comparison.as_ref();
     let mut r = FailureRecord {
@@ -55,12 +53,7 @@ pub fn failure_record(
         message: d.message.clone(),
         size: CaseSize::of(case),
         replay: files.replay,
-        shrink: shrunk.map(|s| ShrinkInfo {
-            steps: s.steps,
-            accepted: s.accepted,
-            seconds: s.elapsed.as_secs_f64(),
-            exhausted: s.exhausted,
-        }),
+        shrink,
         first: comparison.and_then(|c| c.first.clone()),
         worst: comparison.and_then(|c| c.worst.clone()),
         hint: comparison.and_then(|c| hint(case, c)),

@@ -1,7 +1,7 @@
 //! A one-line guess at the bug from where the errors are: which tokens, which heads.
 
-use crate::compare::Comparison;
 use attn_reference::{AttentionKind, Case};
+use attn_results::compare::Comparison;
 use std::collections::BTreeSet;
 
 /// Facts about one real token, for pattern matching.

@@ -2,42 +2,43 @@
 //! phase and table), the step's report as for a case, and the history of the blocks the
 //! diverging sequence reads (who wrote them, when they were freed and reused).
 
-use crate::pipeline::trace::JudgedTrace;
-use crate::pipeline::trace_shrink::ShrunkTrace;
-use crate::render::report::{failure_record, FailureFiles};
-use crate::runner::Divergence;
+use super::report::{failure_record, FailureFiles};
 use attn_reference::trace::block_history;
-use attn_results::Origin;
-use attn_results::{FailureRecord, ShrinkInfo};
+use attn_reference::{Case, Trace};
+use attn_results::compare::Divergence;
+use attn_results::{FailureRecord, Origin, ShrinkInfo};
 use std::fmt::Write;
 
-/// The report of `backend` diverging at `step` of `t`.
+/// A trace's step that diverged: the trace, the step, the step as a case, and what the
+/// oracle expects of it.
+pub struct DivergedStep<'a> {
+    pub trace: &'a Trace,
+    pub step: usize,
+    pub case: &'a Case,
+    pub expected: &'a [f64],
+}
+
+/// The report of `backend` diverging at step `at.step` of `at.trace`.
 pub fn trace_failure_record(
     backend: &str,
     origin: &Origin,
-    t: &JudgedTrace,
-    step: usize,
+    at: DivergedStep<'_>,
     d: &Divergence,
     (replay, external): (Option<String>, Option<String>),
-    shrunk: Option<&ShrunkTrace>,
+    shrink: Option<ShrinkInfo>,
 ) -> FailureRecord {
-    let case = &t.steps[step];
+    let (case, step) = (at.case, at.step);
     let files = FailureFiles {
         replay,
         heatmap: None,
         external,
     };
-    let mut r = failure_record(backend, origin, case, &t.expected[step], d, files, None);
-    r.shrink = shrunk.map(|s| ShrinkInfo {
-        steps: s.steps,
-        accepted: s.accepted,
-        seconds: s.elapsed.as_secs_f64(),
-        exhausted: s.exhausted,
-    });
+    let mut r = failure_record(backend, origin, case, at.expected, d, files, shrink);
     let mut s = String::new();
     let _ = writeln!(s, "{}", super::report::headline(&r));
-    let _ = writeln!(s, "trace:   {}", t.trace.shape_summary());
-    let st = &t.trace.steps[step];
+    let t = at.trace;
+    let _ = writeln!(s, "trace:   {}", t.shape_summary());
+    let st = &t.steps[step];
     for (row, q) in st.seqs.iter().enumerate() {
         let _ = writeln!(
             s,
@@ -46,7 +47,7 @@ pub fn trace_failure_record(
         );
     }
     // The whole step report, without its own headline.
-    s.push_str(&super::report::body(&r, case, &t.expected[step], d));
+    s.push_str(&super::report::body(&r, case, at.expected, d));
     // The blocks involved: those the diverging sequence reads, and those its batch row held
     // the step before (where a stale per-row or per-sequence pointer leads).
     let row = r
@@ -56,17 +57,14 @@ pub fn trace_failure_record(
         .map_or(0, |m| case.locate_token(m.token).0);
     if let Some(q) = st.seqs.get(row) {
         let mut blocks = q.block_table.clone();
-        if let Some(prev) = step
-            .checked_sub(1)
-            .and_then(|p| t.trace.steps[p].seqs.get(row))
-        {
+        if let Some(prev) = step.checked_sub(1).and_then(|p| t.steps[p].seqs.get(row)) {
             blocks.extend(
                 prev.block_table
                     .iter()
                     .filter(|b| !q.block_table.contains(b)),
             );
         }
-        let events = block_history(&t.trace, &blocks, step);
+        let events = block_history(t, &blocks, step);
         let _ = writeln!(
             s,
             "history of blocks {blocks:?} (seq {} reads {:?} at step {step}; row {row} the step before):",
