@@ -6,7 +6,7 @@
 use crate::artifacts::Artifact;
 use crate::compare::Tolerance;
 use crate::pipeline::control::RunControl;
-use crate::pipeline::drive::{drive, Item};
+use crate::pipeline::drive::{drive, Item, Member};
 use crate::pipeline::property_check::{self, PropertyCases};
 use crate::pipeline::trace_check::{self, Traces};
 use crate::pipeline::upstream_check::{self, UpstreamCases};
@@ -225,26 +225,32 @@ pub struct RunState<'t> {
     pub tell: &'t mut dyn FnMut(Event<'_>),
 }
 
-/// The loop items of `indices`: one per index and cohort that `draws` (members: the
-/// cohort's), in index then cohort order.
+/// The loop items of `indices`: one per index, sent to the members of every cohort that
+/// `draws`, in cohort order.
 pub fn items_of(
     indices: impl Iterator<Item = usize>,
     cohorts: &[Cohort],
     draws: impl Fn(&Cohort) -> bool,
 ) -> Vec<Item> {
-    let drawn: Vec<usize> = (0..cohorts.len()).filter(|&c| draws(&cohorts[c])).collect();
-    let mut items = Vec::new();
-    for index in indices {
-        for (j, &cohort) in drawn.iter().enumerate() {
-            items.push(Item {
-                index,
-                cohort,
-                members: cohorts[cohort].members.clone(),
-                last_of_index: j + 1 == drawn.len(),
-            });
-        }
+    let members: Vec<Member> = cohorts
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| draws(c))
+        .flat_map(|(cohort, c)| {
+            c.members
+                .iter()
+                .map(move |&backend| Member { backend, cohort })
+        })
+        .collect();
+    if members.is_empty() {
+        return Vec::new();
     }
-    items
+    indices
+        .map(|index| Item {
+            index,
+            members: members.clone(),
+        })
+        .collect()
 }
 
 /// Whether a case's block tables share a physical block between live positions.
@@ -323,9 +329,7 @@ pub fn run_check(mut opts: CheckOptions) -> CheckRun {
         &mut control,
         &mut |item, ran, control| {
             property_check::record(opts, (&cases, &mut run), item, ran, control);
-            if item.last_of_index {
-                (run.tell)(Event::PropertyCase);
-            }
+            (run.tell)(Event::PropertyCase);
         },
     );
 
@@ -353,9 +357,9 @@ pub fn run_check(mut opts: CheckOptions) -> CheckRun {
         .filter(|&j| opts.shard.owns(j) && opts.case_index.is_none())
         .map(|index| Item {
             index,
-            cohort: 0,
-            members: (0..opts.backends.len()).collect(),
-            last_of_index: true,
+            members: (0..opts.backends.len())
+                .map(|backend| Member { backend, cohort: 0 })
+                .collect(),
         })
         .collect();
     let upstream = UpstreamCases {

@@ -18,12 +18,17 @@ use std::time::{Duration, Instant};
 pub struct Item {
     /// The property case, trace or upstream case index.
     pub index: usize,
-    /// The cohort drawing it (0 for upstream cases, which every backend shares).
+    /// The backends it goes to, in order, each with the cohort it draws in.
+    pub members: Vec<Member>,
+}
+
+/// A backend a subject goes to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Member {
+    /// Index into the check's backends.
+    pub backend: usize,
+    /// The cohort (space) it draws in (0 for upstream cases, which every backend shares).
     pub cohort: usize,
-    /// The backends it goes to (indices into the check's backends), in order.
-    pub members: Vec<usize>,
-    /// The last item of its index: the index is done when it is recorded.
-    pub last_of_index: bool,
 }
 
 /// A subject as the workers leave it: built, judged by the oracle, run on its members.
@@ -41,10 +46,11 @@ pub struct Ran<P, V> {
 pub trait Subjects: Sync {
     type Prepared: Send;
     type Verdict: Send;
-    /// Build the subject of `item` and compute what the oracle expects (on a worker).
+    /// Build the subject of `item` for each cohort among its members and compute what the
+    /// oracle expects (on a worker).
     fn prepare(&self, item: &Item) -> Self::Prepared;
-    /// Run backend `member` on the subject and judge it (on a worker).
-    fn evaluate(&self, p: &Self::Prepared, member: usize) -> Self::Verdict;
+    /// Run `member` on the subject and judge it (on a worker).
+    fn evaluate(&self, p: &Self::Prepared, member: Member) -> Self::Verdict;
 }
 
 /// Records one subject, in order, with the run's control (it may note outcomes there).
@@ -52,8 +58,7 @@ pub type Record<'r, S> = dyn FnMut(&Item, Ran<<S as Subjects>::Prepared, <S as S
     + 'r;
 
 /// Run `items` through `subjects` and hand each to `record` in order (`record` may shrink,
-/// report and note outcomes in `control`). Stops at an index boundary when
-/// `control.should_stop()`.
+/// report and note outcomes in `control`). Stops between items when `control.should_stop()`.
 pub fn drive<S: Subjects>(
     jobs: usize,
     subjects: &S,
@@ -61,10 +66,9 @@ pub fn drive<S: Subjects>(
     control: &mut RunControl,
     record: &mut Record<'_, S>,
 ) {
-    let first_of_index = |k: usize| k == 0 || items[k - 1].last_of_index;
     if jobs <= 1 {
-        for (k, item) in items.iter().enumerate() {
-            if first_of_index(k) && control.should_stop() {
+        for item in items {
+            if control.should_stop() {
                 break;
             }
             let gave_up = |m: usize| control.gave_up(m).is_some();
@@ -126,21 +130,21 @@ pub fn drive<S: Subjects>(
                     Err(_) => break 'recording,
                 }
             }
-            if first_of_index(k) && control.should_stop() {
+            if control.should_stop() {
                 break;
             }
             let mut ran = waiting.remove(&k).expect("waited for");
             let item = &items[k];
             // Run ahead of a give-up the recorder has since made: as if never sent.
-            for (&m, verdict) in item.members.iter().zip(ran.verdicts.iter_mut()) {
-                if control.gave_up(m).is_some() {
+            for (m, verdict) in item.members.iter().zip(ran.verdicts.iter_mut()) {
+                if control.gave_up(m.backend).is_some() {
                     *verdict = None;
                 }
             }
             record(item, ran, control);
-            for &m in &item.members {
-                if control.gave_up(m).is_some() {
-                    gave_up[m].store(true, Ordering::Relaxed);
+            for m in &item.members {
+                if control.gave_up(m.backend).is_some() {
+                    gave_up[m.backend].store(true, Ordering::Relaxed);
                 }
             }
             k += 1;
@@ -160,17 +164,24 @@ fn backend_count(items: &[Item]) -> usize {
     items
         .iter()
         .flat_map(|i| i.members.iter())
+        .map(|m| m.backend + 1)
         .max()
-        .map_or(0, |m| m + 1)
+        .unwrap_or(0)
 }
 
-/// Build `item`, then run each member not skipped.
+/// Build `item` for the members not skipped, then run each of them.
 fn run_item<S: Subjects>(
     subjects: &S,
     item: &Item,
     skip: &dyn Fn(usize) -> bool,
 ) -> Ran<S::Prepared, S::Verdict> {
-    if item.members.iter().all(|&m| skip(m)) {
+    let live: Vec<Member> = item
+        .members
+        .iter()
+        .copied()
+        .filter(|m| !skip(m.backend))
+        .collect();
+    if live.is_empty() {
         return Ran {
             prepared: None,
             oracle: Duration::ZERO,
@@ -178,13 +189,16 @@ fn run_item<S: Subjects>(
         };
     }
     let t0 = Instant::now();
-    let prepared = subjects.prepare(item);
+    let prepared = subjects.prepare(&Item {
+        index: item.index,
+        members: live.clone(),
+    });
     let oracle = t0.elapsed();
     let verdicts = item
         .members
         .iter()
         .map(|&m| {
-            (!skip(m)).then(|| {
+            live.contains(&m).then(|| {
                 let t0 = Instant::now();
                 let v = subjects.evaluate(&prepared, m);
                 (v, t0.elapsed())
@@ -196,6 +210,33 @@ fn run_item<S: Subjects>(
         oracle,
         verdicts,
     }
+}
+
+/// The distinct values of `make(cohort)` for the cohorts of `members` (first appearance
+/// order), and for each cohort which one it drew: cohorts whose spaces draw the same
+/// subject at an index share one build and one oracle.
+pub fn per_cohort<T: PartialEq>(
+    members: &[Member],
+    cohorts: usize,
+    make: impl Fn(usize) -> T,
+) -> (Vec<T>, Vec<Option<usize>>) {
+    let mut distinct: Vec<T> = Vec::new();
+    let mut of_cohort = vec![None; cohorts];
+    for m in members {
+        if of_cohort[m.cohort].is_some() {
+            continue;
+        }
+        let v = make(m.cohort);
+        let at = match distinct.iter().position(|d| *d == v) {
+            Some(at) => at,
+            None => {
+                distinct.push(v);
+                distinct.len() - 1
+            }
+        };
+        of_cohort[m.cohort] = Some(at);
+    }
+    (distinct, of_cohort)
 }
 
 /// `f` of every item on `jobs` threads, the results in item order (for work with no order

@@ -6,7 +6,7 @@ use crate::check::{case_tree, sanitize, CheckOptions, Cohort, Event, RunState};
 use crate::compare::Tolerance;
 use crate::failure::report::{failure_record, FailureFiles};
 use crate::pipeline::control::RunControl;
-use crate::pipeline::drive::{Item, Ran, Subjects};
+use crate::pipeline::drive::{per_cohort, Item, Member, Ran, Subjects};
 use crate::runner::{evaluate, Divergence, Outcome};
 use crate::shrink::{shrink_fully, Shrunk};
 use crate::strategy::{budget_of, fit_space, CaseRecipe, StrategyLimits};
@@ -43,29 +43,55 @@ pub struct JudgedCase {
     buckets: Vec<(&'static str, &'static str)>,
 }
 
+/// Property case `index` as each cohort drew it, each distinct draw judged once.
+pub struct JudgedIndex {
+    cases: Vec<JudgedCase>,
+    of_cohort: Vec<Option<usize>>,
+}
+
+impl JudgedIndex {
+    fn of(&self, cohort: usize) -> &JudgedCase {
+        &self.cases[self.of_cohort[cohort].expect("prepared for every member's cohort")]
+    }
+}
+
 impl Subjects for PropertyCases<'_> {
-    type Prepared = JudgedCase;
+    type Prepared = JudgedIndex;
     type Verdict = (Outcome, Duration);
 
-    fn prepare(&self, item: &Item) -> JudgedCase {
-        let space = &self.cohorts[item.cohort].space;
-        let recipe = poisoned_if(
-            self.poison,
-            case_tree(self.seed, item.index, self.limits, space).current(),
-        );
-        let case = recipe.build();
-        let expected = reference_output(&case);
-        JudgedCase {
-            shared: crate::check::shares_blocks(&case),
-            buckets: crate::coverage::buckets(&case),
-            tol: Tolerance::for_case(&case),
-            expected,
-            case,
-        }
+    fn prepare(&self, item: &Item) -> JudgedIndex {
+        let (recipes, of_cohort) = per_cohort(&item.members, self.cohorts.len(), |c| {
+            let space = &self.cohorts[c].space;
+            poisoned_if(
+                self.poison,
+                case_tree(self.seed, item.index, self.limits, space).current(),
+            )
+        });
+        let cases = recipes
+            .iter()
+            .map(|r| {
+                let case = r.build();
+                let expected = reference_output(&case);
+                JudgedCase {
+                    shared: crate::check::shares_blocks(&case),
+                    buckets: crate::coverage::buckets(&case),
+                    tol: Tolerance::for_case(&case),
+                    expected,
+                    case,
+                }
+            })
+            .collect();
+        JudgedIndex { cases, of_cohort }
     }
 
-    fn evaluate(&self, c: &JudgedCase, member: usize) -> (Outcome, Duration) {
-        evaluate(self.backends[member].as_ref(), &c.case, &c.expected, c.tol)
+    fn evaluate(&self, p: &JudgedIndex, m: Member) -> (Outcome, Duration) {
+        let c = p.of(m.cohort);
+        evaluate(
+            self.backends[m.backend].as_ref(),
+            &c.case,
+            &c.expected,
+            c.tol,
+        )
     }
 }
 
@@ -116,15 +142,16 @@ pub fn record(
     opts: &CheckOptions,
     (cases, run): (&PropertyCases<'_>, &mut RunState<'_>),
     item: &Item,
-    ran: Ran<JudgedCase, (Outcome, Duration)>,
+    ran: Ran<JudgedIndex, (Outcome, Duration)>,
     control: &mut RunControl,
 ) {
     run.oracle_time += ran.oracle;
-    let Some(c) = &ran.prepared else { return };
-    for (&member, verdict) in item.members.iter().zip(ran.verdicts) {
+    let Some(judged) = &ran.prepared else { return };
+    for (m, verdict) in item.members.iter().zip(ran.verdicts) {
         let Some(((outcome, time), wall)) = verdict else {
             continue;
         };
+        let (member, c) = (m.backend, judged.of(m.cohort));
         let backend = &opts.backends[member];
         let summary = &mut run.summaries[member];
         record_outcome(summary, Part::Property, &outcome, time);
@@ -165,7 +192,7 @@ pub fn record(
             seed: opts.seed,
             index,
             limits: cases.limits,
-            space: &cases.cohorts[item.cohort].space,
+            space: &cases.cohorts[m.cohort].space,
             case: &c.case,
             expected: &c.expected,
             divergence: d,

@@ -6,7 +6,7 @@ use crate::artifacts::Artifact;
 use crate::check::{sanitize, CheckOptions, Cohort, Event, RunState};
 use crate::failure::trace::trace_failure_record;
 use crate::pipeline::control::RunControl;
-use crate::pipeline::drive::{Item, Ran, Subjects};
+use crate::pipeline::drive::{per_cohort, Item, Member, Ran, Subjects};
 use crate::pipeline::trace::{evaluate_trace, trace_recipe_in, JudgedTrace, TraceOutcome};
 use crate::pipeline::trace_shrink::shrink_trace;
 use crate::runner::Divergence;
@@ -32,27 +32,47 @@ pub struct DrawnTrace {
     buckets: Vec<(&'static str, &'static str)>,
 }
 
+/// Trace `index` as each cohort drew it, each distinct draw judged once.
+pub struct DrawnIndex {
+    traces: Vec<DrawnTrace>,
+    of_cohort: Vec<Option<usize>>,
+}
+
+impl DrawnIndex {
+    fn of(&self, cohort: usize) -> &DrawnTrace {
+        &self.traces[self.of_cohort[cohort].expect("prepared for every member's cohort")]
+    }
+}
+
 impl Subjects for Traces<'_> {
-    type Prepared = DrawnTrace;
+    type Prepared = DrawnIndex;
     /// `None` for a trace of no steps (nothing to run).
     type Verdict = Option<(TraceOutcome, Duration)>;
 
-    fn prepare(&self, item: &Item) -> DrawnTrace {
-        let space = &self.cohorts[item.cohort].space;
-        let recipe = trace_poisoned_if(
-            self.poison,
-            trace_recipe_in(self.seed, item.index, self.shapes, space),
-        );
-        let judged = JudgedTrace::new(generate(&recipe));
-        DrawnTrace {
-            buckets: crate::coverage::trace_buckets(&judged.trace),
-            judged,
-        }
+    fn prepare(&self, item: &Item) -> DrawnIndex {
+        let (recipes, of_cohort) = per_cohort(&item.members, self.cohorts.len(), |c| {
+            let space = &self.cohorts[c].space;
+            trace_poisoned_if(
+                self.poison,
+                trace_recipe_in(self.seed, item.index, self.shapes, space),
+            )
+        });
+        let traces = recipes
+            .iter()
+            .map(|r| {
+                let judged = JudgedTrace::new(generate(r));
+                DrawnTrace {
+                    buckets: crate::coverage::trace_buckets(&judged.trace),
+                    judged,
+                }
+            })
+            .collect();
+        DrawnIndex { traces, of_cohort }
     }
 
-    fn evaluate(&self, t: &DrawnTrace, member: usize) -> Self::Verdict {
-        (!t.judged.steps.is_empty())
-            .then(|| evaluate_trace(self.backends[member].as_ref(), &t.judged))
+    fn evaluate(&self, p: &DrawnIndex, m: Member) -> Self::Verdict {
+        let t = &p.of(m.cohort).judged;
+        (!t.steps.is_empty()).then(|| evaluate_trace(self.backends[m.backend].as_ref(), t))
     }
 }
 
@@ -83,16 +103,17 @@ pub fn record(
     opts: &CheckOptions,
     (traces, run): (&Traces<'_>, &mut RunState<'_>),
     item: &Item,
-    ran: Ran<DrawnTrace, Option<(TraceOutcome, Duration)>>,
+    ran: Ran<DrawnIndex, Option<(TraceOutcome, Duration)>>,
     control: &mut RunControl,
 ) {
     run.oracle_time += ran.oracle;
-    if let Some(t) = &ran.prepared {
-        let judged = &t.judged;
-        for (&member, verdict) in item.members.iter().zip(ran.verdicts) {
+    if let Some(drawn) = &ran.prepared {
+        for (m, verdict) in item.members.iter().zip(ran.verdicts) {
             let Some((Some((outcome, time)), wall)) = verdict else {
                 continue;
             };
+            let (member, t) = (m.backend, drawn.of(m.cohort));
+            let judged = &t.judged;
             let backend = &opts.backends[member];
             let summary = &mut run.summaries[member];
             summary.traces.sent += 1;
@@ -136,7 +157,7 @@ pub fn record(
                         let t0 = std::time::Instant::now();
                         let (record, artifact) = shrink_and_report(
                             backend.as_ref(),
-                            (opts, &traces.cohorts[item.cohort].space),
+                            (opts, &traces.cohorts[m.cohort].space),
                             item.index,
                             (*step, divergence),
                             judged,
@@ -153,9 +174,7 @@ pub fn record(
             }
         }
     }
-    if item.last_of_index {
-        (run.tell)(Event::Trace);
-    }
+    (run.tell)(Event::Trace);
 }
 
 /// The file stem of trace `index`'s failure file.

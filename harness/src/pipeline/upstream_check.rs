@@ -5,7 +5,7 @@
 use crate::check::{sanitize, CheckOptions, Event, RunState};
 use crate::compare::Tolerance;
 use crate::pipeline::control::RunControl;
-use crate::pipeline::drive::{Item, Ran, Subjects};
+use crate::pipeline::drive::{Item, Member, Ran, Subjects};
 use crate::pipeline::property_check::{record_outcome, report, Part};
 use crate::runner::{evaluate, Outcome};
 use crate::upstream::UpstreamCase;
@@ -47,11 +47,11 @@ impl Subjects for UpstreamCases<'_> {
         }
     }
 
-    fn evaluate(&self, c: &JudgedUpstream, member: usize) -> Self::Verdict {
-        if let Some(space) = &self.spaces[member] {
+    fn evaluate(&self, c: &JudgedUpstream, m: Member) -> Self::Verdict {
+        if let Some(space) = &self.spaces[m.backend] {
             space.admits(&c.case)?;
         }
-        let backend = self.backends[member].as_ref();
+        let backend = self.backends[m.backend].as_ref();
         Ok(evaluate(
             backend,
             &c.case,
@@ -73,10 +73,11 @@ pub fn record(
     run.oracle_time += ran.oracle;
     let uc = &opts.upstream[item.index];
     if let Some(c) = &ran.prepared {
-        for (&member, verdict) in item.members.iter().zip(ran.verdicts) {
+        for (m, verdict) in item.members.iter().zip(ran.verdicts) {
             let Some((verdict, wall)) = verdict else {
                 continue;
             };
+            let member = m.backend;
             let backend = &opts.backends[member];
             let (outcome, time) = match verdict {
                 Err(outside) => {
