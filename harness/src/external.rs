@@ -77,6 +77,8 @@ pub struct ExternalArgs {
 
 #[derive(Debug, Error, PartialEq)]
 pub enum ExternalConfigError {
+    #[error("{what}: `max_processes` of `{name}` is 0 (at least 1 process runs the adapter)")]
+    ZeroProcesses { what: String, name: String },
     #[error("--external `{0}` must look like NAME='command …'")]
     BadFlag(String),
     #[error("--external {name}: cannot split the command `{command}` (unbalanced quotes?)")]
@@ -113,6 +115,9 @@ struct FileAdapter {
     timeout_seconds: Option<f64>,
     startup_timeout_seconds: Option<f64>,
     cwd: Option<PathBuf>,
+    /// Most processes of this adapter a run starts at once (each holds its own model of
+    /// the kernel's memory); `--jobs` starts fewer when it asks for fewer.
+    max_processes: Option<usize>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -182,6 +187,15 @@ pub fn parse_config(
                 a.startup_timeout_seconds,
                 spec.startup_timeout,
             )?;
+            if let Some(m) = a.max_processes {
+                if m == 0 {
+                    return Err(ExternalConfigError::ZeroProcesses {
+                        what: what.clone(),
+                        name,
+                    });
+                }
+                spec.max_processes = Some(m);
+            }
             Ok(spec)
         })
         .collect()
@@ -294,9 +308,14 @@ pub fn flag_for(backend: &str, flags: &[String]) -> Option<String> {
 
 /// Start the adapter `name` (handshake included) as a backend.
 pub fn start_backend(name: &str, args: &ExternalArgs) -> anyhow::Result<Arc<dyn Backend>> {
+    let declared = args.spec(name)?;
+    // As many as the run's jobs, within the adapter's own `max_processes`.
     let spec = AdapterSpec {
-        processes: args.processes.max(1),
-        ..args.spec(name)?
+        processes: args
+            .processes
+            .max(1)
+            .min(declared.max_processes.unwrap_or(usize::MAX)),
+        ..declared
     };
     crate::progress::note(&format!(
         "starting adapter {name} and waiting for its handshake (up to {:.0} s)",
@@ -345,6 +364,18 @@ mod tests {
             Path::new("."),
         );
         assert!(matches!(e, Err(ExternalConfigError::BadSeconds { .. })));
+        let e = parse_config(
+            "[backends.a]\ncommand = [\"x\"]\nmax_processes = 0",
+            Path::new("t"),
+            Path::new("."),
+        );
+        assert!(matches!(e, Err(ExternalConfigError::ZeroProcesses { .. })));
+        let ok = parse_config(
+            "[backends.a]\ncommand = [\"x\"]\nmax_processes = 3",
+            Path::new("t"),
+            Path::new("."),
+        );
+        assert_eq!(ok.unwrap()[0].max_processes, Some(3));
     }
 
     #[test]

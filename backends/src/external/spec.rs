@@ -26,6 +26,9 @@ pub struct AdapterSpec {
     /// Adapter processes run side by side, each with its own sessions (a check's `--jobs`);
     /// the first is started at once, the others when first needed.
     pub processes: usize,
+    /// The most processes the adapter's declaration allows (`max_processes` in
+    /// `attn-diff.toml`: each process holds its own copy of a heavy kernel); None: no limit.
+    pub max_processes: Option<usize>,
 }
 
 impl AdapterSpec {
@@ -38,6 +41,7 @@ impl AdapterSpec {
             timeout: DEFAULT_TIMEOUT,
             startup_timeout: DEFAULT_STARTUP_TIMEOUT,
             processes: 1,
+            max_processes: None,
         }
     }
 
