@@ -176,6 +176,9 @@ fn coverage_section(report: &attn_results::CoverageReport, s: &CheckSummary) -> 
     for l in attn_results::coverage::summary_lines(report, &names) {
         let _ = writeln!(out, "- {}", cell(&l));
     }
+    for l in attn_results::coverage::pair_lines(report, &names) {
+        let _ = writeln!(out, "- pairs: {}", cell(&l));
+    }
     let _ = write!(out, "\n| dimension | bucket |");
     for n in &names {
         let _ = write!(out, " {} |", cell(n));

@@ -24,4 +24,6 @@ pub mod suggest;
 pub use attn_results::compare;
 #[cfg(feature = "mutants")]
 pub use pipeline::mutants;
-pub use pipeline::{bench, check, coverage, replay, runner, shrink, strategy, upstream};
+pub use pipeline::{
+    bench, check, coverage, extremes, logit_stats, replay, runner, shrink, strategy, upstream,
+};

@@ -1,6 +1,9 @@
 //! The default run reaches the whole case space: every declared coverage bucket (dtypes,
 //! head-size tails, block sizes above 128, custom scales, windows, contexts past 16k, decode
-//! batches past 64, caches past 2^31 elements, …) holds at least one case `cpu` ran.
+//! batches past 512, steps past 8,192 tokens, groups past 64, logits past 1e5 and q·k past
+//! f16's range, every batch composition, caches past 2^31 elements, …) holds at least one
+//! case `cpu` ran, and its cases hold at least 95% of the valid pairs of features and shape
+//! classes.
 
 use attn_harness::check::{run_check, CheckOptions, DEFAULT_CASES};
 
@@ -19,4 +22,14 @@ fn the_default_run_covers_every_bucket_for_cpu() {
         println!("{l}");
     }
     assert_eq!(report.uncovered("cpu"), vec![], "empty buckets");
+    for l in attn_results::coverage::pair_lines(report, &names) {
+        println!("{l}");
+    }
+    let pairs = attn_results::coverage::pair_summary(report, "cpu");
+    assert!(
+        pairs.percent() >= 95.0,
+        "pairs covered: {:.1}%, empty: {:?}",
+        pairs.percent(),
+        pairs.missing()
+    );
 }

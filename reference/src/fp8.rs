@@ -75,6 +75,7 @@ impl Fp8Format {
     }
 
     /// The non-negative finite codes with their values, in increasing order (decoded once).
+    #[cfg(test)]
     fn finite_codes(self) -> &'static [(u8, f64)] {
         static TABLES: OnceLock<[Vec<(u8, f64)>; 2]> = OnceLock::new();
         let tables = TABLES.get_or_init(|| {
@@ -98,7 +99,42 @@ impl Fp8Format {
 
     /// `x` rounded to the nearest finite code (ties to the even code), saturating beyond the
     /// largest finite value; NaN gives [`Fp8Format::nan_code`].
+    ///
+    /// The non-negative codes are contiguous in value: inside a binade of exponent `e` (or
+    /// among the subnormals) they step by one quantum `2^(max(e, 1 - bias) - mbits)`, and the
+    /// code after a binade's last is the next binade's first. So the code is the binade's
+    /// first code plus `a / quantum` rounded to the nearest integer, ties to even (an even
+    /// count is an even code): exact, as dividing by a power of two is.
     pub fn encode(self, x: f64) -> u8 {
+        if x.is_nan() {
+            return self.nan_code();
+        }
+        let sign = if x.is_sign_negative() { 0x80u8 } else { 0 };
+        let a = x.abs().min(self.max_finite());
+        let (mbits, bias) = self.bits();
+        let min_exp = 1 - bias;
+        let e = if a == 0.0 {
+            min_exp
+        } else {
+            (((a.to_bits() >> 52) & 0x7ff) as i32 - 1023).max(min_exp)
+        };
+        // 2^(e - mbits) built from its bits (e - mbits >= -17: a normal f64).
+        let quantum = f64::from_bits(((e - mbits as i32 + 1023) as u64) << 52);
+        let steps = (a / quantum).round_ties_even() as i32;
+        // Subnormals (e = min_exp) start at code 0, the binade of e at (e + bias - 1) << mbits
+        // counted from its implicit leading one.
+        let base = if e == min_exp && steps < (1 << mbits) {
+            0
+        } else {
+            ((e + bias) << mbits) - (1 << mbits)
+        };
+        sign | (base + steps) as u8
+    }
+
+    /// [`Fp8Format::encode`] by search over the decoded codes: the definition the fast path
+    /// is tested against.
+    #[cfg(test)]
+    fn encode_by_search(self, x: f64) -> u8 {
         if x.is_nan() {
             return self.nan_code();
         }
@@ -131,7 +167,18 @@ impl Fp8Format {
 
     /// What a kernel reads for `code`: `fp8 * scale`, exactly (in f64).
     pub fn dequantize(self, code: u8, scale: f32) -> f64 {
-        self.decode(code) * scale as f64
+        self.decoded()[code as usize] * scale as f64
+    }
+
+    /// Every code's value (decoded once).
+    fn decoded(self) -> &'static [f64; 256] {
+        static TABLES: OnceLock<[[f64; 256]; 2]> = OnceLock::new();
+        let tables = TABLES
+            .get_or_init(|| Fp8Format::ALL.map(|f| std::array::from_fn(|c| f.decode(c as u8))));
+        match self {
+            Fp8Format::E4m3 => &tables[0],
+            Fp8Format::E5m2 => &tables[1],
+        }
     }
 
     /// `x` as it comes back out of the cache: quantized, then dequantized.
@@ -207,6 +254,25 @@ impl fmt::Display for Fp8KvCache {
 mod tests {
     use super::*;
     use Fp8Format::{E4m3, E5m2};
+
+    #[test]
+    fn encode_agrees_with_the_search_over_codes() {
+        let mut rng = crate::InputRng::new(7);
+        for f in Fp8Format::ALL {
+            // Every code's value, the midpoints between neighbours (ties), just off them.
+            let mut xs: Vec<f64> = (0u8..=255).map(|c| f.decode(c)).collect();
+            for c in 0u8..0x7e {
+                let (a, b) = (f.decode(c), f.decode(c + 1));
+                let mid = (a + b) / 2.0;
+                xs.extend([mid, mid * (1.0 + 1e-12), mid * (1.0 - 1e-12), -mid]);
+            }
+            xs.extend((0..200_000).map(|i| rng.normal() * 10f64.powi(i % 12 - 6)));
+            xs.extend([0.0, -0.0, 1e-300, 1e300, f64::INFINITY, f64::NEG_INFINITY]);
+            for x in xs {
+                assert_eq!(f.encode(x), f.encode_by_search(x), "{f} {x:e}");
+            }
+        }
+    }
 
     #[test]
     fn known_bit_patterns_decode() {

@@ -5,6 +5,10 @@ use attn_reference::Feature;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 
+pub use crate::pairs::{
+    pair_factors, pair_key, pair_lines, pair_rows, pair_summary, PairSummary, INVALID_PAIRS,
+};
+
 /// The dimensions with fixed buckets (the `features` dimension comes from the feature list:
 /// [`dimensions`]).
 pub const DIMENSIONS: &[(&str, &[&str])] = &[
@@ -24,6 +28,9 @@ pub const DIMENSIONS: &[(&str, &[&str])] = &[
     ),
     ("block size", &["1", "2-15", "16-64", "65-128", "above 128"]),
     ("heads", &["single", "MHA", "MQA", "GQA 2-4", "GQA above 4"]),
+    // Query heads per kv head, and query heads in all (models run up to 128 of each).
+    ("group size", &["1", "2-8", "9-16", "17-64", "65-128"]),
+    ("query heads", &["1-8", "9-32", "33-128"]),
     ("scale", &["default", "custom"]),
     (
         "window",
@@ -34,7 +41,33 @@ pub const DIMENSIONS: &[(&str, &[&str])] = &[
         &["1-16", "17-256", "257-4096", "4097-16384", "above 16384"],
     ),
     ("longest query", &["1", "2-8", "9-64", "above 64"]),
-    ("sequences", &["1", "2-8", "9-64", "above 64"]),
+    ("sequences", &["1", "2-8", "9-64", "65-512", "above 512"]),
+    // Tokens in the step (real and padding), what a launch grid is sized by.
+    (
+        "step tokens",
+        &["1-64", "65-1024", "1025-8192", "above 8192"],
+    ),
+    // Decodes (query_len 1) and prefills of the batch, and whether decodes come first as
+    // vLLM's scheduler orders them.
+    (
+        "batch composition",
+        &[
+            "all decode",
+            "all prefill",
+            "mixed, decodes first",
+            "mixed, other order",
+        ],
+    ),
+    // The largest |scale · q·k| of any query against a key it sees.
+    (
+        "logit magnitude",
+        &["below 1e2", "1e2 to 1e4", "1e4 to 1e5", "above 1e5"],
+    ),
+    // The largest unscaled |q·k|: past 65504 a q·k held in f16 is infinite.
+    ("unscaled q·k", &["within f16 range", "past f16 range"]),
+    // How far apart the row maxima of one sequence's query rows (one head) lie: a kernel
+    // that reuses one row's max for a query tile overflows or underflows past ~88.
+    ("row maxima spread", &["at most 100", "above 100"]),
     (
         "cache elements",
         &["below 2^20", "2^20 to 2^31", "above 2^31"],
@@ -99,6 +132,10 @@ pub struct CoverageReport {
     /// of them was drawn for it, and none should be; not gaps.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub not_declared: BTreeMap<String, BTreeMap<String, BTreeSet<String>>>,
+    /// Cases run per pair of factors (features and shape classes, [`pair_factors`]), by
+    /// backend, then pair ([`pair_key`]); pairs never met are absent.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub pairs: BTreeMap<String, BTreeMap<String, usize>>,
 }
 
 /// What a table cell shows for a bucket outside the backend's declared space.
@@ -135,8 +172,28 @@ impl CoverageReport {
             .is_some_and(|b| b.contains(bucket))
     }
 
+    /// Count one case that `backend` ran in every pair of the factors its `buckets` hold.
+    pub fn count_pairs(&mut self, backend: &str, buckets: &[(&str, &str)]) {
+        let factors = crate::pairs::factors_of(buckets);
+        if factors.len() < 2 {
+            return;
+        }
+        let counts = self.pairs.entry(backend.to_string()).or_default();
+        for (i, a) in factors.iter().enumerate() {
+            for b in &factors[i + 1..] {
+                *counts.entry(pair_key(a, b)).or_default() += 1;
+            }
+        }
+    }
+
     /// Add another shard's counts (the declared spaces are the same in every shard).
     pub fn merge(&mut self, other: &CoverageReport) {
+        for (backend, pairs) in &other.pairs {
+            let mine = self.pairs.entry(backend.clone()).or_default();
+            for (pair, n) in pairs {
+                *mine.entry(pair.clone()).or_default() += n;
+            }
+        }
         for (backend, dims) in &other.not_declared {
             for (dim, buckets) in dims {
                 for b in buckets {

@@ -14,6 +14,7 @@ pub mod coverage;
 pub mod list;
 pub mod mutants;
 pub mod outcome;
+pub mod pairs;
 
 pub use bench::{BenchRow, BenchStatus, BenchSummary};
 pub use check::{

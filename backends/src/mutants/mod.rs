@@ -96,6 +96,20 @@ pub const CATALOGUE: &[MutantInfo] = &[
     m("cross-attention-causal", "cross-attention run with the causal mask on: decoder token j sees encoder keys up to seq_len - query_len + j"),
     m("cross-attention-decoder-length", "the decoder's length used for the encoder cache: cross-attention reads query_len keys instead of the encoder's seq_len"),
     m("cross-cache-rewritten", "the cross cache rewritten every step: a later decoder step's own K/V is written over the encoder's first positions"),
+    // Extreme logits (rows shifted past 1e4, q·k past f16's range, row maxima far apart).
+    public("finite-max-sentinel", "flashinfer-ai/flashinfer#4267", "the online max starts at a finite -5e4 instead of -inf: a row whose every logit lies below it outputs zeros"),
+    m("tile-shares-row-max", "the rows of a 16-row query tile all use the first row's max: rows whose maxima differ by more than ~88 overflow or underflow"),
+    m("qk-overflows-f16", "with f16 inputs the unscaled q·k tile is held in f16: past 65504 it is infinite and the row turns NaN"),
+    // Big head groups.
+    public("block-q-zero-above-16", "vllm-project/vllm#23424", "BLOCK_Q = 16 // (query heads per kv head): more than 16 per kv head divides by zero"),
+    // Big steps.
+    m("tokens-past-8192-skipped", "a launch grid sized for 8,192 query tokens: rows past it are never computed and read as zeros"),
+    // Batch composition, in the scheduler's order.
+    public("alibi-dropped-in-decode-batches", "HabanaAI/vllm-fork#437", "the decode path runs without ALiBi: a batch of decodes only attends without its bias"),
+    m("alibi-positions-in-bf16", "with bf16 inputs ALiBi's positions are rounded to bf16 before the slope multiplies them: past 256 keys neighbours share a bias"),
+    m("first-prefill-as-decode", "the decode/prefill split is off by one: the first prefill behind the decodes runs through the decode path, every row at the sequence's last position"),
+    // Feature pairs.
+    public("sink-twice-split-kv", "ROCm/rocm-libraries#12227", "with a sliding window, a KV split wholly before the window publishes the sink and the next split seeds it again: the sink counts twice once the window starts past 256 keys"),
 ];
 
 /// Whether mutant `name` can only break across the steps of a trace.
@@ -164,6 +178,15 @@ pub fn mutant(name: &str) -> Option<Arc<dyn Backend>> {
         "cross-attention-causal" => plain(Bug::CrossCausal),
         "cross-attention-decoder-length" => plain(Bug::CrossDecoderLength),
         "cross-cache-rewritten" => plain(Bug::CrossCacheRewritten),
+        "finite-max-sentinel" => plain(Bug::FiniteMaxSentinel),
+        "tile-shares-row-max" => plain(Bug::TileSharesRowMax),
+        "qk-overflows-f16" => plain(Bug::QkOverflowsF16),
+        "block-q-zero-above-16" => plain(Bug::BlockQZeroAbove16),
+        "tokens-past-8192-skipped" => plain(Bug::TokensPast8192Skipped),
+        "alibi-dropped-in-decode-batches" => plain(Bug::AlibiDroppedInDecodeBatches),
+        "alibi-positions-in-bf16" => plain(Bug::AlibiPositionsInBf16),
+        "first-prefill-as-decode" => plain(Bug::FirstPrefillAsDecode),
+        "sink-twice-split-kv" => plain(Bug::SinkTwiceSplitKv),
         _ => None,
     }
 }

@@ -52,7 +52,26 @@ pub enum Bug {
     CrossCausal,
     CrossDecoderLength,
     CrossCacheRewritten,
+    // Extremes: logits in the tens of thousands, big groups, big steps, batch order, pairs.
+    FiniteMaxSentinel,
+    TileSharesRowMax,
+    QkOverflowsF16,
+    BlockQZeroAbove16,
+    TokensPast8192Skipped,
+    AlibiDroppedInDecodeBatches,
+    AlibiPositionsInBf16,
+    FirstPrefillAsDecode,
+    SinkTwiceSplitKv,
 }
+
+/// The online max's starting value of kernels that use a finite stand-in for -inf.
+const FINITE_MAX_SENTINEL: f32 = -5e4;
+/// Query rows of one sequence that share a tile (and, with the tile bug, its first row's max).
+const QUERY_TILE: usize = 16;
+/// Rows a launch grid sized for 8,192 tokens reaches.
+const GRID_TOKENS: usize = 8192;
+/// Keys per KV split of a split-KV kernel.
+const SPLIT_KEYS: usize = 256;
 
 /// An element offset computed in int32, as the buggy kernels do: past 2^31 it wraps, and the
 /// access lands elsewhere in the buffer (in C it lands outside it; here it stays inside so
@@ -242,6 +261,19 @@ impl Backend for PlainBackend {
         let cache = cache_as::<SlotCache>(&self.name, cache)?;
         let (hq, hkv, d, bs) = (c.num_heads, c.num_kv_heads, c.head_size, c.block_size);
         let group = hq / hkv;
+        if self.bug == Bug::BlockQZeroAbove16 && group > 16 {
+            // BLOCK_Q = BLOCK_M // num_queries_per_kv with BLOCK_M = 16.
+            return Err(BackendError::Failed {
+                backend: self.name.clone(),
+                message: format!("integer division or modulo by zero (BLOCK_Q = 16 // {group})"),
+            });
+        }
+        let all_decode = step.query_start_loc.windows(2).all(|w| w[1] - w[0] == 1);
+        // The first sequence with more than one query token after one or more decodes: the
+        // one a decode/prefill split off by one runs through the decode path.
+        let first_prefill = (0..step.seq_lens.len())
+            .find(|&s| step.query_start_loc[s + 1] - step.query_start_loc[s] > 1);
+        let first_prefill = first_prefill.filter(|&s| s > 0);
         let scale = match self.bug {
             Bug::CustomScaleIgnored => 1.0 / (d as f32).sqrt(),
             Bug::ScaleForgotten => 1.0,
@@ -328,7 +360,15 @@ impl Backend for PlainBackend {
                 owner.entry(blk).or_insert(s);
             }
             for t in q0..q1 {
-                let p = ctx + t - q0;
+                let p = if self.bug == Bug::FirstPrefillAsDecode
+                    && first_prefill == Some(s)
+                    && c.kind == AttentionKind::Decoder
+                {
+                    // The decode path puts its one query at the sequence's last position.
+                    seq_len - 1
+                } else {
+                    ctx + t - q0
+                };
                 let p_mask = if self.bug == Bug::CausalOffsetQueryLen {
                     (query_len + t - q0).min(seq_len - 1)
                 } else {
@@ -403,7 +443,7 @@ impl Backend for PlainBackend {
                         };
                         &buf[at..][..d]
                     };
-                    let logit = |k: usize| {
+                    let logit_of = |q: &[f32], p: usize, k: usize| {
                         let kr = read(false, k);
                         // The vector width's multiple of the head size, for the tail bug.
                         let dims = if self.bug == Bug::SimdTailDropped && d > 8 {
@@ -411,16 +451,39 @@ impl Backend for PlainBackend {
                         } else {
                             d
                         };
-                        let mut l = scale
-                            * q[..dims]
-                                .iter()
-                                .zip(&kr[..dims])
-                                .map(|(a, b)| a * b)
-                                .sum::<f32>();
-                        let alibi = c
-                            .alibi_slopes
-                            .as_ref()
-                            .map_or(0.0, |a| a[h] * (k as f32 - p as f32));
+                        let mut dot = q[..dims]
+                            .iter()
+                            .zip(&kr[..dims])
+                            .map(|(a, b)| a * b)
+                            .sum::<f32>();
+                        if self.bug == Bug::QkOverflowsF16
+                            && c.dtype == attn_reference::DType::F16
+                            && dot.abs() > 65504.0
+                        {
+                            // The unscaled q·k tile is held in f16.
+                            dot = dot.signum() * f32::INFINITY;
+                        }
+                        let mut l = scale * dot;
+                        // Positions as ALiBi's bias sees them: bf16 positions when the bias
+                        // is built in the compute dtype.
+                        let position = |x: usize| {
+                            if self.bug == Bug::AlibiPositionsInBf16
+                                && c.dtype == attn_reference::DType::Bf16
+                            {
+                                attn_reference::DType::Bf16.round(x as f32)
+                            } else {
+                                x as f32
+                            }
+                        };
+                        let alibi = match &c.alibi_slopes {
+                            Some(_)
+                                if self.bug == Bug::AlibiDroppedInDecodeBatches && all_decode =>
+                            {
+                                0.0
+                            }
+                            Some(a) => a[h] * (position(k) - position(p)),
+                            None => 0.0,
+                        };
                         match (self.bug, c.logits_soft_cap) {
                             (Bug::SoftCapAfterAlibi, Some(cap)) => {
                                 l = cap * ((l + alibi) / cap).tanh()
@@ -433,6 +496,18 @@ impl Backend for PlainBackend {
                         }
                         l
                     };
+                    let logit = |k: usize| logit_of(q, p, k);
+                    // The tile bug's max: that of the tile's first row, for every row.
+                    let tile_max = (self.bug == Bug::TileSharesRowMax).then(|| {
+                        let t0 = q0 + (t - q0) / QUERY_TILE * QUERY_TILE;
+                        let p0 = ctx + t0 - q0;
+                        let q0r = &step.query[(t0 * hq + h) * d..][..d];
+                        let (lo0, hi0) =
+                            attn_reference::oracle::visible_keys(c.kind, window, p0, seq_len);
+                        (lo0..=hi0)
+                            .map(|k| logit_of(q0r, p0, k))
+                            .fold(f32::NEG_INFINITY, f32::max)
+                    });
                     // Two splits over the visible keys, each an online softmax; the partition
                     // bug splits at 256 keys, as a partitioned decode kernel does.
                     let mid = if self.bug == Bug::PartitionMergeNoRescale {
@@ -442,7 +517,11 @@ impl Backend for PlainBackend {
                     };
                     let split = |ks: &[usize]| {
                         let mut part = Partial {
-                            max: f32::NEG_INFINITY,
+                            max: if self.bug == Bug::FiniteMaxSentinel {
+                                FINITE_MAX_SENTINEL
+                            } else {
+                                f32::NEG_INFINITY
+                            },
                             sum: 0.0,
                             acc: vec![0.0; d],
                         };
@@ -450,6 +529,8 @@ impl Backend for PlainBackend {
                             let l = logit(k);
                             let m = if self.bug == Bug::SoftmaxNoMax {
                                 0.0
+                            } else if let Some(m) = tile_max {
+                                m
                             } else {
                                 part.max.max(l)
                             };
@@ -489,7 +570,15 @@ impl Backend for PlainBackend {
                     } else {
                         (b.max - m).exp()
                     };
-                    let ws = sink.map_or(0.0, |x| (x - m).exp());
+                    let mut ws = sink.map_or(0.0, |x| (x - m).exp());
+                    if self.bug == Bug::SinkTwiceSplitKv
+                        && c.sliding_window.is_some()
+                        && keys.first().is_some_and(|&k| k >= SPLIT_KEYS)
+                    {
+                        // KV split 0 lies wholly before the window: it publishes the sink as
+                        // its result, and the first split with keys seeds it again.
+                        ws *= 2.0;
+                    }
                     let denom = a.sum * fa + b.sum * fb + ws;
                     let o = &mut out[(t * hq + h) * d..][..d];
                     for (i, o) in o.iter_mut().enumerate() {
@@ -497,12 +586,21 @@ impl Backend for PlainBackend {
                         if self.bug == Bug::SinkInNumerator {
                             num += ws;
                         }
-                        *o = c.dtype.round(num / denom);
+                        *o = if self.bug == Bug::FiniteMaxSentinel && denom == 0.0 {
+                            // Every weight underflowed: the kernel's 0-denominator guard.
+                            0.0
+                        } else {
+                            c.dtype.round(num / denom)
+                        };
                     }
                 }
             }
         }
         let real = step.query_start_loc.last().copied().unwrap_or(0);
+        if self.bug == Bug::TokensPast8192Skipped && step.num_tokens > GRID_TOKENS {
+            // The grid has no program for these rows: they keep what the buffer held.
+            out[GRID_TOKENS * hq * d..].fill(0.0);
+        }
         if self.bug == Bug::PaddingRowNan && step.num_tokens > real && real > 0 {
             // A padding row sees no key: 0 / 0. A tile-wide epilogue then mixes it into the
             // last real row (0 * NaN is NaN).

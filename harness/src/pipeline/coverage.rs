@@ -26,6 +26,14 @@ const LONGEST_SEQUENCE_EDGES: &[(usize, &str)] = &[
 const LONGEST_SEQUENCE_ABOVE: &str = "above 16384";
 const COUNT_EDGES: &[(usize, &str)] = &[(1, "1"), (8, "2-8"), (64, "9-64")];
 const COUNT_ABOVE: &str = "above 64";
+const SEQUENCES_EDGES: &[(usize, &str)] = &[(1, "1"), (8, "2-8"), (64, "9-64"), (512, "65-512")];
+const SEQUENCES_ABOVE: &str = "above 512";
+const STEP_TOKENS_EDGES: &[(usize, &str)] = &[(64, "1-64"), (1024, "65-1024"), (8192, "1025-8192")];
+const STEP_TOKENS_ABOVE: &str = "above 8192";
+const GROUP_EDGES: &[(usize, &str)] = &[(1, "1"), (8, "2-8"), (16, "9-16"), (64, "17-64")];
+const GROUP_ABOVE: &str = "65-128";
+const QUERY_HEADS_EDGES: &[(usize, &str)] = &[(8, "1-8"), (32, "9-32")];
+const QUERY_HEADS_ABOVE: &str = "33-128";
 
 /// The buckets of a range dimension whose smallest value is above `limit`.
 fn above_limit(
@@ -91,6 +99,11 @@ pub fn not_declared(space: &Space) -> Vec<(&'static str, &'static str)> {
             heads.push("GQA above 4");
         }
         out.extend(heads.into_iter().map(|b| ("heads", b)));
+        out.extend(
+            above_limit(GROUP_EDGES, GROUP_ABOVE, g)
+                .into_iter()
+                .map(|b| ("group size", b)),
+        );
     }
     if !space.allows_feature(Feature::SlidingWindow) {
         out.extend(["1", "inside the sequence", "past the sequence"].map(|b| ("window", b)));
@@ -117,7 +130,7 @@ pub fn not_declared(space: &Space) -> Vec<(&'static str, &'static str)> {
     }
     if let Some(m) = space.max_seqs {
         out.extend(
-            above_limit(COUNT_EDGES, COUNT_ABOVE, m)
+            above_limit(SEQUENCES_EDGES, SEQUENCES_ABOVE, m)
                 .into_iter()
                 .map(|b| ("sequences", b)),
         );
@@ -217,6 +230,17 @@ pub fn buckets(case: &Case) -> Vec<(&'static str, &'static str)> {
         features.push("none");
     }
     v.extend(features.into_iter().map(|f| ("features", f)));
+    v.extend([
+        (
+            "group size",
+            range_bucket(c.group_size(), GROUP_EDGES, GROUP_ABOVE),
+        ),
+        (
+            "query heads",
+            range_bucket(c.num_heads, QUERY_HEADS_EDGES, QUERY_HEADS_ABOVE),
+        ),
+    ]);
+    v.extend(crate::logit_stats::LogitStats::of(case).buckets());
     let longest = case.batch.seq_lens.iter().copied().max().unwrap_or(0);
     let longest_query = case.batch.query_lens.iter().copied().max().unwrap_or(0);
     let elements =
@@ -232,8 +256,13 @@ pub fn buckets(case: &Case) -> Vec<(&'static str, &'static str)> {
         ),
         (
             "sequences",
-            range_bucket(case.num_seqs(), COUNT_EDGES, COUNT_ABOVE),
+            range_bucket(case.num_seqs(), SEQUENCES_EDGES, SEQUENCES_ABOVE),
         ),
+        (
+            "step tokens",
+            range_bucket(case.num_tokens(), STEP_TOKENS_EDGES, STEP_TOKENS_ABOVE),
+        ),
+        ("batch composition", batch_composition(case)),
         (
             "cache elements",
             if elements < 1 << 20 {
@@ -318,6 +347,27 @@ pub fn trace_buckets(trace: &attn_reference::Trace) -> Vec<(&'static str, &'stat
 pub fn count(report: &mut CoverageReport, backend: &str, buckets: &[(&str, &str)]) {
     for (dim, bucket) in buckets {
         report.count(backend, dim, bucket);
+    }
+    report.count_pairs(backend, buckets);
+}
+
+/// Decodes are sequences with one query token (vLLM's `split_decodes_and_prefills` with its
+/// default threshold); encoder-only attention has none. vLLM's scheduler puts them first.
+fn batch_composition(case: &Case) -> &'static str {
+    let decode: Vec<bool> = case
+        .batch
+        .query_lens
+        .iter()
+        .map(|&q| q == 1 && case.config.kind != attn_reference::AttentionKind::EncoderOnly)
+        .collect();
+    if decode.iter().all(|&d| d) {
+        "all decode"
+    } else if decode.iter().all(|&d| !d) {
+        "all prefill"
+    } else if decode.windows(2).all(|w| w[0] || !w[1]) {
+        "mixed, decodes first"
+    } else {
+        "mixed, other order"
     }
 }
 

@@ -7,6 +7,8 @@ pub mod check;
 pub mod control;
 pub mod coverage;
 pub mod drive;
+pub mod extremes;
+pub mod logit_stats;
 #[cfg(feature = "mutants")]
 pub mod mutants;
 pub mod property_check;

@@ -13,6 +13,8 @@ use attn_reference::{
 use proptest::prelude::*;
 use serde::{Deserialize, Serialize};
 
+pub use crate::extremes::LogitShift;
+
 /// How physical blocks are assigned to the sequences' logical blocks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -74,6 +76,9 @@ pub struct CaseRecipe {
     /// What unwritten slots and padding rows hold (None: large finite stale values).
     #[serde(default)]
     pub poison: Option<Poison>,
+    /// Every q·k of a row shifted alike (None: the values' own logits).
+    #[serde(default)]
+    pub logits: Option<LogitShift>,
     /// Requests of query_len 0 and seq_len 0 after the real ones, as vLLM pads a batch's
     /// request count for CUDA graphs (decoder only).
     #[serde(default)]
@@ -163,6 +168,10 @@ pub enum Tier {
     /// A few short sequences whose blocks sit at the top of a cache whose element offsets
     /// pass 2^31 ([`huge_cache`]).
     HugeCache,
+    /// A prefill chunk of 8,193 to 32,768 tokens ([`crate::extremes::big_step`]).
+    BigStep,
+    /// Decode batches of 512 to 2,048 sequences ([`crate::extremes::big_batch`]).
+    BigBatch,
 }
 
 impl Tier {
@@ -171,10 +180,12 @@ impl Tier {
         if index % every != every / 2 {
             return Tier::Small;
         }
-        match (index / every) % 4 {
-            0 | 2 => Tier::LongContext,
+        match (index / every) % 8 {
+            0 | 2 | 6 => Tier::LongContext,
             1 => Tier::DecodeBatch,
-            _ => Tier::HugeCache,
+            3 => Tier::HugeCache,
+            4 | 7 => Tier::BigStep,
+            _ => Tier::BigBatch,
         }
     }
 }
@@ -214,6 +225,7 @@ impl CaseRecipe {
             kv_cache: None,
             poison: None,
             padded_requests: 0,
+            logits: None,
         }
     }
 
@@ -337,6 +349,9 @@ impl CaseRecipe {
         case.poison = self.poison;
         if let Values::Simple(seed) = self.values {
             simplify_values(&mut case, seed, self.sharing().as_ref());
+        }
+        if let Some(shift) = self.logits {
+            shift.apply(&mut case);
         }
         self.lay_out_blocks(&mut case);
         if let Some(total) = self.cache_blocks {
@@ -508,16 +523,18 @@ fn scale() -> impl Strategy<Value = Option<f32>> {
 pub const FP8_SCALES: [f32; 6] = [0.00390625, 0.0625, 0.1875, 0.5, 1.0, 4.0];
 
 fn kv_cache() -> impl Strategy<Value = Option<Fp8KvCache>> {
+    prop::option::weighted(0.2, kv_cache_of_any_format())
+}
+
+/// An FP8 cache of either format with scales from [`FP8_SCALES`].
+pub fn kv_cache_of_any_format() -> impl Strategy<Value = Fp8KvCache> {
     let scale = || prop::sample::select(FP8_SCALES.to_vec());
-    prop::option::weighted(
-        0.2,
-        (
-            prop::sample::select(Fp8Format::ALL.to_vec()),
-            scale(),
-            scale(),
-        )
-            .prop_map(|(dtype, k, v)| Fp8KvCache::new(dtype, k, v)),
+    (
+        prop::sample::select(Fp8Format::ALL.to_vec()),
+        scale(),
+        scale(),
     )
+        .prop_map(|(dtype, k, v)| Fp8KvCache::new(dtype, k, v))
 }
 
 /// A length just below, at or just above one of `thresholds` no larger than `max`.
@@ -651,6 +668,8 @@ pub fn budget_of(index: usize, limits: StrategyLimits) -> usize {
     match Tier::of(index, limits) {
         Tier::Small => SMALL_COST,
         Tier::LongContext | Tier::DecodeBatch | Tier::HugeCache => LONG_COST,
+        Tier::BigStep => crate::extremes::BIG_STEP_COST,
+        Tier::BigBatch => crate::extremes::BIG_BATCH_COST,
     }
 }
 
@@ -673,19 +692,28 @@ pub fn strategy_for(
 
 /// The strategy of property case `index` over the whole space.
 fn tier_strategy(index: usize, limits: StrategyLimits) -> BoxedStrategy<CaseRecipe> {
+    use crate::extremes::{big_batch, big_step, featured, long_features};
+    let ordinal = index / limits.long_every.max(1);
+    let budget = budget_of(index, limits);
+    let with_features = |s: BoxedStrategy<CaseRecipe>, big: bool| {
+        (s, long_features())
+            .prop_map(move |(r, f)| featured(r, &f, ordinal, (big, budget)))
+            .boxed()
+    };
     match Tier::of(index, limits) {
         Tier::Small => recipe(limits).boxed(),
         Tier::LongContext => {
-            // Alternately past 16k and between 4k and 16k keys.
-            let min = if (index / limits.long_every.max(1)).is_multiple_of(4) {
-                16_385
-            } else {
-                4_097
-            };
-            long_context(min, limits.max_long_context.max(min)).boxed()
+            // Past 16k keys, or between 4k and 16k.
+            let min = if ordinal % 8 == 2 { 4_097 } else { 16_385 };
+            with_features(
+                long_context(min, limits.max_long_context.max(min)).boxed(),
+                false,
+            )
         }
-        Tier::DecodeBatch => decode_batch().boxed(),
+        Tier::DecodeBatch => with_features(decode_batch().boxed(), false),
         Tier::HugeCache => huge_cache().boxed(),
+        Tier::BigStep => with_features(big_step().boxed(), true),
+        Tier::BigBatch => with_features(big_batch().boxed(), false),
     }
 }
 
@@ -735,48 +763,66 @@ pub fn recipe(limits: StrategyLimits) -> impl Strategy<Value = CaseRecipe> {
             (2usize..=4, 1usize..=3).prop_map(|(group, blocks)| Share { group, blocks }),
         ),
     );
-    (heads, shape, seqs, features, layout, values(), kv_cache()).prop_map(
-        |(
-            (num_kv_heads, group),
-            (head_size, block_size, dtype, kind),
-            seqs,
-            (window, soft_cap, alibi, sinks, scale),
-            (padding_tokens, spare_blocks, table, share),
-            values,
-            kv_cache,
-        )| {
-            // Cross-attention has no key positions relative to the query: no window, no ALiBi.
-            let cross = kind == AttentionKind::EncoderDecoder;
-            let r = CaseRecipe {
-                num_kv_heads,
-                group,
-                head_size,
-                block_size,
-                dtype,
-                kind,
-                seqs,
-                window: window.filter(|_| !cross),
-                soft_cap,
-                alibi: alibi && !cross,
-                sinks,
-                padding_tokens,
-                spare_blocks,
-                table,
-                values,
-                share,
-                scale,
-                kv_cache,
-                poison: poison_of(values),
-                padded_requests: padded_requests_of(values),
-                ..CaseRecipe::plain()
-            };
-            fit_cost(r, SMALL_COST, &Space::default())
-        },
+    // Drawn last, so every field above draws what it drew before they existed.
+    let extremes = (
+        crate::extremes::batch_order(),
+        prop::option::weighted(0.06, crate::extremes::big_heads()),
+        prop::option::weighted(0.12, crate::extremes::logit_shift()),
+    );
+    (
+        heads,
+        shape,
+        seqs,
+        features,
+        layout,
+        values(),
+        kv_cache(),
+        extremes,
     )
+        .prop_map(
+            |(
+                (num_kv_heads, group),
+                (head_size, block_size, dtype, kind),
+                seqs,
+                (window, soft_cap, alibi, sinks, scale),
+                (padding_tokens, spare_blocks, table, share),
+                values,
+                kv_cache,
+                extremes,
+            )| {
+                // Cross-attention has no key positions relative to the query: no window, no ALiBi.
+                let cross = kind == AttentionKind::EncoderDecoder;
+                let r = CaseRecipe {
+                    num_kv_heads,
+                    group,
+                    head_size,
+                    block_size,
+                    dtype,
+                    kind,
+                    seqs,
+                    window: window.filter(|_| !cross),
+                    soft_cap,
+                    alibi: alibi && !cross,
+                    sinks,
+                    padding_tokens,
+                    spare_blocks,
+                    table,
+                    values,
+                    share,
+                    scale,
+                    kv_cache,
+                    poison: poison_of(values),
+                    padded_requests: padded_requests_of(values),
+                    ..CaseRecipe::plain()
+                };
+                let r = crate::extremes::small_extremes(r, extremes);
+                fit_cost(r, SMALL_COST, &Space::default())
+            },
+        )
 }
 
 /// A plain decoder recipe of the long tier: few heads, small head sizes, normal values.
-fn long_base(
+pub(crate) fn long_base(
     (num_kv_heads, group, head_size, block_size, dtype): (usize, usize, usize, usize, DType),
     seqs: Vec<(usize, usize)>,
     seed: u64,
@@ -796,7 +842,7 @@ fn long_base(
     }
 }
 
-fn long_shape() -> impl Strategy<Value = (usize, usize, usize, usize, DType)> {
+pub(crate) fn long_shape() -> impl Strategy<Value = (usize, usize, usize, usize, DType)> {
     (
         1usize..=2,
         1usize..=2,

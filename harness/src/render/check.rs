@@ -248,7 +248,22 @@ fn coverage_text(s: &CheckSummary, detail: Detail) -> String {
     for l in attn_results::coverage::summary_lines(report, &names) {
         let _ = writeln!(out, "coverage: {l}");
     }
+    if detail == Detail::Verbose {
+        out.push_str(&table::text(
+            &pairs_header(s),
+            &attn_results::coverage::pair_rows(report, &names),
+        ));
+    }
+    for l in attn_results::coverage::pair_lines(report, &names) {
+        let _ = writeln!(out, "pairs: {l}");
+    }
     out
+}
+
+fn pairs_header(s: &CheckSummary) -> Vec<&str> {
+    let mut h = vec!["pair"];
+    h.extend(s.backends.iter().map(|b| b.backend.as_str()));
+    h
 }
 
 pub fn render_text(s: &CheckSummary, detail: Detail) -> String {
@@ -359,6 +374,16 @@ pub fn render_markdown(s: &CheckSummary) -> String {
         out.push_str(&table::markdown(
             &coverage_header(s),
             &attn_results::coverage::rows(report, &names),
+        ));
+        out.push_str("\n</details>\n");
+        out.push_str("\n<details><summary>Coverage: cases run per pair of features and shape classes</summary>\n\n");
+        for l in attn_results::coverage::pair_lines(report, &names) {
+            let _ = writeln!(out, "- {l}");
+        }
+        out.push('\n');
+        out.push_str(&table::markdown(
+            &pairs_header(s),
+            &attn_results::coverage::pair_rows(report, &names),
         ));
         out.push_str("\n</details>\n");
     }

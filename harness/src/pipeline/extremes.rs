@@ -1,0 +1,473 @@
+//! The far reaches of the case space, drawn into [`crate::strategy`]'s tiers: logits in the
+//! tens of thousands, head groups up to 128, steps past 8,192 tokens and decode batches of
+//! 512 to 2,048 sequences, batches in the scheduler's order, and features on long-tier cases
+//! (so pairs such as sinks × window × a context past a split-KV boundary are reached by
+//! design, not by luck).
+
+use crate::strategy::{cost, fit_cost, long_shape, CaseRecipe, SMALL_COST};
+use attn_reference::{AttentionKind, Case, Fp8KvCache, Space};
+use proptest::prelude::*;
+use serde::{Deserialize, Serialize};
+
+/// Every q·k of a query row shifted by the same amount (`dot`, before the softmax scale): one
+/// dimension of every key is set to a power of two `b`, the same dimension of every query to
+/// `±dot / b`. A row's softmax is unchanged in exact arithmetic, its logits are not: kernels
+/// that start the online max at a finite sentinel (-5e4), hold q·k in f16 or reuse one row's
+/// max for a query tile go wrong.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LogitShift {
+    /// The unscaled shift of a row's q·k (negative: every logit far below zero).
+    pub dot: f32,
+    /// Alternate the rows of each sequence between `+dot` and `-dot`: row maxima of one
+    /// query chunk differ by `2 · scale · dot`.
+    pub alternate: bool,
+}
+
+/// The largest scaled shift: past it the tolerance's conditioning term (f32 logits carry an
+/// error of `eps · |logit|`) grows toward max|v| and the case could not judge a kernel.
+const MAX_SCALED_SHIFT: f64 = 2e5;
+
+impl LogitShift {
+    pub fn apply(&self, case: &mut Case) {
+        let c = &case.config;
+        let (hq, d) = (c.num_heads, c.head_size);
+        let scale = c.effective_scale();
+        let dtype = c.dtype;
+        let dot = (self.dot as f64).clamp(-MAX_SCALED_SHIFT / scale, MAX_SCALED_SHIFT / scale);
+        if dot == 0.0 || d == 0 {
+            return;
+        }
+        // b = 2^round(log2 sqrt|dot|): exact in every dtype, and q = dot / b stays in range.
+        let b = 2f64.powi((dot.abs().sqrt().log2().round() as i32).min(15));
+        let starts = case.query_start_loc();
+        let num_seqs = case.num_seqs();
+        let t = &mut case.tensors;
+        let key_rows = t
+            .key
+            .chunks_mut(d)
+            .chain(t.context_key.iter_mut().flat_map(|k| k.chunks_mut(d)));
+        for row in key_rows {
+            row[0] = b as f32;
+        }
+        for w in starts.windows(2).take(num_seqs) {
+            for (j, token) in (w[0]..w[1]).enumerate() {
+                let sign = if self.alternate && j % 2 == 1 {
+                    -1.0
+                } else {
+                    1.0
+                };
+                let qv = dtype.round((sign * dot / b) as f32);
+                for h in 0..hq {
+                    t.query[(token * hq + h) * d] = qv;
+                }
+            }
+        }
+    }
+}
+
+/// Shifts of the unscaled q·k: hundreds to a million (scaled, capped at 2e5), so logits pass
+/// 1e4 and 1e5 and q·k passes f16's 65504.
+pub fn logit_shift() -> impl Strategy<Value = LogitShift> {
+    (
+        prop::sample::select(vec![3e2f32, 3e3, 3e4, 7e4, 4e5, 1e6]),
+        any::<bool>(),
+        any::<bool>(),
+    )
+        .prop_map(|(dot, negative, alternate)| LogitShift {
+            dot: if negative { -dot } else { dot },
+            alternate,
+        })
+}
+
+/// How a batch's decodes (query_len 1) and prefills are composed and ordered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BatchOrder {
+    /// As the sequences were drawn, independently.
+    AsDrawn,
+    /// Every sequence a decode.
+    AllDecode,
+    /// Every sequence a prefill (two query tokens or more).
+    AllPrefill,
+    /// vLLM's scheduler order: decodes first, then chunked prefills and fresh prompts; at
+    /// least one of each where the batch has two sequences.
+    DecodesFirst,
+}
+
+impl BatchOrder {
+    pub fn apply(self, seqs: &mut [(usize, usize)]) {
+        match self {
+            BatchOrder::AsDrawn => {}
+            BatchOrder::AllDecode => seqs.iter_mut().for_each(|s| s.1 = 1),
+            BatchOrder::AllPrefill => seqs.iter_mut().for_each(|s| s.1 = s.1.max(2)),
+            BatchOrder::DecodesFirst => {
+                let n = seqs.len();
+                if n >= 2 {
+                    if seqs.iter().all(|s| s.1 != 1) {
+                        seqs[0].1 = 1;
+                    }
+                    if seqs.iter().all(|s| s.1 == 1) {
+                        seqs[n - 1].1 = 2 + seqs[n - 1].0 % 7;
+                    }
+                }
+                // A stable sort: decodes keep their order, prefills theirs.
+                seqs.sort_by_key(|s| s.1 != 1);
+            }
+        }
+    }
+}
+
+pub fn batch_order() -> impl Strategy<Value = BatchOrder> {
+    prop_oneof![
+        5 => Just(BatchOrder::AsDrawn),
+        2 => Just(BatchOrder::AllDecode),
+        1 => Just(BatchOrder::AllPrefill),
+        3 => Just(BatchOrder::DecodesFirst),
+    ]
+}
+
+/// (kv heads, query heads per kv head) as large models set them: groups of 9 to 128
+/// (granite-20b 48:1, Falcon-7B 71:1, MQA with 128 heads) and many kv heads with small
+/// groups; never more than 128 query heads.
+pub fn big_heads() -> impl Strategy<Value = (usize, usize)> {
+    let groups = vec![9usize, 12, 16, 17, 24, 32, 48, 64, 71, 128];
+    prop_oneof![
+        3 => (prop::sample::select(groups), prop::sample::select(vec![1usize, 2, 4]))
+            .prop_map(|(g, kv)| ((128 / g).min(kv).max(1), g)),
+        1 => (prop::sample::select(vec![16usize, 32, 64, 128]), 1usize..=2)
+            .prop_map(|(kv, g)| (kv.min(128 / g), g)),
+    ]
+}
+
+/// `r` with `heads` = (kv heads, group), its lengths and head size cut (not its heads) until
+/// it fits `budget`: what the big heads are drawn for must survive [`fit_cost`], which drops
+/// heads first.
+pub fn with_big_heads(mut r: CaseRecipe, (kv, group): (usize, usize), budget: usize) -> CaseRecipe {
+    r.num_kv_heads = kv;
+    r.group = group;
+    while cost(&r) > budget {
+        if r.head_size > 64 {
+            r.head_size = 64;
+        } else if let Some(q) = r.seqs.iter_mut().filter(|s| s.1 > 1).max_by_key(|s| s.1) {
+            q.1 /= 2;
+        } else if let Some(s) = r.seqs.iter_mut().filter(|s| s.0 > 0).max_by_key(|s| s.0) {
+            s.0 /= 2;
+        } else if r.head_size > 8 {
+            r.head_size = 8;
+        } else if r.seqs.len() > 1 {
+            r.seqs.pop();
+        } else {
+            break;
+        }
+    }
+    r
+}
+
+/// Features a long-tier case carries besides its shape.
+#[derive(Clone, Debug)]
+pub struct LongFeatures {
+    window: Option<usize>,
+    soft_cap: Option<f32>,
+    alibi: bool,
+    sinks: bool,
+    kv_cache: Option<Fp8KvCache>,
+    logits: Option<LogitShift>,
+    heads: Option<(usize, usize)>,
+}
+
+/// Each feature on about half the time, so each of a handful of long cases of a tier
+/// carries several and every feature meets every long shape.
+pub fn long_features() -> impl Strategy<Value = LongFeatures> {
+    (
+        prop::option::of(prop::sample::select(vec![1usize, 64, 257, 513, 2048])),
+        prop::option::of(prop::sample::select(vec![5.0f32, 30.0, 50.0])),
+        any::<bool>(),
+        any::<bool>(),
+        prop::option::weighted(0.25, crate::strategy::kv_cache_of_any_format()),
+        prop::option::weighted(0.35, logit_shift()),
+        prop::option::weighted(0.3, big_heads()),
+    )
+        .prop_map(
+            |(window, soft_cap, alibi, sinks, kv_cache, logits, heads)| LongFeatures {
+                window,
+                soft_cap,
+                alibi,
+                sinks,
+                kv_cache,
+                logits,
+                heads,
+            },
+        )
+}
+
+/// The attention kind of long-tier case `ordinal` (its index over `long_every`): half
+/// decoder, a quarter each encoder-only and cross-attention, turning by one every cycle of
+/// eight tiers so each tier meets the other kinds within a few cycles, whatever the seed.
+pub fn long_kind(ordinal: usize) -> AttentionKind {
+    match (ordinal + ordinal / 8) % 4 {
+        2 => AttentionKind::EncoderOnly,
+        3 => AttentionKind::EncoderDecoder,
+        _ => AttentionKind::Decoder,
+    }
+}
+
+impl LongFeatures {
+    /// `r` with these features and `kind`; big heads only where smaller head sizes fit them
+    /// within `budget` by `cost` (the tier's lengths are what it is about).
+    pub fn apply(
+        &self,
+        mut r: CaseRecipe,
+        kind: AttentionKind,
+        budget: usize,
+        cost: fn(&CaseRecipe) -> usize,
+    ) -> CaseRecipe {
+        r.kind = kind;
+        match kind {
+            AttentionKind::EncoderOnly => {
+                // The whole sequence is the query: a long one costs its square (and backends
+                // that build a dense mask, its square in memory).
+                for s in &mut r.seqs {
+                    s.1 = (s.0 + s.1).min(5_000);
+                }
+                r.head_size = r.head_size.min(2);
+                r.share = None;
+            }
+            AttentionKind::EncoderDecoder => r.share = None,
+            AttentionKind::Decoder => {}
+        }
+        let cross = kind == AttentionKind::EncoderDecoder;
+        if r.window.is_none() && !cross {
+            r.window = self.window;
+        }
+        if cross {
+            r.window = None;
+        }
+        r.soft_cap = self.soft_cap;
+        r.alibi = self.alibi && !cross;
+        r.sinks = self.sinks;
+        r.kv_cache = self.kv_cache;
+        r.logits = self.logits;
+        if let Some((kv, group)) = self.heads {
+            let mut big = CaseRecipe {
+                num_kv_heads: kv,
+                group,
+                ..r.clone()
+            };
+            while cost(&big) > budget && big.head_size > 1 {
+                big.head_size /= 2;
+            }
+            if cost(&big) <= budget {
+                r = big;
+            }
+        }
+        r
+    }
+}
+
+/// The big steps' cost ceiling ([`windowed_cost`]): their chunks are long, their windows
+/// keep each query's keys few, so the default run stays within its time budget.
+pub const BIG_STEP_COST: usize = 20_000_000;
+
+/// The big batches' cost ceiling ([`cost`]): a decode batch draws about as many K/V values as
+/// it costs, and thousands of sequences draw them slowly.
+pub const BIG_BATCH_COST: usize = 20_000_000;
+
+/// [`cost`] counting only the keys a window lets a query see (a decoder query at most `w`, an
+/// encoder-only one at most `2w`): still an upper bound of the oracle's work.
+pub fn windowed_cost(r: &CaseRecipe) -> usize {
+    let (seq_lens, query_lens) = r.lens();
+    let seen = |l: usize| match (r.kind, r.window) {
+        (AttentionKind::Decoder, Some(w)) => l.min(w),
+        (AttentionKind::EncoderOnly, Some(w)) => l.min(2 * w),
+        _ => l,
+    };
+    let pairs: usize = seq_lens
+        .iter()
+        .zip(&query_lens)
+        .map(|(&l, &q)| seen(l) * q)
+        .sum();
+    pairs * r.num_heads() * r.head_size
+}
+
+/// Prefill chunks of 8,193 to 32,768 tokens (one or two sequences, behind decodes in the
+/// scheduler's order sometimes), as engines run them: kernels that size a grid for 8,192
+/// tokens skip the rest. Cut to [`BIG_STEP_COST`] by the window, head size and context; the chunk
+/// stays past 8,192. The chunks are windowed: a causal chunk of 8,193 tokens alone is 3·10^7
+/// pairs, past what the default run affords per case.
+pub fn big_step() -> impl Strategy<Value = CaseRecipe> {
+    let chunk = prop_oneof![3 => 8_193usize..=8_400, 1 => 8_401usize..=32_768];
+    // Behind none, a few, or hundreds of decodes (a large mixed batch).
+    let decodes = prop_oneof![2 => Just(0usize), 1 => 1usize..=16, 1 => 65usize..=600];
+    (
+        long_shape(),
+        chunk,
+        0usize..=8_192,
+        decodes,
+        prop::sample::select(vec![1usize, 16, 64, 257]),
+        any::<u64>(),
+    )
+        .prop_map(|(shape, chunk, context, decodes, window, seed)| {
+            let mut seqs: Vec<(usize, usize)> = (0..decodes).map(|i| (i * 37 % 300, 1)).collect();
+            seqs.push((context, chunk));
+            let mut r = crate::strategy::long_base(shape, seqs, seed);
+            r.window = Some(window);
+            r
+        })
+}
+
+/// `r` cut to `budget` keeping its longest query past 8,192 tokens: the window first, then
+/// heads and head size, then the contexts, then the query (never to 8,192 or below).
+pub fn fit_big_step(mut r: CaseRecipe, budget: usize) -> CaseRecipe {
+    while windowed_cost(&r) > budget {
+        if r.window.is_some_and(|w| w > 64) {
+            r.window = r.window.map(|w| w / 2);
+        } else if r.num_kv_heads * r.group > 1 {
+            (r.num_kv_heads, r.group) = (1, 1);
+        } else if r.head_size > 1 {
+            r.head_size /= 2;
+        } else if let Some(s) = r.seqs.iter_mut().filter(|s| s.0 > 0).max_by_key(|s| s.0) {
+            s.0 /= 2;
+        } else if let Some(q) = r
+            .seqs
+            .iter_mut()
+            .filter(|s| s.1 > 8_193)
+            .max_by_key(|s| s.1)
+        {
+            q.1 = (q.1 * 3 / 4).max(8_193);
+        } else if r.window.is_none() && r.kind != AttentionKind::EncoderDecoder {
+            r.window = Some(64);
+        } else {
+            break;
+        }
+    }
+    r
+}
+
+/// Decode batches of 512 to 2,048 sequences over short contexts, as engines batch them (some
+/// with a long context among them, some with prefills behind the decodes).
+pub fn big_batch() -> impl Strategy<Value = CaseRecipe> {
+    let context = || prop_oneof![12 => 0usize..=32, 1 => 4_097usize..=5_000];
+    (
+        long_shape(),
+        prop::collection::vec((context(), Just(1usize)), 512..=2_048),
+        prop::option::weighted(
+            0.4,
+            prop::collection::vec((0usize..=64, 2usize..=64), 1..=3),
+        ),
+        any::<u64>(),
+    )
+        .prop_map(|(shape, mut seqs, prefills, seed)| {
+            seqs.extend(prefills.unwrap_or_default());
+            let mut r = crate::strategy::long_base(shape, seqs, seed);
+            // Thousands of sequences: small heads keep the tensors (and their drawing) cheap.
+            r.head_size = r.head_size.min(16);
+            r
+        })
+}
+
+/// A long-tier recipe with `features` on, within `budget`; big steps (`big`) keep their chunk.
+pub fn featured(
+    r: CaseRecipe,
+    features: &LongFeatures,
+    ordinal: usize,
+    (big, budget): (bool, usize),
+) -> CaseRecipe {
+    if big {
+        let r = features.apply(r, long_kind(ordinal), budget, windowed_cost);
+        fit_big_step(r, budget)
+    } else {
+        let r = features.apply(r, long_kind(ordinal), budget, cost);
+        fit_cost(r, budget, &Space::default())
+    }
+}
+
+/// A small-tier recipe with the extremes drawn for it: the scheduler's batch order, big
+/// heads (cut to fit the small budget), a logit shift.
+pub fn small_extremes(
+    mut r: CaseRecipe,
+    (order, heads, logits): (BatchOrder, Option<(usize, usize)>, Option<LogitShift>),
+) -> CaseRecipe {
+    if r.kind != AttentionKind::EncoderOnly {
+        order.apply(&mut r.seqs);
+    }
+    r.logits = logits;
+    match heads {
+        Some(h) => with_big_heads(r, h, SMALL_COST),
+        None => r,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::strategy::Values;
+
+    #[test]
+    fn decodes_first_puts_decodes_first_and_mixes() {
+        let mut s = vec![(3, 4), (5, 1), (2, 2), (7, 1)];
+        BatchOrder::DecodesFirst.apply(&mut s);
+        assert_eq!(s, vec![(5, 1), (7, 1), (3, 4), (2, 2)]);
+        let mut all = vec![(3, 1), (5, 1)];
+        BatchOrder::DecodesFirst.apply(&mut all);
+        assert_eq!(all.iter().filter(|s| s.1 == 1).count(), 1);
+        assert_eq!(all[0].1, 1);
+    }
+
+    #[test]
+    fn a_logit_shift_keeps_the_case_valid_and_its_softmax() {
+        let plain = CaseRecipe {
+            head_size: 4,
+            seqs: vec![(6, 3), (2, 1)],
+            values: Values::Normal { seed: 9, std: 1.0 },
+            ..CaseRecipe::plain()
+        };
+        let shifted = CaseRecipe {
+            logits: Some(LogitShift {
+                dot: -3e4,
+                alternate: true,
+            }),
+            ..plain.clone()
+        };
+        let case = shifted.build();
+        assert_eq!(case.validate(), Ok(()));
+        // Every key shares the shifted dimension: the rows' maxima are far apart.
+        let b = case.tensors.context_key[0][0];
+        assert!(b.is_finite() && b > 100.0);
+        assert!(case.tensors.context_key[0].chunks(4).all(|k| k[0] == b));
+    }
+
+    #[test]
+    fn the_small_tier_draws_big_groups_logit_shifts_and_every_batch_order() {
+        use crate::strategy::{recipe, StrategyLimits};
+        use proptest::strategy::ValueTree;
+        let mut runner = proptest::test_runner::TestRunner::deterministic();
+        let s = recipe(StrategyLimits::DEFAULT);
+        let rs: Vec<CaseRecipe> = (0..400)
+            .map(|_| s.new_tree(&mut runner).unwrap().current())
+            .collect();
+        assert!(rs.iter().any(|r| r.group > 16));
+        assert!(rs.iter().any(|r| r.num_heads() > 32));
+        assert!(rs
+            .iter()
+            .all(|r| r.num_heads() <= 128 && cost(r) <= SMALL_COST));
+        assert!(rs.iter().any(|r| r.logits.is_some_and(|l| l.alternate)));
+        let decoders = || rs.iter().filter(|r| r.kind == AttentionKind::Decoder);
+        assert!(decoders().any(|r| r.seqs.len() > 2 && r.seqs.iter().all(|s| s.1 == 1)));
+        assert!(decoders().any(|r| r.seqs.len() > 2 && r.seqs.iter().all(|s| s.1 > 1)));
+        assert!(decoders().any(|r| {
+            let d: Vec<bool> = r.seqs.iter().map(|s| s.1 == 1).collect();
+            d.contains(&true) && d.contains(&false) && d.windows(2).all(|w| w[0] || !w[1])
+        }));
+    }
+
+    #[test]
+    fn big_steps_stay_past_8192_tokens_within_the_long_budget() {
+        use proptest::strategy::ValueTree;
+        let mut runner = proptest::test_runner::TestRunner::deterministic();
+        for _ in 0..40 {
+            let r = big_step().new_tree(&mut runner).unwrap().current();
+            let r = fit_big_step(r, BIG_STEP_COST);
+            assert!(windowed_cost(&r) <= BIG_STEP_COST, "{r:?}");
+            assert!(r.seqs.iter().any(|s| s.1 > 8_192), "{:?}", r.seqs);
+        }
+    }
+}
