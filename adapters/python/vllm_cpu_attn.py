@@ -54,7 +54,9 @@ from attn_diff_adapter import Adapter, Unsupported, serve  # noqa: E402
 DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
 HEAD_SIZES = [32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512]
 BLOCK_MULTIPLE = int(os.environ.get("ATTN_DIFF_VLLM_BLOCK_MULTIPLE", "16"))
-FEATURES = ["sliding_window", "logits_soft_cap", "alibi", "sinks"]
+# Padded requests (query length 0 after the real ones) are not a feature CPU_ATTN declares,
+# but its metadata and kernel take them as given and agree with the oracle (docs/findings.md).
+FEATURES = ["sliding_window", "logits_soft_cap", "alibi", "sinks", "padded_requests"]
 if os.environ.get("ATTN_DIFF_VLLM_FEATURES") is not None:
     FEATURES = [f for f in os.environ["ATTN_DIFF_VLLM_FEATURES"].split(",") if f]
 LOG = os.environ.get("ATTN_DIFF_VLLM_LOG")
