@@ -1,14 +1,16 @@
 //! The device variant: the shapes and numerics a static-shape accelerator imposes, kept so
 //! their padding logic is tested on the CPU. fp16 storage only; head size a multiple of 64;
 //! one sequence at a time; its keys padded to a multiple of 256; its queries in chunks of 32
-//! rows (the last chunk padded); masking by adding -65504 (fp16's lowest finite value)
-//! rather than -inf. Padding rows are fully masked, as on the device: with a finite mask
+//! rows (the last chunk padded); masking by setting hidden keys to -65504 (fp16's lowest
+//! finite value) rather than -inf, once the row's largest visible logit is subtracted (added
+//! to the raw logits instead, a finite mask stops hiding once real logits fall below it, as
+//! extreme logits do). Padding rows are fully masked, as on the device: with a finite mask
 //! their softmax stays finite, and their rows are dropped from the output.
 
 use super::cache::SpyreCache;
 use super::mask::{alibi_distance, hidden, per_head, zero_past_end, LogitShaping};
 use super::plan::{Group, GroupIndex};
-use super::tensors::{in_place, kind_of, CPU};
+use super::tensors::{in_place, kind_of};
 use crate::Unsupported;
 use attn_reference::Feature;
 use attn_reference::{AttentionConfig, DType};
@@ -102,7 +104,6 @@ pub(crate) fn attend_sequence(
     let hide = hidden(c, idx, len as usize)?
         .f_squeeze_dim(0)? // [q_max, len]
         .f_logical_or(&idx.q_real.f_logical_not()?.f_view([-1, 1])?)?;
-    let mask = Tensor::f_zeros(hide.size(), (Kind::Half, CPU))?.f_masked_fill(&hide, MASK_VALUE)?;
     let distance = alibi_distance(c, idx, len as usize)?;
     let shaping = LogitShaping::new(c, Kind::Float)?;
     let sinks = c
@@ -126,13 +127,16 @@ pub(crate) fn attend_sequence(
             .map(|t| t.f_narrow(1, first, chunk))
             .transpose()?;
         shaping.apply(&mut s, dist.as_ref())?;
-        in_place(s.f_add_(&mask.f_narrow(0, first, chunk)?.f_to_kind(Kind::Float)?))?;
+        let hide = hide.f_narrow(0, first, chunk)?;
 
-        let mut m = s.f_amax([-1], true)?;
+        // The largest visible logit (0 for a padding row, which sees none).
+        let visible = s.f_masked_fill(&hide, f64::NEG_INFINITY)?.f_amax([-1], true)?;
+        let mut m = visible.f_masked_fill(&visible.f_isinf()?, 0.0)?;
         if let Some(sinks) = &sinks {
             m = m.f_maximum(sinks)?;
         }
         in_place(s.f_sub_(&m))?;
+        let mut s = s.f_masked_fill(&hide, MASK_VALUE)?;
         in_place(s.f_exp_())?;
         let mut l = s.f_sum_dim_intlist([-1i64].as_slice(), true, Kind::Float)?;
         if let Some(sinks) = &sinks {
