@@ -202,7 +202,7 @@ pub fn run_bench(opts: &BenchOptions) -> BenchSummary {
                         &out,
                         &expected[p.case],
                         case.config.num_heads,
-                        case.config.head_size,
+                        case.config.head_size_v(),
                         tols[p.case],
                     );
                     if !cmp.passed() {
