@@ -22,4 +22,6 @@ pub mod suggest;
 // The pipeline's modules by their short names, as tests and tools have always used them.
 #[cfg(feature = "mutants")]
 pub use pipeline::mutants;
-pub use pipeline::{bench, check, compare, coverage, replay, runner, shrink, strategy, upstream};
+pub use pipeline::{
+    bench, check, compare, coverage, replay, runner, shrink, strategy, strategy_mla, upstream,
+};

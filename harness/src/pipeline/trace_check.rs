@@ -11,7 +11,7 @@ use crate::render::trace_report::trace_failure_record;
 use crate::runner::Divergence;
 use attn_backends::Backend;
 use attn_reference::trace::generate;
-use attn_reference::{AttentionKind, Space};
+use attn_reference::Space;
 use attn_results::{BackendSummary, CoverageReport, FailureRecord, Origin};
 use std::time::{Duration, Instant};
 
@@ -40,7 +40,7 @@ pub fn run_traces(
         }
         for cohort in cohorts {
             let live = control.live(&cohort.members);
-            if live.is_empty() || !cohort.space.allows_kind(AttentionKind::Decoder) {
+            if live.is_empty() || !crate::pipeline::trace::draws_traces(&cohort.space) {
                 // Traces are decoder steps: nothing to draw for a space without them.
                 continue;
             }
