@@ -7,7 +7,7 @@ use attn_reference::{Case, Tolerance};
 /// Compare the real rows of `actual` with `expected`; every value of `actual` (padding rows
 /// too) must be finite. On failure, a report of the first mismatches with their position.
 pub fn compare(case: &Case, actual: &[f32], expected: &[f64]) -> Result<(), String> {
-    let (hq, d) = (case.config.num_heads, case.config.head_size);
+    let (hq, d) = (case.config.num_heads, case.config.head_size_v());
     if let Some(i) = actual.iter().position(|x| !x.is_finite()) {
         return Err(format!(
             "non-finite output {} at token {}, head {}, dim {}",
