@@ -80,12 +80,22 @@ pub struct CaseRecipe {
     pub mla: Option<LatentRecipe>,
 }
 
-/// An MLA recipe's latent: V's width and the model's scale (which `scale` does not carry:
-/// an MLA config without its scale is invalid, so shrinking `scale` leaves this alone).
+/// An MLA recipe's latent: the entry's dims past V and the model's scale (which `scale` does
+/// not carry: an MLA config without its scale is invalid, so shrinking `scale` leaves this
+/// alone).
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct LatentRecipe {
-    pub head_size_v: usize,
+    /// `head_size - head_size_v` (DeepSeek: the 64 rotary dims): kept as the head size
+    /// shrinks, so V stays narrower than K down to 2 and 1.
+    pub rope: usize,
     pub scale: f32,
+}
+
+impl LatentRecipe {
+    /// V's width in an entry of `head_size`: at least 1.
+    pub fn head_size_v(&self, head_size: usize) -> usize {
+        head_size.saturating_sub(self.rope).max(1)
+    }
 }
 
 /// One case in four runs on poisoned memory, which one a function of the values' seed (so
@@ -233,7 +243,7 @@ impl CaseRecipe {
         if let Some(m) = self.mla {
             // V stays a prefix of a latent entry shrunk below it.
             c.mla = Some(attn_reference::Mla {
-                head_size_v: m.head_size_v.min(self.head_size),
+                head_size_v: m.head_size_v(self.head_size),
             });
             c.scale = Some(m.scale);
             return c;

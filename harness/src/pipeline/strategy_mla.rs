@@ -140,7 +140,7 @@ pub fn mla_strategy(
                     kv_cache: fp8.map(|(f, s)| Fp8KvCache::new(f, s, s)),
                     poison: poison_of(values),
                     mla: Some(LatentRecipe {
-                        head_size_v,
+                        rope: head_size - head_size_v,
                         scale: model_scale_for(qk_head_dim, head_size),
                     }),
                     ..CaseRecipe::plain()
@@ -157,9 +157,7 @@ pub fn mla_strategy(
 pub fn mla_cost(r: &CaseRecipe) -> usize {
     let (seq_lens, query_lens) = r.lens();
     let pairs: usize = seq_lens.iter().zip(&query_lens).map(|(&l, &q)| l * q).sum();
-    let dv = r
-        .mla
-        .map_or(r.head_size, |m| m.head_size_v.min(r.head_size));
+    let dv = r.mla.map_or(r.head_size, |m| m.head_size_v(r.head_size));
     pairs * r.num_heads() * (r.head_size + dv)
 }
 
@@ -194,7 +192,7 @@ pub fn fit_latent(r: &mut CaseRecipe, fitted: &AttentionConfig) {
         }
         (_, Some(m)) => {
             r.mla = Some(LatentRecipe {
-                head_size_v: m.head_size_v,
+                rope: fitted.head_size - m.head_size_v,
                 scale: fitted
                     .scale
                     .unwrap_or(mla::model_scale(mla::DEEPSEEK_V3_QK_HEAD_DIM)),
@@ -244,10 +242,11 @@ mod tests {
                 "{r:?}"
             );
         }
-        let dsv3 = |r: &CaseRecipe| r.head_size == 576 && r.mla.unwrap().head_size_v == 512;
+        let dv = |r: &CaseRecipe| r.mla.unwrap().head_size_v(r.head_size);
+        let dsv3 = |r: &CaseRecipe| r.head_size == 576 && dv(r) == 512;
         // Dk != Dv, contexts past 576 keys, and every group size up to 128.
-        assert!(rs.iter().any(|r| r.mla.unwrap().head_size_v < r.head_size));
-        assert!(rs.iter().any(|r| r.mla.unwrap().head_size_v == r.head_size));
+        assert!(rs.iter().any(|r| dv(r) < r.head_size));
+        assert!(rs.iter().any(|r| dv(r) == r.head_size));
         assert!(rs
             .iter()
             .any(|r| dsv3(r) && r.lens().0.iter().any(|&l| l > 576)));
@@ -304,6 +303,27 @@ mod tests {
             let x = draw(&full, &mut a);
             assert_eq!(x, draw(&all_but_mla, &mut b), "case {i}");
             assert!(x.mla.is_none());
+        }
+    }
+
+    #[test]
+    fn a_shrinking_latent_keeps_v_narrower_than_k() {
+        let r = CaseRecipe {
+            head_size: 576,
+            mla: Some(LatentRecipe {
+                rope: 64,
+                scale: 0.1,
+            }),
+            ..CaseRecipe::plain()
+        };
+        for (dk, dv) in [(576, 512), (288, 224), (65, 1), (2, 1), (1, 1)] {
+            let c = CaseRecipe {
+                head_size: dk,
+                ..r.clone()
+            }
+            .config();
+            assert_eq!((c.head_size, c.head_size_v()), (dk, dv));
+            assert_eq!(c.validate(), Ok(()));
         }
     }
 
