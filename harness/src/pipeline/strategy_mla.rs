@@ -85,6 +85,14 @@ pub fn mla_strategy(
     space: &Space,
 ) -> BoxedStrategy<CaseRecipe> {
     let space = space.clone();
+    // A space whose head sizes leave out a drawn latent gets DeepSeek's where it has 576
+    // (fitting the head size alone would keep the drawn rope width, not V's 512).
+    let allowed = space.head_size_values();
+    let outside = move |dk: usize| {
+        allowed
+            .as_ref()
+            .is_some_and(|a| !a.contains(&dk) && a.contains(&mla::DEEPSEEK_V3_ENTRY))
+    };
     let seqs = prop::collection::vec((context(), query()), 1..=limits.max_seqs.clamp(1, 4));
     let layout = (
         prop_oneof![4 => Just(0usize), 1 => 1usize..=4],
@@ -125,6 +133,11 @@ pub fn mla_strategy(
                 values,
                 fp8,
             )| {
+                let (head_size, head_size_v) = if outside(head_size) {
+                    (mla::DEEPSEEK_V3_ENTRY, mla::DEEPSEEK_V3_KV_LORA_RANK)
+                } else {
+                    (head_size, head_size_v)
+                };
                 let r = CaseRecipe {
                     num_kv_heads: 1,
                     group: heads,
@@ -303,6 +316,14 @@ mod tests {
             let x = draw(&full, &mut a);
             assert_eq!(x, draw(&all_but_mla, &mut b), "case {i}");
             assert!(x.mla.is_none());
+        }
+    }
+
+    #[test]
+    fn a_space_of_576_alone_draws_deepseeks_latent() {
+        let space = Space::parse_only("head_sizes=576").unwrap();
+        for r in draws(&space, 60) {
+            assert_eq!((r.head_size, r.config().head_size_v()), (576, 512));
         }
     }
 
