@@ -85,22 +85,27 @@ pub fn reference_output(case: &Case) -> Vec<f64> {
                 v32.iter().map(|&x| x as f64).collect(),
             ),
         };
+        // (token, head) rows spread over the threads, a decode step's heads too; rows are
+        // grouped so each task has some 10^5 multiply-adds (small cases run on one thread).
         let rows = &mut out[starts[s] * hq * dv..starts[s + 1] * hq * dv];
-        rows.par_chunks_mut(hq * dv)
+        let per_row = seq_len * (d + dv);
+        let min_rows = (100_000 / per_row.max(1)).max(1);
+        rows.par_chunks_mut(dv)
+            .with_min_len(min_rows)
             .enumerate()
-            .for_each(|(j, token_out)| {
+            .for_each(|(r, o)| {
+                let (j, h) = (r / hq, r % hq);
                 let token = starts[s] + j;
                 let p = ctx + j;
                 let (lo, hi) = visible_keys(c.kind, c.sliding_window, p, seq_len);
-                let mut logits = vec![0.0f64; hi + 1 - lo];
-                for h in 0..hq {
-                    let kvh = h / group;
-                    let q: Vec<f64> = case.tensors.query
-                        [(token * hq + h) * d..(token * hq + h + 1) * d]
-                        .iter()
-                        .map(|&x| x as f64)
-                        .collect();
-                    for (i, key) in (lo..=hi).enumerate() {
+                let kvh = h / group;
+                let q: Vec<f64> = case.tensors.query
+                    [(token * hq + h) * d..(token * hq + h + 1) * d]
+                    .iter()
+                    .map(|&x| x as f64)
+                    .collect();
+                let logits: Vec<f64> = (lo..=hi)
+                    .map(|key| {
                         let krow = &k[(key * hkv + kvh) * d..(key * hkv + kvh + 1) * d];
                         let mut l = scale * dot(&q, krow);
                         if let Some(cap) = c.logits_soft_cap {
@@ -110,28 +115,27 @@ pub fn reference_output(case: &Case) -> Vec<f64> {
                         if let Some(slopes) = &c.alibi_slopes {
                             l += slopes[h] as f64 * (key as f64 - p as f64);
                         }
-                        logits[i] = l;
+                        l
+                    })
+                    .collect();
+                let sink = c.sinks.as_ref().map(|s| s[h] as f64);
+                let m = logits
+                    .iter()
+                    .copied()
+                    .chain(sink)
+                    .fold(f64::NEG_INFINITY, f64::max);
+                let mut denom = sink.map_or(0.0, |s| (s - m).exp());
+                o.fill(0.0);
+                for (i, key) in (lo..=hi).enumerate() {
+                    let w = (logits[i] - m).exp();
+                    denom += w;
+                    let vrow = &v[(key * hkv + kvh) * dv..(key * hkv + kvh + 1) * dv];
+                    for (acc, &x) in o.iter_mut().zip(vrow) {
+                        *acc += w * x;
                     }
-                    let sink = c.sinks.as_ref().map(|s| s[h] as f64);
-                    let m = logits
-                        .iter()
-                        .copied()
-                        .chain(sink)
-                        .fold(f64::NEG_INFINITY, f64::max);
-                    let mut denom = sink.map_or(0.0, |s| (s - m).exp());
-                    let o = &mut token_out[h * dv..(h + 1) * dv];
-                    o.fill(0.0);
-                    for (i, key) in (lo..=hi).enumerate() {
-                        let w = (logits[i] - m).exp();
-                        denom += w;
-                        let vrow = &v[(key * hkv + kvh) * dv..(key * hkv + kvh + 1) * dv];
-                        for (acc, &x) in o.iter_mut().zip(vrow) {
-                            *acc += w * x;
-                        }
-                    }
-                    for acc in o.iter_mut() {
-                        *acc /= denom;
-                    }
+                }
+                for acc in o.iter_mut() {
+                    *acc /= denom;
                 }
             });
     }

@@ -435,6 +435,7 @@ pub fn run_check(mut opts: CheckOptions) -> CheckRun {
         if control.should_stop() {
             break;
         }
+        let mut drawn = crate::pipeline::same_index::SameIndex::new();
         for cohort in &cohorts {
             let live = control.live(&cohort.members);
             if live.is_empty() {
@@ -443,10 +444,13 @@ pub fn run_check(mut opts: CheckOptions) -> CheckRun {
             let recipe = opts.without_poison_if_off(
                 case_tree(opts.seed, index, limits, &cohort.space).current(),
             );
-            let case = recipe.build();
-            let t0 = Instant::now();
-            let expected = reference_output(&case);
-            oracle_time += t0.elapsed();
+            let (case, expected) = drawn.get_or_make(recipe, |r| {
+                let case = r.build();
+                let t0 = Instant::now();
+                let expected = reference_output(&case);
+                oracle_time += t0.elapsed();
+                (case, expected)
+            });
             let shared = shares_blocks(&case);
             let buckets = crate::coverage::buckets(&case);
             let tol = Tolerance::for_case(&case);

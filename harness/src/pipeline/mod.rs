@@ -11,6 +11,7 @@ pub mod coverage;
 pub mod mutants;
 pub mod replay;
 pub mod runner;
+pub mod same_index;
 pub mod shrink;
 pub mod strategy;
 pub mod strategy_mla;

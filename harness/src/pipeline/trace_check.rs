@@ -38,6 +38,7 @@ pub fn run_traces(
         if control.should_stop() {
             break;
         }
+        let mut drawn = crate::pipeline::same_index::SameIndex::new();
         for cohort in cohorts {
             let live = control.live(&cohort.members);
             if live.is_empty() || !crate::pipeline::trace::draws_traces(&cohort.space) {
@@ -45,9 +46,13 @@ pub fn run_traces(
                 continue;
             }
             let t0 = Instant::now();
-            let judged = JudgedTrace::new(generate(&opts.trace_without_poison_if_off(
-                trace_recipe_in(opts.seed, index, &opts.trace_shapes, &cohort.space),
-            )));
+            let recipe = opts.trace_without_poison_if_off(trace_recipe_in(
+                opts.seed,
+                index,
+                &opts.trace_shapes,
+                &cohort.space,
+            ));
+            let judged = drawn.get_or_make(recipe, |r| JudgedTrace::new(generate(r)));
             *oracle_time += t0.elapsed();
             if judged.steps.is_empty() {
                 continue;
