@@ -451,13 +451,13 @@ pub fn run_check(mut opts: CheckOptions) -> CheckRun {
                 oracle_time += t0.elapsed();
                 (case, expected)
             });
-            let shared = shares_blocks(&case);
-            let buckets = crate::coverage::buckets(&case);
-            let tol = Tolerance::for_case(&case);
+            let shared = shares_blocks(case);
+            let buckets = crate::coverage::buckets(case);
+            let tol = Tolerance::for_case(case);
             for &member in &live {
                 let (backend, summary) = (&opts.backends[member], &mut summaries[member]);
                 let t0 = Instant::now();
-                let (outcome, time) = evaluate(backend.as_ref(), &case, &expected, tol);
+                let (outcome, time) = evaluate(backend.as_ref(), case, expected, tol);
                 record(summary, Part::Property, &outcome, time);
                 control.note(member, &outcome);
                 if !matches!(outcome, Outcome::Unsupported(_)) {
@@ -476,7 +476,7 @@ pub fn run_check(mut opts: CheckOptions) -> CheckRun {
                             let unshrunk = report(
                                 &opts,
                                 (backend.name(), &origin),
-                                (&case, &expected, d, tol),
+                                (case, expected, d, tol),
                                 &failure_stem(backend.name(), opts.seed, index),
                                 None,
                             );
@@ -490,8 +490,8 @@ pub fn run_check(mut opts: CheckOptions) -> CheckRun {
                             index,
                             limits,
                             space: &cohort.space,
-                            case: &case,
-                            expected: &expected,
+                            case,
+                            expected,
                             divergence: d,
                         };
                         let (r, a) = shrink_and_report(backend.as_ref(), &failing, &opts);

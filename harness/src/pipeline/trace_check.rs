@@ -61,7 +61,7 @@ pub fn run_traces(
             for &member in &live {
                 let (backend, summary) = (&opts.backends[member], &mut summaries[member]);
                 let t0 = Instant::now();
-                let (outcome, time) = evaluate_trace(backend.as_ref(), &judged);
+                let (outcome, time) = evaluate_trace(backend.as_ref(), judged);
                 summary.traces.sent += 1;
                 summary.backend_seconds += time.as_secs_f64();
                 match &outcome {
@@ -91,7 +91,7 @@ pub fn run_traces(
                                     opts,
                                     backend.name(),
                                     index,
-                                    &judged,
+                                    judged,
                                     (*step, divergence),
                                 );
                                 crate::artifacts::write_all(&[file]);
@@ -104,7 +104,7 @@ pub fn run_traces(
                                 (opts, &cohort.space),
                                 index,
                                 (*step, divergence),
-                                &judged,
+                                judged,
                             );
                             summary.failures.push(record);
                             artifacts.push(artifact);
