@@ -640,6 +640,10 @@ pub fn fit_space(mut r: CaseRecipe, space: &Space, budget: usize) -> CaseRecipe 
             r.share = None;
         }
     }
+    if r.mla.is_some() {
+        // MLA recipes have their own cost model (K's and V's widths; heads kept longest).
+        return crate::strategy_mla::fit_mla_cost(r, crate::strategy_mla::MLA_COST);
+    }
     fit_cost(r, budget, space)
 }
 
