@@ -57,8 +57,9 @@ pub struct CacheLayout {
 /// A backend's KV cache, opaque to the harness.
 pub type KvCache = Box<dyn Any + Send>;
 
-/// K/V rows to store: `key`/`value` are `[n, num_kv_heads, head_size]`, `slot_mapping` is
-/// `[n]` with -1 for rows that must not be written.
+/// K/V rows to store: `key`/`value` are `[n, num_kv_heads, head_size]` (`value` empty in an
+/// MLA case: V is the first `head_size_v` dims of each key row), `slot_mapping` is `[n]`
+/// with -1 for rows that must not be written.
 #[derive(Clone, Copy, Debug)]
 pub struct KvWrite<'a> {
     pub key: &'a [f32],
@@ -136,8 +137,9 @@ pub trait Backend: Send + Sync {
         kv: &KvWrite<'_>,
     ) -> Result<(), BackendError>;
 
-    /// Attention for every token of the step: `[num_tokens, num_heads, head_size]`, values in
-    /// the config's dtype carried as f32. Rows of padding tokens may hold anything finite.
+    /// Attention for every token of the step: `[num_tokens, num_heads, head_size_v]`
+    /// (`head_size` but in MLA), values in the config's dtype carried as f32. Rows of padding
+    /// tokens may hold anything finite.
     fn forward(
         &self,
         config: &AttentionConfig,

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct CaseRun {
-    /// `[num_tokens, num_heads, head_size]` as the backend returned it.
+    /// `[num_tokens, num_heads, head_size_v]` as the backend returned it.
     pub output: Vec<f32>,
     /// Time of the forward call alone.
     pub forward_time: Duration,
@@ -152,7 +152,7 @@ pub(crate) fn stale_fill(
     let mut rng = InputRng::new(POISON_SEED);
     // Sized from the case: a machine that cannot hold it declines the case, never aborts.
     let n = slots.len().saturating_mul(row);
-    let mut values = || {
+    let mut values = |n: usize| {
         let filled = match poison {
             Some(p) => try_filled(n, p.value(config.dtype)),
             None => rng.try_normal_vec(n, POISON_STD, config.dtype),
@@ -165,8 +165,9 @@ pub(crate) fn stale_fill(
             .value(format!("{} slots", slots.len()))
         })
     };
-    let key = values()?;
-    let value = values()?;
+    let key = values(n)?;
+    // An MLA entry has no V of its own (it is the prefix of the key row).
+    let value = values(slots.len().saturating_mul(config.value_row()))?;
     backend.write_kv(
         config,
         cache,
@@ -203,14 +204,14 @@ pub(crate) fn check_output_len(
     case: &Case,
     output: &[f32],
 ) -> Result<(), BackendError> {
-    let want = case.num_tokens() * case.config.num_heads * case.config.head_size;
+    let want = case.num_tokens() * case.config.output_row();
     if output.len() == want {
         return Ok(());
     }
     Err(BackendError::Failed {
         backend: backend.name().to_string(),
         message: format!(
-            "returned {} output values, expected {want} ([num_tokens, num_heads, head_size])",
+            "returned {} output values, expected {want} ([num_tokens, num_heads, head_size_v])",
             output.len()
         ),
     })

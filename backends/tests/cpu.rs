@@ -402,3 +402,89 @@ fn a_cache_past_the_address_space_is_declined_not_an_abort() {
         .new_cache(&config(8, 8, 128, 16, DType::F32), 140_000)
         .is_ok());
 }
+
+/// An MLA config: `hq` heads over one latent entry of `dk`, V its first `dv`, scale 192^-0.5.
+fn mla(hq: usize, dk: usize, dv: usize, bs: usize, dtype: DType) -> AttentionConfig {
+    let mut c = AttentionConfig::new(hq, 1, dk, bs, dtype);
+    c.mla = Some(attn_reference::Mla { head_size_v: dv });
+    c.scale = Some(attn_reference::mla::model_scale(192));
+    c
+}
+
+/// DeepSeek-V3's latent (576/512) under its tensor-parallel head counts and the small ones
+/// head padding rounds up, block sizes 1, 16 and 64, decode and speculative queries over
+/// contexts around and past 576 keys, every dtype.
+#[test]
+fn mla_at_deepseek_v3_shapes() {
+    for (hq, bs, dtype) in [
+        (128, 16, DType::Bf16),
+        (16, 1, DType::F32),
+        (8, 64, DType::F16),
+        (2, 16, DType::Bf16),
+    ] {
+        let c = AttentionConfig {
+            dtype,
+            ..AttentionConfig::deepseek_v3_mla(hq, bs, DType::Bf16)
+        };
+        check(
+            &format!("mla {hq} heads, block {bs}"),
+            &case(&[577, 1, 700, 130], &[1, 1, 3, 2], c, 31),
+        );
+    }
+}
+
+/// Small latents (V narrower than K, as wide, a single dim), chunked queries, padding, a
+/// shared prefix, and FP8 latent caches.
+#[test]
+fn mla_small_latents_and_fp8() {
+    for (dk, dv) in [(3, 2), (17, 16), (8, 8), (40, 1)] {
+        for dtype in DType::ALL {
+            let opts = BuildOptions {
+                padding_tokens: 2,
+                spare_blocks: 2,
+                shared_prefixes: vec![attn_reference::SharedPrefix {
+                    seqs: vec![0, 1],
+                    blocks: 2,
+                }],
+                ..BuildOptions::default()
+            };
+            let c = build_case(&[40, 12, 5], &[9, 3, 1], mla(6, dk, dv, 3, dtype), 7, &opts);
+            check(&format!("mla {dk}/{dv} {dtype}"), &c);
+        }
+    }
+    for f in attn_reference::Fp8Format::ALL {
+        let mut c = mla(4, 24, 16, 16, DType::Bf16);
+        c.kv_cache = Some(attn_reference::Fp8KvCache::new(f, 0.0625, 0.0625));
+        check(&format!("mla {f}"), &case(&[600, 3], &[1, 2], c, 8));
+    }
+}
+
+/// A write that carries V for an MLA cache (or none for an ordinary one) is an error.
+#[test]
+fn mla_writes_carry_no_value() {
+    let b = CpuBackend::auto();
+    let c = mla(2, 4, 3, 2, DType::F32);
+    let mut cache = b.new_cache(&c, 4).unwrap();
+    let key = [1.0f32; 4];
+    let with_v = KvWrite {
+        key: &key,
+        value: &key,
+        slot_mapping: &[2],
+    };
+    assert!(matches!(
+        b.write_kv(&c, &mut cache, &with_v),
+        Err(BackendError::InvalidInput { .. })
+    ));
+    let latent = KvWrite {
+        value: &[],
+        ..with_v
+    };
+    assert_eq!(b.write_kv(&c, &mut cache, &latent), Ok(()));
+    let plain = config(2, 1, 4, 2, DType::F32);
+    let mut plain_cache = b.new_cache(&plain, 4).unwrap();
+    assert!(b.write_kv(&plain, &mut plain_cache, &latent).is_err());
+    // A cache made for MLA is not one for the same shapes without it.
+    assert!(b
+        .write_kv(&config(2, 1, 4, 2, DType::F32), &mut cache, &with_v)
+        .is_err());
+}

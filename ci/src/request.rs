@@ -48,7 +48,7 @@ pub const MAX_SPECS: usize = 16;
 pub const MAX_BACKENDS: usize = 16;
 /// The `attn-diff check --only KEY=VALUES` keys an `ONLY=` filter may name: the keys of a
 /// case space, declared once.
-pub const ONLY_KEYS: [&str; 13] = attn_reference::Space::KEYS;
+pub const ONLY_KEYS: [&str; 14] = attn_reference::Space::KEYS;
 /// Longest `ONLY=` value list (the values of one key).
 pub const MAX_ONLY_VALUES: usize = 64;
 /// Longest word echoed back in a reply (longer ones are cut).
@@ -70,7 +70,7 @@ bot:test [KEY=VALUE]...
   ONLY=k=v;k=v      restrict the cases (attn-diff check --only k=v for each): keys dtypes,
                     head_sizes, head_size_multiple_of, block_sizes, block_size_multiple_of,
                     kinds, features, max_seqs, max_query_len, max_seq_len, max_tokens,
-                    max_group, kv_cache_dtypes; values
+                    max_group, kv_cache_dtypes, kv_layouts; values
                     a-z 0-9 _ separated by commas; each key once (e.g. ONLY=dtypes=f16;head_sizes=64,128)
   SHA=hex           the commit to test: the pull request's head, all 40 hex digits (default: the
                     head when the comment was made); refused if the head is no longer that commit
@@ -800,6 +800,7 @@ mod tests {
                 "kinds" => "decoder",
                 "features" => "sliding_window,alibi",
                 "kv_cache_dtypes" => "auto,fp8_e4m3",
+                "kv_layouts" => "mha,mla",
                 k if k.starts_with("max_") || k.ends_with("_multiple_of") => "16",
                 _ => "64,128",
             };

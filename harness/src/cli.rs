@@ -298,6 +298,11 @@ pub struct BenchArgs {
     /// Elements per head.
     #[arg(long, default_value_t = 128, value_name = "D")]
     pub head_size: usize,
+    /// DeepSeek-V3's absorbed MLA decode layer instead: one latent kv head of 576 whose
+    /// first 512 dims are V, scale 192^-0.5; `--heads` gives the query heads (kv heads 1),
+    /// `--head-size` is not used.
+    #[arg(long)]
+    pub mla: bool,
     /// Worker threads of every backend (default: the machine's cores).
     #[arg(long, value_name = "N")]
     pub threads: Option<usize>,

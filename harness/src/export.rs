@@ -5,6 +5,8 @@
 //! - `query [T, Hq, D]`, `key [T, Hkv, D]`, `value [T, Hkv, D]` in the case dtype;
 //! - `context_key.{s}` / `context_value.{s}` `[context_len_s, Hkv, D]` per sequence (absent
 //!   when the context is empty), in the case dtype;
+//! - an MLA case (`config.mla`) has no V of its own: `value` and `context_value.{s}` are
+//!   `[.., 1, 0]`, and `expected` is `[T_real, Hq, head_size_v]`;
 //! - `block_table [B, max_blocks] i32`, `slot_mapping [T] i64`, `seq_lens [B] i32`,
 //!   `query_lens [B] i32`, `query_start_loc [B + 1] i32`;
 //! - `expected [T_real, Hq, D] f64`: the oracle's output (when exported with it).
@@ -68,6 +70,8 @@ struct Owned {
 pub fn case_to_safetensors(case: &Case, expected: Option<&[f64]>) -> Vec<u8> {
     let c = &case.config;
     let (t, hq, hkv, d) = (case.num_tokens(), c.num_heads, c.num_kv_heads, c.head_size);
+    // Width of a stored V row: 0 in an MLA case (V is the key's prefix).
+    let dv_stored = c.value_row() / hkv.max(1);
     let b = case.num_seqs();
     let mut owned = vec![
         Owned {
@@ -85,7 +89,7 @@ pub fn case_to_safetensors(case: &Case, expected: Option<&[f64]>) -> Vec<u8> {
         Owned {
             name: "value".into(),
             dtype: st_dtype(c.dtype),
-            shape: vec![t, hkv, d],
+            shape: vec![t, hkv, dv_stored],
             data: encode_values(c.dtype, &case.tensors.value),
         },
         Owned {
@@ -130,14 +134,14 @@ pub fn case_to_safetensors(case: &Case, expected: Option<&[f64]>) -> Vec<u8> {
         if ctx == 0 {
             continue;
         }
-        for (name, v) in [
-            ("context_key", &case.tensors.context_key[s]),
-            ("context_value", &case.tensors.context_value[s]),
+        for (name, v, width) in [
+            ("context_key", &case.tensors.context_key[s], d),
+            ("context_value", &case.tensors.context_value[s], dv_stored),
         ] {
             owned.push(Owned {
                 name: format!("{name}.{s}"),
                 dtype: st_dtype(c.dtype),
-                shape: vec![ctx, hkv, d],
+                shape: vec![ctx, hkv, width],
                 data: encode_values(c.dtype, v),
             });
         }
@@ -146,7 +150,7 @@ pub fn case_to_safetensors(case: &Case, expected: Option<&[f64]>) -> Vec<u8> {
         owned.push(Owned {
             name: "expected".into(),
             dtype: Dtype::F64,
-            shape: vec![case.num_real_tokens(), hq, d],
+            shape: vec![case.num_real_tokens(), hq, c.head_size_v()],
             data: encode_f64(e),
         });
     }
@@ -268,6 +272,7 @@ pub fn case_from_safetensors(bytes: &[u8]) -> Result<(Case, Option<Vec<f64>>), T
             message: "token count overflows".into(),
         })?;
     let (hq, hkv, d) = (config.num_heads, config.num_kv_heads, config.head_size);
+    let dv_stored = config.value_row() / hkv.max(1);
     let dt = st_dtype(config.dtype);
     let values = |name: &str, shape: &[usize]| -> Result<Vec<f32>, TensorFileError> {
         Ok(decode_values(
@@ -277,7 +282,7 @@ pub fn case_from_safetensors(bytes: &[u8]) -> Result<(Case, Option<Vec<f64>>), T
     };
     let query = values("query", &[t, hq, d])?;
     let key = values("key", &[t, hkv, d])?;
-    let value = values("value", &[t, hkv, d])?;
+    let value = values("value", &[t, hkv, dv_stored])?;
     let mut context_key = Vec::with_capacity(b);
     let mut context_value = Vec::with_capacity(b);
     for s in 0..b {
@@ -287,7 +292,10 @@ pub fn case_from_safetensors(bytes: &[u8]) -> Result<(Case, Option<Vec<f64>>), T
             context_value.push(Vec::new());
         } else {
             context_key.push(values(&format!("context_key.{s}"), &[ctx, hkv, d])?);
-            context_value.push(values(&format!("context_value.{s}"), &[ctx, hkv, d])?);
+            context_value.push(values(
+                &format!("context_value.{s}"),
+                &[ctx, hkv, dv_stored],
+            )?);
         }
     }
     let bt = st

@@ -25,5 +25,6 @@ pub use attn_results::compare;
 #[cfg(feature = "mutants")]
 pub use pipeline::mutants;
 pub use pipeline::{
-    bench, check, coverage, extremes, logit_stats, replay, runner, shrink, strategy, upstream,
+    bench, check, coverage, extremes, logit_stats, replay, runner, shrink, strategy, strategy_mla,
+    upstream,
 };

@@ -49,6 +49,7 @@ fn spaces() -> Vec<(&'static str, Space)> {
             "kv_cache_dtypes",
             space(r#"{"kv_cache_dtypes": ["fp8_e5m2"]}"#),
         ),
+        ("kv_layouts", space(r#"{"kv_layouts": ["mla"]}"#)),
         (
             "narrow",
             space(
@@ -86,7 +87,7 @@ fn every_drawn_case_and_trace_is_inside_its_space_and_each_key_binds() {
         for index in 0..12 {
             let trace = generate(&trace_recipe_in(3, index, &TraceShapes::default(), &s));
             assert_eq!(trace.validate(), Ok(()), "{key}: trace {index}");
-            if !s.allows_kind(attn_reference::AttentionKind::Decoder) {
+            if !attn_harness::pipeline::trace::draws_traces(&s) {
                 continue; // `check` draws no trace for it
             }
             for step in 0..trace.steps.len() {

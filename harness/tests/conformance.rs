@@ -14,7 +14,7 @@ use attn_backends::external::{AdapterSpec, ExternalBackend};
 use attn_backends::{backend_by_name, Backend};
 use attn_harness::compare::Tolerance;
 use attn_harness::runner::{evaluate, Outcome};
-use attn_harness::strategy::{CaseRecipe, Share, TableOrder, Values};
+use attn_harness::strategy::{CaseRecipe, LatentRecipe, Share, TableOrder, Values};
 use attn_reference::{
     reference_output, AttentionKind, Case, DType, Feature, Fp8Format, Fp8KvCache,
 };
@@ -284,6 +284,45 @@ mod topics {
         topic(b, Some(Feature::CrossAttention), recipes);
     }
 
+    /// Multi-head latent attention: DeepSeek-V3's latent (576, V its first 512, scale
+    /// 192^-0.5) under 128 heads and a tensor-parallel 16 past 576 keys, with speculative
+    /// queries; small latents (V one dim narrower, or a single dim) with a chunked query and a
+    /// shared prefix; an FP8 latent where the backend has an FP8 cache.
+    pub fn mla(b: &dyn Backend) {
+        let latent = |heads: usize, head_size: usize, rope: usize, seqs: Vec<(usize, usize)>| {
+            with(move |r| {
+                r.num_kv_heads = 1;
+                r.group = heads;
+                r.head_size = head_size;
+                r.block_size = 16;
+                r.dtype = DType::Bf16;
+                r.seqs = seqs;
+                r.mla = Some(LatentRecipe {
+                    rope,
+                    scale: 192f32.powf(-0.5),
+                });
+            })
+        };
+        let mut recipes = vec![
+            latent(128, 576, 64, vec![(600, 1), (40, 1)]),
+            latent(16, 576, 64, vec![(577, 1), (1150, 3), (5, 2)]),
+            latent(4, 9, 1, vec![(30, 12), (0, 5)]),
+            latent(3, 2, 1, vec![(17, 1)]),
+        ];
+        recipes[2].share = Some(Share {
+            group: 2,
+            blocks: 1,
+        });
+        let mut fp8 = latent(8, 40, 8, vec![(50, 2)]);
+        fp8.kv_cache = Some(Fp8KvCache::new(Fp8Format::E4m3, 0.0625, 0.0625));
+        if !attn_backends::declines(b, &fp8.config())
+            .is_err_and(|u| u.feature == Feature::Fp8KvCache)
+        {
+            recipes.push(fp8);
+        }
+        topic(b, Some(Feature::Mla), recipes);
+    }
+
     pub fn large_logits(b: &dyn Backend) {
         let recipe = with(|r| r.values = Values::Normal { seed: 9, std: 6.0 });
         topic(b, None, vec![recipe]);
@@ -408,7 +447,7 @@ macro_rules! conformance {
             }
             conformance!(@topics gqa_ratios, every_dtype, encoder_only, padding_and_stale_blocks,
                 table_orders, block_sizes, shared_prefix_blocks, sliding_windows, soft_cap,
-                alibi, sinks, fp8_kv_cache, cross_attention, large_logits,
+                alibi, sinks, fp8_kv_cache, cross_attention, mla, large_logits,
                 upstream_small_specs);
         }
     };

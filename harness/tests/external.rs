@@ -467,6 +467,58 @@ fn vllm_cpu_attn_agrees_when_vllm_is_installed() {
     }
 }
 
+/// vLLM's CPU_MLA decode kernel (`mla_decode_kvcache`) through `vllm_cpu_mla.py`, when
+/// `ATTN_DIFF_VLLM_PYTHON` has vLLM: every MLA case it declares (576/512, block 16, decode,
+/// three dtypes) agrees with the oracle, the adapter declares MLA alone (so it is never sent
+/// an ordinary case), and the unaligned f32 query still crashes the op (docs/findings.md,
+/// finding 8).
+#[test]
+fn vllm_cpu_mla_agrees_when_vllm_is_installed() {
+    let _g = serial();
+    let python = vllm_python();
+    let adapter = repo().join("adapters/python/vllm_cpu_mla.py");
+    let present = Command::new(&python)
+        .arg(&adapter)
+        .arg("--probe")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !present {
+        eprintln!(
+            "SKIPPED vllm_cpu_mla_agrees_when_vllm_is_installed: `{python} \
+             adapters/python/vllm_cpu_mla.py --probe` cannot load vLLM's CPU kernel (set \
+             ATTN_DIFF_VLLM_PYTHON; see docs/external-backends.md); nothing was checked"
+        );
+        return;
+    }
+    let external = format!("vllm-mla={python} '{}'", adapter.display());
+    let out = std::env::temp_dir().join("attn-diff-external-vllm-mla");
+    let o = Command::new(env!("CARGO_BIN_EXE_attn-diff"))
+        .args(["check", "--cases", "150", "--traces", "0", "--out"])
+        .arg(&out)
+        .args(["--backend", "external:vllm-mla", "--external", &external])
+        .output()
+        .expect("attn-diff runs");
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    // Every case drawn for it is an MLA case it runs: none declined, none outside.
+    assert!(stdout.contains("150 of 150 case(s)"), "{stdout}");
+    let o = Command::new(&python)
+        .arg(repo().join("docs/findings/vllm_cpu_mla_unaligned_query.py"))
+        .output()
+        .expect("python runs");
+    assert_ne!(
+        o.status.code(),
+        Some(0),
+        "the unaligned f32 query no longer crashes mla_decode_kvcache: vLLM fixed it; update \
+         docs/findings.md (finding 8)"
+    );
+}
+
 /// vllm-spyre's SpyreAttentionPaged, when `ATTN_DIFF_VLLM_SPYRE_FILE` names its
 /// `spyre_paged_attn.py` and `ATTN_DIFF_VLLM_PYTHON` an interpreter with vLLM and torch
 /// (docs/findings-vllm-spyre.md): the glue agrees with the oracle (`--reference`), and each

@@ -74,6 +74,8 @@ pub fn build_case(
     let mut rng = InputRng::new(seed);
     let bs = config.block_size;
     let row_kv = config.num_kv_heads * config.head_size;
+    // An MLA case draws no V (it is the prefix of each key row).
+    let row_v = config.value_row();
     let row_q = config.num_heads * config.head_size;
     let dt = config.dtype;
 
@@ -84,13 +86,13 @@ pub fn build_case(
     let mut context_value = Vec::with_capacity(seq_lens.len());
     for (&l, &q) in seq_lens.iter().zip(query_lens) {
         context_key.push(rng.normal_vec(context(l, q) * row_kv, opts.std, dt));
-        context_value.push(rng.normal_vec(context(l, q) * row_kv, opts.std, dt));
+        context_value.push(rng.normal_vec(context(l, q) * row_v, opts.std, dt));
     }
     let real: usize = query_lens.iter().sum();
     let tokens = real + opts.padding_tokens;
     let query = rng.normal_vec(tokens * row_q, opts.std, dt);
     let key = rng.normal_vec(tokens * row_kv, opts.std, dt);
-    let value = rng.normal_vec(tokens * row_kv, opts.std, dt);
+    let value = rng.normal_vec(tokens * row_v, opts.std, dt);
 
     // Shared tokens hold the first member's data; remember which logical blocks reuse whose.
     let blocks_per_seq: Vec<usize> = seq_lens.iter().map(|l| l.div_ceil(bs)).collect();
@@ -100,14 +102,14 @@ pub fn build_case(
         let Some((&leader, members)) = group.seqs.split_first() else {
             continue;
         };
-        let n = group.blocks * bs * row_kv;
+        let (n, n_v) = (group.blocks * bs * row_kv, group.blocks * bs * row_v);
         for &m in members {
             let (k, v) = (
                 context_key[leader][..n].to_vec(),
-                context_value[leader][..n].to_vec(),
+                context_value[leader][..n_v].to_vec(),
             );
             context_key[m][..n].copy_from_slice(&k);
-            context_value[m][..n].copy_from_slice(&v);
+            context_value[m][..n_v].copy_from_slice(&v);
             for slot in reuse[m].iter_mut().take(group.blocks) {
                 *slot = Some(leader);
             }

@@ -81,7 +81,9 @@ impl Case {
     pub fn kv_bytes(&self) -> usize {
         let c = &self.config;
         let keys: usize = self.batch.seq_lens.iter().sum();
-        keys * c.num_kv_heads * c.head_size * 2 * c.kv_element_bytes()
+        // An MLA entry is K and V at once.
+        let k_and_v = if c.mla.is_some() { 1 } else { 2 };
+        keys * c.num_kv_heads * c.head_size * k_and_v * c.kv_element_bytes()
     }
 
     /// (sequence, absolute position) of real token `t` (its row in the flat query).
@@ -147,19 +149,45 @@ impl Case {
     }
 
     /// Contiguous (unpaged) K and V of sequence `seq`: its context followed by its new
-    /// tokens, `[seq_len, num_kv_heads, head_size]` each (cross-attention: the encoder's K/V
-    /// alone; the step's own rows are not in the cross cache).
+    /// tokens, `[seq_len, num_kv_heads, head_size]` K and `[seq_len, num_kv_heads,
+    /// head_size_v]` V (cross-attention: the encoder's K/V alone; the step's own rows are
+    /// not in the cross cache; MLA: V is the prefix of each key row).
     pub fn contiguous_kv(&self, seq: usize) -> (Vec<f32>, Vec<f32>) {
         let row = self.config.num_kv_heads * self.config.head_size;
+        let v_row = self.config.value_row();
         let start = self.query_start_loc()[seq];
         let q = self.batch.query_lens[seq];
         let mut k = self.tensors.context_key[seq].clone();
         let mut v = self.tensors.context_value[seq].clone();
-        if self.config.kind == crate::AttentionKind::EncoderDecoder {
-            return (k, v);
+        if self.config.kind != crate::AttentionKind::EncoderDecoder {
+            k.extend_from_slice(&self.tensors.key[start * row..(start + q) * row]);
+            v.extend_from_slice(&self.tensors.value[start * v_row..(start + q) * v_row]);
         }
-        k.extend_from_slice(&self.tensors.key[start * row..(start + q) * row]);
-        v.extend_from_slice(&self.tensors.value[start * row..(start + q) * row]);
+        if let Some(m) = self.config.mla {
+            v = crate::mla::values_of_keys(&k, self.config.head_size, m.head_size_v);
+        }
+        (k, v)
+    }
+
+    /// Every K and V value the step's cache holds for live tokens (context and new rows, V
+    /// derived from K in an MLA case), in no particular order: what tolerances bound.
+    pub fn all_kv(&self) -> (Vec<f32>, Vec<f32>) {
+        let t = &self.tensors;
+        let k: Vec<f32> = t
+            .key
+            .iter()
+            .chain(t.context_key.iter().flatten())
+            .copied()
+            .collect();
+        let v = match self.config.mla {
+            Some(m) => crate::mla::values_of_keys(&k, self.config.head_size, m.head_size_v),
+            None => t
+                .value
+                .iter()
+                .chain(t.context_value.iter().flatten())
+                .copied()
+                .collect(),
+        };
         (k, v)
     }
 

@@ -87,6 +87,10 @@ pub struct AttentionConfig {
     /// write the same.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kv_cache: Option<Fp8KvCache>,
+    /// Multi-head latent attention ([`crate::Mla`]): `head_size` is the latent entry (K),
+    /// V its first `head_size_v` dims. Left out of JSON when `None`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mla: Option<crate::Mla>,
 }
 
 impl AttentionConfig {
@@ -111,6 +115,7 @@ impl AttentionConfig {
             alibi_slopes: None,
             sinks: None,
             kv_cache: None,
+            mla: None,
         }
     }
 
@@ -172,6 +177,12 @@ impl AttentionConfig {
         }
         if let Some(c) = &self.kv_cache {
             f.push(c.to_string());
+        }
+        if let Some(m) = &self.mla {
+            f.push(format!(
+                "mla (V = first {} of {})",
+                m.head_size_v, self.head_size
+            ));
         }
         f
     }

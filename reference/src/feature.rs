@@ -28,6 +28,9 @@ pub enum Feature {
     /// vLLM pads a batch's request count with them for CUDA graphs. A property of the batch,
     /// not of the config ([`Feature::used_by_lens`]).
     PaddedRequests,
+    /// Multi-head latent attention: one latent KV head whose first `head_size_v` dims are V
+    /// ([`crate::Mla`]).
+    Mla,
     /// The head size (a SIMD width, a device tile).
     HeadSize,
     /// The KV-cache block size.
@@ -48,7 +51,7 @@ pub enum Feature {
 }
 
 impl Feature {
-    pub const ALL: [Feature; 17] = [
+    pub const ALL: [Feature; 18] = [
         Feature::Dtype,
         Feature::EncoderOnly,
         Feature::CrossAttention,
@@ -58,6 +61,7 @@ impl Feature {
         Feature::Sinks,
         Feature::Fp8KvCache,
         Feature::PaddedRequests,
+        Feature::Mla,
         Feature::HeadSize,
         Feature::BlockSize,
         Feature::HeadLayout,
@@ -70,7 +74,7 @@ impl Feature {
 
     /// The optional attention features: on or off in a config, listed in an external
     /// adapter's capabilities.
-    pub const OPTIONAL: [Feature; 8] = [
+    pub const OPTIONAL: [Feature; 9] = [
         Feature::EncoderOnly,
         Feature::CrossAttention,
         Feature::SlidingWindow,
@@ -79,6 +83,7 @@ impl Feature {
         Feature::Sinks,
         Feature::Fp8KvCache,
         Feature::PaddedRequests,
+        Feature::Mla,
     ];
 
     /// The optional features a batch uses rather than a config.
@@ -108,6 +113,7 @@ impl Feature {
             Feature::Sinks => "sinks",
             Feature::Fp8KvCache => "fp8_kv_cache",
             Feature::PaddedRequests => "padded_requests",
+            Feature::Mla => "mla",
             Feature::HeadSize => "head_size",
             Feature::BlockSize => "block_size",
             Feature::HeadLayout => "head_layout",
@@ -131,6 +137,7 @@ impl Feature {
             Feature::Sinks => "attention sinks",
             Feature::Fp8KvCache => "FP8 KV cache",
             Feature::PaddedRequests => "padded requests (query length 0)",
+            Feature::Mla => "multi-head latent attention (MLA)",
             Feature::HeadSize => "head size",
             Feature::BlockSize => "block size",
             Feature::HeadLayout => "head layout",
@@ -153,6 +160,7 @@ impl Feature {
             Feature::Alibi => config.alibi_slopes.is_some(),
             Feature::Sinks => config.sinks.is_some(),
             Feature::Fp8KvCache => config.kv_cache.is_some(),
+            Feature::Mla => config.mla.is_some(),
             _ => false,
         }
     }
@@ -178,6 +186,7 @@ impl Feature {
             Feature::Alibi => config.alibi_slopes = None,
             Feature::Sinks => config.sinks = None,
             Feature::Fp8KvCache => config.kv_cache = None,
+            Feature::Mla => config.mla = None,
             _ => {}
         }
         was
@@ -194,7 +203,24 @@ impl Feature {
             Feature::Alibi => config.alibi_slopes = Some(vec![0.5; config.num_heads]),
             Feature::Sinks => config.sinks = Some(vec![0.0; config.num_heads]),
             Feature::Fp8KvCache => {
-                config.kv_cache = Some(Fp8KvCache::new(Fp8Format::E4m3, 0.5, 0.25))
+                // One scale for both: MLA's K and V are one cache entry.
+                let v_scale = if config.mla.is_some() { 0.5 } else { 0.25 };
+                config.kv_cache = Some(Fp8KvCache::new(Fp8Format::E4m3, 0.5, v_scale))
+            }
+            // DeepSeek-V3's latent layout with the config's heads and block size; MLA has
+            // one latent head and none of the other optional features.
+            Feature::Mla => {
+                let mla = AttentionConfig::deepseek_v3_mla(
+                    config.num_heads,
+                    config.block_size,
+                    config.dtype,
+                );
+                *config = AttentionConfig {
+                    kv_cache: config
+                        .kv_cache
+                        .map(|c| Fp8KvCache::new(c.dtype, c.k_scale, c.k_scale)),
+                    ..mla
+                };
             }
             _ => {}
         }
@@ -374,8 +400,18 @@ mod tests {
             assert!(f.used_by(&c), "{f}");
             assert!(c.validate().is_ok(), "{f}: {:?}", c.validate());
             assert!(f.turn_off(&mut c), "{f}");
-            assert_eq!(c, plain, "{f}");
+            if f == Feature::Mla {
+                // MLA brings its own head layout and scale; off, it leaves them, valid.
+                assert!(c.validate().is_ok(), "{f}: {:?}", c.validate());
+            } else {
+                assert_eq!(c, plain, "{f}");
+            }
             assert!(!f.turn_off(&mut c), "{f}");
         }
+        // An FP8 latent cache: on top of MLA, one scale for K and V.
+        let mut c = plain.clone();
+        Feature::Mla.turn_on(&mut c);
+        Feature::Fp8KvCache.turn_on(&mut c);
+        assert_eq!(c.validate(), Ok(()));
     }
 }

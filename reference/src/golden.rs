@@ -210,11 +210,137 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 /// Compute and write every fixture into `dir`.
 pub fn write_all_fixtures(dir: &Path) -> std::io::Result<Vec<String>> {
     let mut written = Vec::new();
-    for spec in specs::all_specs() {
-        let fx = compute_fixture(&spec);
+    let fixtures = specs::all_specs()
+        .iter()
+        .map(compute_fixture)
+        .collect::<Vec<_>>()
+        .into_iter()
+        .chain(MLA_GOLDENS.iter().map(MlaGolden::compute));
+    for fx in fixtures {
         let json = serde_json::to_string_pretty(&fx).expect("fixture serializes");
-        write_atomic(&fixture_path(dir, spec.name), json.as_bytes())?;
-        written.push(spec.name.to_string());
+        write_atomic(&fixture_path(dir, &fx.spec), json.as_bytes())?;
+        written.push(fx.spec);
     }
     Ok(written)
+}
+
+/// A golden MLA batch at DeepSeek-V3's shapes: 576-wide latent entries, V their first 512,
+/// scale 192^-0.5, 128 query heads split by a tensor-parallel size.
+#[derive(Clone, Copy, Debug)]
+pub struct MlaGolden {
+    pub name: &'static str,
+    /// Query heads on one rank: 128 / tensor-parallel size.
+    pub num_heads: usize,
+    pub block_size: usize,
+    pub seq_lens: &'static [usize],
+    pub query_lens: &'static [usize],
+    /// An FP8 (E4M3) latent cache with this one scale for K and V.
+    pub fp8_scale: Option<f32>,
+}
+
+/// Decode, speculative and chunked queries; contexts just around 576 keys (where a V stride
+/// of 512 instead of 576 drifts a whole entry) and past it; block sizes 1, 16 and 64; every
+/// tensor-parallel split of 128 heads down to 8.
+pub const MLA_GOLDENS: [MlaGolden; 8] = [
+    MlaGolden {
+        name: "mla_v3_tp1_block16_decode",
+        num_heads: 128,
+        block_size: 16,
+        seq_lens: &[1, 577, 1100],
+        query_lens: &[1, 1, 1],
+        fp8_scale: None,
+    },
+    MlaGolden {
+        name: "mla_v3_tp1_block1_decode",
+        num_heads: 128,
+        block_size: 1,
+        seq_lens: &[5, 600],
+        query_lens: &[1, 1],
+        fp8_scale: None,
+    },
+    MlaGolden {
+        name: "mla_v3_tp1_block64_speculative",
+        num_heads: 128,
+        block_size: 64,
+        seq_lens: &[700, 130],
+        query_lens: &[4, 2],
+        fp8_scale: None,
+    },
+    MlaGolden {
+        name: "mla_v3_tp2_block16_chunked",
+        num_heads: 64,
+        block_size: 16,
+        seq_lens: &[900, 33],
+        query_lens: &[24, 33],
+        fp8_scale: None,
+    },
+    MlaGolden {
+        name: "mla_v3_tp4_block64_decode",
+        num_heads: 32,
+        block_size: 64,
+        seq_lens: &[2000, 63, 64, 65],
+        query_lens: &[1, 1, 1, 1],
+        fp8_scale: None,
+    },
+    MlaGolden {
+        name: "mla_v3_tp8_block16_decode",
+        num_heads: 16,
+        block_size: 16,
+        seq_lens: &[575, 576, 577],
+        query_lens: &[1, 1, 1],
+        fp8_scale: None,
+    },
+    MlaGolden {
+        name: "mla_v3_tp16_block1_speculative",
+        num_heads: 8,
+        block_size: 1,
+        seq_lens: &[40, 600],
+        query_lens: &[3, 8],
+        fp8_scale: None,
+    },
+    MlaGolden {
+        name: "mla_v3_tp8_block16_fp8",
+        num_heads: 16,
+        block_size: 16,
+        seq_lens: &[300, 700],
+        query_lens: &[1, 2],
+        fp8_scale: Some(0.0625),
+    },
+];
+
+impl MlaGolden {
+    /// The config: DeepSeek-V3's latent at bf16 ([`GOLDEN_DTYPE`]).
+    pub fn config(&self) -> AttentionConfig {
+        let mut c = AttentionConfig::deepseek_v3_mla(self.num_heads, self.block_size, GOLDEN_DTYPE);
+        c.kv_cache = self
+            .fp8_scale
+            .map(|s| crate::Fp8KvCache::new(crate::Fp8Format::E4m3, s, s));
+        c
+    }
+
+    /// The case the fixture is of.
+    pub fn case(&self) -> crate::Case {
+        crate::build_case(
+            self.seq_lens,
+            self.query_lens,
+            self.config(),
+            GOLDEN_SEED,
+            &crate::BuildOptions::default(),
+        )
+    }
+
+    /// The fixture, computed from scratch (always a digest: outputs are large).
+    pub fn compute(&self) -> GoldenFixture {
+        let out = reference_output(&self.case());
+        GoldenFixture {
+            spec: self.name.to_string(),
+            seed: GOLDEN_SEED,
+            config: self.config(),
+            seq_lens: self.seq_lens.to_vec(),
+            query_lens: self.query_lens.to_vec(),
+            output_len: out.len(),
+            digest: Digest::of(&out),
+            output: None,
+        }
+    }
 }

@@ -9,6 +9,9 @@
 //! With an FP8 KV cache every key and value is what the cache gives back, `fp8(x / scale) *
 //! scale` ([`crate::fp8`]): the oracle checks a kernel's attention on the stored values; the
 //! quantizer itself is checked against the reference one on its own.
+//! MLA ([`crate::Mla`]): keys are the whole latent entry (`head_size` dims), values its first
+//! `head_size_v` dims, read from the same (read-back) entry; the output has `head_size_v`
+//! dims per head.
 
 use crate::{AttentionKind, Case};
 use rayon::prelude::*;
@@ -51,43 +54,58 @@ fn dot(a: &[f64], b: &[f64]) -> f64 {
     (s[0] + s[1]) + (s[2] + s[3]) + tail
 }
 
-/// The expected output `[num_real_tokens, num_heads, head_size]` in f64. Padding tokens have
-/// no expected output. The case must be valid.
+/// The expected output `[num_real_tokens, num_heads, head_size_v]` in f64 (`head_size_v` is
+/// `head_size` but in MLA). Padding tokens have no expected output. The case must be valid.
 pub fn reference_output(case: &Case) -> Vec<f64> {
     let c = &case.config;
-    let (hq, hkv, d) = (c.num_heads, c.num_kv_heads, c.head_size);
+    let (hq, hkv, d, dv) = (c.num_heads, c.num_kv_heads, c.head_size, c.head_size_v());
     let scale = c.effective_scale();
     let group = hq / hkv;
     let starts = case.query_start_loc();
-    let mut out = vec![0.0f64; case.num_real_tokens() * hq * d];
+    let mut out = vec![0.0f64; case.num_real_tokens() * hq * dv];
 
     for s in 0..case.num_seqs() {
         let seq_len = case.batch.seq_lens[s];
         let ctx = case.context_len(s);
         let (k32, v32) = case.contiguous_kv(s);
-        let (k, v): (Vec<f64>, Vec<f64>) = match &c.kv_cache {
-            Some(cache) => (cache.read_back_k(&k32), cache.read_back_v(&v32)),
-            None => (
+        let (k, v): (Vec<f64>, Vec<f64>) = match (&c.kv_cache, c.mla) {
+            // One latent entry: V is the prefix of the key as the cache gives it back.
+            (Some(cache), Some(m)) => {
+                let k = cache.read_back_k(&k32);
+                let v = k
+                    .chunks_exact(d)
+                    .flat_map(|row| &row[..m.head_size_v])
+                    .copied()
+                    .collect();
+                (k, v)
+            }
+            (Some(cache), None) => (cache.read_back_k(&k32), cache.read_back_v(&v32)),
+            (None, _) => (
                 k32.iter().map(|&x| x as f64).collect(),
                 v32.iter().map(|&x| x as f64).collect(),
             ),
         };
-        let rows = &mut out[starts[s] * hq * d..starts[s + 1] * hq * d];
-        rows.par_chunks_mut(hq * d)
+        // (token, head) rows spread over the threads, a decode step's heads too; rows are
+        // grouped so each task has some 10^5 multiply-adds (small cases run on one thread).
+        let rows = &mut out[starts[s] * hq * dv..starts[s + 1] * hq * dv];
+        let per_row = seq_len * (d + dv);
+        let min_rows = (100_000 / per_row.max(1)).max(1);
+        rows.par_chunks_mut(dv)
+            .with_min_len(min_rows)
             .enumerate()
-            .for_each(|(j, token_out)| {
+            .for_each(|(r, o)| {
+                let (j, h) = (r / hq, r % hq);
                 let token = starts[s] + j;
                 let p = ctx + j;
                 let (lo, hi) = visible_keys(c.kind, c.sliding_window, p, seq_len);
-                let mut logits = vec![0.0f64; hi + 1 - lo];
-                for h in 0..hq {
-                    let kvh = h / group;
-                    let q: Vec<f64> = case.tensors.query
-                        [(token * hq + h) * d..(token * hq + h + 1) * d]
-                        .iter()
-                        .map(|&x| x as f64)
-                        .collect();
-                    for (i, key) in (lo..=hi).enumerate() {
+                let kvh = h / group;
+                let q: Vec<f64> = case.tensors.query
+                    [(token * hq + h) * d..(token * hq + h + 1) * d]
+                    .iter()
+                    .map(|&x| x as f64)
+                    .collect();
+                let logits: Vec<f64> = (lo..=hi)
+                    .map(|key| {
                         let krow = &k[(key * hkv + kvh) * d..(key * hkv + kvh + 1) * d];
                         let mut l = scale * dot(&q, krow);
                         if let Some(cap) = c.logits_soft_cap {
@@ -97,28 +115,27 @@ pub fn reference_output(case: &Case) -> Vec<f64> {
                         if let Some(slopes) = &c.alibi_slopes {
                             l += slopes[h] as f64 * (key as f64 - p as f64);
                         }
-                        logits[i] = l;
+                        l
+                    })
+                    .collect();
+                let sink = c.sinks.as_ref().map(|s| s[h] as f64);
+                let m = logits
+                    .iter()
+                    .copied()
+                    .chain(sink)
+                    .fold(f64::NEG_INFINITY, f64::max);
+                let mut denom = sink.map_or(0.0, |s| (s - m).exp());
+                o.fill(0.0);
+                for (i, key) in (lo..=hi).enumerate() {
+                    let w = (logits[i] - m).exp();
+                    denom += w;
+                    let vrow = &v[(key * hkv + kvh) * dv..(key * hkv + kvh + 1) * dv];
+                    for (acc, &x) in o.iter_mut().zip(vrow) {
+                        *acc += w * x;
                     }
-                    let sink = c.sinks.as_ref().map(|s| s[h] as f64);
-                    let m = logits
-                        .iter()
-                        .copied()
-                        .chain(sink)
-                        .fold(f64::NEG_INFINITY, f64::max);
-                    let mut denom = sink.map_or(0.0, |s| (s - m).exp());
-                    let o = &mut token_out[h * d..(h + 1) * d];
-                    o.fill(0.0);
-                    for (i, key) in (lo..=hi).enumerate() {
-                        let w = (logits[i] - m).exp();
-                        denom += w;
-                        let vrow = &v[(key * hkv + kvh) * d..(key * hkv + kvh + 1) * d];
-                        for (acc, &x) in o.iter_mut().zip(vrow) {
-                            *acc += w * x;
-                        }
-                    }
-                    for acc in o.iter_mut() {
-                        *acc /= denom;
-                    }
+                }
+                for acc in o.iter_mut() {
+                    *acc /= denom;
                 }
             });
     }

@@ -6,6 +6,7 @@
 //! The keys and their JSON names are the adapters' capability keys and `--only`'s keys, one
 //! list ([`Space::KEYS`]) for both.
 
+use crate::mla::KvLayout;
 use crate::{AttentionConfig, AttentionKind, Case, DType, Feature, Fp8Format, Unsupported};
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -107,6 +108,10 @@ pub struct Space {
     pub max_group: Option<usize>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kv_cache_dtypes: Option<Vec<KvCacheDtype>>,
+    /// `mha`, `mla` or both: `--only kv_layouts=mla` aims a run at MLA cases alone. MLA
+    /// also needs `mla` among the features (a backend declares it there).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kv_layouts: Option<Vec<KvLayout>>,
 }
 
 fn list<T: fmt::Display>(v: &[T]) -> String {
@@ -199,7 +204,7 @@ fn fit_size(x: usize, allowed: &Option<Vec<usize>>) -> usize {
 
 impl Space {
     /// Every key, as adapters' capabilities and `--only` spell them.
-    pub const KEYS: [&'static str; 13] = [
+    pub const KEYS: [&'static str; 14] = [
         "dtypes",
         "head_sizes",
         "head_size_multiple_of",
@@ -213,6 +218,7 @@ impl Space {
         "max_tokens",
         "max_group",
         "kv_cache_dtypes",
+        "kv_layouts",
     ];
 
     /// Whether no key restricts anything.
@@ -240,6 +246,7 @@ impl Space {
             max_tokens: min_of(self.max_tokens, other.max_tokens),
             max_group: min_of(self.max_group, other.max_group),
             kv_cache_dtypes: meet(&self.kv_cache_dtypes, &other.kv_cache_dtypes),
+            kv_layouts: meet(&self.kv_layouts, &other.kv_layouts),
         };
         // The FP8 cache is declared two ways; where either side rules it out, so does both.
         if !(self.allows_feature(Feature::Fp8KvCache) && other.allows_feature(Feature::Fp8KvCache))
@@ -267,6 +274,12 @@ impl Space {
                 .any(|d| *d == KvCacheDtype::Auto || self.allows_feature(Feature::Fp8KvCache))
         }) {
             return none_left("kv_cache_dtypes");
+        }
+        if self.kv_layouts.as_ref().is_some_and(|k| {
+            !k.iter()
+                .any(|l| *l == KvLayout::Mha || self.allows_feature(Feature::Mla))
+        }) {
+            return none_left("kv_layouts");
         }
         if self.head_size_values().is_some_and(|v| v.is_empty()) {
             return Some("no head size is in both `head_sizes` and `head_size_multiple_of`".into());
@@ -320,8 +333,17 @@ impl Space {
                 Some(v) => v.iter().any(|d| *d != KvCacheDtype::Auto),
                 None => self.features.as_ref().is_none_or(|v| v.contains(&f)),
             },
+            Feature::Mla => {
+                self.features.as_ref().is_none_or(|v| v.contains(&f))
+                    && self.allows_kv_layout(KvLayout::Mla)
+            }
             _ => self.features.as_ref().is_none_or(|v| v.contains(&f)),
         }
+    }
+
+    /// Whether `--only kv_layouts=` (or a declared list) lets this layout in.
+    pub fn allows_kv_layout(&self, l: KvLayout) -> bool {
+        self.kv_layouts.as_ref().is_none_or(|v| v.contains(&l))
     }
 
     pub fn allows_kv_cache(&self, k: KvCacheDtype) -> bool {
@@ -399,6 +421,15 @@ impl Space {
                 format!("KV cache other than {}", list(allowed)),
             )
             .value(kv));
+        }
+        let layout = KvLayout::of(c);
+        if !self.allows_kv_layout(layout) {
+            let allowed = self.kv_layouts.as_deref().unwrap_or(&[]);
+            return Err(Unsupported::new(
+                Feature::HeadLayout,
+                format!("KV layout other than {}", list(allowed)),
+            )
+            .value(layout));
         }
         if let Some(g) = self.max_group {
             if c.group_size() > g {
@@ -483,6 +514,10 @@ impl Space {
             };
         }
         c.head_size = fit_size(c.head_size, &self.head_size_values());
+        if let Some(m) = &mut c.mla {
+            // V stays a prefix of the (possibly smaller) latent entry.
+            m.head_size_v = m.head_size_v.min(c.head_size);
+        }
         c.block_size = fit_size(c.block_size, &self.block_size_values());
         for f in Feature::OPTIONAL {
             if ![Feature::EncoderOnly, Feature::CrossAttention].contains(&f)
@@ -500,7 +535,13 @@ impl Space {
                 .collect();
             // An FP8 cache keeps its scales in another format; one made from nothing gets
             // scales that are exact in every dtype.
-            let scales = c.kv_cache.map_or((0.5, 0.25), |k| (k.k_scale, k.v_scale));
+            // An MLA entry is one tensor: one scale for K and V.
+            let fresh = if c.mla.is_some() {
+                (0.5, 0.5)
+            } else {
+                (0.5, 0.25)
+            };
+            let scales = c.kv_cache.map_or(fresh, |k| (k.k_scale, k.v_scale));
             c.kv_cache = match allowed.first() {
                 Some(KvCacheDtype::Fp8(f)) => {
                     let f = allowed
@@ -516,6 +557,15 @@ impl Space {
                 }
                 _ => None,
             };
+        }
+        // Only MLA allowed (`--only kv_layouts=mla`): DeepSeek-V3's latent with the config's
+        // heads, dtype, block size and cache format.
+        if !self.allows_kv_layout(KvLayout::of(c)) && self.allows_feature(Feature::Mla) {
+            Feature::Mla.turn_on(c);
+            c.head_size = fit_size(c.head_size, &self.head_size_values());
+            if let Some(m) = &mut c.mla {
+                m.head_size_v = m.head_size_v.min(c.head_size);
+            }
         }
         if let Some(g) = self.max_group.filter(|&g| g >= 1) {
             if c.group_size() > g {
@@ -654,6 +704,7 @@ impl Space {
             "max_tokens" => s.max_tokens = Some(one()?),
             "max_group" => s.max_group = Some(one()?),
             "kv_cache_dtypes" => s.kv_cache_dtypes = Some(each(key, &strings)?),
+            "kv_layouts" => s.kv_layouts = Some(each(key, &strings)?),
             _ => {
                 return Err(format!(
                     "unknown key `{key}` (known: {})",
@@ -703,6 +754,7 @@ impl Space {
             "kv_cache_dtypes",
             self.kv_cache_dtypes.as_deref().map(comma),
         );
+        push("kv_layouts", self.kv_layouts.as_deref().map(comma));
         out
     }
 }
@@ -926,5 +978,41 @@ mod tests {
         let e = s.admits_batch(&[3, 4], &[1, 1], 2).unwrap_err();
         assert_eq!(e.to_string(), "batch shape 2: sequences per step above 1");
         assert_eq!(e.feature, Feature::BatchShape);
+    }
+
+    #[test]
+    fn kv_layouts_aim_a_run_at_mla_and_features_declare_it() {
+        let mla = AttentionConfig::deepseek_v3_mla(16, 16, DType::Bf16);
+        let mha = AttentionConfig::new(4, 2, 64, 16, DType::Bf16);
+        // A backend that lists features without `mla` declines MLA by that feature.
+        let plain: Space = serde_json::from_str(r#"{"features": ["sinks"]}"#).unwrap();
+        assert_eq!(
+            plain.admits_config(&mla).unwrap_err(),
+            Unsupported::new(Feature::Mla, "")
+        );
+        assert!(!plain.allows_feature(Feature::Mla));
+        // `--only kv_layouts=mla`: MHA configs are outside, and fitting turns them into MLA.
+        let only = Space::parse_only("kv_layouts=mla").unwrap();
+        assert_eq!(only.only_args(), vec!["kv_layouts=mla".to_string()]);
+        assert_eq!(only.admits_config(&mla), Ok(()));
+        let e = only.admits_config(&mha).unwrap_err();
+        assert_eq!(e.to_string(), "head layout mha: KV layout other than mla");
+        let mut fitted = mha.clone();
+        only.fit_config(&mut fitted);
+        assert_eq!(only.admits_config(&fitted), Ok(()));
+        assert_eq!(fitted.validate(), Ok(()));
+        assert_eq!((fitted.num_heads, fitted.block_size), (4, 16));
+        // Narrowed to MLA for a backend without it, nothing is left.
+        assert!(only.intersect(&plain).emptiness().is_some());
+        assert!(only.emptiness().is_none());
+        // `kv_layouts=mha` turns MLA off.
+        let mut off = mla.clone();
+        Space::parse_only("kv_layouts=mha")
+            .unwrap()
+            .fit_config(&mut off);
+        assert_eq!(off.mla, None);
+        assert!(Space::parse_only("kv_layouts=gqa")
+            .unwrap_err()
+            .contains("unknown KV layout"));
     }
 }

@@ -70,18 +70,7 @@ impl Tolerance {
         let q = max_norm(&widen(&t.query));
         // The keys and values a kernel reads: the inputs, or what an FP8 cache gives back.
         let (keys, values): (Vec<f64>, Vec<f64>) = {
-            let k32: Vec<f32> = t
-                .key
-                .iter()
-                .chain(t.context_key.iter().flatten())
-                .copied()
-                .collect();
-            let v32: Vec<f32> = t
-                .value
-                .iter()
-                .chain(t.context_value.iter().flatten())
-                .copied()
-                .collect();
+            let (k32, v32) = case.all_kv();
             match &case.config.kv_cache {
                 Some(cache) => (cache.read_back_k(&k32), cache.read_back_v(&v32)),
                 None => (widen(&k32), widen(&v32)),
@@ -112,15 +101,13 @@ impl Tolerance {
     /// the logits' conditioning term explodes (a query of 1e38: logits past what f32 holds).
     /// Returns that max |v|.
     pub fn vacuous_for(&self, case: &Case) -> Option<f64> {
-        let t = &case.tensors;
-        let values = t.value.iter().chain(t.context_value.iter().flatten());
+        let (_, v32) = case.all_kv();
+        let values = v32.iter();
         let v = match &case.config.kv_cache {
-            Some(c) => {
-                let v32: Vec<f32> = values.copied().collect();
-                c.read_back_v(&v32)
-                    .iter()
-                    .fold(0.0f64, |m, x| m.max(x.abs()))
-            }
+            Some(c) => c
+                .read_back_v(&v32)
+                .iter()
+                .fold(0.0f64, |m, x| m.max(x.abs())),
             None => values.fold(0.0f64, |m, &x| m.max((x as f64).abs())),
         };
         (v > 0.0 && (self.atol >= v || !self.atol.is_finite())).then_some(v)

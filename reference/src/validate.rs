@@ -260,6 +260,75 @@ impl crate::AttentionConfig {
                 }
             }
         }
+        self.validate_mla()
+    }
+
+    /// MLA's rules: one latent head, V a prefix of it, the model's scale, causal decoder
+    /// attention with none of the features no MLA model has.
+    fn validate_mla(&self) -> Result<(), CaseError> {
+        let c = self;
+        let Some(m) = c.mla else { return Ok(()) };
+        let invalid = |field: &str, reason: String| {
+            Err(CaseError::InvalidParam {
+                field: field.into(),
+                reason,
+            })
+        };
+        nonzero(m.head_size_v, "config.mla.head_size_v")?;
+        if m.head_size_v > c.head_size {
+            return invalid(
+                "config.mla.head_size_v",
+                format!(
+                    "{} exceeds config.head_size ({}): V is the first head_size_v dims of the latent entry",
+                    m.head_size_v, c.head_size
+                ),
+            );
+        }
+        if c.num_kv_heads != 1 {
+            return invalid(
+                "config.num_kv_heads",
+                format!(
+                    "MLA caches one latent head per token, got {}",
+                    c.num_kv_heads
+                ),
+            );
+        }
+        if c.scale.is_none() {
+            return invalid(
+                "config.scale",
+                "MLA needs the model's scale (DeepSeek-V3: qk_head_dim 192, 192^-0.5); the default head_size^-0.5 is not MLA's".into(),
+            );
+        }
+        if c.kind != AttentionKind::Decoder {
+            return invalid(
+                "config.kind",
+                format!("MLA is causal decoder attention, got {}", c.kind),
+            );
+        }
+        for (field, used) in [
+            ("config.sliding_window", c.sliding_window.is_some()),
+            ("config.logits_soft_cap", c.logits_soft_cap.is_some()),
+            ("config.alibi_slopes", c.alibi_slopes.is_some()),
+            ("config.sinks", c.sinks.is_some()),
+        ] {
+            if used {
+                return invalid(
+                    field,
+                    "no MLA model or backend has it (config.mla is set)".into(),
+                );
+            }
+        }
+        if let Some(cache) = &c.kv_cache {
+            if cache.v_scale != cache.k_scale {
+                return invalid(
+                    "config.kv_cache.v_scale",
+                    format!(
+                        "{} differs from k_scale {}: an MLA cache entry is one tensor with one scale",
+                        cache.v_scale, cache.k_scale
+                    ),
+                );
+            }
+        }
         Ok(())
     }
 }
@@ -329,6 +398,8 @@ impl Case {
         )?;
         let q_row = c.num_heads.checked_mul(c.head_size);
         let kv_row = c.num_kv_heads.checked_mul(c.head_size);
+        // An MLA case carries no V: it is the prefix of each key row.
+        let v_row = if c.mla.is_some() { Some(0) } else { kv_row };
         let t = &self.tensors;
         expect_len(
             "tensors.query",
@@ -342,22 +413,21 @@ impl Case {
         )?;
         expect_len(
             "tensors.value",
-            kv_row.and_then(|r| r.checked_mul(tokens)),
+            v_row.and_then(|r| r.checked_mul(tokens)),
             t.value.len(),
         )?;
         expect_len("tensors.context_key", Some(n), t.context_key.len())?;
         expect_len("tensors.context_value", Some(n), t.context_value.len())?;
         for s in 0..n {
             let ctx = self.context_len(s);
-            let want = kv_row.and_then(|r| r.checked_mul(ctx));
             expect_len(
                 format!("tensors.context_key[{s}]"),
-                want,
+                kv_row.and_then(|r| r.checked_mul(ctx)),
                 t.context_key[s].len(),
             )?;
             expect_len(
                 format!("tensors.context_value[{s}]"),
-                want,
+                v_row.and_then(|r| r.checked_mul(ctx)),
                 t.context_value[s].len(),
             )?;
         }
@@ -553,11 +623,16 @@ impl Case {
         (s1, i1): (usize, usize),
     ) -> Result<(), CaseError> {
         let bs = self.config.block_size;
-        let row = self.config.num_kv_heads * self.config.head_size;
+        let k_row = self.config.num_kv_heads * self.config.head_size;
         let t = &self.tensors;
-        for (field, a, b) in [
-            ("K", &t.context_key[s0], &t.context_key[s1]),
-            ("V", &t.context_value[s0], &t.context_value[s1]),
+        for (field, a, b, row) in [
+            ("K", &t.context_key[s0], &t.context_key[s1], k_row),
+            (
+                "V",
+                &t.context_value[s0],
+                &t.context_value[s1],
+                self.config.value_row(),
+            ),
         ] {
             let a = &a[i0 * bs * row..(i0 + 1) * bs * row];
             let b = &b[i1 * bs * row..(i1 + 1) * bs * row];

@@ -3,7 +3,7 @@
 //! rewrites them, never under CI.
 
 use attn_reference::golden::{
-    compute_fixture, fixture_path, update_requested, write_atomic, GoldenFixture,
+    compute_fixture, fixture_path, update_requested, write_atomic, GoldenFixture, MLA_GOLDENS,
 };
 use attn_reference::specs::all_specs;
 use std::path::PathBuf;
@@ -37,6 +37,39 @@ fn oracle_matches_golden_fixtures() {
     assert!(
         failures.is_empty(),
         "golden fixtures disagree with the oracle:\n{}",
+        failures.join("\n")
+    );
+}
+
+#[test]
+fn mla_oracle_matches_golden_fixtures() {
+    let dir = golden_dir();
+    let update = update_requested();
+    let mut failures = Vec::new();
+    for golden in MLA_GOLDENS {
+        let fresh = golden.compute();
+        assert_eq!(
+            fresh.output_len,
+            golden.query_lens.iter().sum::<usize>() * golden.num_heads * 512
+        );
+        let path = fixture_path(&dir, golden.name);
+        if update {
+            let json = serde_json::to_string_pretty(&fresh).unwrap();
+            write_atomic(&path, json.as_bytes()).unwrap();
+            continue;
+        }
+        match GoldenFixture::load(&path) {
+            Ok(stored) => {
+                if let Err(e) = stored.check(&fresh) {
+                    failures.push(e);
+                }
+            }
+            Err(e) => failures.push(format!("{e} (regenerate with `cargo xtask fixtures`)")),
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "MLA golden fixtures disagree with the oracle:\n{}",
         failures.join("\n")
     );
 }

@@ -93,6 +93,9 @@ pub struct BenchSummary {
     pub dtype: String,
     pub heads: (usize, usize),
     pub head_size: usize,
+    /// V's width in an MLA run (`--mla`: one latent head, V its first 512 dims).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mla_head_size_v: Option<usize>,
     pub block_size: usize,
     pub read_bandwidth_gb_per_s: f64,
     pub baseline: Option<String>,

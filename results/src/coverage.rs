@@ -77,6 +77,19 @@ pub const DIMENSIONS: &[(&str, &[&str])] = &[
     ("padding", &["padding tokens", "none"]),
     // What unwritten slots and padding rows hold (`attn_reference::Poison`).
     ("poison", &["none", "nan", "+inf", "-inf", "huge"]),
+    // Multi-head latent attention: V's width against K's and the longest sequence against
+    // DeepSeek's 576-wide entry (where V rows stepped by V's width have drifted one entry),
+    // and the query heads over the one latent head.
+    (
+        "mla",
+        &[
+            "none",
+            "Dk = Dv",
+            "Dk ≠ Dv, up to 576 keys",
+            "Dk ≠ Dv, past 576 keys",
+        ],
+    ),
+    ("mla heads", &["none", "1-8", "9-64", "65-128"]),
     // Traces (counted per trace, not per case).
     ("trace steps", &["1-8", "9-24", "above 24"]),
     ("trace poison", &["none", "nan", "+inf", "-inf", "huge"]),

@@ -94,7 +94,10 @@ MAX_FRAME_BYTES = 1 << 32
 
 DTYPES = ("f32", "bf16", "f16")
 KINDS = ("decoder", "encoder_only", "encoder_decoder")
-FEATURES = ("sliding_window", "logits_soft_cap", "alibi", "sinks", "fp8_kv_cache", "padded_requests")
+FEATURES = ("sliding_window", "logits_soft_cap", "alibi", "sinks", "fp8_kv_cache", "padded_requests", "mla")
+#: How a cache holds K and V: rows per kv head (`mha`), or one latent entry whose first
+#: `head_size_v` dims are V (`mla`).
+KV_LAYOUTS = ("mha", "mla")
 #: KV-cache dtypes as vLLM's `kv_cache_dtype` names them; "fp8" is "fp8_e4m3".
 KV_CACHE_DTYPES = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2")
 
@@ -116,8 +119,10 @@ class Capabilities(TypedDict, total=False):
     - ``features``: the optional features implemented, from ``"sliding_window"``,
       ``"logits_soft_cap"``, ``"alibi"``, ``"sinks"``, ``"fp8_kv_cache"``,
       ``"padded_requests"`` (requests of query length 0 and seq_len 0 after the real ones,
-      as vLLM pads a batch's request count for CUDA graphs); a case using a feature not
-      listed is not drawn. (Encoder-only and cross-attention are ``kinds``.)
+      as vLLM pads a batch's request count for CUDA graphs), ``"mla"``; a case using a
+      feature not listed is not drawn. (Encoder-only and cross-attention are ``kinds``.)
+      ``"mla"`` (multi-head latent attention: one latent kv head, V the first
+      ``config.head_size_v`` dims of each key row, writes carry no V) only when listed.
     - ``max_seqs``: sequences per step; ``max_query_len``: new tokens of one sequence in a
       step; ``max_seq_len``: context plus new tokens of one sequence (for cross-attention,
       the encoder's keys); ``max_tokens``: tokens per step, padding tokens included;
@@ -125,6 +130,7 @@ class Capabilities(TypedDict, total=False):
     - ``kv_cache_dtypes``: from ``"auto"`` (the cache in the compute dtype), ``"fp8_e4m3"``
       (vLLM's ``"fp8"``), ``"fp8_e5m2"``. An FP8 format listed here declares the FP8 cache by
       itself; without this key, ``"fp8_kv_cache"`` in ``features`` does.
+    - ``kv_layouts``: from ``"mha"``, ``"mla"``: an MLA-only adapter lists ``["mla"]``.
     """
 
     dtypes: Optional[List[str]]
@@ -140,6 +146,7 @@ class Capabilities(TypedDict, total=False):
     max_tokens: Optional[int]
     max_group: Optional[int]
     kv_cache_dtypes: Optional[List[str]]
+    kv_layouts: Optional[List[str]]
 
 
 #: Every capability key: "choice" lists take values from the tuple, "sizes" lists positive
@@ -158,6 +165,7 @@ CAPABILITY_KEYS: Dict[str, Union[Tuple[str, ...], str]] = {
     "max_tokens": "int",
     "max_group": "int",
     "kv_cache_dtypes": KV_CACHE_DTYPES,
+    "kv_layouts": KV_LAYOUTS,
 }
 
 
@@ -233,6 +241,10 @@ class Config:
     #: An FP8 KV cache, {"dtype": "fp8_e4m3" | "fp8_e5m2", "k_scale": float, "v_scale":
     #: float}: K/V stored as fp8(x / scale), read as fp8 * scale. None: the compute dtype.
     kv_cache: Optional[Dict[str, Any]] = None
+    #: Multi-head latent attention, {"head_size_v": int}: one latent kv head of
+    #: `head_size` dims, V its first `head_size_v`; writes carry `value [n, 1, 0]` and the
+    #: output is [num_tokens, num_heads, head_size_v]. None: ordinary attention.
+    mla: Optional[Dict[str, Any]] = None
 
     @staticmethod
     def from_json(text: str) -> "Config":
@@ -251,7 +263,17 @@ class Config:
             alibi_slopes=c.get("alibi_slopes"),
             sinks=c.get("sinks"),
             kv_cache=c.get("kv_cache"),
+            mla=c.get("mla"),
         )
+
+    @property
+    def head_size_v(self) -> int:
+        """Width of V and of the output: `mla.head_size_v`, else `head_size`."""
+        return int(self.mla["head_size_v"]) if self.mla is not None else self.head_size
+
+    @property
+    def kv_layout(self) -> str:
+        return "mla" if self.mla is not None else "mha"
 
     @property
     def group_size(self) -> int:
@@ -280,6 +302,7 @@ class Config:
             ("alibi", self.alibi_slopes),
             ("sinks", self.sinks),
             ("fp8_kv_cache", self.kv_cache),
+            ("mla", self.mla),
         ]
         return [name for name, value in used if value is not None]
 
@@ -347,7 +370,7 @@ class Adapter:
         raise NotImplementedError
 
     def forward(self, config: Config, cache: Any, step: Step) -> Any:
-        """Attention for every token: [num_tokens, num_heads, head_size] (numpy, or
+        """Attention for every token: [num_tokens, num_heads, head_size_v] (numpy, or
         anything np.asarray takes). May return (output, kernel_seconds) to report its own
         timing; otherwise the time of this call is reported."""
         raise NotImplementedError
@@ -450,10 +473,14 @@ def decline_reason(
             declared = config.kv_cache_dtype in kv if kv is not None else "fp8_kv_cache" in (features or [])
             if not declared:
                 return f"FP8 KV cache ({config.kv_cache_dtype}) not implemented"
+        elif f == "mla" and "mla" not in (features or []):
+            return "multi-head latent attention (mla) not implemented"
         elif features is not None and f not in features:
             return f"{f} not implemented"
     if query_lens is not None and 0 in list(query_lens) and "padded_requests" not in (features or []):
         return "padded requests (query length 0) not implemented"
+    if not listed("kv_layouts", config.kv_layout):
+        return f"KV layout {config.kv_layout}: other than {', '.join(caps['kv_layouts'])}"
     if config.kv_cache is None and not listed("kv_cache_dtypes", "auto"):
         return "a KV cache in the compute dtype (auto) not implemented"
     g = caps.get("max_group")

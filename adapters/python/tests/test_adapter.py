@@ -147,3 +147,18 @@ def test_the_handshake_sends_validated_capabilities():
     meta = ada.metadata_of(ada.answer(Fp8(), hello))
     assert meta["version"] == "2"
     assert json.loads(meta["capabilities"]) == {"kv_cache_dtypes": ["fp8_e4m3"]}
+
+
+def test_mla_is_declined_unless_listed_and_reads_its_latent_width():
+    mla = config(num_heads=16, num_kv_heads=1, head_size=576, scale=192**-0.5, mla={"head_size_v": 512})
+    assert mla.head_size_v == 512 and mla.kv_layout == "mla" and "mla" in mla.features()
+    assert config().head_size_v == 64 and config().kv_layout == "mha"
+    # Not listed, even with no feature restriction at all: declined, as an FP8 cache is.
+    assert "mla" in decline_reason({}, mla)
+    assert "mla" in decline_reason(validate_capabilities({"features": ["sinks"]}), mla)
+    declared = validate_capabilities({"features": ["mla"], "kv_layouts": ["mla"]})
+    assert decline_reason(declared, mla) is None
+    # An MLA-only adapter declines ordinary attention by its layout.
+    assert "KV layout mha" in decline_reason(declared, config())
+    with pytest.raises(CapabilityError, match="kv_layouts"):
+        validate_capabilities({"kv_layouts": ["gqa"]})

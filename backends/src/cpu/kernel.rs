@@ -145,13 +145,20 @@ pub fn tile_keys(block_size: usize, rows: usize, wide: bool) -> usize {
 /// ([`Scratch::partial`]) until the next item.
 pub fn run_item<T: KvElem>(pb: &Problem<'_, T>, task: &Task, keys: Range<usize>, sc: &mut Scratch) {
     let g = pb.geometry;
-    let (d, bs, group, rows) = (g.head_size, g.block_size, pb.group, task.rows);
+    // K's width for scores, V's for values and output (they differ in MLA).
+    let (d, dv, bs, group, rows) = (
+        g.head_size,
+        g.head_size_v,
+        g.block_size,
+        pb.group,
+        task.rows,
+    );
     let hq = pb.cfg.num_heads;
     let lds = tile_keys(bs, rows, pb.kv_source.wide_tiles());
     let seq_len = pb.seq_lens[task.seq];
     grow(&mut sc.q, rows * d, 0.0);
     grow(&mut sc.s, rows * lds, 0.0);
-    grow(&mut sc.o, rows * d, 0.0);
+    grow(&mut sc.o, rows * dv, 0.0);
     grow(&mut sc.m, rows, 0.0);
     grow(&mut sc.l, rows, 0.0);
     grow(&mut sc.vis, rows, 0..0);
@@ -176,7 +183,7 @@ pub fn run_item<T: KvElem>(pb: &Problem<'_, T>, task: &Task, keys: Range<usize>,
         }
         sc.vis[r] = visible_keys(pb.cfg.kind, pb.cfg.sliding_window, task.pos0 + t, seq_len);
     }
-    sc.o[..rows * d].fill(0.0);
+    sc.o[..rows * dv].fill(0.0);
     sc.m[..rows].fill(f32::NEG_INFINITY);
     sc.l[..rows].fill(0.0);
 
@@ -274,7 +281,7 @@ pub fn run_item<T: KvElem>(pb: &Problem<'_, T>, task: &Task, keys: Range<usize>,
                 if m_old != f32::NEG_INFINITY {
                     let alpha = (m_old - m_new).exp();
                     sc.l[r] *= alpha;
-                    (pb.ops.scale)(&mut sc.o[r * d..(r + 1) * d], alpha);
+                    (pb.ops.scale)(&mut sc.o[r * dv..(r + 1) * dv], alpha);
                 }
                 sc.m[r] = m_new;
             }
@@ -293,7 +300,7 @@ pub fn run_item<T: KvElem>(pb: &Problem<'_, T>, task: &Task, keys: Range<usize>,
                 n,
                 v: &kv[bs * d..],
                 j0,
-                d,
+                d: dv,
                 o: &mut sc.o,
             });
             key += n;
@@ -325,7 +332,7 @@ fn pack_bf16_pairs(x: &[f32], pairs: &mut [u32]) {
     }
 }
 
-/// The output of a call (`[num_tokens, num_heads, head_size]`), written row by row from many
+/// The output of a call (`[num_tokens, num_heads, head_size_v]`), written row by row from many
 /// threads, each row once: every (token, head) row of a sequence belongs to exactly one task
 /// of the schedule, and rows of tokens past the last sequence are zeroed by the caller. The
 /// memory starts uninitialised, so no thread pulls another's freshly zeroed lines into its
@@ -427,7 +434,7 @@ pub unsafe fn finalize_task<T>(
     row: &mut Vec<f32>,
     ops: &Ops<T>,
 ) {
-    let d = cfg.head_size;
+    let d = cfg.head_size_v();
     let group = cfg.num_heads / cfg.num_kv_heads;
     // Values of an FP8 cache were summed unscaled: v_scale joins the normalisation.
     let v_scale = cfg.kv_cache.map_or(1.0, |c| c.v_scale);

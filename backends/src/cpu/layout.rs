@@ -4,8 +4,12 @@
 //! elements, so a decode step streams each (block, head) pair as one sequential read:
 //!
 //! ```text
-//! [num_blocks][num_kv_heads][ K^T: head_size x block_size | V: block_size x head_size ]
+//! [num_blocks][num_kv_heads][ K^T: head_size x block_size | V: block_size x head_size_v ]
 //! ```
+//!
+//! MLA (one latent head, V its first `head_size_v` dims): the same chunk, V written from
+//! each key row's prefix at `write_kv`, so the kernels read V as in any other case (its
+//! rows a little narrower). The latent is held twice, a layout choice of this backend.
 //!
 //! K is stored transposed (`K^T[d][slot]`): the score kernel loads 16 (AVX-512) or 8 (AVX2)
 //! consecutive keys of one dimension as a vector and multiplies it by a broadcast query
@@ -37,13 +41,27 @@ pub struct Geometry {
     pub num_blocks: usize,
     pub num_kv_heads: usize,
     pub block_size: usize,
+    /// Width of K (the latent entry in MLA).
     pub head_size: usize,
+    /// Width of V: `head_size` but in MLA.
+    pub head_size_v: usize,
 }
 
 impl Geometry {
+    /// The geometry of `config`'s cache of `num_blocks` blocks.
+    pub fn of(config: &attn_reference::AttentionConfig, num_blocks: usize) -> Geometry {
+        Geometry {
+            num_blocks,
+            num_kv_heads: config.num_kv_heads,
+            block_size: config.block_size,
+            head_size: config.head_size,
+            head_size_v: config.head_size_v(),
+        }
+    }
+
     /// Elements of one (block, kv head) chunk: K^T then V.
     pub fn chunk_len(&self) -> usize {
-        2 * self.block_size * self.head_size
+        self.block_size * (self.head_size + self.head_size_v)
     }
 
     /// Start of the K^T part of (block, kv head); V follows at `+ block_size * head_size`.
@@ -72,11 +90,12 @@ impl std::fmt::Display for CacheAllocError {
         let g = self.geometry;
         write!(
             f,
-            "{} blocks x {} kv heads x {} slots x {} elements x 2 ({:.1} GiB)",
+            "{} blocks x {} kv heads x {} slots x ({} + {}) elements ({:.1} GiB)",
             g.num_blocks,
             g.num_kv_heads,
             g.block_size,
             g.head_size,
+            g.head_size_v,
             self.bytes as f64 / (1u64 << 30) as f64
         )
     }
@@ -172,12 +191,14 @@ impl CpuKvCache {
     }
 
     /// Store rows `key`/`value` (`[n, num_kv_heads, head_size]`) at their slots, skipping -1.
+    /// With `latent` (MLA), `value` is empty and V is each key row's first `head_size_v`.
     pub fn write(
         &mut self,
         backend: &str,
         key: &[f32],
         value: &[f32],
         slot_mapping: &[i64],
+        latent: bool,
     ) -> Result<(), BackendError> {
         let g = self.geometry;
         let row = g.num_kv_heads * g.head_size;
@@ -189,9 +210,10 @@ impl CpuKvCache {
             .len()
             .checked_mul(row)
             .ok_or_else(|| invalid("slot_mapping too long".into()))?;
-        if key.len() != want || value.len() != want {
+        let want_v = if latent { 0 } else { want };
+        if key.len() != want || value.len() != want_v {
             return Err(invalid(format!(
-                "write_kv: key/value hold {}/{} values, expected {want} ([{}, {}, {}])",
+                "write_kv: key/value hold {}/{} values, expected {want}/{want_v} ([{}, {}, {}])",
                 key.len(),
                 value.len(),
                 slot_mapping.len(),
@@ -211,7 +233,8 @@ impl CpuKvCache {
         let scales = self.fp8.map_or((1.0, 1.0), |c| (c.k_scale, c.v_scale));
         let rows = Rows {
             key,
-            value,
+            // MLA: V is read from the key rows (each row's first `head_size_v`).
+            value: if latent { key } else { value },
             slot_mapping,
             scales,
         };
@@ -242,7 +265,7 @@ fn scatter<T: KvElem>(data: &mut [T], g: Geometry, rows: Rows<'_>) {
         slot_mapping,
         scales: (ks, vs),
     } = rows;
-    let (bs, d) = (g.block_size, g.head_size);
+    let (bs, d, dv) = (g.block_size, g.head_size, g.head_size_v);
     let row = g.num_kv_heads * d;
     for (t, &slot) in slot_mapping.iter().enumerate() {
         let Ok(slot) = usize::try_from(slot) else {
@@ -255,8 +278,9 @@ fn scatter<T: KvElem>(data: &mut [T], g: Geometry, rows: Rows<'_>) {
             for i in 0..d {
                 data[base + i * bs + off] = T::from_f32(key[src + i] / ks);
             }
-            let v = &mut data[base + bs * d + off * d..base + bs * d + (off + 1) * d];
-            for (dst, &x) in v.iter_mut().zip(&value[src..src + d]) {
+            // V rows are `head_size_v` wide: all of a value row, or a latent key's prefix.
+            let v = &mut data[base + bs * d + off * dv..base + bs * d + (off + 1) * dv];
+            for (dst, &x) in v.iter_mut().zip(&value[src..src + dv]) {
                 *dst = T::from_f32(x / vs);
             }
         }

@@ -188,6 +188,7 @@ impl CpuBackend {
             || cache.fp8 != config.kv_cache
             || g.num_kv_heads != config.num_kv_heads
             || g.head_size != config.head_size
+            || g.head_size_v != config.head_size_v()
             || g.block_size != config.block_size
         {
             return Err(self.invalid(format!(
@@ -220,9 +221,8 @@ impl CpuBackend {
             KvTiles::Resident => KvSource::Warm,
             KvTiles::Auto => {
                 let kv_bytes = step.seq_lens.iter().sum::<usize>()
-                    * 2
                     * geometry.num_kv_heads
-                    * geometry.head_size
+                    * (geometry.head_size + geometry.head_size_v)
                     * std::mem::size_of::<T>();
                 KvSource::for_size(kv_bytes, last_level_cache_bytes())
             }
@@ -247,7 +247,8 @@ impl CpuBackend {
         // of its piece, so stale contents are harmless); unsplit tasks need none. Items
         // are dealt to the threads (`claims`). A concurrent call on the same
         // backend gets a buffer of its own.
-        let d = geometry.head_size;
+        // Rows of output, partials and staging are V's width (`head_size_v` in MLA).
+        let d = geometry.head_size_v;
         let mut shared = self.staging.try_lock().ok();
         let mut own = Vec::new();
         let staging = shared.as_deref_mut().unwrap_or(&mut own);
@@ -402,6 +403,7 @@ impl Backend for CpuBackend {
             Feature::Fp8KvCache,
             Feature::CrossAttention,
             Feature::PaddedRequests,
+            Feature::Mla,
         ]);
         f
     }
@@ -414,8 +416,8 @@ impl Backend for CpuBackend {
 
     fn cache_layout(&self) -> CacheLayout {
         CacheLayout {
-            shape: "[num_blocks, num_kv_heads, (K^T [head_size, block_size], V [block_size, head_size])]",
-            description: "head-major blocks, K transposed for key-vector score loads, V row-major for value FMAs; one sequential read per (block, kv head)",
+            shape: "[num_blocks, num_kv_heads, (K^T [head_size, block_size], V [block_size, head_size_v])]",
+            description: "head-major blocks, K transposed for key-vector score loads, V row-major for value FMAs; one sequential read per (block, kv head); MLA: V the latent's prefix, written twice",
         }
     }
 
@@ -425,12 +427,7 @@ impl Backend for CpuBackend {
         num_blocks: usize,
     ) -> Result<KvCache, BackendError> {
         self.supports(config)?;
-        let geometry = Geometry {
-            num_blocks,
-            num_kv_heads: config.num_kv_heads,
-            block_size: config.block_size,
-            head_size: config.head_size,
-        };
+        let geometry = Geometry::of(config, num_blocks);
         // A cache the machine cannot hold is declined, not an abort.
         let cache = CpuKvCache::new(config.dtype, config.kv_cache, geometry).map_err(|e| {
             Unsupported::new(
@@ -450,7 +447,13 @@ impl Backend for CpuBackend {
     ) -> Result<(), BackendError> {
         let cache = cache_as_mut::<CpuKvCache>(NAME, cache)?;
         self.check_cache(config, cache)?;
-        cache.write(NAME, kv.key, kv.value, kv.slot_mapping)
+        cache.write(
+            NAME,
+            kv.key,
+            kv.value,
+            kv.slot_mapping,
+            config.mla.is_some(),
+        )
     }
 
     fn forward(

@@ -139,7 +139,7 @@ pub fn plan(
     let mut staging = 0;
     for (i, task) in tasks.iter_mut().enumerate() {
         task.first_item = items.len();
-        staging += task.splits * task.split_len(cfg.head_size);
+        staging += task.splits * task.split_len(cfg.head_size_v());
         for split in 0..task.splits {
             let keys = task.split_keys(split);
             // Reading K/V dominates decode, multiply-adds dominate prefill.

@@ -294,7 +294,7 @@ impl ExternalBackend {
                 return Err(self.protocol(what));
             }
         };
-        let shape = [step.num_tokens, config.num_heads, config.head_size];
+        let shape = [step.num_tokens, config.num_heads, config.head_size_v()];
         match protocol::parse_reply(&bytes, id, shape) {
             Err(e) => {
                 // The stream may be out of step: start afresh for the next case.
@@ -422,14 +422,16 @@ impl Backend for ExternalBackend {
         let cache = cache_as_mut::<ExternalCache>(&self.name, cache)?;
         let row = config.num_kv_heads * config.head_size;
         let n = kv.slot_mapping.len();
-        if kv.key.len() != n * row || kv.value.len() != n * row {
+        // An MLA write carries no V (it is the key's prefix).
+        if kv.key.len() != n * row || kv.value.len() != n * config.value_row() {
             return Err(BackendError::InvalidInput {
                 backend: self.name.clone(),
                 message: format!(
-                    "write of {n} slots carries {} key and {} value values, expected {}",
+                    "write of {n} slots carries {} key and {} value values, expected {} and {}",
                     kv.key.len(),
                     kv.value.len(),
-                    n * row
+                    n * row,
+                    n * config.value_row()
                 ),
             });
         }

@@ -11,7 +11,8 @@
 //!   cache for its next step; replies as to `case`.
 //! - `case` (attn-diff → adapter): one whole case; the adapter builds its cache, applies the
 //!   writes in order, runs the step, and answers with exactly one of
-//! - `output` (tensor `output [num_tokens, num_heads, head_size]`, F32, F64, F16 or BF16;
+//! - `output` (tensor `output [num_tokens, num_heads, head_size_v]`, F32, F64, F16 or BF16;
+//!   `head_size_v` is `head_size` but in an MLA case, whose writes carry `value [n, 1, 0]`;
 //!   metadata `kernel_seconds`, optional), `unsupported` (metadata `reason`) or `error`
 //!   (metadata `error`); every reply repeats the request's `case_id`.
 
@@ -53,7 +54,7 @@ pub enum ProtocolError {
     MissingOutput,
     #[error("tensor `output` has dtype {0}; expected F32, F64, F16 or BF16")]
     OutputDtype(String),
-    #[error("tensor `output` has shape {actual:?}; expected {expected:?} ([num_tokens, num_heads, head_size])")]
+    #[error("tensor `output` has shape {actual:?}; expected {expected:?} ([num_tokens, num_heads, head_size_v])")]
     OutputShape {
         expected: Vec<usize>,
         actual: Vec<usize>,
@@ -245,7 +246,8 @@ fn request(
         tensors.push((
             format!("write.{i}.value"),
             Dtype::F32,
-            vec![n, hkv, d],
+            // `[n, 1, 0]` in an MLA case: V is the first head_size_v dims of each key.
+            vec![n, hkv, config.value_row() / hkv.max(1)],
             f32_bytes(&w.value),
         ));
         tensors.push((

@@ -7,8 +7,11 @@
 //!   two KV splits merged by log-sum-exp, the shape of `cpu`'s split-KV path) with one
 //!   switch flipped, for bugs that live inside a kernel;
 //! - [`stateful`] mutants keep state between steps and break only when a cache lives across
-//!   a trace's steps (single cases and the upstream suite cannot see them).
+//!   a trace's steps (single cases and the upstream suite cannot see them);
+//! - [`mla`] mutants are a small scalar MLA decode kernel (one latent entry per slot) with
+//!   one switch flipped, for bugs of multi-head latent attention.
 
+mod mla;
 mod plain;
 mod stateful;
 mod wrap;
@@ -16,6 +19,7 @@ mod wrap;
 use crate::Backend;
 use std::sync::Arc;
 
+pub use mla::{MlaBug, MlaMutant};
 pub use plain::{Bug, PlainBackend};
 pub use stateful::{StatefulMutant, StepBug};
 pub use wrap::{Mutation, WrappedMutant};
@@ -110,6 +114,12 @@ pub const CATALOGUE: &[MutantInfo] = &[
     m("first-prefill-as-decode", "the decode/prefill split is off by one: the first prefill behind the decodes runs through the decode path, every row at the sequence's last position"),
     // Feature pairs.
     public("sink-twice-split-kv", "ROCm/rocm-libraries#12227", "with a sliding window, a KV split wholly before the window publishes the sink and the next split seeds it again: the sink counts twice once the window starts past 256 keys"),
+    // Multi-head latent attention (one latent entry per token, V its prefix).
+    m("mla-v-rows-by-dk", "MLA: V kept as rows of head_size_v but read with K's row stride head_size"),
+    public("mla-v-tile-by-dv", "ikawrakow/ik_llama.cpp#2031", "MLA vec decode: keys walked in tiles of Dk rows, V stepped Dv rows per tile, so values lag their keys once a context passes Dk (576) keys"),
+    m("mla-v-into-rope", "MLA: V read from the entry's last head_size_v dims, past the latent (512) into the rotary part"),
+    m("mla-default-scale", "MLA: the default head_size^-0.5 (576^-0.5) used instead of the model's scale (DeepSeek: 192^-0.5)"),
+    m("mla-head-padding-unpadded", "MLA under tensor-parallel splits: fewer than 16 heads per rank padded to 16 by repeating each, the output taken back as the first num_heads padded rows"),
 ];
 
 /// Whether mutant `name` can only break across the steps of a trace.
@@ -132,6 +142,9 @@ pub fn mutant(name: &str) -> Option<Arc<dyn Backend>> {
         Some(Arc::new(PlainBackend::new(&format!("mutant:{name}"), b)) as Arc<dyn Backend>)
     };
     let step = |b: StepBug| Some(Arc::new(StatefulMutant::new(name, b)) as Arc<dyn Backend>);
+    let latent = |b: MlaBug| {
+        Some(Arc::new(MlaMutant::new(&format!("mutant:{name}"), b)) as Arc<dyn Backend>)
+    };
     match name {
         "window-off-by-one" => wrap(Mutation::WindowOneWider),
         "gqa-modulo" => wrap(Mutation::GqaModulo),
@@ -187,6 +200,11 @@ pub fn mutant(name: &str) -> Option<Arc<dyn Backend>> {
         "alibi-positions-in-bf16" => plain(Bug::AlibiPositionsInBf16),
         "first-prefill-as-decode" => plain(Bug::FirstPrefillAsDecode),
         "sink-twice-split-kv" => plain(Bug::SinkTwiceSplitKv),
+        "mla-v-rows-by-dk" => latent(MlaBug::VRowsByDk),
+        "mla-v-tile-by-dv" => latent(MlaBug::VTileByDv),
+        "mla-v-into-rope" => latent(MlaBug::VIntoRope),
+        "mla-default-scale" => latent(MlaBug::DefaultScale),
+        "mla-head-padding-unpadded" => latent(MlaBug::HeadPaddingUnpadded),
         _ => None,
     }
 }

@@ -130,7 +130,9 @@ pub(crate) fn attend_sequence(
         let hide = hide.f_narrow(0, first, chunk)?;
 
         // The largest visible logit (0 for a padding row, which sees none).
-        let visible = s.f_masked_fill(&hide, f64::NEG_INFINITY)?.f_amax([-1], true)?;
+        let visible = s
+            .f_masked_fill(&hide, f64::NEG_INFINITY)?
+            .f_amax([-1], true)?;
         let mut m = visible.f_masked_fill(&visible.f_isinf()?, 0.0)?;
         if let Some(sinks) = &sinks {
             m = m.f_maximum(sinks)?;

@@ -10,7 +10,7 @@ use attn_results::compare::compare as judge;
 /// not read; NaN or Inf in a real row fails). On failure, the count, the first and the
 /// worst mismatch with their position.
 pub fn compare(case: &Case, actual: &[f32], expected: &[f64]) -> Result<(), String> {
-    let (hq, d) = (case.config.num_heads, case.config.head_size);
+    let (hq, d) = (case.config.num_heads, case.config.head_size_v());
     let tol = Tolerance::for_case(case);
     let c = judge(actual, expected, hq, d, tol);
     if c.passed() {

@@ -36,13 +36,23 @@ fn bench_backend(
 }
 
 pub fn run(args: BenchArgs, global: GlobalArgs) -> anyhow::Result<bool> {
-    let mut config = AttentionConfig::new(
-        args.heads.query,
-        args.heads.kv,
-        args.head_size,
-        args.block_size,
-        args.dtype,
-    );
+    let mut config = if args.mla {
+        if args.heads.kv != 1 {
+            return Err(usage(format!(
+                "--mla has one latent kv head: --heads {},1, not {},{}",
+                args.heads.query, args.heads.query, args.heads.kv
+            )));
+        }
+        AttentionConfig::deepseek_v3_mla(args.heads.query, args.block_size, args.dtype)
+    } else {
+        AttentionConfig::new(
+            args.heads.query,
+            args.heads.kv,
+            args.head_size,
+            args.block_size,
+            args.dtype,
+        )
+    };
     config.validate().map_err(|e| usage(e.to_string()))?;
     config.kind = AttentionKind::Decoder;
     super::check_config(&args.external)?;

@@ -43,7 +43,7 @@ pub fn hint(case: &Case, c: &Comparison) -> Option<String> {
     let tokens = case.num_real_tokens();
     let bad_cells: Vec<(usize, usize)> = (0..tokens * hq)
         .filter(|&cell| {
-            c.failed[cell * c_cfg.head_size..(cell + 1) * c_cfg.head_size]
+            c.failed[cell * c_cfg.head_size_v()..(cell + 1) * c_cfg.head_size_v()]
                 .iter()
                 .any(|&f| f)
         })

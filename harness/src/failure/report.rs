@@ -195,7 +195,7 @@ fn abbreviate_flat(v: &[i64], max: usize) -> String {
 /// Rows (token, head) of expected and actual output around mismatches, as a unified diff of
 /// fixed-precision text. At most 8 rows; long rows show the 8 dims around the first mismatch.
 fn row_diff(case: &Case, expected: &[f64], actual: &[f32], c: &Comparison) -> String {
-    let (hq, d) = (case.config.num_heads, case.config.head_size);
+    let (hq, d) = (case.config.num_heads, case.config.head_size_v());
     let rows: Vec<usize> = (0..expected.len() / d.max(1))
         .filter(|&r| c.failed[r * d..(r + 1) * d].iter().any(|&f| f))
         .take(8)

@@ -202,7 +202,7 @@ pub fn run_bench(opts: &BenchOptions) -> BenchSummary {
                         &out,
                         &expected[p.case],
                         case.config.num_heads,
-                        case.config.head_size,
+                        case.config.head_size_v(),
                         tols[p.case],
                     );
                     if !cmp.passed() {
@@ -306,6 +306,7 @@ pub fn run_bench(opts: &BenchOptions) -> BenchSummary {
         dtype: opts.config.dtype.to_string(),
         heads: (opts.config.num_heads, opts.config.num_kv_heads),
         head_size: opts.config.head_size,
+        mla_head_size_v: opts.config.mla.map(|m| m.head_size_v),
         block_size: opts.config.block_size,
         read_bandwidth_gb_per_s: bandwidth,
         baseline: opts.baseline.clone(),

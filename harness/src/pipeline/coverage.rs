@@ -114,6 +114,7 @@ pub fn not_declared(space: &Space) -> Vec<(&'static str, &'static str)> {
     {
         out.push(("features", f.label()));
     }
+    out.extend(mla_not_declared(space));
     if let Some(m) = space.max_seq_len {
         out.extend(
             above_limit(LONGEST_SEQUENCE_EDGES, LONGEST_SEQUENCE_ABOVE, m)
@@ -202,6 +203,38 @@ fn table_order(case: &Case) -> &'static str {
     }
 }
 
+/// The MLA buckets outside `space`: all but `none` without MLA.
+fn mla_not_declared(space: &Space) -> Vec<(&'static str, &'static str)> {
+    if space.allows_feature(Feature::Mla) {
+        return Vec::new();
+    }
+    let mut out: Vec<(&'static str, &'static str)> = [
+        "Dk = Dv",
+        "Dk ≠ Dv, up to 576 keys",
+        "Dk ≠ Dv, past 576 keys",
+    ]
+    .map(|b| ("mla", b))
+    .to_vec();
+    out.extend(["1-8", "9-64", "65-128"].map(|b| ("mla heads", b)));
+    out
+}
+
+/// The MLA buckets of `case`: its latent shape and context, and its query heads.
+fn mla_buckets(case: &Case) -> [(&'static str, &'static str); 2] {
+    let c = &case.config;
+    let Some(m) = c.mla else {
+        return [("mla", "none"), ("mla heads", "none")];
+    };
+    let longest = case.batch.seq_lens.iter().copied().max().unwrap_or(0);
+    let shape = match (m.head_size_v == c.head_size, longest > 576) {
+        (true, _) => "Dk = Dv",
+        (false, false) => "Dk ≠ Dv, up to 576 keys",
+        (false, true) => "Dk ≠ Dv, past 576 keys",
+    };
+    let heads = range_bucket(c.num_heads, &[(8, "1-8"), (64, "9-64")], "65-128");
+    [("mla", shape), ("mla heads", heads)]
+}
+
 /// The buckets `case` falls in, as (dimension, bucket).
 pub fn buckets(case: &Case) -> Vec<(&'static str, &'static str)> {
     let c = &case.config;
@@ -283,6 +316,8 @@ pub fn buckets(case: &Case) -> Vec<(&'static str, &'static str)> {
             },
         ),
         ("poison", case.poison.map_or("none", Poison::name)),
+        mla_buckets(case)[0],
+        mla_buckets(case)[1],
         (
             "padding",
             if case.num_tokens() > case.num_real_tokens() {

@@ -16,6 +16,7 @@ pub mod replay;
 pub mod runner;
 pub mod shrink;
 pub mod strategy;
+pub mod strategy_mla;
 pub mod trace;
 pub mod trace_check;
 pub mod trace_shrink;

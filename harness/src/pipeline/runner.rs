@@ -116,7 +116,7 @@ pub fn judge(
                 &run.output,
                 expected,
                 case.config.num_heads,
-                case.config.head_size,
+                case.config.head_size_v(),
                 tol,
             );
             if c.passed() {

@@ -83,6 +83,28 @@ pub struct CaseRecipe {
     /// request count for CUDA graphs (decoder only).
     #[serde(default)]
     pub padded_requests: usize,
+    /// Multi-head latent attention (one latent kv head, V its prefix, the model's scale);
+    /// drawn by [`crate::strategy_mla`]. None: ordinary attention.
+    #[serde(default)]
+    pub mla: Option<LatentRecipe>,
+}
+
+/// An MLA recipe's latent: the entry's dims past V and the model's scale (which `scale` does
+/// not carry: an MLA config without its scale is invalid, so shrinking `scale` leaves this
+/// alone).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LatentRecipe {
+    /// `head_size - head_size_v` (DeepSeek: the 64 rotary dims): kept as the head size
+    /// shrinks, so V stays narrower than K down to 2 and 1.
+    pub rope: usize,
+    pub scale: f32,
+}
+
+impl LatentRecipe {
+    /// V's width in an entry of `head_size`: at least 1.
+    pub fn head_size_v(&self, head_size: usize) -> usize {
+        head_size.saturating_sub(self.rope).max(1)
+    }
 }
 
 /// One decoder case in eight carries 1 to 3 padded requests, how many a function of the
@@ -226,6 +248,7 @@ impl CaseRecipe {
             poison: None,
             padded_requests: 0,
             logits: None,
+            mla: None,
         }
     }
 
@@ -247,6 +270,14 @@ impl CaseRecipe {
         c.sliding_window = self.window;
         c.logits_soft_cap = self.soft_cap;
         c.kv_cache = self.kv_cache;
+        if let Some(m) = self.mla {
+            // V stays a prefix of a latent entry shrunk below it.
+            c.mla = Some(attn_reference::Mla {
+                head_size_v: m.head_size_v(self.head_size),
+            });
+            c.scale = Some(m.scale);
+            return c;
+        }
         if self.alibi {
             c.alibi_slopes = Some(alibi_slopes(h));
         }
@@ -280,6 +311,14 @@ impl CaseRecipe {
                 c.padded_requests = 0;
                 self.padded() > 0
             }
+            Feature::Mla => match c.mla.take() {
+                // Ordinary attention with the model's scale: `AttentionConfig`'s turn_off.
+                Some(m) => {
+                    c.scale = Some(m.scale);
+                    true
+                }
+                None => false,
+            },
             _ => false,
         };
         used.then_some(c)
@@ -457,15 +496,16 @@ fn simplify_values(case: &mut Case, seed: u64, sharing: Option<&SharedPrefix>) {
     t.context_key.iter_mut().for_each(&mut fill);
     t.context_value.iter_mut().for_each(&mut fill);
     if let Some(g) = sharing {
-        let n =
-            g.blocks * case.config.block_size * case.config.num_kv_heads * case.config.head_size;
+        let per_block = g.blocks * case.config.block_size;
+        let n = per_block * case.config.num_kv_heads * case.config.head_size;
+        let n_v = per_block * case.config.value_row();
         let (k, v) = (
             t.context_key[g.seqs[0]][..n].to_vec(),
-            t.context_value[g.seqs[0]][..n].to_vec(),
+            t.context_value[g.seqs[0]][..n_v].to_vec(),
         );
         for &m in &g.seqs[1..] {
             t.context_key[m][..n].copy_from_slice(&k);
-            t.context_value[m][..n].copy_from_slice(&v);
+            t.context_value[m][..n_v].copy_from_slice(&v);
         }
     }
 }
@@ -500,7 +540,7 @@ fn head_size() -> impl Strategy<Value = usize> {
 }
 
 /// Block sizes: small ones (shrinking goes there), vLLM's, above 128 and not powers of two.
-fn block_size() -> impl Strategy<Value = usize> {
+pub(crate) fn block_size() -> impl Strategy<Value = usize> {
     prop_oneof![
         4 => prop::sample::select(vec![1usize, 2, 3, 16, 32, 64]),
         1 => prop::sample::select(vec![5usize, 7, 24, 48, 96, 128, 129, 160, 255, 256]),
@@ -548,7 +588,7 @@ fn near_threshold(max: usize) -> impl Strategy<Value = usize> {
     prop::sample::select(near)
 }
 
-fn values() -> impl Strategy<Value = Values> {
+pub(crate) fn values() -> impl Strategy<Value = Values> {
     prop_oneof![
         1 => any::<u64>().prop_map(Values::Simple),
         6 => any::<u64>().prop_map(|seed| Values::Normal { seed, std: 1.0 }),
@@ -556,7 +596,7 @@ fn values() -> impl Strategy<Value = Values> {
     ]
 }
 
-fn table_order() -> impl Strategy<Value = TableOrder> {
+pub(crate) fn table_order() -> impl Strategy<Value = TableOrder> {
     prop_oneof![
         1 => Just(TableOrder::Sequential),
         1 => Just(TableOrder::Reversed),
@@ -631,6 +671,7 @@ pub fn fit_space(mut r: CaseRecipe, space: &Space, budget: usize) -> CaseRecipe 
     }
     let mut c = r.config();
     space.fit_config(&mut c);
+    crate::strategy_mla::fit_latent(&mut r, &c);
     r.dtype = c.dtype;
     r.kind = c.kind;
     r.head_size = c.head_size;
@@ -660,6 +701,10 @@ pub fn fit_space(mut r: CaseRecipe, space: &Space, budget: usize) -> CaseRecipe 
             r.share = None;
         }
     }
+    if r.mla.is_some() {
+        // MLA recipes have their own cost model (K's and V's widths; heads kept longest).
+        return crate::strategy_mla::fit_mla_cost(r, crate::strategy_mla::MLA_COST);
+    }
     fit_cost(r, budget, space)
 }
 
@@ -675,11 +720,16 @@ pub fn budget_of(index: usize, limits: StrategyLimits) -> usize {
 
 /// The strategy of property case `index` inside `space`: its [`Tier`]'s, each draw moved
 /// inside the space ([`fit_space`]; shrinking maps through it too, so it never leaves).
+/// Where the space has MLA, some indices draw MLA cases instead
+/// ([`crate::strategy_mla::draws_mla`]); every other index draws what it always drew.
 pub fn strategy_for(
     index: usize,
     limits: StrategyLimits,
     space: &Space,
 ) -> BoxedStrategy<CaseRecipe> {
+    if crate::strategy_mla::draws_mla(index, limits, space) {
+        return crate::strategy_mla::mla_strategy(index, limits, space);
+    }
     if space.is_full() {
         return tier_strategy(index, limits);
     }

@@ -208,6 +208,13 @@ pub fn trace_recipe_with(seed: u64, index: usize, shapes: &TraceShapes) -> Trace
     recipe
 }
 
+/// Whether `space` has traces to draw: decoder steps over K and V rows (traces do not model
+/// MLA, so a space of MLA alone has none).
+pub fn draws_traces(space: &Space) -> bool {
+    space.allows_kind(attn_reference::AttentionKind::Decoder)
+        && space.allows_kv_layout(attn_reference::mla::KvLayout::Mha)
+}
+
 /// `r` moved inside `space`: its config as [`Space::fit_config`] moves a case's, at most
 /// `max_seqs` sequences running, `max_tokens` per step, prefill chunks of at most
 /// `max_query_len`, sequences of at most `max_seq_len` tokens. The identity on the full
@@ -217,6 +224,8 @@ pub fn fit_trace(mut r: TraceRecipe, space: &Space) -> TraceRecipe {
         return r;
     }
     space.fit_config(&mut r.config);
+    // Traces do not model MLA: a space with it draws traces of ordinary attention.
+    attn_reference::Feature::Mla.turn_off(&mut r.config);
     // Traces are a decoder's life: a space without decoders runs none (`check` draws no
     // trace for it), and a trace never becomes anything else.
     r.config.kind = attn_reference::AttentionKind::Decoder;

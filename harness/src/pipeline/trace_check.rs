@@ -12,7 +12,7 @@ use crate::pipeline::trace_shrink::shrink_trace;
 use crate::runner::Divergence;
 use attn_backends::Backend;
 use attn_reference::trace::generate;
-use attn_reference::{AttentionKind, Space, TraceRecipe};
+use attn_reference::{Space, TraceRecipe};
 use attn_results::{FailureRecord, Origin};
 use std::sync::Arc;
 use std::time::Duration;
@@ -93,7 +93,7 @@ pub fn items(opts: &CheckOptions, cohorts: &[Cohort]) -> Vec<Item> {
         opts.traces as usize
     };
     crate::check::items_of((0..traces).filter(|&i| opts.shard.owns(i)), cohorts, |c| {
-        c.space.allows_kind(AttentionKind::Decoder)
+        crate::pipeline::trace::draws_traces(&c.space)
     })
 }
 

@@ -50,11 +50,13 @@ fn table_rows(s: &BenchSummary) -> Vec<Vec<String>> {
 
 fn headline(s: &BenchSummary) -> String {
     format!(
-        "attn-diff bench: {} heads {}/{}, head size {}, block size {}, {} thread(s), median of {} reps{}; measured read bandwidth {:.1} GB/s",
+        "attn-diff bench: {} heads {}/{}, head size {}{}, block size {}, {} thread(s), median of {} reps{}; measured read bandwidth {:.1} GB/s",
         s.dtype,
         s.heads.0,
         s.heads.1,
         s.head_size,
+        s.mla_head_size_v
+            .map_or(String::new(), |v| format!(" (MLA latent, V {v})")),
         s.block_size,
         s.threads,
         s.reps,

@@ -16,6 +16,16 @@ impl Trace {
         self.config
             .validate()
             .map_err(|error| TraceError::Case { step: None, error })?;
+        if self.config.mla.is_some() {
+            // Sequences carry K and V rows alike; an MLA trace would need V-less rows.
+            return Err(TraceError::Case {
+                step: None,
+                error: crate::CaseError::InvalidParam {
+                    field: "config.mla".into(),
+                    reason: "traces do not model MLA; single cases cover it".into(),
+                },
+            });
+        }
         self.validate_shapes()?;
         self.validate_steps()
     }
