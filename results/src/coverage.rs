@@ -118,13 +118,16 @@ pub fn dimensions() -> Vec<(&'static str, Vec<&'static str>)> {
         .position(|(d, _)| *d == "window")
         .map_or(0, |i| i + 1);
     dims.insert(at, ("features", features));
-    // Traces are decoder steps: their features are the config's, but no kind or batch one.
+    // Traces are decoder steps of ordinary attention: their features are the config's, but
+    // no kind, batch feature or MLA.
     let trace_features = std::iter::once("none")
         .chain(
             Feature::OPTIONAL
                 .iter()
                 .filter(|f| !Feature::OF_THE_BATCH.contains(f))
-                .filter(|f| ![Feature::EncoderOnly, Feature::CrossAttention].contains(f))
+                .filter(|f| {
+                    ![Feature::EncoderOnly, Feature::CrossAttention, Feature::Mla].contains(f)
+                })
                 .map(|f| f.label()),
         )
         .collect();

@@ -85,6 +85,46 @@ pub const INVALID_PAIRS: &[(&str, &str, &str)] = &[
         "all-decode batch",
         "past 8,192 decodes in one step: engines cap a batch at max_num_seqs (decode batches here stop at 2,048)",
     ),
+    (
+        "encoder-only attention",
+        "padded requests (query length 0)",
+        "padded requests pad a decoder step",
+    ),
+    (
+        "cross-attention",
+        "padded requests (query length 0)",
+        "padded requests pad a decoder step",
+    ),
+    (
+        "encoder-only attention",
+        "multi-head latent attention (MLA)",
+        "MLA is decoder attention",
+    ),
+    (
+        "cross-attention",
+        "multi-head latent attention (MLA)",
+        "MLA is decoder attention",
+    ),
+    (
+        "sliding window",
+        "multi-head latent attention (MLA)",
+        "MLA models have no window, soft-cap, ALiBi or sinks (the case model refuses them)",
+    ),
+    (
+        "logits soft-cap",
+        "multi-head latent attention (MLA)",
+        "MLA models have no window, soft-cap, ALiBi or sinks (the case model refuses them)",
+    ),
+    (
+        "ALiBi",
+        "multi-head latent attention (MLA)",
+        "MLA models have no window, soft-cap, ALiBi or sinks (the case model refuses them)",
+    ),
+    (
+        "attention sinks",
+        "multi-head latent attention (MLA)",
+        "MLA models have no window, soft-cap, ALiBi or sinks (the case model refuses them)",
+    ),
 ];
 
 /// Every factor with the buckets that make it: the optional features, then [`CLASSES`].

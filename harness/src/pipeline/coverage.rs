@@ -389,10 +389,12 @@ pub fn count(report: &mut CoverageReport, backend: &str, buckets: &[(&str, &str)
 /// Decodes are sequences with one query token (vLLM's `split_decodes_and_prefills` with its
 /// default threshold); encoder-only attention has none. vLLM's scheduler puts them first.
 fn batch_composition(case: &Case) -> &'static str {
+    // Padded requests (query length 0) are padding: neither decodes nor prefills.
     let decode: Vec<bool> = case
         .batch
         .query_lens
         .iter()
+        .filter(|&&q| q > 0)
         .map(|&q| q == 1 && case.config.kind != attn_reference::AttentionKind::EncoderOnly)
         .collect();
     if decode.iter().all(|&d| d) {

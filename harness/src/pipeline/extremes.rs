@@ -144,6 +144,10 @@ pub fn big_heads() -> impl Strategy<Value = (usize, usize)> {
 pub fn with_big_heads(mut r: CaseRecipe, (kv, group): (usize, usize), budget: usize) -> CaseRecipe {
     r.num_kv_heads = kv;
     r.group = group;
+    // Models with big groups serve from CUDA graphs too.
+    r.padded_requests = r
+        .padded_requests
+        .max(crate::strategy::padded_requests_in_batches(r.values));
     while cost(&r) > budget {
         if r.head_size > 64 {
             r.head_size = 64;
@@ -245,7 +249,8 @@ impl LongFeatures {
         r.alibi = self.alibi && !cross;
         r.sinks = self.sinks;
         r.kv_cache = self.kv_cache;
-        r.logits = self.logits;
+        // A shift the tier drew for itself (big batches) stays unless the features draw one.
+        r.logits = self.logits.or(r.logits);
         if let Some((kv, group)) = self.heads {
             let mut big = CaseRecipe {
                 num_kv_heads: kv,
@@ -358,6 +363,15 @@ pub fn big_batch() -> impl Strategy<Value = CaseRecipe> {
         .prop_map(|(shape, mut seqs, prefills, seed)| {
             seqs.extend(prefills.unwrap_or_default());
             let mut r = crate::strategy::long_base(shape, seqs, seed);
+            r.padded_requests = crate::strategy::padded_requests_in_batches(r.values);
+            // One big batch in two with extreme logits (past 1e4 once scaled), alternating
+            // rows, as outliers do.
+            if seed % 2 == 1 {
+                r.logits = Some(LogitShift {
+                    dot: if seed % 4 == 1 { 2e5 } else { -4e5 },
+                    alternate: true,
+                });
+            }
             // Thousands of sequences: small heads keep the tensors (and their drawing) cheap.
             r.head_size = r.head_size.min(16);
             r

@@ -64,18 +64,33 @@ fn latent_shape() -> impl Strategy<Value = (usize, usize)> {
     ]
 }
 
-/// Contexts at and around 576 keys and its multiples, short ones, and anything up to 1200.
+/// Contexts at and around 576 keys and its multiples, short ones, anything up to 1200, and
+/// now and then a long one (past 4k keys, as latent attention serves long contexts).
 fn context() -> impl Strategy<Value = usize> {
     prop_oneof![
         3 => 0usize..=8,
         3 => prop::sample::select(vec![511usize, 512, 513, 575, 576, 577, 1151, 1152, 1153]),
         2 => 0usize..=1200,
+        1 => 4_097usize..=6_000,
     ]
 }
 
 /// Decode mostly, speculative decode (2 to 8 tokens) and chunked-prefill chunks.
 fn query() -> impl Strategy<Value = usize> {
     prop_oneof![5 => Just(1usize), 3 => 2usize..=8, 1 => 9usize..=32]
+}
+
+/// One MLA case in eight with extreme logits (rows shifted alike, alternating), which one a
+/// function of the values' seed.
+fn logit_shift_of(values: crate::strategy::Values) -> Option<crate::extremes::LogitShift> {
+    let seed = match values {
+        crate::strategy::Values::Simple(s) | crate::strategy::Values::Normal { seed: s, .. } => s,
+    };
+    let mixed = seed.wrapping_mul(0xA24B_AED4_963E_E407) >> 58;
+    (mixed % 8 == 0).then_some(crate::extremes::LogitShift {
+        dot: if mixed & 8 == 0 { 3e5 } else { -1e6 },
+        alternate: mixed & 16 == 0,
+    })
 }
 
 /// An MLA recipe drawn whole (then moved inside `space` and under [`MLA_COST`]).
@@ -152,6 +167,8 @@ pub fn mla_strategy(
                     share,
                     kv_cache: fp8.map(|(f, s)| Fp8KvCache::new(f, s, s)),
                     poison: poison_of(values),
+                    padded_requests: crate::strategy::padded_requests_of(values),
+                    logits: logit_shift_of(values),
                     mla: Some(LatentRecipe {
                         rope: head_size - head_size_v,
                         scale: model_scale_for(qk_head_dim, head_size),
