@@ -1,17 +1,14 @@
 //! Aim: cases, traces and shrinking follow the space a backend declares (and `--only`
 //! narrows), a narrow backend gets its whole budget, and the summary says what reached it.
 
-use attn_backends::{
-    backend_by_name, declared_space, Backend, BackendError, CacheLayout, KvCache, KvWrite,
-    StepInputs,
-};
+use attn_backends::{backend_by_name, declared_space, Backend};
 use attn_harness::check::{case_tree, cohorts, run_check, CheckOptions};
 use attn_harness::pipeline::trace::{fit_trace, trace_recipe_in, TraceShapes};
 use attn_harness::render::check::{render_text, Detail};
 use attn_harness::shrink::{shrink_fully, ShrinkBudget};
 use attn_harness::strategy::{budget_of, fit_space, CaseRecipe, StrategyLimits};
 use attn_reference::trace::generate;
-use attn_reference::{AttentionConfig, Case, Feature, Space, Unsupported};
+use attn_reference::{Case, Feature, Space, Unsupported};
 use proptest::strategy::ValueTree;
 use support::{adapter_python_with, repo};
 
@@ -139,51 +136,23 @@ fn shrinking_never_leaves_the_space() {
 
 /// `cpu` declining every head size that is not a multiple of 8 without declaring it: what a
 /// backend whose space is incomplete looks like.
-struct Picky(Arc<dyn Backend>);
-
-impl Backend for Picky {
-    fn name(&self) -> &str {
-        "picky"
-    }
-    fn supports(&self, config: &AttentionConfig) -> Result<(), Unsupported> {
-        if !config.head_size.is_multiple_of(8) {
-            return Err(
-                Unsupported::new(Feature::HeadSize, "not a multiple of 8").value(config.head_size)
-            );
-        }
-        self.0.supports(config)
-    }
-    fn optional_features(&self) -> Vec<Feature> {
-        self.0.optional_features()
-    }
-    fn cache_layout(&self) -> CacheLayout {
-        self.0.cache_layout()
-    }
-    fn new_cache(&self, c: &AttentionConfig, n: usize) -> Result<KvCache, BackendError> {
-        self.0.new_cache(c, n)
-    }
-    fn write_kv(
-        &self,
-        c: &AttentionConfig,
-        cache: &mut KvCache,
-        kv: &KvWrite<'_>,
-    ) -> Result<(), BackendError> {
-        self.0.write_kv(c, cache, kv)
-    }
-    fn forward(
-        &self,
-        c: &AttentionConfig,
-        cache: &KvCache,
-        step: &StepInputs<'_>,
-    ) -> Result<Vec<f32>, BackendError> {
-        self.0.forward(c, cache, step)
+fn picky() -> support::CpuWith {
+    support::CpuWith {
+        refuses: |config| {
+            if !config.head_size.is_multiple_of(8) {
+                return Err(Unsupported::new(Feature::HeadSize, "not a multiple of 8")
+                    .value(config.head_size));
+            }
+            Ok(())
+        },
+        ..support::CpuWith::new("picky")
     }
 }
 
 #[test]
 fn the_summary_says_what_reached_each_backend_and_warns_on_declines() {
     let cpu = backend_by_name("cpu").unwrap();
-    let picky: Arc<dyn Backend> = Arc::new(Picky(cpu.clone()));
+    let picky: Arc<dyn Backend> = Arc::new(picky());
     let out = std::env::temp_dir().join("attn-diff-aim-summary");
     let run = run_check(CheckOptions {
         traces: 4,

@@ -2,6 +2,8 @@
 //! so a check's summary (counts, failures, shrunk cases, give-ups, coverage) is the same for
 //! every N, timings aside. Adapters run as a pool of processes, each cache pinned to one.
 
+mod support;
+
 use attn_backends::external::{AdapterSpec, ExternalBackend};
 #[cfg(feature = "mutants")]
 use attn_backends::mutants::mutant;
@@ -118,53 +120,19 @@ fn a_checks_summary_does_not_depend_on_jobs() {
     }
 }
 
-/// `cpu` that fails every batch of more than one sequence with the same error.
-struct FailsOnBatches(attn_backends::cpu::CpuBackend);
-
-impl Backend for FailsOnBatches {
-    fn name(&self) -> &str {
-        "fails-on-batches"
-    }
-    fn supports(
-        &self,
-        c: &attn_reference::AttentionConfig,
-    ) -> Result<(), attn_backends::Unsupported> {
-        self.0.supports(c)
-    }
-    fn optional_features(&self) -> Vec<attn_reference::Feature> {
-        self.0.optional_features()
-    }
-    fn cache_layout(&self) -> attn_backends::CacheLayout {
-        self.0.cache_layout()
-    }
-    fn new_cache(
-        &self,
-        c: &attn_reference::AttentionConfig,
-        num_blocks: usize,
-    ) -> Result<attn_backends::KvCache, attn_backends::BackendError> {
-        self.0.new_cache(c, num_blocks)
-    }
-    fn write_kv(
-        &self,
-        c: &attn_reference::AttentionConfig,
-        cache: &mut attn_backends::KvCache,
-        kv: &attn_backends::KvWrite<'_>,
-    ) -> Result<(), attn_backends::BackendError> {
-        self.0.write_kv(c, cache, kv)
-    }
-    fn forward(
-        &self,
-        c: &attn_reference::AttentionConfig,
-        cache: &attn_backends::KvCache,
-        step: &attn_backends::StepInputs<'_>,
-    ) -> Result<Vec<f32>, attn_backends::BackendError> {
-        if step.seq_lens.len() > 1 {
-            return Err(attn_backends::BackendError::Failed {
-                backend: self.name().into(),
-                message: "batches are not implemented".into(),
-            });
-        }
-        self.0.forward(c, cache, step)
+/// `cpu` failing every batch of more than one sequence with the same error.
+fn fails_on_batches() -> support::CpuWith {
+    support::CpuWith {
+        before_forward: |step| {
+            if step.seq_lens.len() > 1 {
+                return Err(attn_backends::BackendError::Failed {
+                    backend: "fails-on-batches".into(),
+                    message: "batches are not implemented".into(),
+                });
+            }
+            Ok(())
+        },
+        ..support::CpuWith::new("fails-on-batches")
     }
 }
 
@@ -178,10 +146,7 @@ fn a_give_up_is_the_same_whatever_the_jobs() {
             give_up_after: 3,
             jobs,
             ..CheckOptions::new(
-                vec![
-                    Arc::new(FailsOnBatches(attn_backends::cpu::CpuBackend::auto()))
-                        as Arc<dyn Backend>,
-                ],
+                vec![Arc::new(fails_on_batches()) as Arc<dyn Backend>],
                 120,
                 std::env::temp_dir().join("attn-diff-jobs-give-up"),
             )

@@ -4,9 +4,9 @@
 //! does not is never sent one.
 
 use attn_backends::cpu::CpuBackend;
-use attn_backends::{
-    declines_case, Backend, BackendError, CacheLayout, KvCache, KvWrite, StepInputs, Unsupported,
-};
+mod support;
+
+use attn_backends::{declines_case, Backend};
 use attn_harness::check::{run_check, CheckOptions};
 use attn_reference::{build_case, reference_output, AttentionConfig, BuildOptions, DType, Feature};
 use std::sync::Arc;
@@ -24,55 +24,25 @@ fn the_oracle_gives_padded_requests_no_rows_and_keeps_the_real_ones() {
 }
 
 /// `cpu` without the feature: it must never see a request of query length 0.
-struct WithoutPadded(CpuBackend);
-
-impl Backend for WithoutPadded {
-    fn name(&self) -> &str {
-        "cpu-without-padded-requests"
-    }
-    fn supports(&self, c: &AttentionConfig) -> Result<(), Unsupported> {
-        self.0.supports(c)
-    }
-    fn optional_features(&self) -> Vec<Feature> {
-        let mut f = self.0.optional_features();
-        f.retain(|f| *f != Feature::PaddedRequests);
-        f
-    }
-    fn cache_layout(&self) -> CacheLayout {
-        self.0.cache_layout()
-    }
-    fn new_cache(&self, c: &AttentionConfig, num_blocks: usize) -> Result<KvCache, BackendError> {
-        self.0.new_cache(c, num_blocks)
-    }
-    fn write_kv(
-        &self,
-        c: &AttentionConfig,
-        cache: &mut KvCache,
-        kv: &KvWrite<'_>,
-    ) -> Result<(), BackendError> {
-        self.0.write_kv(c, cache, kv)
-    }
-    fn forward(
-        &self,
-        c: &AttentionConfig,
-        cache: &KvCache,
-        step: &StepInputs<'_>,
-    ) -> Result<Vec<f32>, BackendError> {
-        assert!(
-            step.query_start_loc.windows(2).all(|w| w[1] > w[0]),
-            "sent a padded request: {:?}",
-            step.query_start_loc
-        );
-        self.0.forward(c, cache, step)
+fn without_padded() -> support::CpuWith {
+    support::CpuWith {
+        without: vec![Feature::PaddedRequests],
+        before_forward: |step| {
+            assert!(
+                step.query_start_loc.windows(2).all(|w| w[1] > w[0]),
+                "sent a padded request: {:?}",
+                step.query_start_loc
+            );
+            Ok(())
+        },
+        ..support::CpuWith::new("cpu-without-padded-requests")
     }
 }
 
 #[test]
 fn the_default_run_draws_them_only_for_backends_that_declare_them() {
-    let backends: Vec<Arc<dyn Backend>> = vec![
-        Arc::new(CpuBackend::auto()),
-        Arc::new(WithoutPadded(CpuBackend::auto())),
-    ];
+    let backends: Vec<Arc<dyn Backend>> =
+        vec![Arc::new(CpuBackend::auto()), Arc::new(without_padded())];
     let run = run_check(CheckOptions {
         traces: 0,
         ..CheckOptions::new(backends, 200, std::env::temp_dir().join("attn-diff-padded"))
@@ -104,7 +74,7 @@ fn the_default_run_draws_them_only_for_backends_that_declare_them() {
 
     let config = AttentionConfig::new(4, 2, 8, 4, DType::F32);
     let padded = build_case(&[9, 0], &[3, 0], config, 5, &BuildOptions::default());
-    let refused = declines_case(&WithoutPadded(CpuBackend::auto()), &padded).unwrap_err();
+    let refused = declines_case(&without_padded(), &padded).unwrap_err();
     assert_eq!(refused.feature, Feature::PaddedRequests);
     assert_eq!(declines_case(&CpuBackend::auto(), &padded), Ok(()));
 }

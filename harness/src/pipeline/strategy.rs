@@ -110,26 +110,24 @@ impl LatentRecipe {
 /// One decoder case in eight carries 1 to 3 padded requests, how many a function of the
 /// values' seed (so the draws of every other field are what they were).
 pub fn padded_requests_of(values: Values) -> usize {
+    padded_one_in(values, 8)
+}
+
+/// 1 to 3 padded requests in one recipe in `n`, which ones a function of the values' seed.
+fn padded_one_in(values: Values, n: u64) -> usize {
     let seed = match values {
         Values::Simple(s) | Values::Normal { seed: s, .. } => s,
     };
     let mixed = seed.wrapping_mul(0xD6E8_FEB8_6659_FD93) >> 58;
-    match mixed % 8 {
-        0 => 1 + (mixed / 8) as usize % 3,
+    match mixed % n {
+        0 => 1 + (mixed / n) as usize % 3,
         _ => 0,
     }
 }
 
 /// Decode batches are what CUDA graphs pad: one in two carries 1 to 3 padded requests.
 pub fn padded_requests_in_batches(values: Values) -> usize {
-    let seed = match values {
-        Values::Simple(s) | Values::Normal { seed: s, .. } => s,
-    };
-    let mixed = seed.wrapping_mul(0xD6E8_FEB8_6659_FD93) >> 58;
-    match mixed % 2 {
-        0 => 1 + (mixed / 2) as usize % 3,
-        _ => 0,
-    }
+    padded_one_in(values, 2)
 }
 
 /// One case in four runs on poisoned memory, which one a function of the values' seed (so

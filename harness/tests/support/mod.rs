@@ -187,3 +187,65 @@ impl Backend for Naive {
         Ok(out)
     }
 }
+
+/// `cpu` differing in one way a test needs: a name, optional features it leaves out, a
+/// refusal `supports` adds, and a check of each step before the forward (an error there is
+/// the forward's).
+pub struct CpuWith {
+    pub name: &'static str,
+    pub inner: attn_backends::cpu::CpuBackend,
+    pub without: Vec<attn_reference::Feature>,
+    pub refuses: fn(&AttentionConfig) -> Result<(), Unsupported>,
+    pub before_forward: fn(&StepInputs<'_>) -> Result<(), BackendError>,
+}
+
+impl CpuWith {
+    /// `cpu` itself, under `name`.
+    pub fn new(name: &'static str) -> CpuWith {
+        CpuWith {
+            name,
+            inner: attn_backends::cpu::CpuBackend::auto(),
+            without: Vec::new(),
+            refuses: |_| Ok(()),
+            before_forward: |_| Ok(()),
+        }
+    }
+}
+
+impl Backend for CpuWith {
+    fn name(&self) -> &str {
+        self.name
+    }
+    fn supports(&self, c: &AttentionConfig) -> Result<(), Unsupported> {
+        (self.refuses)(c)?;
+        self.inner.supports(c)
+    }
+    fn optional_features(&self) -> Vec<attn_reference::Feature> {
+        let mut f = self.inner.optional_features();
+        f.retain(|x| !self.without.contains(x));
+        f
+    }
+    fn cache_layout(&self) -> CacheLayout {
+        self.inner.cache_layout()
+    }
+    fn new_cache(&self, c: &AttentionConfig, num_blocks: usize) -> Result<KvCache, BackendError> {
+        self.inner.new_cache(c, num_blocks)
+    }
+    fn write_kv(
+        &self,
+        c: &AttentionConfig,
+        cache: &mut KvCache,
+        kv: &KvWrite<'_>,
+    ) -> Result<(), BackendError> {
+        self.inner.write_kv(c, cache, kv)
+    }
+    fn forward(
+        &self,
+        c: &AttentionConfig,
+        cache: &KvCache,
+        step: &StepInputs<'_>,
+    ) -> Result<Vec<f32>, BackendError> {
+        (self.before_forward)(step)?;
+        self.inner.forward(c, cache, step)
+    }
+}
