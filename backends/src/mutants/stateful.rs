@@ -210,11 +210,17 @@ impl Backend for StatefulMutant {
     /// tokens, and a cross-attention step writes none (its query may also outnumber its keys,
     /// which the row bookkeeping here does not model).
     fn optional_features(&self) -> Vec<attn_reference::Feature> {
-        // Their bugs live in a cache across steps: neither cross-attention nor padded
-        // requests (which their row bookkeeping does not model) are theirs to run.
+        // Their bugs live in a cache across steps: cross-attention, padded requests and MLA
+        // (whose writes carry no V), which their row bookkeeping does not model, are not
+        // theirs to run.
         use attn_reference::Feature;
         let mut features = self.inner.optional_features();
-        features.retain(|f| ![Feature::CrossAttention, Feature::PaddedRequests].contains(f));
+        let not_theirs = [
+            Feature::CrossAttention,
+            Feature::PaddedRequests,
+            Feature::Mla,
+        ];
+        features.retain(|f| !not_theirs.contains(f));
         features
     }
 
