@@ -32,25 +32,22 @@ timed() {
     echo "$label $(python3 -c "print(f'{$end - $start:.1f} s')")"
 }
 
-for round in 1 2; do
-    timed "check --jobs 1     (round $round)" "$OUT/check-1-$round.json" \
-        "$BIN" check -q --jobs 1 --format json --out "$OUT/f1"
-    timed "check --jobs $CORES     (round $round)" "$OUT/check-$CORES-$round.json" \
-        "$BIN" check -q --jobs "$CORES" --format json --out "$OUT/fn"
-    if [ "$(strip "$OUT/check-1-$round.json")" = "$(strip "$OUT/check-$CORES-$round.json")" ]; then
-        echo "  summaries identical"
-    else
-        echo "  SUMMARIES DIFFER"
-    fi
-done
-for round in 1 2; do
-    timed "mutants --jobs 1   (round $round)" "$OUT/mutants-1-$round.json" \
-        "$BIN" mutants -q --jobs 1 --format json --out "$OUT/m1"
-    timed "mutants --jobs $CORES   (round $round)" "$OUT/mutants-$CORES-$round.json" \
-        "$BIN" mutants -q --jobs "$CORES" --format json --out "$OUT/mn"
-    if [ "$(strip "$OUT/mutants-1-$round.json")" = "$(strip "$OUT/mutants-$CORES-$round.json")" ]; then
-        echo "  tables identical"
-    else
-        echo "  TABLES DIFFER"
-    fi
-done
+# $1: the subcommand; the rest its arguments. Runs it at --jobs 1 and at every core, twice,
+# alternating, and says whether each pair's JSON agrees.
+side_by_side() {
+    cmd=$1; shift
+    for round in 1 2; do
+        for jobs in 1 "$CORES"; do
+            timed "$cmd --jobs $jobs (round $round)" "$OUT/$cmd-$jobs-$round.json" \
+                "$BIN" "$cmd" -q --jobs "$jobs" --format json --out "$OUT/$cmd-$jobs" "$@"
+        done
+        if [ "$(strip "$OUT/$cmd-1-$round.json")" = "$(strip "$OUT/$cmd-$CORES-$round.json")" ]; then
+            echo "  identical (timings aside)"
+        else
+            echo "  DIFFERENT"
+        fi
+    done
+}
+
+side_by_side check
+side_by_side mutants

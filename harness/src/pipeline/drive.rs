@@ -212,14 +212,34 @@ fn run_item<S: Subjects>(
     }
 }
 
-/// The distinct values of `make(cohort)` for the cohorts of `members` (first appearance
-/// order), and for each cohort which one it drew: cohorts whose spaces draw the same
-/// subject at an index share one build and one oracle.
+/// What one index drew for each cohort among a subject's members, each distinct draw made
+/// once: cohorts whose spaces draw the same subject at an index share its build and oracle.
+pub struct PerCohort<T> {
+    distinct: Vec<T>,
+    of_cohort: Vec<Option<usize>>,
+}
+
+impl<T> PerCohort<T> {
+    /// What `cohort` drew (one of the item's members' cohorts).
+    pub fn of(&self, cohort: usize) -> &T {
+        &self.distinct[self.of_cohort[cohort].expect("drawn for every member's cohort")]
+    }
+
+    /// Each distinct draw made into what the subject needs (built, judged by the oracle).
+    pub fn map<U>(self, f: impl FnMut(T) -> U) -> PerCohort<U> {
+        PerCohort {
+            distinct: self.distinct.into_iter().map(f).collect(),
+            of_cohort: self.of_cohort,
+        }
+    }
+}
+
+/// `make(cohort)` for the cohorts of `members`, equal draws kept once.
 pub fn per_cohort<T: PartialEq>(
     members: &[Member],
     cohorts: usize,
     make: impl Fn(usize) -> T,
-) -> (Vec<T>, Vec<Option<usize>>) {
+) -> PerCohort<T> {
     let mut distinct: Vec<T> = Vec::new();
     let mut of_cohort = vec![None; cohorts];
     for m in members {
@@ -236,7 +256,10 @@ pub fn per_cohort<T: PartialEq>(
         };
         of_cohort[m.cohort] = Some(at);
     }
-    (distinct, of_cohort)
+    PerCohort {
+        distinct,
+        of_cohort,
+    }
 }
 
 /// `f` of every item on `jobs` threads, the results in item order (for work with no order

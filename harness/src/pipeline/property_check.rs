@@ -6,7 +6,7 @@ use crate::check::{case_tree, sanitize, CheckOptions, Cohort, Event, RunState};
 use crate::compare::Tolerance;
 use crate::failure::report::{failure_record, FailureFiles};
 use crate::pipeline::control::RunControl;
-use crate::pipeline::drive::{per_cohort, Item, Member, Ran, Subjects};
+use crate::pipeline::drive::{per_cohort, Item, Member, PerCohort, Ran, Subjects};
 use crate::runner::{evaluate, Divergence, Outcome};
 use crate::shrink::{shrink_fully, Shrunk};
 use crate::strategy::{budget_of, fit_space, CaseRecipe, StrategyLimits};
@@ -44,44 +44,31 @@ pub struct JudgedCase {
 }
 
 /// Property case `index` as each cohort drew it, each distinct draw judged once.
-pub struct JudgedIndex {
-    cases: Vec<JudgedCase>,
-    of_cohort: Vec<Option<usize>>,
-}
-
-impl JudgedIndex {
-    fn of(&self, cohort: usize) -> &JudgedCase {
-        &self.cases[self.of_cohort[cohort].expect("prepared for every member's cohort")]
-    }
-}
+pub type JudgedIndex = PerCohort<JudgedCase>;
 
 impl Subjects for PropertyCases<'_> {
     type Prepared = JudgedIndex;
     type Verdict = (Outcome, Duration);
 
     fn prepare(&self, item: &Item) -> JudgedIndex {
-        let (recipes, of_cohort) = per_cohort(&item.members, self.cohorts.len(), |c| {
+        per_cohort(&item.members, self.cohorts.len(), |c| {
             let space = &self.cohorts[c].space;
             poisoned_if(
                 self.poison,
                 case_tree(self.seed, item.index, self.limits, space).current(),
             )
-        });
-        let cases = recipes
-            .iter()
-            .map(|r| {
-                let case = r.build();
-                let expected = reference_output(&case);
-                JudgedCase {
-                    shared: crate::check::shares_blocks(&case),
-                    buckets: crate::coverage::buckets(&case),
-                    tol: Tolerance::for_case(&case),
-                    expected,
-                    case,
-                }
-            })
-            .collect();
-        JudgedIndex { cases, of_cohort }
+        })
+        .map(|r| {
+            let case = r.build();
+            let expected = reference_output(&case);
+            JudgedCase {
+                shared: crate::check::shares_blocks(&case),
+                buckets: crate::coverage::buckets(&case),
+                tol: Tolerance::for_case(&case),
+                expected,
+                case,
+            }
+        })
     }
 
     fn evaluate(&self, p: &JudgedIndex, m: Member) -> (Outcome, Duration) {

@@ -39,6 +39,16 @@ pub enum Values {
     Normal { seed: u64, std: f32 },
 }
 
+impl Values {
+    /// The seed the values are drawn from: what the features derived from it (poison,
+    /// padded requests) are a function of.
+    pub fn seed(self) -> u64 {
+        match self {
+            Values::Simple(s) | Values::Normal { seed: s, .. } => s,
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct CaseRecipe {
     pub num_kv_heads: usize,
@@ -115,10 +125,7 @@ pub fn padded_requests_of(values: Values) -> usize {
 
 /// 1 to 3 padded requests in one recipe in `n`, which ones a function of the values' seed.
 fn padded_one_in(values: Values, n: u64) -> usize {
-    let seed = match values {
-        Values::Simple(s) | Values::Normal { seed: s, .. } => s,
-    };
-    let mixed = seed.wrapping_mul(0xD6E8_FEB8_6659_FD93) >> 58;
+    let mixed = values.seed().wrapping_mul(0xD6E8_FEB8_6659_FD93) >> 58;
     match mixed % n {
         0 => 1 + (mixed / n) as usize % 3,
         _ => 0,
@@ -133,10 +140,7 @@ pub fn padded_requests_in_batches(values: Values) -> usize {
 /// One case in four runs on poisoned memory, which one a function of the values' seed (so
 /// the draws of every other field are what they were).
 pub fn poison_of(values: Values) -> Option<Poison> {
-    let seed = match values {
-        Values::Simple(s) | Values::Normal { seed: s, .. } => s,
-    };
-    let mixed = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 59;
+    let mixed = values.seed().wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 59;
     Poison::ALL.get(mixed as usize % 16).copied()
 }
 
@@ -814,15 +818,7 @@ pub fn recipe(limits: StrategyLimits) -> impl Strategy<Value = CaseRecipe> {
         prop::bool::weighted(0.2),
         scale(),
     );
-    let layout = (
-        prop_oneof![4 => Just(0usize), 1 => 1usize..=4],
-        prop_oneof![1 => Just(0usize), 1 => 1usize..=6],
-        table_order(),
-        prop::option::weighted(
-            0.15,
-            (2usize..=4, 1usize..=3).prop_map(|(group, blocks)| Share { group, blocks }),
-        ),
-    );
+    let layout = layout(4);
     // Drawn last, so every field above draws what it drew before they existed.
     let extremes = (
         crate::extremes::batch_order(),
@@ -879,6 +875,22 @@ pub fn recipe(limits: StrategyLimits) -> impl Strategy<Value = CaseRecipe> {
                 fit_cost(r, SMALL_COST, &Space::default())
             },
         )
+}
+
+/// Padding tokens, spare blocks, table order, and prefix sharing among up to `max_share`
+/// sequences (in one case in seven or so).
+pub(crate) fn layout(
+    max_share: usize,
+) -> impl Strategy<Value = (usize, usize, TableOrder, Option<Share>)> {
+    (
+        prop_oneof![4 => Just(0usize), 1 => 1usize..=4],
+        prop_oneof![1 => Just(0usize), 1 => 1usize..=6],
+        table_order(),
+        prop::option::weighted(
+            0.15,
+            (2usize..=max_share, 1usize..=3).prop_map(|(group, blocks)| Share { group, blocks }),
+        ),
+    )
 }
 
 /// A plain decoder recipe of the long tier: few heads, small head sizes, normal values.

@@ -9,8 +9,7 @@
 //! counts that head padding rounds up to 16), scales that are not `Dk^-0.5`.
 
 use crate::strategy::{
-    block_size, poison_of, table_order, values, CaseRecipe, LatentRecipe, Share, StrategyLimits,
-    Tier,
+    block_size, poison_of, values, CaseRecipe, LatentRecipe, StrategyLimits, Tier,
 };
 use attn_reference::mla::{self, KvLayout};
 use attn_reference::{AttentionConfig, DType, Feature, Fp8Format, Fp8KvCache, Space};
@@ -83,11 +82,8 @@ fn query() -> impl Strategy<Value = usize> {
 /// One MLA case in eight with extreme logits (rows shifted alike, alternating), which one a
 /// function of the values' seed.
 fn logit_shift_of(values: crate::strategy::Values) -> Option<crate::extremes::LogitShift> {
-    let seed = match values {
-        crate::strategy::Values::Simple(s) | crate::strategy::Values::Normal { seed: s, .. } => s,
-    };
-    let mixed = seed.wrapping_mul(0xA24B_AED4_963E_E407) >> 58;
-    (mixed % 8 == 0).then_some(crate::extremes::LogitShift {
+    let mixed = values.seed().wrapping_mul(0xA24B_AED4_963E_E407) >> 58;
+    mixed.is_multiple_of(8).then_some(crate::extremes::LogitShift {
         dot: if mixed & 8 == 0 { 3e5 } else { -1e6 },
         alternate: mixed & 16 == 0,
     })
@@ -109,15 +105,7 @@ pub fn mla_strategy(
             .is_some_and(|a| !a.contains(&dk) && a.contains(&mla::DEEPSEEK_V3_ENTRY))
     };
     let seqs = prop::collection::vec((context(), query()), 1..=limits.max_seqs.clamp(1, 4));
-    let layout = (
-        prop_oneof![4 => Just(0usize), 1 => 1usize..=4],
-        prop_oneof![1 => Just(0usize), 1 => 1usize..=6],
-        table_order(),
-        prop::option::weighted(
-            0.15,
-            (2usize..=3, 1usize..=3).prop_map(|(group, blocks)| Share { group, blocks }),
-        ),
-    );
+    let layout = crate::strategy::layout(3);
     let fp8 = prop::option::weighted(
         0.2,
         (

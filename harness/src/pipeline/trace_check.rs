@@ -6,7 +6,7 @@ use crate::artifacts::Artifact;
 use crate::check::{sanitize, CheckOptions, Cohort, Event, RunState};
 use crate::failure::trace::trace_failure_record;
 use crate::pipeline::control::RunControl;
-use crate::pipeline::drive::{per_cohort, Item, Member, Ran, Subjects};
+use crate::pipeline::drive::{per_cohort, Item, Member, PerCohort, Ran, Subjects};
 use crate::pipeline::trace::{evaluate_trace, trace_recipe_in, JudgedTrace, TraceOutcome};
 use crate::pipeline::trace_shrink::shrink_trace;
 use crate::runner::Divergence;
@@ -33,16 +33,7 @@ pub struct DrawnTrace {
 }
 
 /// Trace `index` as each cohort drew it, each distinct draw judged once.
-pub struct DrawnIndex {
-    traces: Vec<DrawnTrace>,
-    of_cohort: Vec<Option<usize>>,
-}
-
-impl DrawnIndex {
-    fn of(&self, cohort: usize) -> &DrawnTrace {
-        &self.traces[self.of_cohort[cohort].expect("prepared for every member's cohort")]
-    }
-}
+pub type DrawnIndex = PerCohort<DrawnTrace>;
 
 impl Subjects for Traces<'_> {
     type Prepared = DrawnIndex;
@@ -50,24 +41,20 @@ impl Subjects for Traces<'_> {
     type Verdict = Option<(TraceOutcome, Duration)>;
 
     fn prepare(&self, item: &Item) -> DrawnIndex {
-        let (recipes, of_cohort) = per_cohort(&item.members, self.cohorts.len(), |c| {
+        per_cohort(&item.members, self.cohorts.len(), |c| {
             let space = &self.cohorts[c].space;
             trace_poisoned_if(
                 self.poison,
                 trace_recipe_in(self.seed, item.index, self.shapes, space),
             )
-        });
-        let traces = recipes
-            .iter()
-            .map(|r| {
-                let judged = JudgedTrace::new(generate(r));
-                DrawnTrace {
-                    buckets: crate::coverage::trace_buckets(&judged.trace),
-                    judged,
-                }
-            })
-            .collect();
-        DrawnIndex { traces, of_cohort }
+        })
+        .map(|r| {
+            let judged = JudgedTrace::new(generate(&r));
+            DrawnTrace {
+                buckets: crate::coverage::trace_buckets(&judged.trace),
+                judged,
+            }
+        })
     }
 
     fn evaluate(&self, p: &DrawnIndex, m: Member) -> Self::Verdict {
