@@ -12,6 +12,7 @@
 //! trace of a fresh cache.
 
 use attn_reference::{AttentionConfig, AttentionKind, Case, Feature, Space};
+use attn_results::{BackendId, BackendRole};
 use std::any::Any;
 use std::time::Duration;
 use thiserror::Error;
@@ -83,8 +84,26 @@ pub struct StepInputs<'a> {
 }
 
 pub trait Backend: Send + Sync {
-    /// The registered name, e.g. `cpu` or `spyre-sdpa`.
+    /// The registered name, e.g. `cpu` or `spyre-sdpa`: what `--backend` takes and the key
+    /// of its summary. Nothing is read out of it; what a backend is says [`Backend::role`].
     fn name(&self) -> &str;
+
+    /// What this backend is there for: shipped, external, or a mutant (which passes by
+    /// diverging).
+    fn role(&self) -> BackendRole {
+        BackendRole::Builtin
+    }
+
+    /// Whether it computes through libtorch, so a process about to run it sets libgomp's
+    /// wait policy before the library starts its threads.
+    fn uses_libtorch(&self) -> bool {
+        false
+    }
+
+    /// Its typed identity in results.
+    fn id(&self) -> BackendId {
+        BackendId::new(self.name(), self.role())
+    }
 
     /// `Err` with a reason when this backend cannot run `config` (beyond the optional
     /// features, which [`declines`] checks from [`Backend::optional_features`]).

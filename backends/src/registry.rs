@@ -51,10 +51,10 @@ pub fn backend_names() -> Vec<String> {
         .collect()
 }
 
-/// Whether the backend `name` computes through libtorch (the Spyre backends), so a process
-/// about to run it should set libgomp's policy before the library loads.
+/// Whether the backend registered as `name` computes through libtorch (the Spyre backends),
+/// so a process about to run it should set libgomp's policy before the library loads.
 pub fn uses_libtorch(name: &str) -> bool {
-    cfg!(feature = "spyre") && name.starts_with("spyre")
+    backend_by_name(name).is_ok_and(|b| b.uses_libtorch())
 }
 
 /// The backend registered as `name`, or an error listing what exists.
@@ -88,9 +88,10 @@ pub fn backend_with_threads(
             .map(|b| Arc::new(b) as Arc<dyn Backend>)
             .map_err(|e| e.to_string());
     }
+    let backend = backend_by_name(name)?;
     #[cfg(feature = "spyre")]
-    if name.starts_with("spyre") {
+    if backend.uses_libtorch() {
         crate::spyre::set_threads(n);
     }
-    backend_by_name(name)
+    Ok(backend)
 }

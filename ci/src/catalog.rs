@@ -19,11 +19,6 @@ pub fn is_valid_mutant_name(name: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
 }
 
-/// Whether a backend is a mutant, which passes by diverging.
-pub fn is_mutant(backend: &str) -> bool {
-    backend.starts_with(MUTANT_PREFIX)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -36,7 +31,5 @@ mod tests {
         assert!(!is_valid_mutant_name("a b"));
         assert!(!is_valid_mutant_name("a;b"));
         assert!(!is_valid_mutant_name(&"a".repeat(65)));
-        assert!(is_mutant("mutant:x"));
-        assert!(!is_mutant("cpu"));
     }
 }

@@ -145,7 +145,11 @@ pub fn merge(mut shards: Vec<CheckSummary>) -> Result<CheckSummary, MergeError> 
     let Some(mut whole) = shards.next() else {
         return Err(MergeError::NoShards);
     };
-    let names: Vec<String> = whole.backends.iter().map(|b| b.backend.clone()).collect();
+    let names: Vec<String> = whole
+        .backends
+        .iter()
+        .map(|b| b.backend.name.clone())
+        .collect();
     for s in shards {
         let i = s.shard.index;
         check_agree(i, "seed", s.seed, whole.seed)?;
@@ -153,7 +157,7 @@ pub fn merge(mut shards: Vec<CheckSummary>) -> Result<CheckSummary, MergeError> 
         check_agree(i, "deep", s.deep, whole.deep)?;
         check_agree(i, "long", s.long, whole.long)?;
         check_agree(i, "traces", s.traces, whole.traces)?;
-        let theirs: Vec<String> = s.backends.iter().map(|b| b.backend.clone()).collect();
+        let theirs: Vec<String> = s.backends.iter().map(|b| b.backend.name.clone()).collect();
         check_agree(i, "backends", theirs.join(","), names.join(","))?;
         check_agree(
             i,
@@ -223,7 +227,7 @@ mod tests {
                 max_rel_err: f64::NAN,
             })
             .collect();
-        let mut b = BackendSummary::new("cpu");
+        let mut b = BackendSummary::new(attn_results::BackendId::builtin("cpu"));
         b.property = Tally {
             sent: passed,
             passed,

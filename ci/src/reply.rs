@@ -6,7 +6,6 @@
 //! error message), both inside a fenced block longer than any run of backticks they hold, so
 //! no value can close it and become live markdown; a request is shown in its canonical form.
 
-use crate::catalog::is_mutant;
 use crate::request::{BotRequest, ParseError, USAGE};
 use crate::summary::{BackendSummary, CheckSummary, FailureRecord};
 use serde::{Deserialize, Serialize};
@@ -64,7 +63,7 @@ pub enum Verdict {
 
 impl Verdict {
     pub fn of(b: &BackendSummary) -> Verdict {
-        match (is_mutant(&b.backend), b.failed() > 0) {
+        match (b.backend.is_mutant(), b.failed() > 0) {
             (false, false) if b.reached() == 0 => Verdict::RanNothing,
             (false, false) => Verdict::Pass,
             (false, true) => Verdict::Diverged,
@@ -171,7 +170,7 @@ fn failure_section(f: &FailureRecord, ctx: &ReplyContext) -> String {
 
 /// Cases run per coverage bucket, per backend, with the empty buckets named first.
 fn coverage_section(report: &attn_results::CoverageReport, s: &CheckSummary) -> String {
-    let names: Vec<String> = s.backends.iter().map(|b| b.backend.clone()).collect();
+    let names: Vec<String> = s.backends.iter().map(|b| b.backend.name.clone()).collect();
     let mut out = String::from("\n<details><summary>Coverage: cases run per bucket</summary>\n\n");
     for l in attn_results::coverage::summary_lines(report, &names) {
         let _ = writeln!(out, "- {}", cell(&l));
@@ -226,7 +225,7 @@ pub fn render_reply(req: &BotRequest, s: &CheckSummary, ctx: &ReplyContext) -> S
         let _ = writeln!(
             out,
             "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.1}s |",
-            cell(&b.backend),
+            cell(&b.backend.name),
             Verdict::of(b).label(),
             b.property.sent,
             b.upstream.sent,
@@ -246,7 +245,7 @@ pub fn render_reply(req: &BotRequest, s: &CheckSummary, ctx: &ReplyContext) -> S
             b.unsupported.iter().map(move |g| {
                 format!(
                     "- {}: {} unsupported: {}",
-                    cell(&b.backend),
+                    cell(&b.backend.name),
                     g.cases,
                     cell(&g.to_string())
                 )
@@ -301,7 +300,7 @@ pub fn status_of(s: &CheckSummary) -> Status {
         .backends
         .iter()
         .filter(|b| !Verdict::of(b).ok())
-        .map(|b| b.backend.clone())
+        .map(|b| b.backend.name.clone())
         .collect();
     let cases: usize = s.backends.iter().map(|b| b.reached()).sum();
     if bad.is_empty() {
@@ -445,5 +444,27 @@ mod tests {
             serde_json::to_string(&State::Failure).unwrap(),
             "\"failure\""
         );
+    }
+
+    #[test]
+    fn a_mutant_is_known_by_its_role_not_its_name() {
+        use attn_results::{BackendId, BackendRole, Tally};
+        let with = |id: BackendId, failed: usize| {
+            let mut b = BackendSummary::new(id);
+            b.property = Tally {
+                sent: 3,
+                passed: 3 - failed,
+                failed,
+                declined: 0,
+            };
+            b
+        };
+        let mutant = BackendId::new("window-off-by-one", BackendRole::Mutant);
+        assert_eq!(Verdict::of(&with(mutant.clone(), 1)), Verdict::Caught);
+        assert_eq!(Verdict::of(&with(mutant, 0)), Verdict::Survived);
+        // A backend that happens to be called `mutant:…` is judged as a real one.
+        let named = BackendId::new("mutant:x", BackendRole::External);
+        assert_eq!(Verdict::of(&with(named.clone(), 1)), Verdict::Diverged);
+        assert_eq!(Verdict::of(&with(named, 0)), Verdict::Pass);
     }
 }

@@ -2,9 +2,10 @@
 
 #[test]
 fn catalog_matches_the_registry() {
-    let registered: Vec<String> = attn_backends::backend_names()
-        .into_iter()
-        .filter(|n| !attn_ci::catalog::is_mutant(n))
+    let registered: Vec<String> = attn_backends::all_backends()
+        .iter()
+        .filter(|b| b.role() == attn_results::BackendRole::Builtin)
+        .map(|b| b.name().to_string())
         .collect();
     assert_eq!(registered, attn_ci::catalog::BACKENDS);
 }

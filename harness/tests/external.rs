@@ -182,7 +182,7 @@ fn bench_runs_an_adapter_beside_a_builtin_backend() {
         summary
             .rows
             .iter()
-            .find(|r| r.backend == name)
+            .find(|r| r.backend.name == name)
             .unwrap_or_else(|| panic!("no row for {name}: {stdout}"))
     };
     let external = row("external:numpy-ref");
@@ -204,7 +204,13 @@ fn a_planted_window_bug_is_shrunk_through_the_process_boundary() {
         ShrinkBudget::default(),
     ));
     let b = &s.summary.backends[0];
-    assert_eq!(b.backend, "external:window-off-by-one");
+    assert_eq!(
+        b.backend,
+        attn_results::BackendId::new(
+            "external:window-off-by-one",
+            attn_results::BackendRole::External
+        )
+    );
     assert!(
         b.failed() > 0,
         "planted bug survived {} cases",

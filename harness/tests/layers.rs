@@ -1,7 +1,8 @@
 //! The harness's folders depend one way: `pipeline/` runs checks and builds failures with
 //! `failure/`; `render/` prints results; `failure/` and `render/` never reach into the
 //! pipeline, and the pipeline never into `render/`. Checked on the source, so a new `use`
-//! that breaks it fails here rather than in a reader's head.
+//! that breaks it fails here rather than in a reader's head. Nor does any crate read what a
+//! backend is out of its name: that is its `BackendRole`.
 
 use std::path::{Path, PathBuf};
 
@@ -74,5 +75,38 @@ fn the_check_loop_is_one_file() {
         .into_iter()
         .filter(|l| !l.contains("pipeline/drive.rs") && !l.contains("pipeline/bench.rs"))
         .collect();
+    assert!(found.is_empty(), "{}", found.join("\n"));
+}
+
+#[test]
+fn no_role_is_read_from_a_backend_name() {
+    // What a backend is (a mutant, external, built on libtorch, trace-only) is data: its
+    // `role()`, `uses_libtorch()`, the catalogue's `trace_only`. No crate tells it by a
+    // name's prefix. Unit tests (after `#[cfg(test)]`) may spell names as they like.
+    const READ_FROM_A_NAME: &[&str] = &[
+        "name.starts_with(",
+        "name().starts_with(",
+        "backend.starts_with(",
+        ".starts_with(\"mutant",
+        ".starts_with(\"spyre",
+        ".starts_with(\"trace-",
+        ".starts_with(\"external",
+        "trim_start_matches(\"mutant",
+        "strip_prefix(\"mutant",
+    ];
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut found = Vec::new();
+    for krate in ["backends", "harness", "ci", "results", "reference"] {
+        for file in sources(&root.join(krate).join("src")) {
+            let text = std::fs::read_to_string(&file).expect("readable source");
+            let code = text.split("#[cfg(test)]").next().unwrap_or("");
+            for (n, line) in code.lines().enumerate() {
+                let line = line.split("//").next().unwrap_or("");
+                if READ_FROM_A_NAME.iter().any(|f| line.contains(f)) {
+                    found.push(format!("{}:{}: {}", file.display(), n + 1, line.trim()));
+                }
+            }
+        }
+    }
     assert!(found.is_empty(), "{}", found.join("\n"));
 }

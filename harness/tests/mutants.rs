@@ -57,8 +57,7 @@ fn every_mutant_is_killed_and_shrunk_small() {
             ));
             continue;
         }
-        let name = r.mutant.trim_start_matches("mutant:");
-        if attn_backends::mutants::trace_only(name) && r.cases_to_kill.is_some() {
+        if r.trace_only && r.cases_to_kill.is_some() {
             problems.push(format!(
                 "{} is trace-only but a single-step case killed it",
                 r.mutant
@@ -93,14 +92,14 @@ fn the_sharing_mutant_breaks_only_with_shared_blocks() {
 /// most three steps whose report names the diverging step and the blocks' history.
 #[test]
 fn trace_only_mutants_escape_single_steps_and_die_on_traces() {
-    use attn_backends::mutants::{mutant, trace_only, CATALOGUE};
+    use attn_backends::mutants::{mutant, CATALOGUE};
     use attn_harness::check::{run_check, CheckOptions};
     use attn_harness::compare::Tolerance;
     use attn_harness::runner::{evaluate, Outcome};
     let names: Vec<&str> = CATALOGUE
         .iter()
+        .filter(|m| m.trace_only)
         .map(|m| m.name)
-        .filter(|n| trace_only(n))
         .collect();
     assert!(names.len() >= 5, "{names:?}");
     let upstream: Vec<_> = attn_harness::upstream::small_suite()

@@ -1,6 +1,6 @@
 //! `attn-diff bench`'s summary: one row per backend and spec, timed side by side.
 
-use crate::{nullable_f64, schema_version};
+use crate::{nullable_f64, schema_version, BackendId};
 use attn_reference::Unsupported;
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -57,7 +57,8 @@ impl fmt::Display for BenchStatus {
 /// (No `deny_unknown_fields`: serde does not support it beside a flattened field.)
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct BenchRow {
-    pub backend: String,
+    /// The backend, with the KV cache of an FP8 variant.
+    pub backend: BackendId,
     pub spec: String,
     #[serde(flatten)]
     pub status: BenchStatus,
@@ -117,7 +118,7 @@ mod tests {
     #[test]
     fn the_status_is_a_tagged_field_of_the_row() {
         let row = BenchRow {
-            backend: "cpu".into(),
+            backend: BackendId::builtin("cpu"),
             spec: "small_decode".into(),
             status: BenchStatus::Unsupported {
                 reason: Unsupported::new(Feature::Dtype, "other than fp16").value("bf16"),

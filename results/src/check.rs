@@ -3,7 +3,7 @@
 
 use crate::coverage::CoverageReport;
 use crate::outcome::{CaseSize, DivergenceKind, Mismatch, ShrinkInfo};
-use crate::{nullable_f64, schema_version};
+use crate::{nullable_f64, schema_version, BackendId};
 use attn_reference::{Feature, Space, Unsupported};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
@@ -118,7 +118,7 @@ impl CheckSummary {
     pub fn shortfalls(&self, min_run: usize) -> Vec<Shortfall> {
         let mut out = Vec::new();
         for b in &self.backends {
-            let name = &b.backend;
+            let name = &b.backend.name;
             for (part, t) in [
                 ("property cases", &b.property),
                 ("upstream cases", &b.upstream),
@@ -360,7 +360,7 @@ impl std::ops::AddAssign for Tally {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BackendSummary {
-    pub backend: String,
+    pub backend: BackendId,
     /// The property cases (small and long tiers).
     pub property: Tally,
     /// The upstream suite's cases inside the backend's space (those outside are `not
@@ -406,9 +406,9 @@ pub struct BackendSummary {
 pub const DECLINED_WARNING_SHARE: f64 = 0.1;
 
 impl BackendSummary {
-    pub fn new(backend: &str) -> Self {
+    pub fn new(backend: BackendId) -> Self {
         BackendSummary {
-            backend: backend.to_string(),
+            backend,
             ..Default::default()
         }
     }
@@ -593,7 +593,7 @@ mod tests {
 
     #[test]
     fn declined_cases_group_by_reason_not_by_value() {
-        let mut b = BackendSummary::new("spyre-device");
+        let mut b = BackendSummary::new(BackendId::builtin("spyre-device"));
         for d in [80, 96, 80, 160] {
             let u = Unsupported::new(Feature::HeadSize, "not a multiple of 64").value(d);
             b.add_unsupported(&u, 1);

@@ -7,6 +7,7 @@
 //!
 //! Every JSON document carries [`SCHEMA_VERSION`]; a reader refuses another version.
 
+pub mod backend_id;
 pub mod bench;
 pub mod check;
 pub mod compare;
@@ -16,6 +17,7 @@ pub mod mutants;
 pub mod outcome;
 pub mod pairs;
 
+pub use backend_id::{BackendId, BackendRole};
 pub use bench::{BenchRow, BenchStatus, BenchSummary};
 pub use check::{
     BackendSummary, CheckSummary, FailureRecord, Origin, RunPart, Shard, Tally, UnsupportedGroup,
@@ -28,7 +30,7 @@ pub use outcome::{CaseSize, DivergenceKind, Mismatch, ShrinkInfo};
 
 /// The version of every JSON document attn-diff writes. Raised when a field changes meaning
 /// or disappears; a reader of another version refuses rather than misreads.
-pub const SCHEMA_VERSION: u32 = 3;
+pub const SCHEMA_VERSION: u32 = 4;
 
 /// serde's default for `schema_version` fields.
 pub fn schema_version() -> u32 {
@@ -98,6 +100,14 @@ mod tests {
             e,
             format!("attn-diff JSON has schema_version 2; this build reads {SCHEMA_VERSION}")
         );
+        // Version 3 named a backend by a string whose prefix told a mutant; version 4's
+        // `backend` is a `BackendId` with its role.
+        let v3 = r#"{"schema_version": 3, "seed": 1, "cases": 1, "shard": {"index": 0, "count": 1},
+            "deep": false, "oracle_seconds": 0, "backends": [{"backend": "mutant:x"}], "upstream": []}"#;
+        assert_eq!(
+            from_json::<CheckSummary>(v3).unwrap_err().to_string(),
+            format!("attn-diff JSON has schema_version 3; this build reads {SCHEMA_VERSION}")
+        );
         let none = r#"{"seed": 1}"#;
         assert!(from_json::<CheckSummary>(none)
             .unwrap_err()
@@ -113,7 +123,7 @@ mod tests {
             long: false,
             traces: 0,
             oracle_seconds: 0.0,
-            backends: vec![BackendSummary::new("cpu")],
+            backends: vec![BackendSummary::new(BackendId::builtin("cpu"))],
             upstream: vec![],
             coverage: None,
             only: None,
@@ -122,7 +132,7 @@ mod tests {
             min_run: 1,
         };
         let back: CheckSummary = from_json(&to_json(&s)).unwrap();
-        assert_eq!(back.backends[0].backend, "cpu");
+        assert_eq!(back.backends[0].backend, BackendId::builtin("cpu"));
         assert_eq!(back.seed, 3);
     }
 }

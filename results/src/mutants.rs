@@ -7,8 +7,12 @@ use serde::{Deserialize, Serialize};
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct MutantRow {
+    /// The backend's name (`mutant:<name>`, what `--backend` takes).
     pub mutant: String,
     pub description: String,
+    /// It only breaks across the steps of a trace (single-step cases cannot kill it).
+    #[serde(default)]
+    pub trace_only: bool,
     /// The public bug it reproduces (repository and issue or pull request), if any.
     #[serde(default)]
     pub public_bug: Option<String>,

@@ -29,11 +29,19 @@ def ratio(a, b):
     return f"{a / b:.2f}x" if a is not None and b else ""
 
 
+def label(row):
+    """The row's backend as the table names it: its name, and an FP8 variant's KV cache."""
+    b = row["backend"]
+    kv = b.get("kv_cache_dtype")
+    return f"{b['name']} [{kv}]" if kv else b["name"]
+
+
 def main():
     docs = [json.load(open(path)) for path in sys.argv[1:]]
-    runs = [{(row["spec"], row["backend"]): row for row in d["rows"]} for d in docs]
+    runs = [{(row["spec"], label(row)): row for row in d["rows"]} for d in docs]
     specs = list(dict.fromkeys(row["spec"] for row in docs[0]["rows"]))
-    backends = list(dict.fromkeys(row["backend"] for row in docs[0]["rows"]))
+    backends = list(dict.fromkeys(label(row) for row in docs[0]["rows"]))
+    external = {label(row) for row in docs[0]["rows"] if row["backend"]["role"] == "external"}
     print("| spec | backend | ms (run 1 / 2) | vs upstream | vs floor | vs CPU_ATTN | peak extra MiB | status |")
     print("|---|---|---|---|---|---|---|---|")
     for spec in specs:
@@ -45,7 +53,7 @@ def main():
             mine = mean_ms(runs, spec, backend)
             upstream = UPSTREAM.get(backend)
             peak = max((row["peak_extra_mib"] or 0) for row in rows)
-            peak = f"{peak:.1f}" if not backend.startswith("external:") else "-"
+            peak = f"{peak:.1f}" if backend not in external else "-"
             statuses = sorted({row["status"] for row in rows})
             print(
                 f"| {spec if i == 0 else ''} | {backend} | {ms} "

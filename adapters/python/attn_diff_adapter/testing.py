@@ -158,7 +158,8 @@ class CheckResult:
                 detail = " ".join(x for x in (str(g.get("feature", "")), str(g.get("detail", ""))) if x)
                 values = g.get("values") or []
                 extra = f" ({', '.join(map(str, values))})" if values else ""
-                lines.append(f"{b.get('backend')}: {g.get('cases')} unsupported: {detail}{extra}")
+                name = (b.get("backend") or {}).get("name")
+                lines.append(f"{name}: {g.get('cases')} unsupported: {detail}{extra}")
         return lines
 
     def report(self) -> str:

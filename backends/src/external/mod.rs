@@ -331,6 +331,10 @@ impl Backend for ExternalBackend {
         &self.name
     }
 
+    fn role(&self) -> attn_results::BackendRole {
+        attn_results::BackendRole::External
+    }
+
     /// Everything the capabilities say is checked as the declared space (see `space`).
     fn supports(&self, _: &AttentionConfig) -> Result<(), Unsupported> {
         Ok(())

@@ -67,6 +67,10 @@ impl Backend for MlaMutant {
         &self.name
     }
 
+    fn role(&self) -> attn_results::BackendRole {
+        attn_results::BackendRole::Mutant
+    }
+
     fn supports(&self, _: &AttentionConfig) -> Result<(), Unsupported> {
         Ok(())
     }

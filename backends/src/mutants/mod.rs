@@ -30,6 +30,8 @@ pub struct MutantInfo {
     pub description: &'static str,
     /// The public bug it reproduces (repository and issue or pull request), if it is one.
     pub public_bug: Option<&'static str>,
+    /// It only breaks across the steps of a trace: every single step it runs alone is right.
+    pub trace_only: bool,
 }
 
 const fn m(name: &'static str, description: &'static str) -> MutantInfo {
@@ -37,14 +39,22 @@ const fn m(name: &'static str, description: &'static str) -> MutantInfo {
         name,
         description,
         public_bug: None,
+        trace_only: false,
     }
 }
 
 const fn public(name: &'static str, bug: &'static str, description: &'static str) -> MutantInfo {
     MutantInfo {
-        name,
-        description,
         public_bug: Some(bug),
+        ..m(name, description)
+    }
+}
+
+/// A mutant that only breaks across steps (a cache kept between them).
+const fn across_steps(name: &'static str, description: &'static str) -> MutantInfo {
+    MutantInfo {
+        trace_only: true,
+        ..m(name, description)
     }
 }
 
@@ -85,11 +95,11 @@ pub const CATALOGUE: &[MutantInfo] = &[
     m("partition-merge-no-rescale", "partitions of 256 keys merged without the max rescale (wrong only past 256 keys)"),
     m("simd-tail-dropped", "q·k skips the last head_size % 8 dimensions (a vector loop without its scalar tail)"),
     // Trace-only: state kept between steps.
-    m("trace-new-block-into-previous", "a decode token that starts a new block is written into the sequence's previous block"),
-    m("trace-stale-row-table", "a batch row keeps its last sequence's block table: not invalidated when blocks are freed and reused"),
-    m("trace-prefix-hit-overwritten", "a sequence admitted with a prefix hit also writes its first tokens over the last hit block"),
-    m("trace-stale-block-snapshot", "full blocks kept converted across steps: a block reused by a shorter sequence reads the old contents"),
-    m("trace-chunk-off-by-one", "a continuing chunk of a chunked prefill is written one position early"),
+    across_steps("trace-new-block-into-previous", "a decode token that starts a new block is written into the sequence's previous block"),
+    across_steps("trace-stale-row-table", "a batch row keeps its last sequence's block table: not invalidated when blocks are freed and reused"),
+    across_steps("trace-prefix-hit-overwritten", "a sequence admitted with a prefix hit also writes its first tokens over the last hit block"),
+    across_steps("trace-stale-block-snapshot", "full blocks kept converted across steps: a block reused by a shorter sequence reads the old contents"),
+    across_steps("trace-chunk-off-by-one", "a continuing chunk of a chunked prefill is written one position early"),
     // FP8 KV caches.
     m("fp8-scale-applied-twice", "an FP8 cache read as fp8 * scale^2: the scale applied when dequantizing and again on the scores and output"),
     m("fp8-scale-not-applied", "an FP8 cache read without its scale: the stored fp8(x / scale) taken for x"),
@@ -121,11 +131,6 @@ pub const CATALOGUE: &[MutantInfo] = &[
     m("mla-default-scale", "MLA: the default head_size^-0.5 (576^-0.5) used instead of the model's scale (DeepSeek: 192^-0.5)"),
     m("mla-head-padding-unpadded", "MLA under tensor-parallel splits: fewer than 16 heads per rank padded to 16 by repeating each, the output taken back as the first num_heads padded rows"),
 ];
-
-/// Whether mutant `name` can only break across the steps of a trace.
-pub fn trace_only(name: &str) -> bool {
-    name.starts_with("trace-")
-}
 
 /// Every mutant, as a backend named `mutant:<name>`.
 pub fn all_mutants() -> Vec<Arc<dyn Backend>> {

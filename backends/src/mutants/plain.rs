@@ -176,6 +176,10 @@ impl Backend for PlainBackend {
         &self.name
     }
 
+    fn role(&self) -> attn_results::BackendRole {
+        attn_results::BackendRole::Mutant
+    }
+
     fn supports(&self, _: &AttentionConfig) -> Result<(), Unsupported> {
         Ok(())
     }

@@ -198,6 +198,10 @@ impl Backend for StatefulMutant {
         &self.name
     }
 
+    fn role(&self) -> attn_results::BackendRole {
+        attn_results::BackendRole::Mutant
+    }
+
     fn supports(&self, config: &AttentionConfig) -> Result<(), Unsupported> {
         self.inner.supports(config)
     }

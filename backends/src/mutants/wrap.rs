@@ -78,6 +78,10 @@ impl Backend for WrappedMutant {
         &self.name
     }
 
+    fn role(&self) -> attn_results::BackendRole {
+        attn_results::BackendRole::Mutant
+    }
+
     fn supports(&self, config: &AttentionConfig) -> Result<(), Unsupported> {
         self.inner.supports(config)
     }

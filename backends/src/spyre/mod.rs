@@ -203,6 +203,10 @@ impl Backend for Spyre {
         &self.name
     }
 
+    fn uses_libtorch(&self) -> bool {
+        true
+    }
+
     fn supports(&self, config: &AttentionConfig) -> Result<(), Unsupported> {
         match self.variant {
             Variant::Device => device::supports(config),

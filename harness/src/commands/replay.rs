@@ -38,21 +38,20 @@ fn backends_for(
                     .strip_prefix(crate::external::PREFIX)
                     .unwrap_or(&r.backend),
             );
+            // Recorded with an `--external` flag: an adapter this run does not declare.
             if let (Some(flag), Err(_)) = (&r.external, &declared) {
-                if r.backend.starts_with(crate::external::PREFIX) {
-                    let quote = |s: &str| {
-                        shlex::try_quote(s).map_or_else(|_| s.to_string(), |q| q.into_owned())
-                    };
-                    return Err(super::usage(format!(
-                        "{file} was recorded on {}, an adapter declared with --external; replay \
-                         starts no command a file names: run\n  attn-diff replay {} --backend {} \
-                         --external {}",
-                        r.backend,
-                        quote(&file),
-                        quote(&r.backend),
-                        quote(flag)
-                    )));
-                }
+                let quote = |s: &str| {
+                    shlex::try_quote(s).map_or_else(|_| s.to_string(), |q| q.into_owned())
+                };
+                return Err(super::usage(format!(
+                    "{file} was recorded on {}, an adapter declared with --external; replay \
+                     starts no command a file names: run\n  attn-diff replay {} --backend {} \
+                     --external {}",
+                    r.backend,
+                    quote(&file),
+                    quote(&r.backend),
+                    quote(flag)
+                )));
             }
             select_backends_with(std::slice::from_ref(&r.backend), &args.external)
         }

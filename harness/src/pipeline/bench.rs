@@ -10,8 +10,9 @@ use crate::compare::{compare, Tolerance};
 use attn_backends::{prepare_cache, step_inputs, Backend, BackendError, CacheEvictor, KvCache};
 use attn_reference::{
     build_spec_case, reference_output, AttentionConfig, BatchSpec, Fp8Format, Fp8KvCache,
+    KvCacheDtype,
 };
-pub use attn_results::{BenchRow, BenchStatus, BenchSummary};
+pub use attn_results::{BackendId, BenchRow, BenchStatus, BenchSummary};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -22,10 +23,12 @@ pub struct BenchOptions {
     pub config: AttentionConfig,
     /// KV-cache variants timed side by side, each backend once per variant: `None` is the
     /// compute dtype, a format an FP8 cache with scales 1 (vLLM's default without
-    /// calibration). Rows of an FP8 variant name the backend `NAME [fp8_e4m3]`.
+    /// calibration). Rows of an FP8 variant carry its KV-cache dtype in their `BackendId`.
     pub kv_caches: Vec<Option<Fp8Format>>,
     pub reps: usize,
     pub threads: usize,
+    /// The backend the others are compared with, by name: its first row of each spec (the
+    /// compute-dtype variant when that runs).
     pub baseline: Option<String>,
     pub seed: u64,
     /// Evict the caches before every timed call ([`CacheEvictor`]).
@@ -43,7 +46,10 @@ pub enum BenchEvent<'a> {
     /// The backends' calls on `spec` are being checked and timed (interleaved).
     Spec { spec: &'a str },
     /// `backend` is done with `spec`.
-    Done { spec: &'a str, backend: &'a str },
+    Done {
+        spec: &'a str,
+        backend: &'a BackendId,
+    },
 }
 
 /// Best-of-3 streaming read bandwidth over a 1 GiB buffer with `threads` threads, GB/s.
@@ -100,8 +106,8 @@ fn peak_extra_bytes(call: impl FnOnce()) -> Option<f64> {
 
 struct Prepared {
     backend: Arc<dyn Backend>,
-    /// The row's name: the backend's, with the KV-cache variant.
-    label: String,
+    /// The row's backend, with the KV-cache variant.
+    id: BackendId,
     /// Which variant's case it runs.
     case: usize,
     cache: KvCache,
@@ -156,9 +162,9 @@ pub fn run_bench(opts: &BenchOptions) -> BenchSummary {
             .enumerate()
             .flat_map(|(i, kv)| opts.backends.iter().map(move |b| (i, kv, b)))
             .map(|(i, kv, b)| {
-                let label = match kv {
-                    None => b.name().to_string(),
-                    Some(f) => format!("{} [{f}]", b.name()),
+                let id = match kv {
+                    None => b.id(),
+                    Some(f) => b.id().with_kv_cache(KvCacheDtype::Fp8(*f)),
                 };
                 let (cache, status) = match prepare_cache(b.as_ref(), &cases[i]) {
                     Ok(cache) => (cache, BenchStatus::Ok),
@@ -175,7 +181,7 @@ pub fn run_bench(opts: &BenchOptions) -> BenchSummary {
                 };
                 Prepared {
                     backend: b.clone(),
-                    label,
+                    id,
                     case: i,
                     cache,
                     times: Vec::new(),
@@ -254,7 +260,7 @@ pub fn run_bench(opts: &BenchOptions) -> BenchSummary {
                     f64::NAN
                 };
                 BenchRow {
-                    backend: p.label.clone(),
+                    backend: p.id.clone(),
                     spec: spec.name.to_string(),
                     status: p.status.clone(),
                     median_ms: if p.times.is_empty() {
@@ -282,7 +288,7 @@ pub fn run_bench(opts: &BenchOptions) -> BenchSummary {
         if let Some(base) = opts.baseline.as_ref().and_then(|b| {
             spec_rows
                 .iter()
-                .find(|r| &r.backend == b)
+                .find(|r| &r.backend.name == b)
                 .map(|r| r.median_ms)
         }) {
             for r in spec_rows.iter_mut() {

@@ -276,7 +276,7 @@ pub fn run_check(mut opts: CheckOptions) -> CheckRun {
         .iter()
         .map(|b| BackendSummary {
             space: Some(space_of(b.as_ref(), &opts.only)).filter(|s| !s.is_full()),
-            ..BackendSummary::new(b.name())
+            ..BackendSummary::new(b.id())
         })
         .collect();
     let mut coverage = CoverageReport::default();

@@ -42,6 +42,7 @@ pub fn run_mutants(
         let row = MutantRow {
             mutant: format!("mutant:{}", info.name),
             description: info.description.to_string(),
+            trace_only: info.trace_only,
             public_bug: info.public_bug.map(str::to_string),
             killed: b.failed() > 0,
             // Cases run in index order, unsharded: the first failing index + 1.

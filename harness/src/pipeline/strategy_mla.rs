@@ -83,10 +83,12 @@ fn query() -> impl Strategy<Value = usize> {
 /// function of the values' seed.
 fn logit_shift_of(values: crate::strategy::Values) -> Option<crate::extremes::LogitShift> {
     let mixed = values.seed().wrapping_mul(0xA24B_AED4_963E_E407) >> 58;
-    mixed.is_multiple_of(8).then_some(crate::extremes::LogitShift {
-        dot: if mixed & 8 == 0 { 3e5 } else { -1e6 },
-        alternate: mixed & 16 == 0,
-    })
+    mixed
+        .is_multiple_of(8)
+        .then_some(crate::extremes::LogitShift {
+            dot: if mixed & 8 == 0 { 3e5 } else { -1e6 },
+            alternate: mixed & 16 == 0,
+        })
 }
 
 /// An MLA recipe drawn whole (then moved inside `space` and under [`MLA_COST`]).

@@ -28,7 +28,7 @@ fn table_rows(s: &BenchSummary) -> Vec<Vec<String>> {
         .iter()
         .map(|r| {
             vec![
-                r.backend.clone(),
+                r.backend.to_string(),
                 r.spec.clone(),
                 num(r.median_ms, 3),
                 num(r.min_ms, 3),
@@ -84,27 +84,27 @@ pub fn render_markdown(s: &BenchSummary) -> String {
 /// Bar chart of median time per spec per backend (log scale).
 pub fn plot(s: &BenchSummary, path: &std::path::Path) -> Result<(), String> {
     let mut specs: Vec<String> = Vec::new();
-    let mut backends: Vec<String> = Vec::new();
+    let mut backends: Vec<&attn_results::BackendId> = Vec::new();
     for r in &s.rows {
         if !specs.contains(&r.spec) {
             specs.push(r.spec.clone());
         }
-        if !backends.contains(&r.backend) {
-            backends.push(r.backend.clone());
+        if !backends.contains(&&r.backend) {
+            backends.push(&r.backend);
         }
     }
     let series: Vec<(String, Vec<f64>)> = backends
         .iter()
         .map(|b| {
             (
-                b.clone(),
+                b.to_string(),
                 specs
                     .iter()
                     .map(|sp| {
                         s.rows
                             .iter()
                             .find(|r| {
-                                &r.backend == b && &r.spec == sp && r.status == BenchStatus::Ok
+                                &r.backend == *b && &r.spec == sp && r.status == BenchStatus::Ok
                             })
                             .map_or(f64::NAN, |r| r.median_ms)
                     })

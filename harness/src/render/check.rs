@@ -29,7 +29,7 @@ fn unsupported_lines(s: &CheckSummary) -> Vec<String> {
         .flat_map(|b| {
             b.unsupported
                 .iter()
-                .map(move |g| format!("{}: {} unsupported: {g}", b.backend, g.cases))
+                .map(move |g| format!("{}: {} unsupported: {g}", b.backend.name, g.cases))
         })
         .collect()
 }
@@ -50,7 +50,7 @@ fn aim_lines(s: &CheckSummary) -> Vec<String> {
         let declined = b.unsupported_cases();
         let mut line = format!(
             "aim: {} draws from {space}: {} of {} case(s) and trace(s) reached it",
-            b.backend,
+            b.backend.name,
             b.reached(),
             b.drawn()
         );
@@ -67,7 +67,7 @@ fn aim_lines(s: &CheckSummary) -> Vec<String> {
                 "warning: {} declined more than a tenth of what it was sent; declare what it \
                  cannot run in its space (capabilities) or aim with --only, so cases are drawn \
                  inside it",
-                b.backend
+                b.backend.name
             ));
         }
     }
@@ -84,7 +84,7 @@ fn trust_lines(s: &CheckSummary) -> Vec<String> {
         .collect();
     for b in &s.backends {
         if let Some(why) = &b.gave_up {
-            out.push(format!("{}: {why}", b.backend));
+            out.push(format!("{}: {why}", b.backend.name));
         }
     }
     if let Some(why) = &s.stopped {
@@ -105,7 +105,7 @@ fn backend_rows(s: &CheckSummary) -> Vec<Vec<String>> {
             let ran = t.sent > 0;
             let dash = || "-".to_string();
             vec![
-                b.backend.clone(),
+                b.backend.name.clone(),
                 b.property.sent.to_string(),
                 b.upstream.sent.to_string(),
                 b.traces.sent.to_string(),
@@ -177,7 +177,7 @@ fn upstream_line(s: &CheckSummary) -> Option<String> {
             let rows: Vec<_> = s
                 .upstream
                 .iter()
-                .filter(|u| u.backend == b.backend)
+                .filter(|u| u.backend == b.backend.name)
                 .collect();
             let count =
                 |f: &dyn Fn(&UpstreamStatus) -> bool| rows.iter().filter(|u| f(&u.status)).count();
@@ -194,7 +194,7 @@ fn upstream_line(s: &CheckSummary) -> Option<String> {
             if outside > 0 {
                 parts.push(format!("{outside} outside its space"));
             }
-            format!("{} {}", b.backend, parts.join(", "))
+            format!("{} {}", b.backend.name, parts.join(", "))
         })
         .collect();
     Some(format!(
@@ -223,12 +223,12 @@ fn headline(s: &CheckSummary) -> String {
 }
 
 fn backend_names(s: &CheckSummary) -> Vec<String> {
-    s.backends.iter().map(|b| b.backend.clone()).collect()
+    s.backends.iter().map(|b| b.backend.name.clone()).collect()
 }
 
 fn coverage_header(s: &CheckSummary) -> Vec<&str> {
     let mut h = vec!["dimension", "bucket"];
-    h.extend(s.backends.iter().map(|b| b.backend.as_str()));
+    h.extend(s.backends.iter().map(|b| b.backend.name.as_str()));
     h
 }
 
@@ -262,7 +262,7 @@ fn coverage_text(s: &CheckSummary, detail: Detail) -> String {
 
 fn pairs_header(s: &CheckSummary) -> Vec<&str> {
     let mut h = vec!["pair"];
-    h.extend(s.backends.iter().map(|b| b.backend.as_str()));
+    h.extend(s.backends.iter().map(|b| b.backend.name.as_str()));
     h
 }
 
@@ -321,16 +321,16 @@ pub fn traces_line(s: &CheckSummary) -> Option<String> {
             if t.failed > 0 {
                 format!(
                     "{} {} diverged (first: trace {})",
-                    b.backend,
+                    b.backend.name,
                     t.failed,
                     b.first_failing_trace.unwrap_or(0)
                 )
             } else if t.declined == t.sent && t.declined > 0 {
-                format!("{} declined all {}", b.backend, t.sent)
+                format!("{} declined all {}", b.backend.name, t.sent)
             } else {
                 format!(
                     "{} {} passed ({} steps)",
-                    b.backend, t.passed, b.trace_steps
+                    b.backend.name, t.passed, b.trace_steps
                 )
             }
         })

@@ -31,7 +31,7 @@ fn escape(s: &str) -> String {
 fn test_case(b: &BackendSummary, part: RunPart) -> (String, bool, bool) {
     let t = b.tally(part);
     let name = escape(part.label());
-    let class = escape(&b.backend);
+    let class = escape(&b.backend.name);
     let mut out = format!("    <testcase classname=\"{class}\" name=\"{name}\" time=\"0\">\n");
     let (failed, skipped) = if t.failed > 0 {
         let texts: Vec<&str> = b
@@ -90,14 +90,14 @@ pub fn render(s: &CheckSummary, shortfalls: &[Shortfall]) -> String {
         }
         let own: Vec<&str> = shortfalls
             .iter()
-            .filter(|l| l.backend == b.backend)
+            .filter(|l| l.backend == b.backend.name)
             .map(|l| l.message.as_str())
             .collect();
         if !own.is_empty() {
             let _ = write!(
                 cases,
                 "    <testcase classname=\"{}\" name=\"enough cases reached it\" time=\"0\">\n      <failure message=\"{}\" type=\"not tested\"/>\n    </testcase>\n",
-                escape(&b.backend),
+                escape(&b.backend.name),
                 escape(&own.join("; "))
             );
             n += 1;
@@ -106,7 +106,7 @@ pub fn render(s: &CheckSummary, shortfalls: &[Shortfall]) -> String {
         let _ = write!(
             suites,
             "  <testsuite name=\"{}\" tests=\"{n}\" failures=\"{f}\" errors=\"0\" skipped=\"{k}\" time=\"{:.3}\">\n{cases}  </testsuite>\n",
-            escape(&b.backend),
+            escape(&b.backend.name),
             b.wall_seconds
         );
         tests += n;
