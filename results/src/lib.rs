@@ -10,9 +10,11 @@
 pub mod backend_id;
 pub mod bench;
 pub mod check;
+pub mod check_view;
 pub mod compare;
 pub mod coverage;
 pub mod list;
+pub mod markdown;
 pub mod mutants;
 pub mod outcome;
 pub mod pairs;

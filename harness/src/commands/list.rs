@@ -39,7 +39,7 @@ pub fn run(args: ListArgs) -> anyhow::Result<bool> {
     let text = match args.format {
         Format::Json => attn_results::to_json(&doc),
         Format::Text => render(&doc, |h, r| table::text_wrapped(h, r, TEXT_WIDTH)),
-        Format::Markdown => render(&doc, table::markdown),
+        Format::Markdown => render(&doc, |h, r| attn_results::markdown::table(h, r)),
     };
     println!("{text}");
     Ok(true)

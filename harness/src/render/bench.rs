@@ -77,7 +77,7 @@ pub fn render_markdown(s: &BenchSummary) -> String {
     format!(
         "{}\n\n{}",
         headline(s),
-        crate::render::table::markdown(&HEADER, &table_rows(s))
+        attn_results::markdown::table(&HEADER, &table_rows(s))
     )
 }
 

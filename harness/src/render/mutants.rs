@@ -61,7 +61,7 @@ pub fn render_text(s: &MutantsSummary) -> String {
 pub fn render_markdown(s: &MutantsSummary) -> String {
     format!(
         "{}\n{}\n",
-        crate::render::table::markdown(&HEADER, &rows(s)),
+        attn_results::markdown::table(&HEADER, &rows(s)),
         kill_rate(s)
     )
 }

@@ -1,6 +1,5 @@
-//! Plain tables for the summaries: aligned text for terminals, markdown for pull requests.
-
-use std::fmt::Write;
+//! Plain tables for terminals: aligned text, wrapped to a width (markdown tables are
+//! `attn_results::markdown::table`).
 
 /// Columns padded to their widest cell, a dashed rule under the header.
 pub fn text(header: &[&str], rows: &[Vec<String>]) -> String {
@@ -116,26 +115,6 @@ pub fn wrap(text: &str, width: usize) -> Vec<String> {
         lines.push(line.trim_end().to_string());
     }
     lines
-}
-
-/// A GitHub markdown table; `|` inside cells is escaped.
-pub fn markdown(header: &[&str], rows: &[Vec<String>]) -> String {
-    let mut out = format!(
-        "| {} |\n|{}\n",
-        header.join(" | "),
-        "---|".repeat(header.len())
-    );
-    for r in rows {
-        let _ = writeln!(
-            out,
-            "| {} |",
-            r.iter()
-                .map(|c| c.replace('|', "\\|"))
-                .collect::<Vec<_>>()
-                .join(" | ")
-        );
-    }
-    out
 }
 
 #[cfg(test)]
