@@ -36,9 +36,10 @@ impl Default for ShrinkBudget {
     }
 }
 
+/// The end of a shrink, of a property case's recipe or a trace's.
 #[derive(Clone, Debug)]
-pub struct Shrunk {
-    pub recipe: CaseRecipe,
+pub struct Shrunk<R = CaseRecipe> {
+    pub recipe: R,
     /// Ended on the budget or an interrupt rather than because nothing smaller failed.
     pub exhausted: bool,
     /// Shrink steps that still failed.
@@ -47,7 +48,7 @@ pub struct Shrunk {
     pub elapsed: Duration,
 }
 
-impl Shrunk {
+impl<R> Shrunk<R> {
     /// What a report says of this shrink.
     pub fn info(&self) -> attn_results::ShrinkInfo {
         attn_results::ShrinkInfo {
@@ -56,6 +57,74 @@ impl Shrunk {
             seconds: self.elapsed.as_secs_f64(),
             exhausted: self.exhausted,
         }
+    }
+}
+
+/// Where a greedy pass goes on after a candidate still failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AfterAccept {
+    /// Back to the most drastic candidate of the new recipe, never returning to a recipe
+    /// accepted before (lateral moves cannot cycle).
+    FromTheTop,
+    /// The same kind of candidate again on the new recipe, then on down the list; another
+    /// sweep while the last one made progress (cheaper when each try is a whole trace).
+    SameCandidate,
+}
+
+/// The one greedy shrinker: try `candidates` of the best recipe so far, most drastic first;
+/// `still_fails` says whether one still fails, giving the recipe to keep (which may be
+/// trimmed further, e.g. to the step it now diverges at). Ends when no candidate fails, or
+/// on the budget.
+pub fn greedy<R: Clone + PartialEq>(
+    start_from: R,
+    budget: ShrinkBudget,
+    after: AfterAccept,
+    candidates: &dyn Fn(&R) -> Vec<R>,
+    mut still_fails: impl FnMut(&R) -> Option<R>,
+) -> Shrunk<R> {
+    let start = Instant::now();
+    let mut best = start_from;
+    let (mut steps, mut accepted) = (0, 0);
+    let mut visited = vec![best.clone()];
+    let (mut i, mut progress) = (0, false);
+    let mut cs = candidates(&best);
+    let exhausted = loop {
+        if i >= cs.len() {
+            if after == AfterAccept::SameCandidate && progress {
+                (i, progress) = (0, false);
+                continue;
+            }
+            break false;
+        }
+        let c = &cs[i];
+        if after == AfterAccept::FromTheTop && visited.contains(c) {
+            i += 1;
+            continue;
+        }
+        if !budget.allows(steps, start) {
+            break true;
+        }
+        steps += 1;
+        match still_fails(c) {
+            Some(kept) => {
+                if after == AfterAccept::FromTheTop {
+                    visited.push(c.clone());
+                    i = 0;
+                }
+                best = kept;
+                cs = candidates(&best);
+                accepted += 1;
+                progress = true;
+            }
+            None => i += 1,
+        }
+    };
+    Shrunk {
+        recipe: best,
+        exhausted,
+        accepted,
+        steps,
+        elapsed: start.elapsed(),
     }
 }
 
@@ -216,39 +285,13 @@ pub fn refine(
     fit: &dyn Fn(CaseRecipe) -> CaseRecipe,
     mut fails: impl FnMut(&CaseRecipe) -> bool,
 ) -> Shrunk {
-    let start = Instant::now();
-    let mut best = recipe;
-    let mut steps = 0;
-    let mut accepted = 0;
-    let mut exhausted = false;
-    // Every recipe accepted so far: a lateral move back to one of them would cycle.
-    let mut visited = vec![best.clone()];
-    'outer: loop {
-        for c in candidates(&best, fit) {
-            if visited.contains(&c) {
-                continue;
-            }
-            if !budget.allows(steps, start) {
-                exhausted = true;
-                break 'outer;
-            }
-            steps += 1;
-            if fails(&c) {
-                visited.push(c.clone());
-                best = c;
-                accepted += 1;
-                continue 'outer;
-            }
-        }
-        break;
-    }
-    Shrunk {
-        recipe: best,
-        exhausted,
-        accepted,
-        steps,
-        elapsed: start.elapsed(),
-    }
+    greedy(
+        recipe,
+        budget,
+        AfterAccept::FromTheTop,
+        &|r| candidates(r, fit),
+        |c| fails(c).then(|| c.clone()),
+    )
 }
 
 /// proptest's shrinking of the tree (whose values are inside the space already), then
@@ -271,5 +314,72 @@ where
         accepted: first.accepted + second.accepted,
         steps: first.steps + second.steps,
         elapsed: first.elapsed + second.elapsed,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn halve_or_step(x: &u32) -> Vec<u32> {
+        [x / 2, x.saturating_sub(1)]
+            .into_iter()
+            .filter(|c| c != x)
+            .collect()
+    }
+
+    #[test]
+    fn both_orders_reach_the_smallest_failing_value() {
+        for after in [AfterAccept::FromTheTop, AfterAccept::SameCandidate] {
+            let s = greedy(100, ShrinkBudget::default(), after, &halve_or_step, |&x| {
+                (x >= 37).then_some(x)
+            });
+            assert_eq!((s.recipe, s.exhausted), (37, false), "{after:?}");
+            assert!(s.accepted >= 3 && s.steps > s.accepted, "{after:?} {s:?}");
+        }
+    }
+
+    #[test]
+    fn the_budget_ends_a_shrink_and_says_so() {
+        let budget = ShrinkBudget {
+            max_steps: 3,
+            ..ShrinkBudget::default()
+        };
+        let s = greedy(
+            1000,
+            budget,
+            AfterAccept::FromTheTop,
+            &halve_or_step,
+            |&x| Some(x),
+        );
+        assert_eq!((s.recipe, s.steps, s.exhausted), (125, 3, true));
+    }
+
+    #[test]
+    fn a_lateral_move_never_cycles_back() {
+        // Every candidate "still fails" and the only one is a lateral move: from the top, a
+        // recipe once accepted is not tried again, so the shrink ends.
+        let s = greedy(
+            4,
+            ShrinkBudget::default(),
+            AfterAccept::FromTheTop,
+            &|x: &u32| vec![x ^ 1],
+            |&x| Some(x),
+        );
+        assert_eq!((s.recipe, s.steps, s.exhausted), (5, 1, false));
+    }
+
+    #[test]
+    fn the_kept_recipe_is_what_the_judge_returns() {
+        // A trace is cut to the step it now diverges at: the judge's recipe is kept, not the
+        // candidate.
+        let s = greedy(
+            64,
+            ShrinkBudget::default(),
+            AfterAccept::SameCandidate,
+            &halve_or_step,
+            |&x| (x >= 10).then_some(x - x % 10),
+        );
+        assert_eq!(s.recipe, 10);
     }
 }

@@ -4,35 +4,14 @@
 //! of the diverging step's shape (heads, head size, block size, dtype, features).
 
 use crate::pipeline::trace::{evaluate_trace, fit_trace, JudgedTrace, TraceOutcome};
-use crate::shrink::ShrinkBudget;
+use crate::shrink::{greedy, AfterAccept, ShrinkBudget, Shrunk};
 use attn_backends::Backend;
 use attn_reference::trace::{generate, TraceRecipe};
 use attn_reference::{DType, Feature, Space};
 use attn_results::DivergenceKind;
-use std::time::{Duration, Instant};
 
-pub struct ShrunkTrace {
-    pub recipe: TraceRecipe,
-    /// Ended on the budget or an interrupt rather than because nothing smaller failed.
-    pub exhausted: bool,
-    /// Candidates that still diverged.
-    pub accepted: usize,
-    /// Candidates tried.
-    pub steps: usize,
-    pub elapsed: Duration,
-}
-
-impl ShrunkTrace {
-    /// What a report says of this shrink.
-    pub fn info(&self) -> attn_results::ShrinkInfo {
-        attn_results::ShrinkInfo {
-            steps: self.steps,
-            accepted: self.accepted,
-            seconds: self.elapsed.as_secs_f64(),
-            exhausted: self.exhausted,
-        }
-    }
-}
+/// A shrunk trace: the same record as a shrunk case's.
+pub type ShrunkTrace = Shrunk<TraceRecipe>;
 
 /// The step where `recipe`'s trace diverges on `backend` with `kind`, if it does.
 pub fn diverges(
@@ -50,7 +29,9 @@ pub fn diverges(
     }
 }
 
-/// Shrink `recipe` (which diverges at `step` with `kind`) while it keeps diverging.
+/// Shrink `recipe` (which diverges at `step` with `kind`) while it keeps diverging. After an
+/// accepted candidate the same kind is tried again on the smaller trace before moving on
+/// (each try runs a whole trace, so the list is not restarted).
 pub fn shrink_trace(
     backend: &dyn Backend,
     recipe: TraceRecipe,
@@ -58,42 +39,22 @@ pub fn shrink_trace(
     budget: ShrinkBudget,
     space: &Space,
 ) -> ShrunkTrace {
-    let start = Instant::now();
-    let mut best = recipe;
-    best.max_steps = best.max_steps.min(step + 1);
-    let (mut accepted, mut steps) = (0, 0);
-    // Walk the candidate kinds in order; after an accepted one, try the same kind again on
-    // the smaller trace before moving on, and sweep again while a sweep made progress.
-    let (mut i, mut progress) = (0, false);
-    let mut exhausted = true;
-    while budget.allows(steps, start) {
-        let cs = candidates(&best, space);
-        if i >= cs.len() {
-            if !progress {
-                exhausted = false;
-                break;
-            }
-            (i, progress) = (0, false);
-            continue;
-        }
-        steps += 1;
-        match diverges(backend, &cs[i], kind) {
-            Some(at) => {
-                best = cs[i].clone();
-                best.max_steps = best.max_steps.min(at + 1);
-                accepted += 1;
-                progress = true;
-            }
-            None => i += 1,
-        }
-    }
-    ShrunkTrace {
-        recipe: best,
-        exhausted,
-        accepted,
-        steps,
-        elapsed: start.elapsed(),
-    }
+    let mut start = recipe;
+    start.max_steps = start.max_steps.min(step + 1);
+    greedy(
+        start,
+        budget,
+        AfterAccept::SameCandidate,
+        &|r| candidates(r, space),
+        |c| {
+            diverges(backend, c, kind).map(|at| {
+                // Stop right after the step it now diverges at.
+                let mut kept = c.clone();
+                kept.max_steps = kept.max_steps.min(at + 1);
+                kept
+            })
+        },
+    )
 }
 
 /// Simpler neighbours of `r`, most drastic first, each moved inside `space`.
