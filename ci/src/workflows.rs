@@ -390,32 +390,99 @@ mod tests {
             .collect()
     }
 
-    /// A step as it runs: a local composite action's steps stand in for the step using it.
+    /// `${{ inputs.NAME }}` in every string of `y`, replaced by its value in `inputs`.
+    fn substitute(y: &Yaml, inputs: &[(String, String)]) -> Yaml {
+        match y {
+            Yaml::Str(s) => {
+                let mut s = s.clone();
+                for (name, value) in inputs {
+                    s = s.replace(&format!("${{{{ inputs.{name} }}}}"), value);
+                }
+                Yaml::Str(s)
+            }
+            Yaml::Seq(items) => Yaml::Seq(items.iter().map(|i| substitute(i, inputs)).collect()),
+            Yaml::Map(m) => Yaml::Map(
+                m.iter()
+                    .map(|(k, v)| (k.clone(), substitute(v, inputs)))
+                    .collect(),
+            ),
+        }
+    }
+
+    /// A step as it runs: a local composite action's steps stand in for the step using it,
+    /// with its inputs (the step's `with`, else the action's defaults) filled in.
     fn expand(step: &Yaml) -> Vec<Yaml> {
         match step.get("uses").and_then(Yaml::str) {
             Some(local) if local.starts_with("./") => {
                 let action = read(&format!("{}/action.yml", &local[2..]));
+                let inputs: Vec<(String, String)> = action
+                    .yaml
+                    .get("inputs")
+                    .map(Yaml::entries)
+                    .unwrap_or_default()
+                    .iter()
+                    .map(|(name, spec)| {
+                        let given = with(step, name)
+                            .or_else(|| spec.get("default").and_then(Yaml::str))
+                            .unwrap_or_default();
+                        (name.clone(), given.to_string())
+                    })
+                    .collect();
                 let steps = action
                     .yaml
                     .get("runs")
                     .and_then(|r| r.get("steps"))
                     .unwrap_or_else(|| panic!("{local}: no steps"));
-                steps.items().iter().flat_map(expand).collect()
+                steps
+                    .items()
+                    .iter()
+                    .flat_map(expand)
+                    .map(|s| substitute(&s, &inputs))
+                    .collect()
             }
             _ => vec![step.clone()],
         }
     }
 
-    /// Every job of every workflow: (file, job id, its steps with local actions expanded).
-    fn jobs() -> Vec<(String, String, Vec<Yaml>)> {
+    /// The events a workflow runs on: the keys of its `on:` (or its one event, or its list).
+    fn triggers(f: &File) -> Vec<String> {
+        match f.yaml.get("on") {
+            Some(Yaml::Str(s)) => vec![s.clone()],
+            Some(Yaml::Seq(items)) => items
+                .iter()
+                .filter_map(Yaml::str)
+                .map(String::from)
+                .collect(),
+            Some(Yaml::Map(m)) => m.iter().map(|(k, _)| k.clone()).collect(),
+            None => panic!("{}: no `on:`", f.path),
+        }
+    }
+
+    struct Job {
+        file: String,
+        id: String,
+        /// The workflow's events (a reusable workflow's are `workflow_call`: its callers').
+        triggers: Vec<String>,
+        /// Its steps, local actions expanded.
+        steps: Vec<Yaml>,
+    }
+
+    /// Every job of every workflow.
+    fn jobs() -> Vec<Job> {
         let mut out = Vec::new();
         for f in workflows() {
+            let triggers = triggers(&f);
             for (id, job) in f.yaml.get("jobs").unwrap().entries() {
                 let steps = job
                     .get("steps")
                     .map(|s| s.items().iter().flat_map(expand).collect())
                     .unwrap_or_default();
-                out.push((f.path.clone(), id.clone(), steps));
+                out.push(Job {
+                    file: f.path.clone(),
+                    id: id.clone(),
+                    triggers: triggers.clone(),
+                    steps,
+                });
             }
         }
         out
@@ -437,10 +504,34 @@ mod tests {
             .and_then(Yaml::str)
     }
 
+    /// An action's name without its revision.
+    fn action_name(step: &Yaml) -> &str {
+        uses(step).split('@').next().unwrap_or("")
+    }
+
+    /// A step's `if:`, without `${{ }}` around it.
+    fn condition(step: &Yaml) -> String {
+        let c = step.get("if").and_then(Yaml::str).unwrap_or("").trim();
+        c.strip_prefix("${{")
+            .and_then(|c| c.strip_suffix("}}"))
+            .unwrap_or(c)
+            .trim()
+            .to_string()
+    }
+
+    /// Whether a condition holds only in runs for `event`: `github.event_name == 'EVENT'`,
+    /// alone or and-ed with more, and no `||` anywhere that could widen it.
+    fn only_on(condition: &str, event: &str) -> bool {
+        let want = format!("github.event_name == '{event}'");
+        !condition.contains("||") && condition.split("&&").any(|c| c.trim() == want)
+    }
+
     #[derive(Debug)]
     struct CacheUse {
         file: String,
         job: String,
+        triggers: Vec<String>,
+        condition: String,
         saves: bool,
         restores: bool,
         key: String,
@@ -448,23 +539,22 @@ mod tests {
         paths: Vec<String>,
     }
 
+    /// Every step of `actions/cache` (save, restore, or both), local actions expanded.
     fn caches() -> Vec<CacheUse> {
         let mut out = Vec::new();
-        for (file, job, steps) in jobs() {
-            for step in &steps {
-                let action = uses(step);
-                let Some(kind) = action
-                    .split('@')
-                    .next()
-                    .filter(|a| a.starts_with("actions/cache"))
-                else {
+        for job in jobs() {
+            for step in &job.steps {
+                let action = action_name(step);
+                if !action.starts_with("actions/cache") {
                     continue;
-                };
+                }
                 out.push(CacheUse {
-                    file: file.clone(),
-                    job: job.clone(),
-                    saves: kind != "actions/cache/restore",
-                    restores: kind != "actions/cache/save",
+                    file: job.file.clone(),
+                    job: job.id.clone(),
+                    triggers: job.triggers.clone(),
+                    condition: condition(step),
+                    saves: action != "actions/cache/restore",
+                    restores: action != "actions/cache/save",
                     key: with(step, "key").unwrap_or_default().to_string(),
                     restore_keys: with(step, "restore-keys").map(str::to_string),
                     paths: with(step, "path")
@@ -477,12 +567,6 @@ mod tests {
             }
         }
         out
-    }
-
-    /// The part of a key before its first expression: what an entry must start with to be
-    /// that key.
-    fn static_prefix(key: &str) -> &str {
-        key.split("${{").next().unwrap_or(key)
     }
 
     #[test]
@@ -523,54 +607,172 @@ mod tests {
     }
 
     #[test]
-    fn untrusted_jobs_save_no_cache_and_trusted_restores_are_exact() {
-        let all = caches();
-        assert!(all.iter().any(|c| untrusted(&c.file, &c.job)), "{all:?}");
-        // Jobs running pull-request code save nothing (no actions/cache, no cache/save), so no
-        // key they write by our own steps can be one a trusted job restores.
-        let untrusted_saves: Vec<&CacheUse> = all
-            .iter()
-            .filter(|c| untrusted(&c.file, &c.job) && c.saves)
-            .collect();
-        assert!(untrusted_saves.is_empty(), "{untrusted_saves:#?}");
-        // And the key spaces are disjoint by construction: no untrusted save's key could
-        // name an entry a trusted job restores.
-        for t in all
-            .iter()
-            .filter(|c| !untrusted(&c.file, &c.job) && c.restores)
-        {
-            for u in &untrusted_saves {
-                let (a, b) = (static_prefix(&t.key), static_prefix(&u.key));
-                assert!(!a.starts_with(b) && !b.starts_with(a), "{t:?} / {u:?}");
+    fn the_parser_reads_conditions_and_triggers() {
+        assert!(only_on(
+            "github.event_name == 'pull_request'",
+            "pull_request"
+        ));
+        assert!(only_on(
+            "github.event_name == 'push' && matrix.partition == 1",
+            "push"
+        ));
+        for widened in [
+            "",
+            "always()",
+            "github.event_name != 'pull_request'",
+            "github.event_name == 'pull_request' || always()",
+            "github.event_name == 'pull_request_target'",
+            "!(github.event_name == 'pull_request')",
+            "github.event_name == 'push'",
+        ] {
+            assert!(!only_on(widened, "pull_request"), "{widened}");
+        }
+        let step = parse("if: ${{ github.event_name == 'push' }}\nuses: a/b@c\n").unwrap();
+        assert_eq!(condition(&step), "github.event_name == 'push'");
+        assert_eq!(action_name(&step), "a/b");
+        let ci = read(".github/workflows/ci.yml");
+        assert_eq!(triggers(&ci), ["push", "pull_request"]);
+        // The set-up action's inputs are filled in where a job uses it.
+        let clippy = jobs()
+            .into_iter()
+            .find(|j| j.file.ends_with("/ci.yml") && j.id == "clippy")
+            .unwrap();
+        let keys: Vec<&str> = clippy.steps.iter().filter_map(|s| with(s, "key")).collect();
+        assert!(
+            keys.iter()
+                .any(|k| k.contains("-clippy-") && !k.contains("inputs.")),
+            "{keys:?}"
+        );
+    }
+
+    #[test]
+    fn no_step_both_restores_and_saves_a_cache() {
+        // `actions/cache` restores at the start of a job and saves at its end, in every run it
+        // is in: a trusted run would restore. Restores and saves are separate steps, each with
+        // its own condition. No other action keeps a cache of its own (setup-python's
+        // `cache:`, a rust-cache action): all of them are `actions/cache/{restore,save}`.
+        let mut steps = 0;
+        for job in jobs() {
+            for s in &job.steps {
+                let name = action_name(s);
+                assert_ne!(name, "actions/cache", "{} {}: {s:?}", job.file, job.id);
+                if name.contains("cache") {
+                    assert!(
+                        matches!(name, "actions/cache/restore" | "actions/cache/save"),
+                        "{} {}: {s:?}",
+                        job.file,
+                        job.id
+                    );
+                    steps += 1;
+                }
+                let inputs = s.get("with").map(Yaml::entries).unwrap_or_default();
+                assert!(
+                    name.starts_with("actions/cache/")
+                        || inputs.iter().all(|(k, _)| !k.contains("cache")),
+                    "{} {}: {s:?}",
+                    job.file,
+                    job.id
+                );
             }
         }
-        // Every restore is by its exact key: no `restore-keys` prefix that would take the
-        // newest entry anyone wrote under it.
-        for c in all.iter().filter(|c| c.restores) {
-            assert!(c.restore_keys.is_none(), "{c:?}");
-            assert!(!c.key.is_empty(), "{c:?}");
+        assert!(steps > 0);
+    }
+
+    #[test]
+    fn caches_are_restored_only_in_pull_request_runs() {
+        // Pull-request code run by the bot (an `issue_comment` run, in the default branch's
+        // cache scope) can write any key there with the run's cache token. So a trusted run
+        // (a push, the nightly run, the bot's plan and posting jobs) restores nothing, and
+        // neither do the bot's shards (another pull request's entry would write its result):
+        // only a pull request's own CI restores, whose result is that pull request's anyway.
+        let all = caches();
+        let restores: Vec<&CacheUse> = all.iter().filter(|c| c.restores).collect();
+        assert!(!restores.is_empty(), "{all:#?}");
+        for c in restores {
+            assert!(only_on(&c.condition, "pull_request"), "{c:#?}");
+            // In a reusable workflow the event is its caller's: none restores at all.
+            assert!(
+                c.triggers.iter().any(|t| t == "pull_request")
+                    && !c.triggers.iter().any(|t| t == "workflow_call"),
+                "{c:#?}"
+            );
+            // By its exact key: no `restore-keys` prefix taking the newest entry anyone wrote.
+            assert!(c.restore_keys.is_none() && !c.key.is_empty(), "{c:#?}");
         }
         // Only the cargo cache and the libtorch wheels: never a tool binary (a cached
         // cargo-deny) or the assembled libtorch (all of ~/.cache/attn-diff).
         for c in &all {
-            assert!(!c.paths.is_empty(), "{c:?}");
+            assert!(!c.paths.is_empty(), "{c:#?}");
             for p in &c.paths {
-                assert!(CACHE_PATHS.contains(&p.as_str()), "{p} in {c:?}");
+                assert!(CACHE_PATHS.contains(&p.as_str()), "{p} in {c:#?}");
             }
         }
     }
 
     #[test]
+    fn caches_are_saved_only_by_pushes_for_pull_requests_to_restore() {
+        // Entries our steps write come from push runs only (trusted code, built with nothing
+        // restored); no job that runs pull-request code for the bot saves anything. What a
+        // push saves, the same job restores in a pull request's run (same key, same paths):
+        // no key is saved for a run to pick up by name, such as a build keyed by run id.
+        let all = caches();
+        let saves: Vec<&CacheUse> = all.iter().filter(|c| c.saves).collect();
+        assert!(!saves.is_empty(), "{all:#?}");
+        for c in saves {
+            assert!(!untrusted(&c.file, &c.job), "{c:#?}");
+            assert!(only_on(&c.condition, "push"), "{c:#?}");
+            assert!(c.triggers.iter().any(|t| t == "push"), "{c:#?}");
+            assert!(
+                all.iter().any(|r| r.restores
+                    && r.file == c.file
+                    && r.job == c.job
+                    && r.key == c.key
+                    && r.paths == c.paths),
+                "restored by no pull request's run: {c:#?}"
+            );
+        }
+        for c in all.iter().filter(|c| untrusted(&c.file, &c.job)) {
+            assert!(!c.saves, "{c:#?}");
+        }
+    }
+
+    #[test]
     fn the_privileged_jobs_restore_no_cache() {
-        for (file, job, steps) in jobs() {
-            let privileged =
-                file.ends_with("/bot-post.yml") || (file.ends_with("/bot.yml") && job == "plan");
-            if privileged {
-                for s in &steps {
-                    assert!(!uses(s).starts_with("actions/cache"), "{file} {job}: {s:?}");
+        let mut privileged = 0;
+        for job in jobs() {
+            let (file, id) = (&job.file, job.id.as_str());
+            if file.ends_with("/bot-post.yml") || (file.ends_with("/bot.yml") && id == "plan") {
+                privileged += 1;
+                for s in &job.steps {
+                    assert!(!uses(s).starts_with("actions/cache"), "{file} {id}: {s:?}");
                 }
             }
         }
+        assert_eq!(privileged, 2);
+    }
+
+    #[test]
+    fn no_run_script_interpolates_an_expression() {
+        // `${{ }}` in a `run:` script is pasted into the script before the shell reads it: a
+        // value with a quote or `$(...)` in it (a branch name, a comment, an output of
+        // pull-request code) would run as code. Values reach scripts through `env:`.
+        let mut scripts = 0;
+        for job in jobs() {
+            for s in &job.steps {
+                assert_ne!(
+                    action_name(s),
+                    "actions/github-script",
+                    "{} {}",
+                    job.file,
+                    job.id
+                );
+                if let Some(run) = s.get("run").and_then(Yaml::str) {
+                    scripts += 1;
+                    assert!(!run.contains("${{"), "{} {}: {run}", job.file, job.id);
+                }
+            }
+        }
+        assert!(scripts >= 20, "{scripts}");
     }
 
     #[test]
