@@ -323,6 +323,25 @@ mod topics {
         topic(b, Some(Feature::Mla), recipes);
     }
 
+    /// Padded requests (vLLM pads a batch's request count for CUDA graphs): one to three
+    /// requests of no query and no keys after the real ones, in decode, prefill and a mix.
+    pub fn padded_requests(b: &dyn Backend) {
+        let recipes = [
+            (vec![(6, 1), (9, 1)], 1),
+            (vec![(0, 7), (9, 3)], 2),
+            (vec![(6, 1), (0, 7), (9, 3)], 3),
+        ]
+        .into_iter()
+        .map(|(seqs, padded)| {
+            with(move |r| {
+                r.seqs = seqs;
+                r.padded_requests = padded;
+            })
+        })
+        .collect();
+        topic(b, Some(Feature::PaddedRequests), recipes);
+    }
+
     pub fn large_logits(b: &dyn Backend) {
         let recipe = with(|r| r.values = Values::Normal { seed: 9, std: 6.0 });
         topic(b, None, vec![recipe]);
@@ -347,27 +366,42 @@ mod topics {
     }
 }
 
+/// Every topic, listed once: `every_topic!(m)` calls macro `m` with their names, for the
+/// table the settings sweeps walk and for each backend's tests.
+macro_rules! every_topic {
+    ($m:ident) => {
+        $m!(
+            gqa_ratios,
+            every_dtype,
+            encoder_only,
+            padding_and_stale_blocks,
+            table_orders,
+            block_sizes,
+            shared_prefix_blocks,
+            sliding_windows,
+            soft_cap,
+            alibi,
+            sinks,
+            fp8_kv_cache,
+            cross_attention,
+            mla,
+            padded_requests,
+            large_logits,
+            upstream_small_specs
+        );
+    };
+}
+
 /// A topic: every case of it run on one backend.
 type Topic = fn(&dyn Backend);
 
-/// Every topic, for the settings sweeps below.
-const ALL_TOPICS: &[(&str, Topic)] = &[
-    ("gqa_ratios", topics::gqa_ratios),
-    ("every_dtype", topics::every_dtype),
-    ("encoder_only", topics::encoder_only),
-    ("padding_and_stale_blocks", topics::padding_and_stale_blocks),
-    ("table_orders", topics::table_orders),
-    ("block_sizes", topics::block_sizes),
-    ("shared_prefix_blocks", topics::shared_prefix_blocks),
-    ("sliding_windows", topics::sliding_windows),
-    ("soft_cap", topics::soft_cap),
-    ("alibi", topics::alibi),
-    ("sinks", topics::sinks),
-    ("fp8_kv_cache", topics::fp8_kv_cache),
-    ("cross_attention", topics::cross_attention),
-    ("large_logits", topics::large_logits),
-    ("upstream_small_specs", topics::upstream_small_specs),
-];
+macro_rules! topic_table {
+    ($($topic:ident),*) => {
+        /// Every topic, for the settings sweeps below.
+        const ALL_TOPICS: &[(&str, Topic)] = &[$((stringify!($topic), topics::$topic)),*];
+    };
+}
+every_topic!(topic_table);
 
 /// Every topic on every setting of `cpu`: each SIMD level this machine has, split-KV always
 /// (narrow tiles, far prefetch) and never (wide tiles, pair-dot scores), on 2 threads, and
@@ -445,13 +479,14 @@ macro_rules! conformance {
             fn backend() -> Arc<dyn Backend> {
                 $backend
             }
-            conformance!(@topics gqa_ratios, every_dtype, encoder_only, padding_and_stale_blocks,
-                table_orders, block_sizes, shared_prefix_blocks, sliding_windows, soft_cap,
-                alibi, sinks, fp8_kv_cache, cross_attention, mla, large_logits,
-                upstream_small_specs);
+            every_topic!(topic_tests);
         }
     };
-    (@topics $($topic:ident),*) => {
+}
+
+/// One test per topic, on the `backend()` of the module it expands in.
+macro_rules! topic_tests {
+    ($($topic:ident),*) => {
         $(
             #[test]
             fn $topic() {
