@@ -78,6 +78,18 @@ impl Case {
 
     /// Bytes of K and V one attention call must read: every key position of every
     /// sequence, once per kv head, at the cache's element size.
+    /// The bytes its inputs hold in memory (queries, new and cached K/V, as f32).
+    pub fn held_bytes(&self) -> usize {
+        let t = &self.tensors;
+        let context: usize = t
+            .context_key
+            .iter()
+            .chain(&t.context_value)
+            .map(Vec::len)
+            .sum();
+        4 * (t.query.len() + t.key.len() + t.value.len() + context)
+    }
+
     pub fn kv_bytes(&self) -> usize {
         let c = &self.config;
         let keys: usize = self.batch.seq_lens.iter().sum();

@@ -16,6 +16,15 @@
 use crate::{AttentionKind, Case};
 use rayon::prelude::*;
 
+/// Run the oracle on `n` threads from now on (each output row is summed on one thread, so the
+/// result does not depend on `n`). Takes effect only before the oracle's first use; later calls
+/// change nothing.
+pub fn use_threads(n: usize) {
+    let _ = rayon::ThreadPoolBuilder::new()
+        .num_threads(n.max(1))
+        .build_global();
+}
+
 /// The visible key range `lo..=hi` of the query at position `p` in a sequence of `seq_len`.
 pub fn visible_keys(
     kind: AttentionKind,

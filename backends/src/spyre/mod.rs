@@ -279,6 +279,7 @@ impl Backend for Spyre {
         cache: &mut KvCache,
         kv: &KvWrite<'_>,
     ) -> Result<(), BackendError> {
+        init_threads();
         let cache = cache_as_mut::<SpyreCache>(&self.name, cache)?;
         step::check_write(config, kv, cache.num_slots(config)).map_err(|m| self.invalid(m))?;
         cache

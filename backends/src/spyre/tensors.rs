@@ -2,6 +2,7 @@
 //! tensors and back, and the one-time thread setting.
 
 use attn_reference::DType;
+use std::cell::Cell;
 use std::sync::Once;
 use tch::{Device, Kind, TchError, Tensor};
 
@@ -16,6 +17,17 @@ const TORCH_THREADS: i32 = 2;
 pub(crate) fn init_threads() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| tch::set_num_threads(TORCH_THREADS));
+    // In a check each call keeps to its caller (`crate::threads`). libtorch's OpenMP thread
+    // count belongs to the calling thread, so every thread that calls in sets its own.
+    if crate::threads::caller_only() {
+        thread_local!(static ALONE: Cell<bool> = const { Cell::new(false) });
+        ALONE.with(|alone| {
+            if !alone.get() {
+                tch::set_num_threads(1);
+                alone.set(true);
+            }
+        });
+    }
 }
 
 /// Use `n` intra-op threads from now on (a benchmark's `--threads`).

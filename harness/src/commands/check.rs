@@ -26,12 +26,18 @@ pub fn default_jobs() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
+/// `--jobs N` uses N cores: N workers, each backend call on its caller alone, and an oracle
+/// pool N threads wide.
+pub fn use_cores(jobs: usize) {
+    attn_backends::threads::set_caller_only(true);
+    attn_reference::oracle::use_threads(jobs);
+}
+
 pub fn run(mut args: CheckArgs, global: GlobalArgs) -> anyhow::Result<bool> {
     check_writable(&args.out)?;
     let jobs = args.jobs.map_or_else(default_jobs, |n| n as usize);
     args.external.processes = jobs;
-    // Kernels called from several workers at once would fight their siblings for the cores.
-    attn_backends::threads::set_caller_only(jobs > 1);
+    use_cores(jobs);
     crate::interrupt::install();
     let mut up = if args.upstream {
         upstream::full_suite()

@@ -19,8 +19,7 @@ pub fn run(args: MutantsArgs, global: GlobalArgs) -> anyhow::Result<bool> {
     let jobs = args
         .jobs
         .map_or_else(super::check::default_jobs, |n| n as usize);
-    // Mutants checked side by side: each kernel call keeps to its own thread.
-    attn_backends::threads::set_caller_only(jobs > 1);
+    super::check::use_cores(jobs);
     let progress = Progress::new(global.quiet, total as u64, "mutants");
     let run = run_mutants(
         args.cases.unwrap_or_else(CheckOptions::default_cases),

@@ -2,7 +2,9 @@
 //! built and judged by the oracle once, run through each backend sent it, and recorded.
 //!
 //! With `jobs` > 1, worker threads build and run subjects ahead of the recorder (the calling
-//! thread), which takes their results strictly in subject order: the tallies, the give-up and
+//! thread); the members of one subject may run on different workers, so a large one does not
+//! hold the run to one core. How far workers run ahead is bounded by a count and by the bytes
+//! waiting subjects hold. The recorder takes results strictly in subject order: the tallies, the give-up and
 //! stop decisions, the failures and their shrinking happen exactly as in a run with one job,
 //! so the summary does not depend on `jobs`. A backend's result on a subject the recorder
 //! reaches after giving up on that backend, or after the run stopped, is dropped unrecorded.
@@ -10,7 +12,7 @@
 use crate::pipeline::control::RunControl;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{mpsc, Condvar, Mutex};
+use std::sync::{mpsc, Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 /// One subject of the loop: which of its kind, and the backends it is sent to.
@@ -44,14 +46,22 @@ pub struct Ran<P, V> {
 
 /// What the loop asks of a kind of subject.
 pub trait Subjects: Sync {
-    type Prepared: Send;
+    /// Shared by the workers that run its members.
+    type Prepared: Send + Sync;
     type Verdict: Send;
     /// Build the subject of `item` for each cohort among its members and compute what the
     /// oracle expects (on a worker).
     fn prepare(&self, item: &Item) -> Self::Prepared;
     /// Run `member` on the subject and judge it (on a worker).
     fn evaluate(&self, p: &Self::Prepared, member: Member) -> Self::Verdict;
+    /// Roughly the bytes a prepared subject holds, which bounds how far workers run ahead.
+    fn held_bytes(&self, p: &Self::Prepared) -> usize;
 }
+
+/// How many bytes of prepared subjects may wait for the recorder: workers open no further
+/// subject past it (the recorder's next one always opens). A large subject takes seconds to
+/// build on one core; meanwhile the other workers run ahead on small ones.
+const AHEAD_BYTES: usize = 1 << 30;
 
 /// Records one subject, in order, with the run's control (it may note outcomes there).
 pub type Record<'r, S> = dyn FnMut(&Item, Ran<<S as Subjects>::Prepared, <S as Subjects>::Verdict>, &mut RunControl)
@@ -85,34 +95,90 @@ pub fn drive<S: Subjects>(
         .collect();
     let stop = AtomicBool::new(false);
     let next = AtomicUsize::new(0);
-    // Items recorded so far: workers run at most `ahead` items past it, which bounds the
-    // memory of subjects waiting for the recorder.
+    // Subjects built and judged whose members are still being run: a worker with nothing
+    // else to do takes a member of the oldest, so one large subject does not keep the others
+    // waiting on a single core.
+    let open: OpenList<S::Prepared, S::Verdict> = Mutex::new(Vec::new());
+    // Items recorded so far: workers open at most `ahead` items past it, and none while the
+    // subjects waiting for the recorder hold more than `AHEAD_BYTES`.
     let recorded = (Mutex::new(0usize), Condvar::new());
-    let ahead = 2 * jobs;
+    let ahead = 32 * jobs;
+    let held: Vec<AtomicUsize> = items.iter().map(|_| AtomicUsize::new(0)).collect();
+    let held_total = AtomicUsize::new(0);
     let (tx, rx) = mpsc::channel::<(usize, Ran<S::Prepared, S::Verdict>)>();
     std::thread::scope(|scope| {
         for _ in 0..jobs {
             let tx = tx.clone();
-            let (gave_up, stop, next, recorded) = (&gave_up, &stop, &next, &recorded);
+            let (gave_up, stop, next, recorded, open) = (&gave_up, &stop, &next, &recorded, &open);
+            let (held, held_total) = (&held, &held_total);
             scope.spawn(move || loop {
+                if stop.load(Ordering::Relaxed) || crate::interrupt::interrupted() {
+                    break;
+                }
+                let skip = |m: usize| gave_up[m].load(Ordering::Relaxed);
+                if let Some((subject, i)) = claim_member(open) {
+                    let member = items[subject.index].members[i];
+                    let verdict = (!skip(member.backend)).then(|| {
+                        let t0 = Instant::now();
+                        (subjects.evaluate(&subject.prepared, member), t0.elapsed())
+                    });
+                    lock(&subject.verdicts)[i] = verdict;
+                    if subject.left.fetch_sub(1, Ordering::AcqRel) == 1 {
+                        let ran = close(open, subject);
+                        if tx.send(ran).is_err() {
+                            break;
+                        }
+                    }
+                    continue;
+                }
                 let k = next.fetch_add(1, Ordering::Relaxed);
                 if k >= items.len() {
                     break;
                 }
                 {
                     let (done, wake) = recorded;
-                    let mut done = done.lock().unwrap_or_else(|p| p.into_inner());
-                    while k >= *done + ahead && !stop.load(Ordering::Relaxed) {
+                    let mut done = lock(done);
+                    let full = |done: usize| {
+                        k >= done + ahead
+                            || (k > done && held_total.load(Ordering::Acquire) > AHEAD_BYTES)
+                    };
+                    while full(*done) && !stop.load(Ordering::Relaxed) {
                         done = wake.wait(done).unwrap_or_else(|p| p.into_inner());
                     }
                 }
                 if stop.load(Ordering::Relaxed) || crate::interrupt::interrupted() {
                     break;
                 }
-                let skip = |m: usize| gave_up[m].load(Ordering::Relaxed);
-                if tx.send((k, run_item(subjects, &items[k], &skip))).is_err() {
-                    break;
+                let item = &items[k];
+                let members = item.members.len();
+                if item.members.iter().all(|m| skip(m.backend)) {
+                    if tx.send((k, run_item(subjects, item, &skip))).is_err() {
+                        break;
+                    }
+                    continue;
                 }
+                let t0 = Instant::now();
+                let prepared = subjects.prepare(&Item {
+                    index: item.index,
+                    members: item
+                        .members
+                        .iter()
+                        .copied()
+                        .filter(|m| !skip(m.backend))
+                        .collect(),
+                });
+                let bytes = subjects.held_bytes(&prepared);
+                held[k].store(bytes, Ordering::Release);
+                held_total.fetch_add(bytes, Ordering::AcqRel);
+                let subject = Arc::new(Open {
+                    index: k,
+                    prepared,
+                    oracle: t0.elapsed(),
+                    claimed: AtomicUsize::new(0),
+                    left: AtomicUsize::new(members),
+                    verdicts: Mutex::new((0..members).map(|_| None).collect()),
+                });
+                lock(open).push(subject);
             });
         }
         drop(tx);
@@ -147,9 +213,10 @@ pub fn drive<S: Subjects>(
                     gave_up[m.backend].store(true, Ordering::Relaxed);
                 }
             }
+            held_total.fetch_sub(held[k].load(Ordering::Acquire), Ordering::AcqRel);
             k += 1;
             let (done, wake) = &recorded;
-            *done.lock().unwrap_or_else(|p| p.into_inner()) = k;
+            *lock(done) = k;
             wake.notify_all();
         }
         stop.store(true, Ordering::Relaxed);
@@ -157,6 +224,67 @@ pub fn drive<S: Subjects>(
         // Results still arriving are dropped with the receiver.
         drop(rx);
     });
+}
+
+/// A subject built and judged, its members run by whichever workers take them.
+struct Open<P, V> {
+    /// The item's position in the run.
+    index: usize,
+    prepared: P,
+    oracle: Duration,
+    /// Members handed out so far.
+    claimed: AtomicUsize,
+    /// Members not yet run (or skipped).
+    left: AtomicUsize,
+    verdicts: Mutex<Vec<Option<(V, Duration)>>>,
+}
+
+/// The subjects whose members are still being run.
+type OpenList<P, V> = Mutex<Vec<Arc<Open<P, V>>>>;
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A member of the oldest open subject that no worker has taken yet.
+fn claim_member<P, V>(open: &OpenList<P, V>) -> Option<(Arc<Open<P, V>>, usize)> {
+    let open = lock(open);
+    open.iter()
+        .filter(|s| s.claimed.load(Ordering::Relaxed) < lock(&s.verdicts).len())
+        .min_by_key(|s| s.index)
+        .and_then(|s| {
+            let i = s.claimed.fetch_add(1, Ordering::Relaxed);
+            (i < lock(&s.verdicts).len()).then(|| (s.clone(), i))
+        })
+}
+
+/// The last member of `subject` has run: take it off the open list, as the recorder takes it.
+fn close<P, V>(open: &OpenList<P, V>, subject: Arc<Open<P, V>>) -> (usize, Ran<P, V>) {
+    lock(open).retain(|s| !Arc::ptr_eq(s, &subject));
+    // Every other worker that held it had a member of it to run and has finished it; it lets
+    // go of the subject right after.
+    let mut subject = subject;
+    let subject = loop {
+        match Arc::try_unwrap(subject) {
+            Ok(s) => break s,
+            Err(shared) => {
+                subject = shared;
+                std::thread::yield_now();
+            }
+        }
+    };
+    let verdicts = subject
+        .verdicts
+        .into_inner()
+        .unwrap_or_else(|p| p.into_inner());
+    (
+        subject.index,
+        Ran {
+            prepared: Some(subject.prepared),
+            oracle: subject.oracle,
+            verdicts,
+        },
+    )
 }
 
 /// The number of backends the items name (one past the highest index).
@@ -223,6 +351,11 @@ impl<T> PerCohort<T> {
     /// What `cohort` drew (one of the item's members' cohorts).
     pub fn of(&self, cohort: usize) -> &T {
         &self.distinct[self.of_cohort[cohort].expect("drawn for every member's cohort")]
+    }
+
+    /// Each distinct draw once.
+    pub fn distinct(&self) -> impl Iterator<Item = &T> {
+        self.distinct.iter()
     }
 
     /// Each distinct draw made into what the subject needs (built, judged by the oracle).

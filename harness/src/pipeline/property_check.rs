@@ -61,14 +61,21 @@ impl Subjects for PropertyCases<'_> {
         .map(|r| {
             let case = r.build();
             let expected = reference_output(&case);
+            let buckets = crate::coverage::buckets(&case);
             JudgedCase {
                 shared: crate::check::shares_blocks(&case),
-                buckets: crate::coverage::buckets(&case),
+                buckets,
                 tol: Tolerance::for_case(&case),
                 expected,
                 case,
             }
         })
+    }
+
+    fn held_bytes(&self, p: &JudgedIndex) -> usize {
+        p.distinct()
+            .map(|c| c.case.held_bytes() + 8 * c.expected.len())
+            .sum()
     }
 
     fn evaluate(&self, p: &JudgedIndex, m: Member) -> (Outcome, Duration) {

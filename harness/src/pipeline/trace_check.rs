@@ -57,6 +57,13 @@ impl Subjects for Traces<'_> {
         })
     }
 
+    fn held_bytes(&self, p: &DrawnIndex) -> usize {
+        p.distinct()
+            .flat_map(|d| d.judged.steps.iter().zip(&d.judged.expected))
+            .map(|(step, expected)| step.held_bytes() + 8 * expected.len())
+            .sum()
+    }
+
     fn evaluate(&self, p: &DrawnIndex, m: Member) -> Self::Verdict {
         let t = &p.of(m.cohort).judged;
         (!t.steps.is_empty()).then(|| evaluate_trace(self.backends[m.backend].as_ref(), t))

@@ -47,6 +47,10 @@ impl Subjects for UpstreamCases<'_> {
         }
     }
 
+    fn held_bytes(&self, c: &JudgedUpstream) -> usize {
+        c.case.held_bytes() + 8 * c.expected.len()
+    }
+
     fn evaluate(&self, c: &JudgedUpstream, m: Member) -> Self::Verdict {
         if let Some(space) = &self.spaces[m.backend] {
             space.admits(&c.case)?;
