@@ -4,9 +4,9 @@
 //! With `jobs` > 1, worker threads build and run subjects ahead of the recorder (the calling
 //! thread); the members of one subject may run on different workers, so a large one does not
 //! hold the run to one core. How far workers run ahead is bounded by a count and by the bytes
-//! waiting subjects hold. The recorder takes results strictly in subject order: the tallies, the give-up and
-//! stop decisions, the failures and their shrinking happen exactly as in a run with one job,
-//! so the summary does not depend on `jobs`. A backend's result on a subject the recorder
+//! waiting subjects hold. The recorder takes results strictly in subject order: the tallies,
+//! the give-up and stop decisions, the failures and their shrinking happen exactly as in a
+//! run with one job, so the summary does not depend on `jobs`. A backend's result on a subject the recorder
 //! reaches after giving up on that backend, or after the run stopped, is dropped unrecorded.
 
 use crate::pipeline::control::RunControl;
