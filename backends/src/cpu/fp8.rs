@@ -3,7 +3,8 @@
 //! through f16, which every SIMD level converts in hardware:
 //! - E5M2 is the top byte of the f16 with the same value: a shift.
 //! - E4M3FN `S.EEEE.MMM` becomes the f16 `S.0EEEE.MMM0000000`, whose value is the E4M3 value
-//!   times 2^-8 (biases 7 and 15), subnormals included; one multiplication by 256 restores it.
+//!   times 2^-8 (biases 7 and 15), subnormals included. The kernels read that (`READ_SCALE`):
+//!   the ×256 that restores the value is folded into the query's scale and the values'.
 //!
 //! The cache never holds a NaN code (inputs are finite and writes saturate), so the reader
 //! spends no instruction on it: E4M3's NaN code `0x7f` would read as 480.
@@ -58,13 +59,18 @@ fn encode(x: f32, mbits: u32, bias: i32, max_code: u8) -> u8 {
 
 impl KvElem for E4m3 {
     const KIND: ElemKind = ElemKind::Fp8E4m3;
+    const READ_SCALE: f32 = 256.0;
     #[inline]
     fn from_f32(x: f32) -> Self {
         E4m3(encode(x, 3, 7, 0x7e))
     }
     #[inline(always)]
     fn to_f32(self) -> f32 {
-        half::f16::from_bits(e4m3_as_f16_bits(self.0)).to_f32() * 256.0
+        self.read() * Self::READ_SCALE
+    }
+    #[inline(always)]
+    fn read(self) -> f32 {
+        half::f16::from_bits(e4m3_as_f16_bits(self.0)).to_f32()
     }
 }
 

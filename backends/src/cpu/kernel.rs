@@ -426,7 +426,7 @@ unsafe impl Sync for OutputRows {}
 /// # Safety
 /// Called at most once per task of one schedule, so the task's rows (which no other task of
 /// the schedule has) are written by this call alone.
-pub unsafe fn finalize_task<T>(
+pub unsafe fn finalize_task<T: KvElem>(
     cfg: &AttentionConfig,
     task: &Task,
     parts: &[Partial<'_>],
@@ -436,8 +436,9 @@ pub unsafe fn finalize_task<T>(
 ) {
     let d = cfg.head_size_v();
     let group = cfg.num_heads / cfg.num_kv_heads;
-    // Values of an FP8 cache were summed unscaled: v_scale joins the normalisation.
-    let v_scale = cfg.kv_cache.map_or(1.0, |c| c.v_scale);
+    // Values of an FP8 cache were summed unscaled, and as read (`KvElem::READ_SCALE`):
+    // both join the normalisation.
+    let v_scale = cfg.kv_cache.map_or(1.0, |c| c.v_scale) * T::READ_SCALE;
     grow(row, d, 0.0);
     let dst = &mut row[..d];
     for r in 0..task.rows {

@@ -227,13 +227,14 @@ impl CpuBackend {
                 KvSource::for_size(kv_bytes, last_level_cache_bytes())
             }
         };
-        // An FP8 cache's k_scale joins the softmax scale on the query; v_scale is applied
-        // to the finished rows (`finalize_task`).
-        let k_scale = config.kv_cache.map_or(1.0, |c| c.k_scale);
+        // An FP8 cache's k_scale joins the softmax scale on the query, as does what reads of
+        // the cache are off by (`KvElem::READ_SCALE`); v_scale is applied to the finished
+        // rows (`finalize_task`).
+        let k_scale = config.kv_cache.map_or(1.0, |c| c.k_scale) as f64;
         let problem = Problem {
             cfg: config,
             geometry,
-            scale: (config.effective_scale() * k_scale as f64) as f32,
+            scale: (config.effective_scale() * k_scale * T::READ_SCALE as f64) as f32,
             group: config.num_heads / config.num_kv_heads,
             cache,
             query: step.query,

@@ -29,7 +29,7 @@ pub fn ops<T: KvElem>() -> Option<Ops<T>> {
     })
 }
 
-/// Load 8 elements as f32 (8 bytes for fp8).
+/// Load 8 elements as f32, as the kernels read them (`KvElem::read`; 8 bytes for fp8).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn load<T: KvElem>(p: *const T) -> __m256 {
@@ -51,8 +51,35 @@ unsafe fn load<T: KvElem>(p: *const T) -> __m256 {
                 _mm_slli_epi16::<7>(_mm_cvtepi8_epi16(b)),
                 _mm_set1_epi16(0xbfff_u16 as i16),
             );
-            _mm256_mul_ps(_mm256_cvtph_ps(h), _mm256_set1_ps(256.0))
+            _mm256_cvtph_ps(h)
         }
+    }
+}
+
+/// Load 16 elements as two vectors of f32: FP8 codes are widened to f16 bits 16 at a time
+/// (one load, one widening, one shift), then converted in two halves.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn load16<T: KvElem>(p: *const T) -> (__m256, __m256) {
+    let halves = |h: __m256i| {
+        (
+            _mm256_cvtph_ps(_mm256_castsi256_si128(h)),
+            _mm256_cvtph_ps(_mm256_extracti128_si256::<1>(h)),
+        )
+    };
+    match T::KIND {
+        ElemKind::Fp8E5m2 => {
+            let b = _mm_loadu_si128(p as *const __m128i);
+            halves(_mm256_slli_epi16::<8>(_mm256_cvtepu8_epi16(b)))
+        }
+        ElemKind::Fp8E4m3 => {
+            let b = _mm_loadu_si128(p as *const __m128i);
+            halves(_mm256_and_si256(
+                _mm256_slli_epi16::<7>(_mm256_cvtepi8_epi16(b)),
+                _mm256_set1_epi16(0xbfff_u16 as i16),
+            ))
+        }
+        ElemKind::F32 | ElemKind::Bf16 | ElemKind::F16 => (load(p), load(p.add(8))),
     }
 }
 
@@ -134,8 +161,7 @@ unsafe fn qk_rows<T: KvElem, const R: usize>(
         let mut acc0 = [_mm256_setzero_ps(); R];
         let mut acc1 = [_mm256_setzero_ps(); R];
         for i in 0..d {
-            let kp = kt.add(i * bs + j);
-            let (k0, k1) = (load(kp), load(kp.add(8)));
+            let (k0, k1) = load16(kt.add(i * bs + j));
             for r in 0..R {
                 let qv = _mm256_broadcast_ss(&*q.add(r * d + i));
                 acc0[r] = _mm256_fmadd_ps(qv, k0, acc0[r]);
@@ -174,7 +200,7 @@ fn pv<T: KvElem>(mut a: PvArgs<'_, T>) {
                 let w = a.p[r * a.lds + a.c0 + j];
                 let v = &a.v[(a.j0 + j) * a.d..(a.j0 + j + 1) * a.d];
                 for i in done..a.d {
-                    a.o[r * a.d + i] += w * v[i].to_f32();
+                    a.o[r * a.d + i] += w * v[i].read();
                 }
             }
         }
@@ -230,7 +256,12 @@ unsafe fn pv_cols<T: KvElem, const R: usize, const NV: usize>(
     for j in 0..n {
         let vp = v.add(j * d);
         let mut vv = [_mm256_setzero_ps(); NV];
-        for t in 0..NV {
+        let mut t = 0;
+        while t + 2 <= NV {
+            (vv[t], vv[t + 1]) = load16(vp.add(8 * t));
+            t += 2;
+        }
+        if t < NV {
             vv[t] = load(vp.add(8 * t));
         }
         for r in 0..R {

@@ -73,7 +73,7 @@ unsafe fn load<T: KvElem>(p: *const T, m: __mmask16) -> __m512 {
                 _mm256_slli_epi16::<7>(_mm256_cvtepi8_epi16(b)),
                 _mm256_set1_epi16(0xbfff_u16 as i16),
             );
-            _mm512_mul_ps(_mm512_cvtph_ps(h), _mm512_set1_ps(256.0))
+            _mm512_cvtph_ps(h)
         }
     }
 }

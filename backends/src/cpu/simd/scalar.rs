@@ -25,7 +25,7 @@ fn qk<T: KvElem>(a: QkArgs<'_, T>) {
         for (j, out) in s.iter_mut().enumerate() {
             let mut acc = 0.0f32;
             for (i, &qi) in q.iter().enumerate() {
-                acc += qi * a.kt[i * a.bs + a.j0 + j].to_f32();
+                acc += qi * a.kt[i * a.bs + a.j0 + j].read();
             }
             *out = acc;
         }
@@ -43,7 +43,7 @@ fn pv<T: KvElem>(a: PvArgs<'_, T>) {
             }
             let v = &a.v[(a.j0 + j) * a.d..(a.j0 + j + 1) * a.d];
             for (acc, &x) in o.iter_mut().zip(v) {
-                *acc += w * x.to_f32();
+                *acc += w * x.read();
             }
         }
     }
