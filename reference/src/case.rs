@@ -76,8 +76,6 @@ impl Case {
         self.num_real_tokens() + self.batch.num_padding_tokens
     }
 
-    /// Bytes of K and V one attention call must read: every key position of every
-    /// sequence, once per kv head, at the cache's element size.
     /// The bytes its inputs hold in memory (queries, new and cached K/V, as f32).
     pub fn held_bytes(&self) -> usize {
         let t = &self.tensors;
@@ -90,6 +88,8 @@ impl Case {
         4 * (t.query.len() + t.key.len() + t.value.len() + context)
     }
 
+    /// Bytes of K and V one attention call must read: every key position of every
+    /// sequence, once per kv head, at the cache's element size.
     pub fn kv_bytes(&self) -> usize {
         let c = &self.config;
         let keys: usize = self.batch.seq_lens.iter().sum();
