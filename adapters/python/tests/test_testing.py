@@ -25,7 +25,9 @@ def test_the_numpy_reference_passes(attn_diff_binary, adapters_dir):
     )
     assert result.passed
     assert result.reached > 0, result.counts_line()
-    assert result.summary is not None and result.summary["backends"][0]["backend"] == "external:adapter"
+    assert result.summary is not None
+    # A backend's identity is typed: its name, and its role (schema 4).
+    assert result.summary["backends"][0]["backend"] == {"name": "external:adapter", "role": "external"}
 
 
 def test_only_narrows_the_drawn_space(attn_diff_binary, adapters_dir):
