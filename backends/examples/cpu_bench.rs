@@ -1,14 +1,14 @@
 //! Time one forward call of the `cpu` backend on upstream specs (median of several reps).
 //!
 //! `cargo run --release -p attn-backends --no-default-features --example cpu_bench -- \
-//!    [--specs a,b] [--dtype bf16] [--block 32] [--threads 2] [--reps 11] [--simd avx512] [--split auto] [--tiles auto] [--cold]`
+//!    [--specs a,b] [--dtype bf16] [--block 32] [--threads 2] [--reps 11] [--simd avx512] [--kv-cache fp8_e4m3] [--split auto] [--tiles auto] [--cold]`
 //!
 //! Shape is Llama-3-8B's (32 query heads, 8 kv heads, head size 128). GB/s counts the K and V
 //! bytes of every sequence read once.
 
 use attn_backends::cpu::{CpuBackend, CpuSettings, KvTiles, SimdChoice, SimdLevel, SplitKv};
 use attn_backends::{prepare_cache, step_inputs, Backend, CacheEvictor};
-use attn_reference::{all_specs, build_spec_case, AttentionConfig, DType};
+use attn_reference::{all_specs, build_spec_case, AttentionConfig, DType, Fp8Format, Fp8KvCache};
 use std::time::Instant;
 
 fn arg(args: &[String], name: &str) -> Option<String> {
@@ -44,6 +44,11 @@ fn main() -> Result<(), String> {
         Some("never") => SplitKv::Never,
         Some(o) => return Err(format!("--split {o}: expected auto, always or never")),
     };
+    // `--kv-cache fp8_e4m3|fp8_e5m2`: an FP8 cache with scales 1 (default: the compute dtype).
+    let kv_cache = match arg(&args, "--kv-cache").as_deref() {
+        None | Some("auto") => None,
+        Some(f) => Some(Fp8KvCache::new(f.parse::<Fp8Format>()?, 1.0, 1.0)),
+    };
     let wanted: Option<Vec<String>> =
         arg(&args, "--specs").map(|s| s.split(',').map(str::to_string).collect());
     let kv_tiles = match arg(&args, "--tiles").as_deref() {
@@ -60,10 +65,11 @@ fn main() -> Result<(), String> {
     })
     .map_err(|e| e.to_string())?;
     println!(
-        "cpu backend: {} threads, {}, split {:?}, {dtype}, block {block}, (32, 8, 128)",
+        "cpu backend: {} threads, {}, split {:?}, {dtype}, KV cache {}, block {block}, (32, 8, 128)",
         backend.threads(),
         backend.simd_level(),
-        split_kv
+        split_kv,
+        kv_cache.map_or("auto".to_string(), |c| c.dtype.to_string())
     );
     println!(
         "{:<24} {:>10} {:>10} {:>10} {:>8}",
@@ -78,7 +84,8 @@ fn main() -> Result<(), String> {
         {
             continue;
         }
-        let cfg = AttentionConfig::new(32, 8, 128, block, dtype);
+        let mut cfg = AttentionConfig::new(32, 8, 128, block, dtype);
+        cfg.kv_cache = kv_cache;
         let case = build_spec_case(&spec, cfg, 0);
         let cfg = &case.config;
         let cache = prepare_cache(&backend, &case).map_err(|e| e.to_string())?;

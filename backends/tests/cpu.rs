@@ -10,6 +10,7 @@ use attn_reference::{
 };
 use common::compare;
 use proptest::prelude::*;
+use std::io::Write;
 
 /// Every code path: each available SIMD level, split always (with narrow decode tiles,
 /// prefetching far ahead, and the f32 score kernel for decode) and never (with wide tiles,
@@ -287,7 +288,13 @@ fn registered_as_cpu() {
 #[test]
 fn this_machine_runs_every_level_it_has() {
     let names: Vec<String> = variants().iter().map(|(n, _)| n.clone()).collect();
-    eprintln!("variants: {names:?}");
+    // Written past the test harness's capture, so every run's log says which SIMD paths
+    // this machine ran.
+    let levels: Vec<&str> = SimdLevel::available().iter().map(|l| l.name()).collect();
+    let _ = writeln!(
+        std::io::stderr(),
+        "cpu SIMD levels on this machine, each tested: {levels:?} (variants: {names:?})"
+    );
     for level in SimdLevel::available() {
         assert!(
             names.iter().any(|n| n.starts_with(level.name())),
