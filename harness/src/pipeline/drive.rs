@@ -44,6 +44,17 @@ pub struct Ran<P, V> {
     pub verdicts: Vec<Option<(V, Duration)>>,
 }
 
+impl<P, V> Ran<P, V> {
+    /// A subject none of whose `members` was left to run it on.
+    fn skipped(members: usize) -> Self {
+        Ran {
+            prepared: None,
+            oracle: Duration::ZERO,
+            verdicts: (0..members).map(|_| None).collect(),
+        }
+    }
+}
+
 /// What the loop asks of a kind of subject.
 pub trait Subjects: Sync {
     /// Shared by the workers that run its members.
@@ -103,14 +114,14 @@ pub fn drive<S: Subjects>(
     // subjects waiting for the recorder hold more than `AHEAD_BYTES`.
     let recorded = (Mutex::new(0usize), Condvar::new());
     let ahead = 32 * jobs;
-    let held: Vec<AtomicUsize> = items.iter().map(|_| AtomicUsize::new(0)).collect();
+    // Bytes the prepared subjects not yet recorded hold; each result carries its own share.
     let held_total = AtomicUsize::new(0);
-    let (tx, rx) = mpsc::channel::<(usize, Ran<S::Prepared, S::Verdict>)>();
+    let (tx, rx) = mpsc::channel::<Finished<S::Prepared, S::Verdict>>();
     std::thread::scope(|scope| {
         for _ in 0..jobs {
             let tx = tx.clone();
             let (gave_up, stop, next, recorded, open) = (&gave_up, &stop, &next, &recorded, &open);
-            let (held, held_total) = (&held, &held_total);
+            let held_total = &held_total;
             scope.spawn(move || loop {
                 if stop.load(Ordering::Relaxed) || crate::interrupt::interrupted() {
                     break;
@@ -151,29 +162,20 @@ pub fn drive<S: Subjects>(
                 }
                 let item = &items[k];
                 let members = item.members.len();
-                if item.members.iter().all(|m| skip(m.backend)) {
-                    if tx.send((k, run_item(subjects, item, &skip))).is_err() {
+                let Some((prepared, oracle, _)) = prepare_live(subjects, item, &skip) else {
+                    if tx.send((k, Ran::skipped(members), 0)).is_err() {
                         break;
                     }
                     continue;
-                }
-                let t0 = Instant::now();
-                let prepared = subjects.prepare(&Item {
-                    index: item.index,
-                    members: item
-                        .members
-                        .iter()
-                        .copied()
-                        .filter(|m| !skip(m.backend))
-                        .collect(),
-                });
-                let bytes = subjects.held_bytes(&prepared);
-                held[k].store(bytes, Ordering::Release);
-                held_total.fetch_add(bytes, Ordering::AcqRel);
+                };
+                let held = subjects.held_bytes(&prepared);
+                held_total.fetch_add(held, Ordering::AcqRel);
                 let subject = Arc::new(Open {
                     index: k,
                     prepared,
-                    oracle: t0.elapsed(),
+                    oracle,
+                    held,
+                    members,
                     claimed: AtomicUsize::new(0),
                     left: AtomicUsize::new(members),
                     verdicts: Mutex::new((0..members).map(|_| None).collect()),
@@ -189,8 +191,8 @@ pub fn drive<S: Subjects>(
             // Items finish out of order: keep them until their turn.
             while !waiting.contains_key(&k) {
                 match rx.recv() {
-                    Ok((j, ran)) => {
-                        waiting.insert(j, ran);
+                    Ok((j, ran, held)) => {
+                        waiting.insert(j, (ran, held));
                     }
                     // Every worker ended (stopped, or one panicked: the scope re-raises it).
                     Err(_) => break 'recording,
@@ -199,7 +201,7 @@ pub fn drive<S: Subjects>(
             if control.should_stop() {
                 break;
             }
-            let mut ran = waiting.remove(&k).expect("waited for");
+            let (mut ran, held) = waiting.remove(&k).expect("waited for");
             let item = &items[k];
             // Run ahead of a give-up the recorder has since made: as if never sent.
             for (m, verdict) in item.members.iter().zip(ran.verdicts.iter_mut()) {
@@ -213,7 +215,7 @@ pub fn drive<S: Subjects>(
                     gave_up[m.backend].store(true, Ordering::Relaxed);
                 }
             }
-            held_total.fetch_sub(held[k].load(Ordering::Acquire), Ordering::AcqRel);
+            held_total.fetch_sub(held, Ordering::AcqRel);
             k += 1;
             let (done, wake) = &recorded;
             *lock(done) = k;
@@ -232,6 +234,10 @@ struct Open<P, V> {
     index: usize,
     prepared: P,
     oracle: Duration,
+    /// What `prepared` holds ([`Subjects::held_bytes`]).
+    held: usize,
+    /// The item's members (`verdicts` has one slot each).
+    members: usize,
     /// Members handed out so far.
     claimed: AtomicUsize,
     /// Members not yet run (or skipped).
@@ -242,6 +248,10 @@ struct Open<P, V> {
 /// The subjects whose members are still being run.
 type OpenList<P, V> = Mutex<Vec<Arc<Open<P, V>>>>;
 
+/// A subject whose members have all run, for the recorder: its index, what it ran and the
+/// bytes it holds until recorded.
+type Finished<P, V> = (usize, Ran<P, V>, usize);
+
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -250,16 +260,16 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 fn claim_member<P, V>(open: &OpenList<P, V>) -> Option<(Arc<Open<P, V>>, usize)> {
     let open = lock(open);
     open.iter()
-        .filter(|s| s.claimed.load(Ordering::Relaxed) < lock(&s.verdicts).len())
+        .filter(|s| s.claimed.load(Ordering::Relaxed) < s.members)
         .min_by_key(|s| s.index)
         .and_then(|s| {
             let i = s.claimed.fetch_add(1, Ordering::Relaxed);
-            (i < lock(&s.verdicts).len()).then(|| (s.clone(), i))
+            (i < s.members).then(|| (s.clone(), i))
         })
 }
 
 /// The last member of `subject` has run: take it off the open list, as the recorder takes it.
-fn close<P, V>(open: &OpenList<P, V>, subject: Arc<Open<P, V>>) -> (usize, Ran<P, V>) {
+fn close<P, V>(open: &OpenList<P, V>, subject: Arc<Open<P, V>>) -> Finished<P, V> {
     lock(open).retain(|s| !Arc::ptr_eq(s, &subject));
     // Every other worker that held it had a member of it to run and has finished it; it lets
     // go of the subject right after.
@@ -284,6 +294,7 @@ fn close<P, V>(open: &OpenList<P, V>, subject: Arc<Open<P, V>>) -> (usize, Ran<P
             oracle: subject.oracle,
             verdicts,
         },
+        subject.held,
     )
 }
 
@@ -303,25 +314,9 @@ fn run_item<S: Subjects>(
     item: &Item,
     skip: &dyn Fn(usize) -> bool,
 ) -> Ran<S::Prepared, S::Verdict> {
-    let live: Vec<Member> = item
-        .members
-        .iter()
-        .copied()
-        .filter(|m| !skip(m.backend))
-        .collect();
-    if live.is_empty() {
-        return Ran {
-            prepared: None,
-            oracle: Duration::ZERO,
-            verdicts: item.members.iter().map(|_| None).collect(),
-        };
-    }
-    let t0 = Instant::now();
-    let prepared = subjects.prepare(&Item {
-        index: item.index,
-        members: live.clone(),
-    });
-    let oracle = t0.elapsed();
+    let Some((prepared, oracle, live)) = prepare_live(subjects, item, skip) else {
+        return Ran::skipped(item.members.len());
+    };
     let verdicts = item
         .members
         .iter()
@@ -338,6 +333,30 @@ fn run_item<S: Subjects>(
         oracle,
         verdicts,
     }
+}
+
+/// Build and judge `item` for its members not skipped (`None` when none is left): the
+/// prepared subject, the time that took, and those members.
+fn prepare_live<S: Subjects>(
+    subjects: &S,
+    item: &Item,
+    skip: &dyn Fn(usize) -> bool,
+) -> Option<(S::Prepared, Duration, Vec<Member>)> {
+    let live: Vec<Member> = item
+        .members
+        .iter()
+        .copied()
+        .filter(|m| !skip(m.backend))
+        .collect();
+    if live.is_empty() {
+        return None;
+    }
+    let t0 = Instant::now();
+    let prepared = subjects.prepare(&Item {
+        index: item.index,
+        members: live.clone(),
+    });
+    Some((prepared, t0.elapsed(), live))
 }
 
 /// What one index drew for each cohort among a subject's members, each distinct draw made

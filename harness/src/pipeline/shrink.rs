@@ -141,17 +141,9 @@ where
     let mut best = tree.current();
     let mut accepted = 0;
     let mut steps = 0;
-    if !tree.simplify() {
-        return Shrunk {
-            recipe: best,
-            exhausted: false,
-            accepted,
-            steps,
-            elapsed: start.elapsed(),
-        };
-    }
-    let mut exhausted = true;
-    while budget.allows(steps, start) {
+    // Nothing simpler to try: done, not exhausted. Otherwise ending on the budget is.
+    let mut exhausted = tree.simplify();
+    while exhausted && budget.allows(steps, start) {
         steps += 1;
         let candidate = tree.current();
         if fails(&candidate) {
