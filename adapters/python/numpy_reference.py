@@ -3,7 +3,7 @@
 The cache really is paged, `[num_blocks, block_size, num_kv_heads, head_size]` for K and for
 V; `write_kv` stores rows through `slot_mapping` (skipping -1) and `forward` reads every key
 through the block table. Computation is in float64, the output rounded to the case dtype.
-Supports every feature: GQA, windows, soft-cap, ALiBi, sinks, encoder-only.
+Supports every feature: GQA, windows, soft-cap, ALiBi, sinks, encoder-only, local chunks.
 
     attn-diff check --backend external:numpy-ref      # declared in attn-diff.toml
 """
@@ -21,8 +21,18 @@ import numpy as np  # noqa: E402
 class NumpyReference(Adapter):
     name = "numpy-reference"
     description = "paged attention in numpy (float64), every feature"
-    # Every established feature, and padded requests (no FP8 cache, no cross-attention).
-    capabilities = {"features": ["sliding_window", "logits_soft_cap", "alibi", "sinks", "padded_requests"]}
+    # Every established feature, padded requests and local chunks (no FP8 cache, no
+    # cross-attention).
+    capabilities = {
+        "features": [
+            "sliding_window",
+            "logits_soft_cap",
+            "alibi",
+            "sinks",
+            "padded_requests",
+            "chunked_local_attention",
+        ]
+    }
 
     def new_cache(self, config, num_blocks):
         shape = (num_blocks, config.block_size, config.num_kv_heads, config.head_size)
@@ -46,6 +56,14 @@ class NumpyReference(Adapter):
             mask &= (rel >= -left) & (rel <= right)
         return mask
 
+    def in_chunk(self, config, rel, qpos):
+        """Mask of keys in each query's local chunk (all keys without chunks), from rel
+        [n, L] and the queries' positions qpos [n]: none before qpos - qpos % chunk."""
+        chunk = config.attention_chunk_size
+        if chunk is None or config.kind != "decoder":
+            return np.ones(rel.shape, dtype=bool)
+        return rel >= -(qpos % chunk)[:, None]
+
     def expand_kv(self, config, x):
         """K or V rows [L, num_kv_heads, D] per query head: [L, num_heads, D]."""
         return np.repeat(x, config.group_size, axis=1)
@@ -68,10 +86,11 @@ class NumpyReference(Adapter):
             if config.logits_soft_cap is not None:
                 cap = config.logits_soft_cap
                 logits = cap * np.tanh(logits / cap)
-            rel = pos[None, :] - (context + np.arange(q1 - q0))[:, None]  # [n, L]
+            qpos = context + np.arange(q1 - q0)
+            rel = pos[None, :] - qpos[:, None]  # [n, L]
             if config.alibi_slopes is not None:
                 logits += np.asarray(config.alibi_slopes)[:, None, None] * rel[None]
-            logits = np.where(self.visible(config, rel)[None], logits, -np.inf)
+            logits = np.where((self.visible(config, rel) & self.in_chunk(config, rel, qpos))[None], logits, -np.inf)
             peak = logits.max(axis=2, keepdims=True)
             if config.sinks is not None:
                 sinks = np.asarray(config.sinks, dtype=np.float64)[:, None, None]

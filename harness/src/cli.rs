@@ -176,7 +176,8 @@ pub struct CheckArgs {
     /// Report failures as found, without shrinking them.
     #[arg(long)]
     pub no_shrink: bool,
-    /// Seconds a shrink may take (default 20).
+    /// Bound each shrink by S seconds instead of by its work (the default, which shrinks a
+    /// failure to the same case on every machine and at every --jobs; a time limit does not).
     #[arg(long, value_name = "S", conflicts_with = "no_shrink")]
     pub shrink_time: Option<f64>,
     /// Send a backend no more cases after N identical failures in a row (the same error,

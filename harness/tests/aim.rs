@@ -118,7 +118,8 @@ fn shrinking_never_leaves_the_space() {
             // Everything "fails": the shrinker goes as far as it can.
             let budget_steps = ShrinkBudget {
                 max_steps: 4000,
-                max_time: std::time::Duration::from_secs(20),
+                max_work: u64::MAX,
+                max_time: None,
             };
             let shrunk = shrink_fully(&mut tree, budget_steps, &fit, |r| {
                 outside += usize::from(s.admits(&r.build()).is_err());

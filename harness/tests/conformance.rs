@@ -213,6 +213,27 @@ mod topics {
         }
     }
 
+    pub fn local_chunks(b: &dyn Backend) {
+        // Chunks of one key, a chunk inside a block and across blocks (4), past the sequence;
+        // decodes and prefills crossing a chunk start; with a window as well.
+        let recipes = [1, 3, 4, 5, 40]
+            .iter()
+            .map(|&n| with(|r| r.chunk = Some(n)))
+            .chain([
+                with(|r| {
+                    r.chunk = Some(3);
+                    r.window = Some(2);
+                }),
+                with(|r| {
+                    r.chunk = Some(8);
+                    r.seqs = vec![(15, 1), (7, 9), (0, 17)];
+                    r.alibi = true;
+                }),
+            ])
+            .collect();
+        topic(b, Some(Feature::ChunkedLocalAttention), recipes);
+    }
+
     pub fn soft_cap(b: &dyn Backend) {
         let recipes = [1.0, 5.0, 30.0]
             .iter()
@@ -379,6 +400,7 @@ macro_rules! every_topic {
             block_sizes,
             shared_prefix_blocks,
             sliding_windows,
+            local_chunks,
             soft_cap,
             alibi,
             sinks,

@@ -241,7 +241,7 @@ fn a_crashing_adapter_is_restarted_and_the_run_continues() {
     );
     let shrink = ShrinkBudget {
         max_steps: 40,
-        max_time: Duration::from_secs(20),
+        ..ShrinkBudget::default()
     };
     let s = run_check(CheckOptions {
         // Every crash is sent on: this is about restarts, not giving up.

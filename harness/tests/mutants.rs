@@ -22,9 +22,9 @@ fn bounds(mutant: &str) -> (usize, usize, usize) {
         "mutant:sink-twice-split-kv" => (1, 300, 8),
         // Past 8,192 query tokens in one step: the case is that big by definition.
         "mutant:tokens-past-8192-skipped" => (2, 8_192, 8),
-        // Killed by a big batch (a thousand decodes), whose shrink the 20 s budget cuts
-        // short in a test build; the bug needs only one sequence past 256 keys.
-        "mutant:alibi-positions-in-bf16" => (2_048, 5_000, 64),
+        // Killed by a big batch (a thousand decodes), bisected down to the one sequence
+        // past 256 keys the bug needs.
+        "mutant:alibi-positions-in-bf16" => (1, 300, 8),
         _ => (3, 40, 64),
     }
 }

@@ -91,6 +91,11 @@ pub struct AttentionConfig {
     /// V its first `head_size_v` dims. Left out of JSON when `None`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mla: Option<crate::Mla>,
+    /// Chunked local attention (Llama 4's `attention_chunk_size`): positions are cut into
+    /// chunks of `c` and a decoder query at `p` sees keys `[p - p % c, p]` (within a window
+    /// too, if there is one). Left out of JSON when `None`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attention_chunk_size: Option<usize>,
 }
 
 impl AttentionConfig {
@@ -116,6 +121,7 @@ impl AttentionConfig {
             sinks: None,
             kv_cache: None,
             mla: None,
+            attention_chunk_size: None,
         }
     }
 
@@ -162,6 +168,9 @@ impl AttentionConfig {
         let mut f = vec![self.kind.to_string()];
         if let Some(w) = self.sliding_window {
             f.push(format!("window={w}"));
+        }
+        if let Some(c) = self.attention_chunk_size {
+            f.push(format!("chunk={c}"));
         }
         if let Some(c) = self.logits_soft_cap {
             f.push(format!("soft_cap={c}"));

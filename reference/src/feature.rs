@@ -31,6 +31,9 @@ pub enum Feature {
     /// Multi-head latent attention: one latent KV head whose first `head_size_v` dims are V
     /// ([`crate::Mla`]).
     Mla,
+    /// Chunked local attention (Llama 4's `attention_chunk_size`): a query sees only the keys
+    /// of its own chunk of positions.
+    ChunkedLocalAttention,
     /// The head size (a SIMD width, a device tile).
     HeadSize,
     /// The KV-cache block size.
@@ -51,7 +54,7 @@ pub enum Feature {
 }
 
 impl Feature {
-    pub const ALL: [Feature; 18] = [
+    pub const ALL: [Feature; 19] = [
         Feature::Dtype,
         Feature::EncoderOnly,
         Feature::CrossAttention,
@@ -62,6 +65,7 @@ impl Feature {
         Feature::Fp8KvCache,
         Feature::PaddedRequests,
         Feature::Mla,
+        Feature::ChunkedLocalAttention,
         Feature::HeadSize,
         Feature::BlockSize,
         Feature::HeadLayout,
@@ -74,7 +78,7 @@ impl Feature {
 
     /// The optional attention features: on or off in a config, listed in an external
     /// adapter's capabilities.
-    pub const OPTIONAL: [Feature; 9] = [
+    pub const OPTIONAL: [Feature; 10] = [
         Feature::EncoderOnly,
         Feature::CrossAttention,
         Feature::SlidingWindow,
@@ -84,6 +88,7 @@ impl Feature {
         Feature::Fp8KvCache,
         Feature::PaddedRequests,
         Feature::Mla,
+        Feature::ChunkedLocalAttention,
     ];
 
     /// The optional features a batch uses rather than a config.
@@ -114,6 +119,7 @@ impl Feature {
             Feature::Fp8KvCache => "fp8_kv_cache",
             Feature::PaddedRequests => "padded_requests",
             Feature::Mla => "mla",
+            Feature::ChunkedLocalAttention => "chunked_local_attention",
             Feature::HeadSize => "head_size",
             Feature::BlockSize => "block_size",
             Feature::HeadLayout => "head_layout",
@@ -138,6 +144,7 @@ impl Feature {
             Feature::Fp8KvCache => "FP8 KV cache",
             Feature::PaddedRequests => "padded requests (query length 0)",
             Feature::Mla => "multi-head latent attention (MLA)",
+            Feature::ChunkedLocalAttention => "chunked local attention",
             Feature::HeadSize => "head size",
             Feature::BlockSize => "block size",
             Feature::HeadLayout => "head layout",
@@ -161,12 +168,11 @@ impl Feature {
             Feature::Sinks => config.sinks.is_some(),
             Feature::Fp8KvCache => config.kv_cache.is_some(),
             Feature::Mla => config.mla.is_some(),
+            Feature::ChunkedLocalAttention => config.attention_chunk_size.is_some(),
             _ => false,
         }
     }
 
-    /// Turn this optional feature off in `config` (the shrinker's "feature off" step); false
-    /// when there was nothing to turn off.
     /// Whether a batch of these lengths uses this feature (the features of the batch).
     pub fn used_by_lens(self, query_lens: &[usize]) -> bool {
         match self {
@@ -175,6 +181,38 @@ impl Feature {
         }
     }
 
+    /// The config field that holds this optional feature, as errors name it.
+    pub fn field(self) -> &'static str {
+        match self {
+            Feature::EncoderOnly | Feature::CrossAttention => "config.kind",
+            Feature::SlidingWindow => "config.sliding_window",
+            Feature::LogitsSoftCap => "config.logits_soft_cap",
+            Feature::Alibi => "config.alibi_slopes",
+            Feature::Sinks => "config.sinks",
+            Feature::Fp8KvCache => "config.kv_cache",
+            Feature::PaddedRequests => "batch.query_lens",
+            Feature::Mla => "config.mla",
+            Feature::ChunkedLocalAttention => "config.attention_chunk_size",
+            _ => "config",
+        }
+    }
+
+    /// Whether this optional feature means anything for attention of `kind`: a window,
+    /// ALiBi and local chunks measure keys from the query's position, which cross-attention
+    /// has not; MLA and local chunks are causal decoder attention. What draws, fits and
+    /// validates a config reads this.
+    pub fn allows_kind(self, kind: AttentionKind) -> bool {
+        match self {
+            Feature::SlidingWindow | Feature::Alibi => kind != AttentionKind::EncoderDecoder,
+            Feature::Mla | Feature::ChunkedLocalAttention | Feature::PaddedRequests => {
+                kind == AttentionKind::Decoder
+            }
+            _ => true,
+        }
+    }
+
+    /// Turn this optional feature off in `config` (the shrinker's "feature off" step); false
+    /// when there was nothing to turn off.
     pub fn turn_off(self, config: &mut AttentionConfig) -> bool {
         let was = self.used_by(config);
         match self {
@@ -187,6 +225,7 @@ impl Feature {
             Feature::Sinks => config.sinks = None,
             Feature::Fp8KvCache => config.kv_cache = None,
             Feature::Mla => config.mla = None,
+            Feature::ChunkedLocalAttention => config.attention_chunk_size = None,
             _ => {}
         }
         was
@@ -202,6 +241,7 @@ impl Feature {
             Feature::LogitsSoftCap => config.logits_soft_cap = Some(30.0),
             Feature::Alibi => config.alibi_slopes = Some(vec![0.5; config.num_heads]),
             Feature::Sinks => config.sinks = Some(vec![0.0; config.num_heads]),
+            Feature::ChunkedLocalAttention => config.attention_chunk_size = Some(64),
             Feature::Fp8KvCache => {
                 // One scale for both: MLA's K and V are one cache entry.
                 let v_scale = if config.mla.is_some() { 0.5 } else { 0.25 };

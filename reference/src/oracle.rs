@@ -3,8 +3,10 @@
 //! Obviously correct rather than fast: it never reads the paged cache, the block table or the
 //! slot mapping, and it shares no code with any backend. Semantics (upstream-facts): the new
 //! query token `j` of a sequence sits at position `p = context_len + j`; a decoder query sees
-//! keys `0..=p` (window `w`: `[p - w + 1, p]`), an encoder-only query every key (window `w`:
-//! `|p - k| < w`), a cross-attention query every key of the encoder; logits are `scale * q·k`, then soft-capped, then ALiBi `slope_h * (k - p)`;
+//! keys `0..=p` (window `w`: `[p - w + 1, p]`; local chunks of `c`: from `p - p % c`), an
+//! encoder-only query every key (window `w`: `|p - k| < w`), a cross-attention query every
+//! key of the encoder; logits are `scale * q·k`, then soft-capped, then ALiBi
+//! `slope_h * (k - p)`;
 //! a sink joins the softmax denominator only; query head `h` reads kv head `h / (Hq / Hkv)`.
 //! With an FP8 KV cache every key and value is what the cache gives back, `fp8(x / scale) *
 //! scale` ([`crate::fp8`]): the oracle checks a kernel's attention on the stored values; the
@@ -13,7 +15,7 @@
 //! `head_size_v` dims, read from the same (read-back) entry; the output has `head_size_v`
 //! dims per head.
 
-use crate::{AttentionKind, Case};
+use crate::{AttentionConfig, AttentionKind, Case};
 use rayon::prelude::*;
 
 /// Run the oracle on `n` threads from now on (each output row is summed on one thread, so the
@@ -25,24 +27,42 @@ pub fn use_threads(n: usize) {
         .build_global();
 }
 
-/// The visible key range `lo..=hi` of the query at position `p` in a sequence of `seq_len`.
-pub fn visible_keys(
-    kind: AttentionKind,
-    window: Option<usize>,
-    p: usize,
-    seq_len: usize,
-) -> (usize, usize) {
-    match kind {
-        AttentionKind::Decoder => {
-            let lo = window.map_or(0, |w| (p + 1).saturating_sub(w));
-            (lo, p)
+/// What decides which keys a query sees: the attention kind's rule, narrowed by the
+/// config's window and local chunk. Every reader of a mask (the oracle, the logit statistics, the mutants)
+/// goes through [`Visibility::keys`], so a new way of hiding keys is added here once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Visibility {
+    pub kind: AttentionKind,
+    pub window: Option<usize>,
+    pub chunk: Option<usize>,
+}
+
+impl Visibility {
+    pub fn of(c: &AttentionConfig) -> Self {
+        Visibility {
+            kind: c.kind,
+            window: c.sliding_window,
+            chunk: c.attention_chunk_size,
         }
-        // The whole encoder, whatever the decoder position (validation rejects a window).
-        AttentionKind::EncoderDecoder => (0, seq_len - 1),
-        AttentionKind::EncoderOnly => match window {
-            None => (0, seq_len - 1),
-            Some(w) => ((p + 1).saturating_sub(w), (p + w - 1).min(seq_len - 1)),
-        },
+    }
+
+    /// The visible key range `lo..=hi` of the query at position `p` in a sequence of
+    /// `seq_len`.
+    pub fn keys(self, p: usize, seq_len: usize) -> (usize, usize) {
+        match self.kind {
+            AttentionKind::Decoder => {
+                let lo = self.window.map_or(0, |w| (p + 1).saturating_sub(w));
+                // Validation keeps local chunks to decoders.
+                let chunk_start = self.chunk.map_or(0, |c| p - p % c.max(1));
+                (lo.max(chunk_start), p)
+            }
+            // The whole encoder, whatever the decoder position (validation rejects a window).
+            AttentionKind::EncoderDecoder => (0, seq_len - 1),
+            AttentionKind::EncoderOnly => match self.window {
+                None => (0, seq_len - 1),
+                Some(w) => ((p + 1).saturating_sub(w), (p + w - 1).min(seq_len - 1)),
+            },
+        }
     }
 }
 
@@ -70,6 +90,7 @@ pub fn reference_output(case: &Case) -> Vec<f64> {
     let (hq, hkv, d, dv) = (c.num_heads, c.num_kv_heads, c.head_size, c.head_size_v());
     let scale = c.effective_scale();
     let group = hq / hkv;
+    let visible = Visibility::of(c);
     let starts = case.query_start_loc();
     let mut out = vec![0.0f64; case.num_real_tokens() * hq * dv];
 
@@ -106,7 +127,7 @@ pub fn reference_output(case: &Case) -> Vec<f64> {
                 let (j, h) = (r / hq, r % hq);
                 let token = starts[s] + j;
                 let p = ctx + j;
-                let (lo, hi) = visible_keys(c.kind, c.sliding_window, p, seq_len);
+                let (lo, hi) = visible.keys(p, seq_len);
                 let kvh = h / group;
                 let q: Vec<f64> = case.tensors.query
                     [(token * hq + h) * d..(token * hq + h + 1) * d]

@@ -4,7 +4,7 @@
 //! tensor lengths (which bound every length by data actually in memory), then the paged
 //! layout, then values.
 
-use crate::{AttentionKind, Case, CaseError};
+use crate::{AttentionKind, Case, CaseError, Feature};
 use std::collections::HashMap;
 
 /// Largest case file `Case::load` reads.
@@ -226,18 +226,8 @@ impl crate::AttentionConfig {
         if c.sliding_window == Some(0) {
             return Err(CaseError::WindowZero);
         }
-        if c.kind == AttentionKind::EncoderDecoder {
-            for (field, used) in [
-                ("config.sliding_window", c.sliding_window.is_some()),
-                ("config.alibi_slopes", c.alibi_slopes.is_some()),
-            ] {
-                if used {
-                    return Err(CaseError::InvalidParam {
-                        field: field.into(),
-                        reason: "cross-attention (encoder_decoder) has no key positions relative to the query".into(),
-                    });
-                }
-            }
+        if let Some(chunk) = c.attention_chunk_size {
+            nonzero(chunk, "config.attention_chunk_size")?;
         }
         if let Some(s) = c.scale {
             finite_param(s, "config.scale".into(), true)?;
@@ -260,7 +250,29 @@ impl crate::AttentionConfig {
                 }
             }
         }
-        self.validate_mla()
+        self.validate_mla()?;
+        self.validate_kind()
+    }
+
+    /// Every optional feature in use means something for the config's kind
+    /// ([`Feature::allows_kind`]).
+    fn validate_kind(&self) -> Result<(), CaseError> {
+        let c = self;
+        match Feature::OPTIONAL
+            .into_iter()
+            .find(|f| f.used_by(c) && !f.allows_kind(c.kind))
+        {
+            None => Ok(()),
+            Some(f) => Err(CaseError::InvalidParam {
+                field: f.field().into(),
+                reason: match c.kind {
+                    AttentionKind::EncoderDecoder => {
+                        "cross-attention (encoder_decoder) has no key positions relative to the query".into()
+                    }
+                    k => format!("{} is causal decoder attention, got {k}", f.label()),
+                },
+            }),
+        }
     }
 
     /// MLA's rules: one latent head, V a prefix of it, the model's scale, causal decoder
@@ -310,6 +322,10 @@ impl crate::AttentionConfig {
             ("config.logits_soft_cap", c.logits_soft_cap.is_some()),
             ("config.alibi_slopes", c.alibi_slopes.is_some()),
             ("config.sinks", c.sinks.is_some()),
+            (
+                "config.attention_chunk_size",
+                c.attention_chunk_size.is_some(),
+            ),
         ] {
             if used {
                 return invalid(

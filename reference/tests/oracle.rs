@@ -117,6 +117,41 @@ fn decoder_window_counts_w_keys_including_the_query() {
 }
 
 #[test]
+fn local_chunks_see_only_their_own_chunk() {
+    // Identical keys: a decoder query averages the values of its chunk up to itself.
+    let mut config = cfg(1, 1, 2, 4);
+    config.attention_chunk_size = Some(4);
+    let mut c = case(&[11], &[5], config, 6);
+    let d = 2;
+    let k0 = c.tensors.key[..d].to_vec();
+    for p in 0..6 {
+        c.tensors.context_key[0][p * d..(p + 1) * d].copy_from_slice(&k0);
+    }
+    for j in 0..5 {
+        c.tensors.key[j * d..(j + 1) * d].copy_from_slice(&k0);
+    }
+    let out = reference_output(&c);
+    // Positions 6..11: 6 and 7 in the chunk from 4, 8..11 in the chunk from 8.
+    for (j, p) in (6..11).enumerate() {
+        let mean = mean_value(&c, p - p % 4..p + 1);
+        assert_close(&out_row(&c, &out, j, 0), &mean, 1e-14);
+    }
+    // A chunk of one: the token's own value; a chunk past the sequence: no chunk at all.
+    let mut one = c.clone();
+    one.config.attention_chunk_size = Some(1);
+    let out = reference_output(&one);
+    for j in 0..5 {
+        let (_, v) = kv_row(&one, 0, 6 + j, 0);
+        assert_close(&out_row(&one, &out, j, 0), &v, 1e-15);
+    }
+    let mut past = c.clone();
+    past.config.attention_chunk_size = Some(11);
+    let mut none = c.clone();
+    none.config.attention_chunk_size = None;
+    assert_eq!(reference_output(&past), reference_output(&none));
+}
+
+#[test]
 fn encoder_window_is_symmetric() {
     let mut config = cfg(1, 1, 2, 4);
     config.kind = AttentionKind::EncoderOnly;
@@ -322,7 +357,7 @@ proptest! {
             let (_, v) = c.contiguous_kv(s);
             for j in 0..c.batch.query_lens[s] {
                 let p = c.context_len(s) + j;
-                let (lo, hi) = attn_reference::oracle::visible_keys(c.config.kind, c.config.sliding_window, p, c.batch.seq_lens[s]);
+                let (lo, hi) = attn_reference::oracle::Visibility::of(&c.config).keys(p, c.batch.seq_lens[s]);
                 for h in 0..hq {
                     let kvh = c.config.kv_head_of(h);
                     for i in 0..d {

@@ -125,6 +125,26 @@ fn window_zero() {
 }
 
 #[test]
+fn local_chunks_need_a_size_and_a_decoder() {
+    assert_eq!(
+        err(|c| c.config.attention_chunk_size = Some(0)),
+        CaseError::Zero {
+            field: "config.attention_chunk_size"
+        }
+    );
+    for kind in [AttentionKind::EncoderOnly, AttentionKind::EncoderDecoder] {
+        let e = err(|c| {
+            c.config.attention_chunk_size = Some(4);
+            c.config.kind = kind;
+        });
+        assert!(
+            matches!(&e, CaseError::InvalidParam { field, .. } if field == "config.attention_chunk_size"),
+            "{e}"
+        );
+    }
+}
+
+#[test]
 fn block_id_past_the_cache() {
     let e = err(|c| c.layout.block_table[1][1] = 99);
     assert_eq!(

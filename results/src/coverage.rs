@@ -6,7 +6,8 @@ use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 
 pub use crate::pairs::{
-    pair_factors, pair_key, pair_lines, pair_rows, pair_summary, PairSummary, INVALID_PAIRS,
+    invalid_pairs, pair_factors, pair_key, pair_lines, pair_rows, pair_summary, PairSummary,
+    INVALID_PAIRS,
 };
 
 /// The dimensions with fixed buckets (the `features` dimension comes from the feature list:

@@ -7,7 +7,7 @@
 //! alone and shards add up like the buckets do.
 
 use crate::coverage::CoverageReport;
-use attn_reference::Feature;
+use attn_reference::{AttentionKind, Feature};
 
 /// The shape classes of the pairwise table, each as the buckets that make it.
 const CLASSES: &[(&str, &[(&str, &str)])] = &[
@@ -56,16 +56,6 @@ pub const INVALID_PAIRS: &[(&str, &str, &str)] = &[
         "one attention kind per case",
     ),
     (
-        "cross-attention",
-        "sliding window",
-        "cross-attention has no key positions relative to the query",
-    ),
-    (
-        "cross-attention",
-        "ALiBi",
-        "cross-attention has no key positions relative to the query",
-    ),
-    (
         "encoder-only attention",
         "all-decode batch",
         "encoder-only attention has no decodes (query_len = seq_len)",
@@ -84,26 +74,6 @@ pub const INVALID_PAIRS: &[(&str, &str, &str)] = &[
         "big step",
         "all-decode batch",
         "past 8,192 decodes in one step: engines cap a batch at max_num_seqs (decode batches here stop at 2,048)",
-    ),
-    (
-        "encoder-only attention",
-        "padded requests (query length 0)",
-        "padded requests pad a decoder step",
-    ),
-    (
-        "cross-attention",
-        "padded requests (query length 0)",
-        "padded requests pad a decoder step",
-    ),
-    (
-        "encoder-only attention",
-        "multi-head latent attention (MLA)",
-        "MLA is decoder attention",
-    ),
-    (
-        "cross-attention",
-        "multi-head latent attention (MLA)",
-        "MLA is decoder attention",
     ),
     (
         "sliding window",
@@ -125,7 +95,40 @@ pub const INVALID_PAIRS: &[(&str, &str, &str)] = &[
         "multi-head latent attention (MLA)",
         "MLA models have no window, soft-cap, ALiBi or sinks (the case model refuses them)",
     ),
+    (
+        "chunked local attention",
+        "multi-head latent attention (MLA)",
+        "no MLA model has local chunks (the case model refuses them)",
+    ),
 ];
+
+/// Every pair no case can hold: [`INVALID_PAIRS`], then each attention kind with the
+/// optional features it gives no meaning to ([`Feature::allows_kind`]).
+pub fn invalid_pairs() -> Vec<(&'static str, &'static str, String)> {
+    let kinds = [
+        (
+            Feature::EncoderOnly,
+            AttentionKind::EncoderOnly,
+            "is causal decoder attention",
+        ),
+        (
+            Feature::CrossAttention,
+            AttentionKind::EncoderDecoder,
+            "needs key positions relative to the query, which cross-attention has not",
+        ),
+    ];
+    let by_kind = kinds.into_iter().flat_map(|(k, kind, why)| {
+        Feature::OPTIONAL
+            .into_iter()
+            .filter(move |f| !f.allows_kind(kind))
+            .map(move |f| (k.label(), f.label(), format!("{} {why}", f.label())))
+    });
+    INVALID_PAIRS
+        .iter()
+        .map(|&(a, b, why)| (a, b, why.to_string()))
+        .chain(by_kind)
+        .collect()
+}
 
 /// Every factor with the buckets that make it: the optional features, then [`CLASSES`].
 pub fn pair_factors() -> Vec<(&'static str, Vec<(&'static str, &'static str)>)> {
@@ -150,8 +153,8 @@ pub(crate) fn factors_of(buckets: &[(&str, &str)]) -> Vec<&'static str> {
         .collect()
 }
 
-fn invalid(a: &str, b: &str) -> bool {
-    INVALID_PAIRS
+fn invalid(invalid: &[(&str, &str, String)], a: &str, b: &str) -> bool {
+    invalid
         .iter()
         .any(|&(x, y, _)| (x, y) == (a, b) || (x, y) == (b, a))
 }
@@ -201,9 +204,10 @@ pub fn pair_summary(report: &CoverageReport, backend: &str) -> PairSummary {
         pairs: Vec::new(),
         not_declared: 0,
     };
+    let never = invalid_pairs();
     for (i, (a, fa)) in factors.iter().enumerate() {
         for (b, fb) in &factors[i + 1..] {
-            if invalid(a, b) {
+            if invalid(&never, a, b) {
                 continue;
             }
             if !declared(fa) || !declared(fb) {
@@ -252,10 +256,11 @@ pub fn pair_lines(report: &CoverageReport, backends: &[String]) -> Vec<String> {
 pub fn pair_rows(report: &CoverageReport, backends: &[String]) -> Vec<Vec<String>> {
     let summaries: Vec<PairSummary> = backends.iter().map(|b| pair_summary(report, b)).collect();
     let factors = pair_factors();
+    let never = invalid_pairs();
     let mut rows = Vec::new();
     for (i, (a, _)) in factors.iter().enumerate() {
         for (b, _) in &factors[i + 1..] {
-            if invalid(a, b) {
+            if invalid(&never, a, b) {
                 continue;
             }
             let key = pair_key(a, b);
@@ -291,8 +296,13 @@ mod tests {
                 );
             }
         }
-        for (a, b, _) in INVALID_PAIRS {
+        let never = invalid_pairs();
+        for (a, b, _) in &never {
             assert!(names.contains(a) && names.contains(b), "{a} × {b}");
+        }
+        // Each pair once.
+        for (i, (a, b, _)) in never.iter().enumerate() {
+            assert!(!invalid(&never[i + 1..], a, b), "{a} × {b} twice");
         }
     }
 
@@ -316,7 +326,7 @@ mod tests {
         // Invalid pairs are not in the table; every other pair is.
         assert_eq!(n("cross-attention × ALiBi"), None);
         let k = pair_factors().len();
-        assert_eq!(s.pairs.len(), k * (k - 1) / 2 - INVALID_PAIRS.len());
+        assert_eq!(s.pairs.len(), k * (k - 1) / 2 - invalid_pairs().len());
         assert!(s.percent() < 10.0);
     }
 

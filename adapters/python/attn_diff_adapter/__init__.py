@@ -94,7 +94,19 @@ MAX_FRAME_BYTES = 1 << 32
 
 DTYPES = ("f32", "bf16", "f16")
 KINDS = ("decoder", "encoder_only", "encoder_decoder")
-FEATURES = ("sliding_window", "logits_soft_cap", "alibi", "sinks", "fp8_kv_cache", "padded_requests", "mla")
+FEATURES = (
+    "sliding_window",
+    "logits_soft_cap",
+    "alibi",
+    "sinks",
+    "fp8_kv_cache",
+    "padded_requests",
+    "mla",
+    "chunked_local_attention",
+)
+#: The features every adapter was assumed to have before ``features`` could be omitted: a
+#: later one (an FP8 cache, MLA, local chunks) is run only by an adapter that lists it.
+ESTABLISHED_FEATURES = ("sliding_window", "logits_soft_cap", "alibi", "sinks")
 #: How a cache holds K and V: rows per kv head (`mha`), or one latent entry whose first
 #: `head_size_v` dims are V (`mla`).
 KV_LAYOUTS = ("mha", "mla")
@@ -245,6 +257,10 @@ class Config:
     #: `head_size` dims, V its first `head_size_v`; writes carry `value [n, 1, 0]` and the
     #: output is [num_tokens, num_heads, head_size_v]. None: ordinary attention.
     mla: Optional[Dict[str, Any]] = None
+    #: Chunked local attention (Llama 4's ``attention_chunk_size``): a decoder query at
+    #: position p sees keys from ``p - p % attention_chunk_size`` (and within the window, if
+    #: any). None: no chunks.
+    attention_chunk_size: Optional[int] = None
 
     @staticmethod
     def from_json(text: str) -> "Config":
@@ -264,6 +280,7 @@ class Config:
             sinks=c.get("sinks"),
             kv_cache=c.get("kv_cache"),
             mla=c.get("mla"),
+            attention_chunk_size=c.get("attention_chunk_size"),
         )
 
     @property
@@ -303,6 +320,7 @@ class Config:
             ("sinks", self.sinks),
             ("fp8_kv_cache", self.kv_cache),
             ("mla", self.mla),
+            ("chunked_local_attention", self.attention_chunk_size),
         ]
         return [name for name, value in used if value is not None]
 
@@ -473,8 +491,8 @@ def decline_reason(
             declared = config.kv_cache_dtype in kv if kv is not None else "fp8_kv_cache" in (features or [])
             if not declared:
                 return f"FP8 KV cache ({config.kv_cache_dtype}) not implemented"
-        elif f == "mla" and "mla" not in (features or []):
-            return "multi-head latent attention (mla) not implemented"
+        elif f not in ESTABLISHED_FEATURES and f not in (features or []):
+            return f"{f} not implemented (not listed in the capabilities' features)"
         elif features is not None and f not in features:
             return f"{f} not implemented"
     if query_lens is not None and 0 in list(query_lens) and "padded_requests" not in (features or []):

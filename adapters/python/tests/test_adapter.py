@@ -149,6 +149,16 @@ def test_the_handshake_sends_validated_capabilities():
     assert json.loads(meta["capabilities"]) == {"kv_cache_dtypes": ["fp8_e4m3"]}
 
 
+def test_local_chunks_are_declined_unless_listed():
+    chunked = config(attention_chunk_size=8)
+    assert chunked.attention_chunk_size == 8 and "chunked_local_attention" in chunked.features()
+    assert config().attention_chunk_size is None and config().features() == []
+    # A feature added after the established ones: an adapter that lists no features at all
+    # does not get it either.
+    assert "chunked_local_attention" in decline_reason({}, chunked)
+    assert decline_reason(validate_capabilities({"features": ["chunked_local_attention"]}), chunked) is None
+
+
 def test_mla_is_declined_unless_listed_and_reads_its_latent_width():
     mla = config(num_heads=16, num_kv_heads=1, head_size=576, scale=192**-0.5, mla={"head_size_v": 512})
     assert mla.head_size_v == 512 and mla.kv_layout == "mla" and "mla" in mla.features()

@@ -181,7 +181,12 @@ pub fn run_item<T: KvElem>(pb: &Problem<'_, T>, task: &Task, keys: Range<usize>,
         } else {
             (pb.ops.normalize)(src, pb.scale, DType::F32, &mut sc.q[r * d..(r + 1) * d]);
         }
-        sc.vis[r] = visible_keys(pb.cfg.kind, pb.cfg.sliding_window, task.pos0 + t, seq_len);
+        sc.vis[r] = visible_keys(
+            pb.cfg.kind,
+            (pb.cfg.sliding_window, pb.cfg.attention_chunk_size),
+            task.pos0 + t,
+            seq_len,
+        );
     }
     sc.o[..rows * dv].fill(0.0);
     sc.m[..rows].fill(f32::NEG_INFINITY);

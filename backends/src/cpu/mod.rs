@@ -405,6 +405,7 @@ impl Backend for CpuBackend {
             Feature::CrossAttention,
             Feature::PaddedRequests,
             Feature::Mla,
+            Feature::ChunkedLocalAttention,
         ]);
         f
     }

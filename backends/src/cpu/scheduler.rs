@@ -93,6 +93,7 @@ pub fn plan(
     let group = cfg.num_heads / cfg.num_kv_heads;
     let tile_tokens = (MAX_ROWS_PER_TASK / group).max(1);
     let mut tasks = Vec::new();
+    let limits = (cfg.sliding_window, cfg.attention_chunk_size);
     for (seq, &seq_len) in seq_lens.iter().enumerate() {
         let (start, end) = (query_start_loc[seq], query_start_loc[seq + 1]);
         // Cross-attention queries may outnumber the encoder's keys and have no position
@@ -102,8 +103,8 @@ pub fn plan(
         while t < end {
             let ntok = tile_tokens.min(end - t);
             let pos0 = ctx + (t - start);
-            let first = visible_keys(cfg.kind, cfg.sliding_window, pos0, seq_len);
-            let last = visible_keys(cfg.kind, cfg.sliding_window, pos0 + ntok - 1, seq_len);
+            let first = visible_keys(cfg.kind, limits, pos0, seq_len);
+            let last = visible_keys(cfg.kind, limits, pos0 + ntok - 1, seq_len);
             let keys = first.start.min(last.start)..first.end.max(last.end);
             for kv_head in 0..cfg.num_kv_heads {
                 tasks.push(Task {

@@ -78,6 +78,7 @@ pub const CATALOGUE: &[MutantInfo] = &[
     m("split-merge-drops-rescale", "the split-KV merge forgets to rescale the second split by exp(m2 - m)"),
     m("last-partial-block-ignored", "keys in a sequence's last, partially filled block are skipped"),
     m("shared-block-gathered-once", "a gather that assumes each block belongs to one sequence: a block already gathered for an earlier sequence reads as zeros"),
+    m("local-chunk-by-whole-blocks", "chunked local attention gathers whole pages: a chunk that starts inside a block also attends the previous chunk's keys in that block"),
     // The bug zoo: public bugs of paged-attention kernels, each as it behaved.
     public("window-one-short", "vllm-project/vllm#3385", "a decoder window of w attends w - 1 keys (one fewer than the model's convention)"),
     public("window-by-whole-blocks", "vllm-project/vllm#4768", "the window starts at a block boundary, so a few keys before it are attended too"),
@@ -169,6 +170,7 @@ pub fn mutant(name: &str) -> Option<Arc<dyn Backend>> {
         "split-merge-drops-rescale" => plain(Bug::SplitMergeDropsRescale),
         "last-partial-block-ignored" => plain(Bug::LastPartialBlockIgnored),
         "shared-block-gathered-once" => plain(Bug::SharedBlockGatheredOnce),
+        "local-chunk-by-whole-blocks" => plain(Bug::LocalChunkByWholeBlocks),
         "window-one-short" => plain(Bug::WindowOneShort),
         "window-by-whole-blocks" => plain(Bug::WindowByWholeBlocks),
         "decode-ignores-window" => plain(Bug::DecodeIgnoresWindow),

@@ -6,6 +6,7 @@ use crate::{
     cache_as, cache_as_mut, Backend, BackendError, CacheLayout, KvCache, KvWrite, StepInputs,
     Unsupported,
 };
+use attn_reference::oracle::Visibility;
 use attn_reference::{AttentionConfig, AttentionKind, Feature, Fp8Format, Fp8KvCache};
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -26,6 +27,7 @@ pub enum Bug {
     SplitMergeDropsRescale,
     LastPartialBlockIgnored,
     SharedBlockGatheredOnce,
+    LocalChunkByWholeBlocks,
     // Public bugs (see the catalogue in `mutants/mod.rs` for the issue each reproduces).
     WindowOneShort,
     WindowByWholeBlocks,
@@ -190,6 +192,7 @@ impl Backend for PlainBackend {
             Feature::Fp8KvCache,
             Feature::CrossAttention,
             Feature::PaddedRequests,
+            Feature::ChunkedLocalAttention,
         ]);
         f
     }
@@ -386,9 +389,15 @@ impl Backend for PlainBackend {
                     }
                     (_, w) => w,
                 };
-                let (mut lo, mut hi) =
-                    attn_reference::oracle::visible_keys(c.kind, window, p_mask, seq_len);
+                let (mut lo, mut hi) = Visibility {
+                    window,
+                    ..Visibility::of(c)
+                }
+                .keys(p_mask, seq_len);
                 if self.bug == Bug::WindowByWholeBlocks && c.sliding_window.is_some() {
+                    lo = lo / bs * bs;
+                }
+                if self.bug == Bug::LocalChunkByWholeBlocks && c.attention_chunk_size.is_some() {
                     lo = lo / bs * bs;
                 }
                 if self.bug == Bug::DecoderWindowEncoderConvention
@@ -506,8 +515,11 @@ impl Backend for PlainBackend {
                         let t0 = q0 + (t - q0) / QUERY_TILE * QUERY_TILE;
                         let p0 = ctx + t0 - q0;
                         let q0r = &step.query[(t0 * hq + h) * d..][..d];
-                        let (lo0, hi0) =
-                            attn_reference::oracle::visible_keys(c.kind, window, p0, seq_len);
+                        let (lo0, hi0) = Visibility {
+                            window,
+                            ..Visibility::of(c)
+                        }
+                        .keys(p0, seq_len);
                         (lo0..=hi0)
                             .map(|k| logit_of(q0r, p0, k))
                             .fold(f32::NEG_INFINITY, f32::max)

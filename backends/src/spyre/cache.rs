@@ -100,6 +100,11 @@ impl SpyreCache {
         }
     }
 
+    /// Bytes the cache holds, K and V together.
+    pub fn bytes(&self) -> usize {
+        self.kv.numel() * self.kv.kind().elt_size_in_bytes()
+    }
+
     pub fn num_slots(&self, config: &AttentionConfig) -> usize {
         self.num_blocks * config.block_size
     }

@@ -1,5 +1,5 @@
 //! What a query sees and how its logits are shaped between `q·k` and the softmax: the
-//! visibility mask (causal, encoder, sliding window, sequence end), the soft-cap and the
+//! visibility mask (causal, encoder, sliding window, local chunks, sequence end), the soft-cap and the
 //! ALiBi bias, all as tensor ops over a group's padded layout.
 
 use super::plan::GroupIndex;
@@ -25,6 +25,11 @@ pub(crate) fn hidden(
     let mut hide = k.f_ge_tensor(&idx.seq_lens.f_view([size[0], 1, 1])?)?;
     if c.kind == AttentionKind::Decoder {
         hide = hide.f_logical_or(&k.f_gt_tensor(&p)?)?;
+    }
+    if let (AttentionKind::Decoder, Some(chunk)) = (c.kind, c.attention_chunk_size) {
+        // Local chunks: nothing before the query's chunk start, p - p % chunk.
+        let start = p.f_sub(&p.f_remainder(chunk.max(1) as i64)?)?;
+        hide = hide.f_logical_or(&k.f_lt_tensor(&start)?)?;
     }
     if let Some((left, right)) = c.window_left_right() {
         hide = hide.f_logical_or(&k.f_lt_tensor(&p.f_sub_scalar(left as i64)?)?)?;

@@ -42,14 +42,31 @@ pub enum Variant {
     Device,
 }
 
-/// Memory budgets of a call; the defaults bound one large_decode call well under a quarter
-/// of its KV cache. Smaller budgets exercise the chunked paths on small cases.
+/// Memory budgets of a call, each also held to an eighth of the call's KV cache
+/// ([`Budgets::within`]) so that a call's extra memory stays within a quarter of it. Smaller
+/// budgets exercise the chunked paths on small cases.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Budgets {
     /// Native: bytes of gathered K/V and logits per chunk of pages.
     pub chunk_bytes: usize,
-    /// SDPA: bytes of gathered K/V per group of sequences.
+    /// SDPA: bytes of gathered K and V per group of sequences, or per chunk of a group's
+    /// keys when one sequence alone is larger.
     pub group_kv_bytes: usize,
+}
+
+impl Budgets {
+    /// Below this, a smaller chunk saves less memory than a call's fixed tensors (queries,
+    /// masks, output) take, and costs another round of op dispatches.
+    const FLOOR: usize = 1 << 20;
+
+    /// These budgets, each at most an eighth of a cache of `cache_bytes` (or [`Self::FLOOR`]).
+    pub fn within(self, cache_bytes: usize) -> Budgets {
+        let cap = (cache_bytes / 8).max(Self::FLOOR);
+        Budgets {
+            chunk_bytes: self.chunk_bytes.min(cap),
+            group_kv_bytes: self.group_kv_bytes.min(cap),
+        }
+    }
 }
 
 impl Default for Budgets {
@@ -135,13 +152,13 @@ impl Spyre {
         }
     }
 
-    fn group_cost(&self, c: &AttentionConfig) -> GroupCost {
+    fn group_cost(&self, c: &AttentionConfig, budgets: Budgets) -> GroupCost {
         let max_kv_rows = match self.variant {
             Variant::Sdpa => {
                 let elt = kind_of(c.dtype)
                     .elt_size_in_bytes()
                     .max(sdpa::compute_kind(c).elt_size_in_bytes());
-                Some(self.budgets.group_kv_bytes / (2 * c.num_kv_heads * c.head_size * elt).max(1))
+                Some(budgets.group_kv_bytes / (2 * c.num_kv_heads * c.head_size * elt).max(1))
             }
             _ => None,
         };
@@ -160,18 +177,19 @@ impl Spyre {
         seqs: &[step::Seq],
     ) -> Result<Vec<f32>, TchError> {
         let (t, hq, d) = (step.num_tokens, c.num_heads, c.head_size);
+        let budgets = self.budgets.within(cache.bytes());
         let groups = match self.variant {
             Variant::Device => one_per_group(seqs, device::Q_CHUNK),
             // One sequence at a time: its token-major pages then feed the matmuls as strided
             // views, where a padded batch would force a per-head copy of every page.
             Variant::Native { .. } => one_per_group(seqs, 1),
-            Variant::Sdpa => group_sequences(seqs, &self.group_cost(c)),
+            Variant::Sdpa => group_sequences(seqs, &self.group_cost(c, budgets)),
         };
         if groups.is_empty() {
             return Ok(vec![0.0; t * hq * d]);
         }
         let query = from_f32(step.query, &[t as i64, hq as i64, d as i64])?;
-        let mut ws = Workspace::new(self.budgets.chunk_bytes);
+        let mut ws = Workspace::new(budgets);
         let mut outs = Vec::with_capacity(groups.len());
         for g in &groups {
             let pages = match self.variant {
@@ -227,6 +245,7 @@ impl Backend for Spyre {
             Feature::Fp8KvCache,
             Feature::CrossAttention,
             Feature::PaddedRequests,
+            Feature::ChunkedLocalAttention,
         ]);
         f
     }

@@ -111,7 +111,7 @@ pub(crate) fn attend_group(
         None => None,
     };
 
-    let chunk = pages_per_chunk(c, g, idx.pages, work, ws.chunk_bytes);
+    let chunk = pages_per_chunk(c, g, idx.pages, work, ws.budgets.chunk_bytes);
     for first_page in (0..idx.pages).step_by(chunk) {
         let n = chunk.min(idx.pages - first_page) as i64;
         let (k0, len) = (first_page as i64 * bs, n * bs);

@@ -6,6 +6,7 @@
 //! is small, in cache for the matmuls that read it next.
 
 use super::tensors::CPU;
+use super::Budgets;
 use tch::{Kind, TchError, Tensor};
 
 /// One reusable buffer: grows to the largest request, never shrinks within a call.
@@ -40,8 +41,8 @@ impl Scratch {
 /// stored, and the same pages head-major.
 #[derive(Default)]
 pub(crate) struct Workspace {
-    /// Budget of one native chunk: gathered K/V, working copies and logits.
-    pub chunk_bytes: usize,
+    /// What one native chunk or SDPA key chunk may take (already scaled to the cache).
+    pub budgets: Budgets,
     /// Token-major pages gathered from the cache, `[pages, block_size * Hkv * D]`.
     pub k_pages: Scratch,
     pub v_pages: Scratch,
@@ -51,9 +52,9 @@ pub(crate) struct Workspace {
 }
 
 impl Workspace {
-    pub fn new(chunk_bytes: usize) -> Self {
+    pub fn new(budgets: Budgets) -> Self {
         Workspace {
-            chunk_bytes,
+            budgets,
             ..Workspace::default()
         }
     }

@@ -111,8 +111,13 @@ pub fn run(mut args: CheckArgs, global: GlobalArgs) -> anyhow::Result<bool> {
         out_dir: args.out,
         shrink: match (args.no_shrink, args.shrink_time) {
             (true, _) => ShrinkBudget::NONE,
+            // The person's time limit replaces the work limit.
             (false, Some(s)) => ShrinkBudget {
-                max_time: std::time::Duration::from_secs_f64(s.max(0.0)),
+                max_work: u64::MAX,
+                max_time: Some(
+                    std::time::Duration::try_from_secs_f64(s.max(0.0))
+                        .unwrap_or(std::time::Duration::MAX),
+                ),
                 ..ShrinkBudget::default()
             },
             (false, None) => ShrinkBudget::default(),

@@ -176,6 +176,7 @@ pub struct LongFeatures {
     kv_cache: Option<Fp8KvCache>,
     logits: Option<LogitShift>,
     heads: Option<(usize, usize)>,
+    chunk: Option<usize>,
 }
 
 /// Each feature on about half the time, so each of a handful of long cases of a tier
@@ -189,9 +190,14 @@ pub fn long_features() -> impl Strategy<Value = LongFeatures> {
         prop::option::weighted(0.25, crate::strategy::kv_cache_of_any_format()),
         prop::option::weighted(0.35, logit_shift()),
         prop::option::weighted(0.3, big_heads()),
+        // Drawn last, so every feature above draws what it drew before local chunks.
+        prop::option::weighted(
+            0.25,
+            prop::sample::select(vec![1usize, 63, 256, 1024, 8192]),
+        ),
     )
         .prop_map(
-            |(window, soft_cap, alibi, sinks, kv_cache, logits, heads)| LongFeatures {
+            |(window, soft_cap, alibi, sinks, kv_cache, logits, heads, chunk)| LongFeatures {
                 window,
                 soft_cap,
                 alibi,
@@ -199,6 +205,7 @@ pub fn long_features() -> impl Strategy<Value = LongFeatures> {
                 kv_cache,
                 logits,
                 heads,
+                chunk,
             },
         )
 }
@@ -238,15 +245,12 @@ impl LongFeatures {
             AttentionKind::EncoderDecoder => r.share = None,
             AttentionKind::Decoder => {}
         }
-        let cross = kind == AttentionKind::EncoderDecoder;
-        if r.window.is_none() && !cross {
+        if r.window.is_none() {
             r.window = self.window;
         }
-        if cross {
-            r.window = None;
-        }
+        r.chunk = self.chunk;
         r.soft_cap = self.soft_cap;
-        r.alibi = self.alibi && !cross;
+        r.alibi = self.alibi;
         r.sinks = self.sinks;
         r.kv_cache = self.kv_cache;
         // A shift the tier drew for itself (big batches) stays unless the features draw one.
@@ -264,7 +268,8 @@ impl LongFeatures {
                 r = big;
             }
         }
-        r
+        // The kind may give a feature no meaning (a window in cross-attention).
+        r.without_kind_mismatches()
     }
 }
 

@@ -8,7 +8,7 @@
 //! (long-tier cases) every n-th query row and key is visited: a lower bound, exact for a
 //! [`crate::extremes::LogitShift`], which moves every key of a row alike.
 
-use attn_reference::oracle::visible_keys;
+use attn_reference::oracle::Visibility;
 use attn_reference::Case;
 
 /// The most multiply-adds spent on one case's exact pass.
@@ -123,7 +123,7 @@ fn exact(case: &Case, q: &[f64], keys: &[Vec<f64>]) -> LogitStats {
             for j in (0..case.batch.query_lens[s]).step_by(stride) {
                 let t = starts[s] + j;
                 let qr = &q[(t * hq + h) * d..][..d];
-                let (lo, hi) = visible_keys(c.kind, c.sliding_window, ctx + j, seq_len);
+                let (lo, hi) = Visibility::of(c).keys(ctx + j, seq_len);
                 let mut row_max = f64::NEG_INFINITY;
                 for key in (lo..=hi).step_by(stride) {
                     let kr = &k[(key * hkv + kvh) * d..][..d];

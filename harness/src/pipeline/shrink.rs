@@ -5,24 +5,36 @@ use crate::strategy::CaseRecipe;
 use proptest::strategy::ValueTree;
 use std::time::{Duration, Instant};
 
+/// How far a shrink may go. Its default limits are in steps and in work, never in time, so
+/// a failure shrinks to the same case on any machine, under any load and at any `--jobs`; a
+/// time limit is only there when a person asks for one (`--shrink-time`).
 #[derive(Clone, Copy, Debug)]
 pub struct ShrinkBudget {
     pub max_steps: usize,
-    pub max_time: Duration,
+    /// Work the candidates tried may add up to, in [`Weigh`] units.
+    pub max_work: u64,
+    pub max_time: Option<Duration>,
 }
 
 impl ShrinkBudget {
     /// No shrinking (`--no-shrink`): a failure is reported as found.
     pub const NONE: ShrinkBudget = ShrinkBudget {
         max_steps: 0,
-        max_time: Duration::ZERO,
+        max_work: 0,
+        max_time: None,
     };
 
-    /// Whether a shrink begun at `start` that has tried `steps` candidates may try another:
-    /// within both limits and not interrupted.
-    pub fn allows(&self, steps: usize, start: Instant) -> bool {
+    /// Work each pass of a shrink may spend by default: 15-20 s of the heaviest candidates
+    /// (two prefills of 5,000 tokens, about 1.5 s a try) on a 2-core EPYC, far more than most
+    /// shrinks need (they end when nothing smaller fails).
+    pub const DEFAULT_WORK: u64 = 1_000_000_000;
+
+    /// Whether a shrink begun at `start` that has tried `steps` candidates of `work` in all
+    /// may try one more of `next` work: within every limit and not interrupted.
+    pub fn allows(&self, (steps, work): (usize, u64), next: u64, start: Instant) -> bool {
         steps < self.max_steps
-            && start.elapsed() < self.max_time
+            && work.saturating_add(next) <= self.max_work
+            && self.max_time.is_none_or(|t| start.elapsed() < t)
             && !crate::interrupt::interrupted()
     }
 }
@@ -31,8 +43,34 @@ impl Default for ShrinkBudget {
     fn default() -> Self {
         ShrinkBudget {
             max_steps: 4000,
-            max_time: Duration::from_secs(20),
+            max_work: Self::DEFAULT_WORK,
+            max_time: None,
         }
+    }
+}
+
+/// What trying one shrink candidate costs, in machine-independent units (about a
+/// multiply-add of the oracle, or one element written): what a shrink's budget counts.
+pub trait Weigh {
+    fn work(&self) -> u64;
+}
+
+/// A try's fixed cost beyond its arithmetic: building the case, the calls, the comparison.
+pub const TRY_WORK: u64 = 100_000;
+
+/// What each sequence of a batch adds beyond its arithmetic (its block table, its share of
+/// the scheduling, checking and comparing): a batch of a thousand one-token decodes takes
+/// about a second a try.
+pub const SEQ_WORK: u64 = 100_000;
+
+impl Weigh for CaseRecipe {
+    /// The oracle's multiply-adds, plus every K/V and query element the case writes, plus
+    /// each sequence's own cost.
+    fn work(&self) -> u64 {
+        let (seq_lens, query_lens) = self.lens();
+        let kv = seq_lens.iter().sum::<usize>() * self.num_kv_heads * self.head_size * 2;
+        let q = query_lens.iter().sum::<usize>() * self.num_heads() * self.head_size;
+        (crate::strategy::cost(self) + kv + q) as u64 + seq_lens.len() as u64 * SEQ_WORK + TRY_WORK
     }
 }
 
@@ -45,6 +83,8 @@ pub struct Shrunk<R = CaseRecipe> {
     /// Shrink steps that still failed.
     pub accepted: usize,
     pub steps: usize,
+    /// [`Weigh`] units of the candidates tried.
+    pub work: u64,
     pub elapsed: Duration,
 }
 
@@ -75,7 +115,7 @@ pub enum AfterAccept {
 /// `still_fails` says whether one still fails, giving the recipe to keep (which may be
 /// trimmed further, e.g. to the step it now diverges at). Ends when no candidate fails, or
 /// on the budget.
-pub fn greedy<R: Clone + PartialEq>(
+pub fn greedy<R: Clone + PartialEq + Weigh>(
     start_from: R,
     budget: ShrinkBudget,
     after: AfterAccept,
@@ -84,7 +124,7 @@ pub fn greedy<R: Clone + PartialEq>(
 ) -> Shrunk<R> {
     let start = Instant::now();
     let mut best = start_from;
-    let (mut steps, mut accepted) = (0, 0);
+    let (mut steps, mut accepted, mut work) = (0, 0, 0);
     let mut visited = vec![best.clone()];
     let (mut i, mut progress) = (0, false);
     let mut cs = candidates(&best);
@@ -101,10 +141,12 @@ pub fn greedy<R: Clone + PartialEq>(
             i += 1;
             continue;
         }
-        if !budget.allows(steps, start) {
+        let next = c.work();
+        if !budget.allows((steps, work), next, start) {
             break true;
         }
         steps += 1;
+        work += next;
         match still_fails(c) {
             Some(kept) => {
                 if after == AfterAccept::FromTheTop {
@@ -124,6 +166,7 @@ pub fn greedy<R: Clone + PartialEq>(
         exhausted,
         accepted,
         steps,
+        work,
         elapsed: start.elapsed(),
     }
 }
@@ -139,13 +182,17 @@ where
 {
     let start = Instant::now();
     let mut best = tree.current();
-    let mut accepted = 0;
-    let mut steps = 0;
+    let (mut steps, mut accepted, mut work) = (0, 0, 0);
     // Nothing simpler to try: done, not exhausted. Otherwise ending on the budget is.
     let mut exhausted = tree.simplify();
-    while exhausted && budget.allows(steps, start) {
-        steps += 1;
+    while exhausted {
         let candidate = tree.current();
+        let next = candidate.work();
+        if !budget.allows((steps, work), next, start) {
+            break;
+        }
+        steps += 1;
+        work += next;
         if fails(&candidate) {
             best = candidate;
             accepted += 1;
@@ -163,9 +210,14 @@ where
         exhausted,
         accepted,
         steps,
+        work,
         elapsed: start.elapsed(),
     }
 }
+
+/// Batches larger than this are bisected before single sequences are removed, and skip
+/// proptest's pass, which removes one element per try.
+const BISECT_ABOVE: usize = 8;
 
 /// Simpler neighbours of a recipe, most drastic first: what a person would try by hand. Each
 /// goes through `fit` (the backend's space), so none leaves it.
@@ -185,6 +237,15 @@ fn candidates(r: &CaseRecipe, fit: &dyn Fn(CaseRecipe) -> CaseRecipe) -> Vec<Cas
             out.push(c);
         }
     };
+    // A large batch is bisected first: a bug one sequence triggers is found in about
+    // log2(n) tries instead of one try (of the whole batch) per sequence removed.
+    if r.seqs.len() > BISECT_ABOVE {
+        let half = r.seqs.len() / 2;
+        push(&|c| c.seqs.truncate(half));
+        push(&|c| {
+            c.seqs.drain(..half);
+        });
+    }
     for i in 0..r.seqs.len() {
         if r.seqs.len() > 1 {
             push(&|c| {
@@ -232,6 +293,11 @@ fn candidates(r: &CaseRecipe, fit: &dyn Fn(CaseRecipe) -> CaseRecipe) -> Vec<Cas
             push(&|c| c.window = Some(new_w.max(1)));
         }
     }
+    if let Some(n) = r.chunk {
+        for new_n in [1, n / 2, n - 1] {
+            push(&|c| c.chunk = Some(new_n.max(1)));
+        }
+    }
     push(&|c| c.scale = None);
     push(&|c| c.poison = None);
     if let Some(total) = r.cache_blocks {
@@ -239,10 +305,6 @@ fn candidates(r: &CaseRecipe, fit: &dyn Fn(CaseRecipe) -> CaseRecipe) -> Vec<Cas
         // matter.
         push(&|c| c.cache_blocks = None);
         push(&|c| c.cache_blocks = Some(total / 2));
-    }
-    if r.seqs.len() > 8 {
-        // Large batches: drop half the sequences at once.
-        push(&|c| c.seqs.truncate(c.seqs.len() / 2));
     }
     push(&|c| c.num_kv_heads = 1);
     push(&|c| c.num_kv_heads = (c.num_kv_heads - 1).max(1));
@@ -297,14 +359,23 @@ pub fn shrink_fully<T>(
 where
     T: ValueTree<Value = CaseRecipe>,
 {
+    // proptest's pass takes a step per element removed, each a try of the whole batch: a
+    // large batch goes straight to the greedy pass, which bisects it.
+    let found = tree.current();
+    if found.seqs.len() > BISECT_ABOVE {
+        return refine(found, budget, fit, &mut fails);
+    }
+    // Each pass has the whole budget: proptest's may spend it all on a heavy case, and the
+    // greedy pass is the one that halves lengths and sizes.
     let first = shrink(tree, budget, &mut fails);
-    let second = refine(first.recipe, budget, fit, &mut fails);
+    let second = refine(first.recipe.clone(), budget, fit, &mut fails);
     Shrunk {
         recipe: second.recipe,
         // proptest's pass may end on the budget while refining still finishes.
         exhausted: second.exhausted || (first.exhausted && second.steps == 0),
         accepted: first.accepted + second.accepted,
         steps: first.steps + second.steps,
+        work: first.work + second.work,
         elapsed: first.elapsed + second.elapsed,
     }
 }
@@ -312,6 +383,12 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    impl Weigh for u32 {
+        fn work(&self) -> u64 {
+            1
+        }
+    }
 
     fn halve_or_step(x: &u32) -> Vec<u32> {
         [x / 2, x.saturating_sub(1)]
@@ -345,6 +422,47 @@ mod tests {
             |&x| Some(x),
         );
         assert_eq!((s.recipe, s.steps, s.exhausted), (125, 3, true));
+        // Work ends it the same way, whatever the machine.
+        let budget = ShrinkBudget {
+            max_work: 2,
+            ..ShrinkBudget::default()
+        };
+        let s = greedy(
+            1000,
+            budget,
+            AfterAccept::FromTheTop,
+            &halve_or_step,
+            |&x| Some(x),
+        );
+        assert_eq!((s.recipe, s.steps, s.work, s.exhausted), (250, 2, 2, true));
+    }
+
+    #[test]
+    fn a_shrink_ends_the_same_however_slow_its_tries_are() {
+        // The default budget has no time limit: a slow machine (or a loaded one, or one of
+        // many jobs) gets the same shrunk recipe as a fast one.
+        let budget = ShrinkBudget {
+            max_work: 5,
+            ..ShrinkBudget::default()
+        };
+        let run = |delay: u64| {
+            greedy(
+                1000,
+                budget,
+                AfterAccept::FromTheTop,
+                &halve_or_step,
+                |&x| {
+                    std::thread::sleep(Duration::from_millis(delay));
+                    (x >= 3).then_some(x)
+                },
+            )
+        };
+        let (fast, slow) = (run(0), run(30));
+        assert_eq!(
+            (fast.recipe, fast.steps, fast.exhausted),
+            (slow.recipe, slow.steps, slow.exhausted)
+        );
+        assert_eq!((fast.recipe, fast.work, fast.exhausted), (31, 5, true));
     }
 
     #[test]

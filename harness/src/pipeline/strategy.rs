@@ -97,6 +97,9 @@ pub struct CaseRecipe {
     /// drawn by [`crate::strategy_mla`]. None: ordinary attention.
     #[serde(default)]
     pub mla: Option<LatentRecipe>,
+    /// Chunked local attention: positions in chunks of this many (decoder only).
+    #[serde(default)]
+    pub chunk: Option<usize>,
 }
 
 /// An MLA recipe's latent: the entry's dims past V and the model's scale (which `scale` does
@@ -263,6 +266,7 @@ impl CaseRecipe {
             padded_requests: 0,
             logits: None,
             mla: None,
+            chunk: None,
         }
     }
 
@@ -282,6 +286,7 @@ impl CaseRecipe {
         c.kind = self.kind;
         c.scale = self.scale;
         c.sliding_window = self.window;
+        c.attention_chunk_size = self.chunk;
         c.logits_soft_cap = self.soft_cap;
         c.kv_cache = self.kv_cache;
         if let Some(m) = self.mla {
@@ -317,6 +322,7 @@ impl CaseRecipe {
                 true
             }
             Feature::SlidingWindow => c.window.take().is_some(),
+            Feature::ChunkedLocalAttention => c.chunk.take().is_some(),
             Feature::LogitsSoftCap => c.soft_cap.take().is_some(),
             Feature::Alibi => std::mem::take(&mut c.alibi),
             Feature::Sinks => std::mem::take(&mut c.sinks),
@@ -336,6 +342,21 @@ impl CaseRecipe {
             _ => false,
         };
         used.then_some(c)
+    }
+
+    /// This recipe without the optional features its kind gives no meaning to
+    /// ([`Feature::allows_kind`]): a window or ALiBi in cross-attention, local chunks outside
+    /// a decoder.
+    pub fn without_kind_mismatches(mut self) -> CaseRecipe {
+        let c = self.config();
+        for f in Feature::OPTIONAL {
+            if f.used_by(&c) && !f.allows_kind(self.kind) {
+                if let Some(r) = self.without(f) {
+                    self = r;
+                }
+            }
+        }
+        self
     }
 
     /// The sharing group actually applied: at least two sequences, decoder only.
@@ -692,15 +713,13 @@ pub fn fit_space(mut r: CaseRecipe, space: &Space, budget: usize) -> CaseRecipe 
     r.block_size = c.block_size;
     r.group = c.group_size();
     r.window = c.sliding_window;
+    r.chunk = c.attention_chunk_size;
     r.soft_cap = c.logits_soft_cap;
     r.alibi = c.alibi_slopes.is_some();
     r.sinks = c.sinks.is_some();
     r.kv_cache = c.kv_cache;
-    if r.kind == AttentionKind::EncoderDecoder {
-        // Cross-attention has no key positions relative to the query.
-        r.window = None;
-        r.alibi = false;
-    }
+    // The fitted kind may give a feature no meaning (a window in cross-attention).
+    let mut r = r.without_kind_mismatches();
     space.fit_lengths(r.kind, &mut r.seqs, &mut r.padding_tokens);
     // Padded requests count among the step's requests.
     if !space.allows_feature(Feature::PaddedRequests) {
@@ -825,6 +844,11 @@ pub fn recipe(limits: StrategyLimits) -> impl Strategy<Value = CaseRecipe> {
         prop::option::weighted(0.06, crate::extremes::big_heads()),
         prop::option::weighted(0.12, crate::extremes::logit_shift()),
     );
+    // Local chunks: one key, a few, around a threshold, or up to the longest sequence.
+    let chunk = prop::option::weighted(
+        0.1,
+        prop_oneof![2 => 1usize..=8, 1 => near_threshold(longest), 1 => 1usize..=longest + 2],
+    );
     (
         heads,
         shape,
@@ -833,7 +857,7 @@ pub fn recipe(limits: StrategyLimits) -> impl Strategy<Value = CaseRecipe> {
         layout,
         values(),
         kv_cache(),
-        extremes,
+        (extremes, chunk),
     )
         .prop_map(
             |(
@@ -844,10 +868,8 @@ pub fn recipe(limits: StrategyLimits) -> impl Strategy<Value = CaseRecipe> {
                 (padding_tokens, spare_blocks, table, share),
                 values,
                 kv_cache,
-                extremes,
+                (extremes, chunk),
             )| {
-                // Cross-attention has no key positions relative to the query: no window, no ALiBi.
-                let cross = kind == AttentionKind::EncoderDecoder;
                 let r = CaseRecipe {
                     num_kv_heads,
                     group,
@@ -856,9 +878,10 @@ pub fn recipe(limits: StrategyLimits) -> impl Strategy<Value = CaseRecipe> {
                     dtype,
                     kind,
                     seqs,
-                    window: window.filter(|_| !cross),
+                    window,
+                    chunk,
                     soft_cap,
-                    alibi: alibi && !cross,
+                    alibi,
                     sinks,
                     padding_tokens,
                     spare_blocks,
@@ -870,7 +893,8 @@ pub fn recipe(limits: StrategyLimits) -> impl Strategy<Value = CaseRecipe> {
                     poison: poison_of(values),
                     padded_requests: padded_requests_of(values),
                     ..CaseRecipe::plain()
-                };
+                }
+                .without_kind_mismatches();
                 let r = crate::extremes::small_extremes(r, extremes);
                 fit_cost(r, SMALL_COST, &Space::default())
             },

@@ -185,8 +185,9 @@ pub fn trace_recipe_with(seed: u64, index: usize, shapes: &TraceShapes) -> Trace
         poison: Poison::ALL.get(pick(0, 15)).copied(),
     };
     // The features of a step's config beyond window and soft-cap, drawn after everything
-    // else so every earlier draw is what it was: ALiBi, sinks and an FP8 cache each in
-    // about one trace in six, so their positions and scales live across steps too.
+    // else so every earlier draw is what it was: ALiBi, sinks, an FP8 cache and local
+    // chunks each in about one trace in six, so their positions and scales live across
+    // steps too.
     let c = &mut recipe.config;
     if pick(0, 5) == 0 {
         c.alibi_slopes = Some(crate::strategy::alibi_slopes(c.num_heads));
@@ -204,6 +205,11 @@ pub fn trace_recipe_with(seed: u64, index: usize, shapes: &TraceShapes) -> Trace
             scale(pick(0, last)),
             scale(pick(0, last)),
         ));
+    }
+    // Local chunks in about one trace in six, drawn last: decodes cross chunk boundaries
+    // from one step to the next.
+    if pick(0, 5) == 0 {
+        c.attention_chunk_size = Some(pick(1, 3 * c.block_size));
     }
     recipe
 }

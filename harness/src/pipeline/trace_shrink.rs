@@ -4,7 +4,7 @@
 //! of the diverging step's shape (heads, head size, block size, dtype, features).
 
 use crate::pipeline::trace::{evaluate_trace, fit_trace, JudgedTrace, TraceOutcome};
-use crate::shrink::{greedy, AfterAccept, ShrinkBudget, Shrunk};
+use crate::shrink::{greedy, AfterAccept, ShrinkBudget, Shrunk, Weigh, SEQ_WORK, TRY_WORK};
 use attn_backends::Backend;
 use attn_reference::trace::{generate, TraceRecipe};
 use attn_reference::{DType, Feature, Space};
@@ -12,6 +12,32 @@ use attn_results::DivergenceKind;
 
 /// A shrunk trace: the same record as a shrunk case's.
 pub type ShrunkTrace = Shrunk<TraceRecipe>;
+
+impl Weigh for TraceRecipe {
+    /// Every step's weight as a case's (the oracle's multiply-adds, the K/V and query
+    /// elements written, each sequence's own cost), plus the cache the trace starts from.
+    fn work(&self) -> u64 {
+        let t = generate(self);
+        let c = &t.config;
+        let kv_row = (c.num_kv_heads * c.head_size * 2) as u64;
+        let q_row = (c.num_heads * c.head_size) as u64;
+        let steps: u64 = t
+            .steps
+            .iter()
+            .map(|s| {
+                s.seqs
+                    .iter()
+                    .map(|q| {
+                        let (len, n) = (q.seq_len() as u64, q.query_len as u64);
+                        len * n * q_row + n * (kv_row + q_row) + SEQ_WORK
+                    })
+                    .sum::<u64>()
+                    + TRY_WORK
+            })
+            .sum();
+        steps + (t.num_blocks * c.block_size) as u64 * kv_row
+    }
+}
 
 /// The step where `recipe`'s trace diverges on `backend` with `kind`, if it does.
 pub fn diverges(
