@@ -55,9 +55,11 @@ pub struct Budgets {
 }
 
 impl Budgets {
-    /// Below this, a smaller chunk saves less memory than a call's fixed tensors (queries,
-    /// masks, output) take, and costs another round of op dispatches.
-    const FLOOR: usize = 1 << 20;
+    /// Below this, a smaller chunk saves less memory than a call already takes whatever its
+    /// budgets (2-12 MiB measured on the small and single specs: libtorch's own buffers, the
+    /// queries, masks and output), and costs more rounds of op dispatches (a 1 MiB floor made
+    /// single_prefill 4x slower for nothing).
+    const FLOOR: usize = 8 << 20;
 
     /// These budgets, each at most an eighth of a cache of `cache_bytes` (or [`Self::FLOOR`]).
     pub fn within(self, cache_bytes: usize) -> Budgets {

@@ -43,13 +43,18 @@ pub(crate) fn compute_kind(c: &AttentionConfig) -> Kind {
     }
 }
 
-/// Pages per key chunk so that the group's gathered K and V fit in `budget` bytes.
+/// Pages per key chunk so that the group's gathered K and V fit in `budget` bytes: all of
+/// them when the group's own keys do (the grouping keeps every group of several sequences
+/// within the budget), so only a sequence longer than the budget is split.
 fn pages_per_chunk(c: &AttentionConfig, g: &Group, pages: usize, budget: usize) -> usize {
     let elt = kind_of(c.dtype)
         .elt_size_in_bytes()
         .max(compute_kind(c).elt_size_in_bytes());
-    let page = 2 * g.b() * c.block_size * c.num_kv_heads * c.head_size * elt;
-    (budget / page.max(1)).clamp(1, pages.max(1))
+    let token = 2 * g.b() * c.num_kv_heads * c.head_size * elt;
+    if g.len_max * token <= budget {
+        return pages.max(1);
+    }
+    (budget / (c.block_size * token).max(1)).clamp(1, pages.max(1))
 }
 
 /// The softmax-weighted merge of key chunks' outputs by their log-sum-exps: f32 running
