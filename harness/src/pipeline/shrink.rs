@@ -410,30 +410,26 @@ mod tests {
 
     #[test]
     fn the_budget_ends_a_shrink_and_says_so() {
-        let budget = ShrinkBudget {
+        // Every candidate still fails: only the budget ends the shrink.
+        let all_fail = |budget| {
+            greedy(
+                1000,
+                budget,
+                AfterAccept::FromTheTop,
+                &halve_or_step,
+                |&x| Some(x),
+            )
+        };
+        let s = all_fail(ShrinkBudget {
             max_steps: 3,
             ..ShrinkBudget::default()
-        };
-        let s = greedy(
-            1000,
-            budget,
-            AfterAccept::FromTheTop,
-            &halve_or_step,
-            |&x| Some(x),
-        );
+        });
         assert_eq!((s.recipe, s.steps, s.exhausted), (125, 3, true));
         // Work ends it the same way, whatever the machine.
-        let budget = ShrinkBudget {
+        let s = all_fail(ShrinkBudget {
             max_work: 2,
             ..ShrinkBudget::default()
-        };
-        let s = greedy(
-            1000,
-            budget,
-            AfterAccept::FromTheTop,
-            &halve_or_step,
-            |&x| Some(x),
-        );
+        });
         assert_eq!((s.recipe, s.steps, s.work, s.exhausted), (250, 2, 2, true));
     }
 
