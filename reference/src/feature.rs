@@ -94,6 +94,16 @@ impl Feature {
     /// The optional features a batch uses rather than a config.
     pub const OF_THE_BATCH: [Feature; 1] = [Feature::PaddedRequests];
 
+    /// The optional features no MLA model has: the case model refuses them beside MLA, and
+    /// coverage counts no pair of them with it.
+    pub const NOT_WITH_MLA: [Feature; 5] = [
+        Feature::SlidingWindow,
+        Feature::LogitsSoftCap,
+        Feature::Alibi,
+        Feature::Sinks,
+        Feature::ChunkedLocalAttention,
+    ];
+
     /// The optional features every backend of this project implemented when the list was
     /// made: what [`Backend::optional_features`](../attn_backends) claims by default. A feature
     /// added to [`Feature::OPTIONAL`] later is not here, so every backend declines it until

@@ -317,22 +317,11 @@ impl crate::AttentionConfig {
                 format!("MLA is causal decoder attention, got {}", c.kind),
             );
         }
-        for (field, used) in [
-            ("config.sliding_window", c.sliding_window.is_some()),
-            ("config.logits_soft_cap", c.logits_soft_cap.is_some()),
-            ("config.alibi_slopes", c.alibi_slopes.is_some()),
-            ("config.sinks", c.sinks.is_some()),
-            (
-                "config.attention_chunk_size",
-                c.attention_chunk_size.is_some(),
-            ),
-        ] {
-            if used {
-                return invalid(
-                    field,
-                    "no MLA model or backend has it (config.mla is set)".into(),
-                );
-            }
+        if let Some(f) = Feature::NOT_WITH_MLA.into_iter().find(|f| f.used_by(c)) {
+            return invalid(
+                f.field(),
+                "no MLA model or backend has it (config.mla is set)".into(),
+            );
         }
         if let Some(cache) = &c.kv_cache {
             if cache.v_scale != cache.k_scale {

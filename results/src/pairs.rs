@@ -75,35 +75,11 @@ pub const INVALID_PAIRS: &[(&str, &str, &str)] = &[
         "all-decode batch",
         "past 8,192 decodes in one step: engines cap a batch at max_num_seqs (decode batches here stop at 2,048)",
     ),
-    (
-        "sliding window",
-        "multi-head latent attention (MLA)",
-        "MLA models have no window, soft-cap, ALiBi or sinks (the case model refuses them)",
-    ),
-    (
-        "logits soft-cap",
-        "multi-head latent attention (MLA)",
-        "MLA models have no window, soft-cap, ALiBi or sinks (the case model refuses them)",
-    ),
-    (
-        "ALiBi",
-        "multi-head latent attention (MLA)",
-        "MLA models have no window, soft-cap, ALiBi or sinks (the case model refuses them)",
-    ),
-    (
-        "attention sinks",
-        "multi-head latent attention (MLA)",
-        "MLA models have no window, soft-cap, ALiBi or sinks (the case model refuses them)",
-    ),
-    (
-        "chunked local attention",
-        "multi-head latent attention (MLA)",
-        "no MLA model has local chunks (the case model refuses them)",
-    ),
 ];
 
 /// Every pair no case can hold: [`INVALID_PAIRS`], then each attention kind with the
-/// optional features it gives no meaning to ([`Feature::allows_kind`]).
+/// optional features it gives no meaning to ([`Feature::allows_kind`]), then MLA with the
+/// features no MLA model has ([`Feature::NOT_WITH_MLA`]).
 pub fn invalid_pairs() -> Vec<(&'static str, &'static str, String)> {
     let kinds = [
         (
@@ -123,10 +99,18 @@ pub fn invalid_pairs() -> Vec<(&'static str, &'static str, String)> {
             .filter(move |f| !f.allows_kind(kind))
             .map(move |f| (k.label(), f.label(), format!("{} {why}", f.label())))
     });
+    let not_with_mla = Feature::NOT_WITH_MLA.into_iter().map(|f| {
+        (
+            f.label(),
+            Feature::Mla.label(),
+            "no MLA model has it (the case model refuses it)".to_string(),
+        )
+    });
     INVALID_PAIRS
         .iter()
         .map(|&(a, b, why)| (a, b, why.to_string()))
         .chain(by_kind)
+        .chain(not_with_mla)
         .collect()
 }
 

@@ -14,28 +14,27 @@ use attn_results::DivergenceKind;
 pub type ShrunkTrace = Shrunk<TraceRecipe>;
 
 impl Weigh for TraceRecipe {
-    /// Every step's weight as a case's (the oracle's multiply-adds, the K/V and query
-    /// elements written, each sequence's own cost), plus the cache the trace starts from.
+    /// From the recipe alone (generating the trace here would draw every token's values a
+    /// second time per try): each sequence's decodes against their whole prefix, its K/V
+    /// and query rows, a sequence-step per decode token and per prefill chunk (at most
+    /// `max_steps` of them), a fixed cost per step, and the cache the trace starts from.
     fn work(&self) -> u64 {
-        let t = generate(self);
-        let c = &t.config;
+        let c = &self.config;
         let kv_row = (c.num_kv_heads * c.head_size * 2) as u64;
         let q_row = (c.num_heads * c.head_size) as u64;
-        let steps: u64 = t
-            .steps
+        let chunk = self.chunk.max(1);
+        let steps_cap = self.max_steps as u64;
+        let seqs: u64 = self
+            .prompts
             .iter()
-            .map(|s| {
-                s.seqs
-                    .iter()
-                    .map(|q| {
-                        let (len, n) = (q.seq_len() as u64, q.query_len as u64);
-                        len * n * q_row + n * (kv_row + q_row) + SEQ_WORK
-                    })
-                    .sum::<u64>()
-                    + TRY_WORK
+            .zip(&self.outputs)
+            .map(|(&prompt, &output)| {
+                let len = (prompt.max(1) + output) as u64;
+                let seq_steps = (prompt.max(1).div_ceil(chunk) + output) as u64;
+                len * len / 2 * q_row + len * (kv_row + q_row) + seq_steps.min(steps_cap) * SEQ_WORK
             })
             .sum();
-        steps + (t.num_blocks * c.block_size) as u64 * kv_row
+        seqs + TRY_WORK * steps_cap + (self.cache_blocks * c.block_size) as u64 * kv_row
     }
 }
 
