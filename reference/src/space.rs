@@ -541,7 +541,6 @@ impl Space {
             } else {
                 (0.5, 0.25)
             };
-            let scales = c.kv_cache.map_or(fresh, |k| (k.k_scale, k.v_scale));
             c.kv_cache = match allowed.first() {
                 Some(KvCacheDtype::Fp8(f)) => {
                     let f = allowed
@@ -553,7 +552,11 @@ impl Space {
                             _ => None,
                         })
                         .unwrap_or(*f);
-                    Some(crate::Fp8KvCache::new(f, scales.0, scales.1))
+                    // Only the format changes: the scales and the rest of the cache stay.
+                    Some(c.kv_cache.map_or_else(
+                        || crate::Fp8KvCache::new(f, fresh.0, fresh.1),
+                        |k| crate::Fp8KvCache { dtype: f, ..k },
+                    ))
                 }
                 _ => None,
             };

@@ -317,16 +317,6 @@ impl CaseRecipe {
     pub fn without(&self, f: Feature) -> Option<CaseRecipe> {
         let mut c = self.clone();
         let used = match f {
-            Feature::EncoderOnly | Feature::CrossAttention if f.used_by(&self.config()) => {
-                c.kind = AttentionKind::Decoder;
-                true
-            }
-            Feature::SlidingWindow => c.window.take().is_some(),
-            Feature::ChunkedLocalAttention => c.chunk.take().is_some(),
-            Feature::LogitsSoftCap => c.soft_cap.take().is_some(),
-            Feature::Alibi => std::mem::take(&mut c.alibi),
-            Feature::Sinks => std::mem::take(&mut c.sinks),
-            Feature::Fp8KvCache => c.kv_cache.take().is_some(),
             Feature::PaddedRequests => {
                 c.padded_requests = 0;
                 self.padded() > 0
@@ -339,9 +329,27 @@ impl CaseRecipe {
                 }
                 None => false,
             },
-            _ => false,
+            // Every feature that is a value of the config: off as the config turns it off.
+            _ => {
+                let mut config = self.config();
+                let used = f.turn_off(&mut config);
+                c.take_features_of(&config);
+                used
+            }
         };
         used.then_some(c)
+    }
+
+    /// The config's kind and optional features, as this recipe holds them (an MLA recipe
+    /// keeps its latent, which the config has no more of).
+    fn take_features_of(&mut self, c: &AttentionConfig) {
+        self.kind = c.kind;
+        self.window = c.sliding_window;
+        self.chunk = c.attention_chunk_size;
+        self.soft_cap = c.logits_soft_cap;
+        self.alibi = c.alibi_slopes.is_some();
+        self.sinks = c.sinks.is_some();
+        self.kv_cache = c.kv_cache;
     }
 
     /// This recipe without the optional features its kind gives no meaning to
@@ -601,15 +609,22 @@ fn kv_cache() -> impl Strategy<Value = Option<Fp8KvCache>> {
     prop::option::weighted(0.2, kv_cache_of_any_format())
 }
 
-/// An FP8 cache of either format with scales from [`FP8_SCALES`].
+/// An FP8 cache of either format with scales from [`FP8_SCALES`] ([`fp8_cache`]).
 pub fn kv_cache_of_any_format() -> impl Strategy<Value = Fp8KvCache> {
-    let scale = || prop::sample::select(FP8_SCALES.to_vec());
-    (
-        prop::sample::select(Fp8Format::ALL.to_vec()),
-        scale(),
-        scale(),
-    )
-        .prop_map(|(dtype, k, v)| Fp8KvCache::new(dtype, k, v))
+    any::<u64>().prop_map(|seed| {
+        let mut rng = InputRng::new(seed);
+        fp8_cache(&mut |lo, hi| lo + rng.below((hi - lo + 1) as u64) as usize)
+    })
+}
+
+/// The one draw of an FP8 cache, shared by every tier and by traces (each passes its own
+/// `pick(lo, hi)`, inclusive): either format, scales from [`FP8_SCALES`].
+pub fn fp8_cache(pick: &mut dyn FnMut(usize, usize) -> usize) -> Fp8KvCache {
+    let last = FP8_SCALES.len() - 1;
+    let format = Fp8Format::ALL[pick(0, Fp8Format::ALL.len() - 1)];
+    let k_scale = FP8_SCALES[pick(0, last)];
+    let v_scale = FP8_SCALES[pick(0, last)];
+    Fp8KvCache::new(format, k_scale, v_scale)
 }
 
 /// A length just below, at or just above one of `thresholds` no larger than `max`.
@@ -708,16 +723,10 @@ pub fn fit_space(mut r: CaseRecipe, space: &Space, budget: usize) -> CaseRecipe 
     space.fit_config(&mut c);
     crate::strategy_mla::fit_latent(&mut r, &c);
     r.dtype = c.dtype;
-    r.kind = c.kind;
     r.head_size = c.head_size;
     r.block_size = c.block_size;
     r.group = c.group_size();
-    r.window = c.sliding_window;
-    r.chunk = c.attention_chunk_size;
-    r.soft_cap = c.logits_soft_cap;
-    r.alibi = c.alibi_slopes.is_some();
-    r.sinks = c.sinks.is_some();
-    r.kv_cache = c.kv_cache;
+    r.take_features_of(&c);
     // The fitted kind may give a feature no meaning (a window in cross-attention).
     let mut r = r.without_kind_mismatches();
     space.fit_lengths(r.kind, &mut r.seqs, &mut r.padding_tokens);

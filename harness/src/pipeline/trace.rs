@@ -7,8 +7,7 @@ use crate::runner::{catch_panic, judge, Divergence, Outcome};
 use attn_backends::{Backend, TraceSession, Unsupported};
 use attn_reference::trace::{generate, TraceRecipe};
 use attn_reference::{
-    reference_output, AttentionConfig, Case, DType, Fp8Format, Fp8KvCache, InputRng, Poison, Space,
-    Trace,
+    reference_output, AttentionConfig, Case, DType, InputRng, Poison, Space, Trace,
 };
 use std::time::Duration;
 
@@ -197,14 +196,7 @@ pub fn trace_recipe_with(seed: u64, index: usize, shapes: &TraceShapes) -> Trace
         c.sinks = Some(sinks.collect());
     }
     if pick(0, 5) == 0 {
-        let format = Fp8Format::ALL[pick(0, Fp8Format::ALL.len() - 1)];
-        let scale = |i: usize| crate::strategy::FP8_SCALES[i];
-        let last = crate::strategy::FP8_SCALES.len() - 1;
-        c.kv_cache = Some(Fp8KvCache::new(
-            format,
-            scale(pick(0, last)),
-            scale(pick(0, last)),
-        ));
+        c.kv_cache = Some(crate::strategy::fp8_cache(&mut pick));
     }
     // Local chunks in about one trace in six, drawn last: decodes cross chunk boundaries
     // from one step to the next.
