@@ -12,7 +12,7 @@ use crate::strategy::{
     block_size, poison_of, values, CaseRecipe, LatentRecipe, StrategyLimits, Tier,
 };
 use attn_reference::mla::{self, KvLayout};
-use attn_reference::{AttentionConfig, DType, Feature, Fp8Format, Fp8KvCache, Space};
+use attn_reference::{AttentionConfig, DType, Feature, Fp8KvCache, Space};
 use proptest::prelude::*;
 
 /// One small-tier index in this many draws MLA where the space has it.
@@ -108,12 +108,13 @@ pub fn mla_strategy(
     };
     let seqs = prop::collection::vec((context(), query()), 1..=limits.max_seqs.clamp(1, 4));
     let layout = crate::strategy::layout(3);
+    // The shared FP8-cache draw; a latent entry is one tensor, so V's scale is K's.
     let fp8 = prop::option::weighted(
         0.2,
-        (
-            prop::sample::select(Fp8Format::ALL.to_vec()),
-            prop::sample::select(crate::strategy::FP8_SCALES.to_vec()),
-        ),
+        crate::strategy::kv_cache_of_any_format().prop_map(|k| Fp8KvCache {
+            v_scale: k.k_scale,
+            ..k
+        }),
     );
     (
         prop::sample::select(MLA_HEADS.to_vec()),
@@ -155,7 +156,7 @@ pub fn mla_strategy(
                     table,
                     values,
                     share,
-                    kv_cache: fp8.map(|(f, s)| Fp8KvCache::new(f, s, s)),
+                    kv_cache: fp8,
                     poison: poison_of(values),
                     padded_requests: crate::strategy::padded_requests_of(values),
                     logits: logit_shift_of(values),
