@@ -276,6 +276,37 @@ mod topics {
         topic(b, Some(Feature::Fp8KvCache), recipes);
     }
 
+    /// An FP8 query: each cache format, scales that saturate a normal query (1/256: past
+    /// 1.75), are not a power of two (0.1875) or widen it (4), in bf16 and f32, with a
+    /// prefill and grouped heads. Only on a backend with an FP8 cache (one without declines
+    /// the cache first).
+    pub fn fp8_query(b: &dyn Backend) {
+        let recipes: Vec<CaseRecipe> = Fp8Format::ALL
+            .into_iter()
+            .flat_map(|f| {
+                [0.00390625, 0.1875, 4.0].into_iter().flat_map(move |q| {
+                    [DType::Bf16, DType::F32].map(|dtype| {
+                        with(|r| {
+                            r.kv_cache = Some(Fp8KvCache {
+                                q_scale: Some(q),
+                                ..Fp8KvCache::new(f, 0.5, 0.25)
+                            });
+                            r.dtype = dtype;
+                            r.group = 2;
+                            r.seqs = vec![(9, 1), (3, 6)];
+                            r.values = Values::Normal { seed: 3, std: 2.0 };
+                        })
+                    })
+                })
+            })
+            .filter(|r| {
+                !attn_backends::declines(b, &fit(b, r).config())
+                    .is_err_and(|u| u.feature == Feature::Fp8KvCache)
+            })
+            .collect();
+        topic(b, Some(Feature::Fp8Query), recipes);
+    }
+
     /// Decoder queries over an encoder's cache: decode, fewer and more decoder tokens than
     /// encoder keys, a one-key encoder, with a soft-cap and sinks, and in an FP8 cache.
     pub fn cross_attention(b: &dyn Backend) {
@@ -405,6 +436,7 @@ macro_rules! every_topic {
             alibi,
             sinks,
             fp8_kv_cache,
+            fp8_query,
             cross_attention,
             mla,
             padded_requests,

@@ -34,6 +34,10 @@ pub enum Feature {
     /// Chunked local attention (Llama 4's `attention_chunk_size`): a query sees only the keys
     /// of its own chunk of positions.
     ChunkedLocalAttention,
+    /// An FP8 query (vLLM's `query_quant` with `_q_scale`): the query quantized to E4M3
+    /// before the kernel, read back with its scale ([`crate::Fp8KvCache::q_scale`]; only
+    /// with an FP8 KV cache).
+    Fp8Query,
     /// The head size (a SIMD width, a device tile).
     HeadSize,
     /// The KV-cache block size.
@@ -54,7 +58,7 @@ pub enum Feature {
 }
 
 impl Feature {
-    pub const ALL: [Feature; 19] = [
+    pub const ALL: [Feature; 20] = [
         Feature::Dtype,
         Feature::EncoderOnly,
         Feature::CrossAttention,
@@ -66,6 +70,7 @@ impl Feature {
         Feature::PaddedRequests,
         Feature::Mla,
         Feature::ChunkedLocalAttention,
+        Feature::Fp8Query,
         Feature::HeadSize,
         Feature::BlockSize,
         Feature::HeadLayout,
@@ -78,7 +83,7 @@ impl Feature {
 
     /// The optional attention features: on or off in a config, listed in an external
     /// adapter's capabilities.
-    pub const OPTIONAL: [Feature; 10] = [
+    pub const OPTIONAL: [Feature; 11] = [
         Feature::EncoderOnly,
         Feature::CrossAttention,
         Feature::SlidingWindow,
@@ -89,6 +94,7 @@ impl Feature {
         Feature::PaddedRequests,
         Feature::Mla,
         Feature::ChunkedLocalAttention,
+        Feature::Fp8Query,
     ];
 
     /// The optional features a batch uses rather than a config.
@@ -130,6 +136,7 @@ impl Feature {
             Feature::PaddedRequests => "padded_requests",
             Feature::Mla => "mla",
             Feature::ChunkedLocalAttention => "chunked_local_attention",
+            Feature::Fp8Query => "fp8_query",
             Feature::HeadSize => "head_size",
             Feature::BlockSize => "block_size",
             Feature::HeadLayout => "head_layout",
@@ -155,6 +162,7 @@ impl Feature {
             Feature::PaddedRequests => "padded requests (query length 0)",
             Feature::Mla => "multi-head latent attention (MLA)",
             Feature::ChunkedLocalAttention => "chunked local attention",
+            Feature::Fp8Query => "FP8 query",
             Feature::HeadSize => "head size",
             Feature::BlockSize => "block size",
             Feature::HeadLayout => "head layout",
@@ -179,6 +187,7 @@ impl Feature {
             Feature::Fp8KvCache => config.kv_cache.is_some(),
             Feature::Mla => config.mla.is_some(),
             Feature::ChunkedLocalAttention => config.attention_chunk_size.is_some(),
+            Feature::Fp8Query => config.kv_cache.is_some_and(|k| k.q_scale.is_some()),
             _ => false,
         }
     }
@@ -203,6 +212,7 @@ impl Feature {
             Feature::PaddedRequests => "batch.query_lens",
             Feature::Mla => "config.mla",
             Feature::ChunkedLocalAttention => "config.attention_chunk_size",
+            Feature::Fp8Query => "config.kv_cache.q_scale",
             _ => "config",
         }
     }
@@ -236,6 +246,11 @@ impl Feature {
             Feature::Fp8KvCache => config.kv_cache = None,
             Feature::Mla => config.mla = None,
             Feature::ChunkedLocalAttention => config.attention_chunk_size = None,
+            Feature::Fp8Query => {
+                if let Some(k) = &mut config.kv_cache {
+                    k.q_scale = None;
+                }
+            }
             _ => {}
         }
         was
@@ -257,6 +272,15 @@ impl Feature {
                 let v_scale = if config.mla.is_some() { 0.5 } else { 0.25 };
                 config.kv_cache = Some(Fp8KvCache::new(Fp8Format::E4m3, 0.5, v_scale))
             }
+            // An FP8 query comes with an FP8 cache: the config's, or a fresh one.
+            Feature::Fp8Query => {
+                if config.kv_cache.is_none() {
+                    Feature::Fp8KvCache.turn_on(config);
+                }
+                if let Some(k) = &mut config.kv_cache {
+                    k.q_scale = Some(0.25);
+                }
+            }
             // DeepSeek-V3's latent layout with the config's heads and block size; MLA has
             // one latent head and none of the other optional features.
             Feature::Mla => {
@@ -266,9 +290,10 @@ impl Feature {
                     config.dtype,
                 );
                 *config = AttentionConfig {
-                    kv_cache: config
-                        .kv_cache
-                        .map(|c| Fp8KvCache::new(c.dtype, c.k_scale, c.k_scale)),
+                    kv_cache: config.kv_cache.map(|c| Fp8KvCache {
+                        v_scale: c.k_scale,
+                        ..c
+                    }),
                     ..mla
                 };
             }
@@ -450,6 +475,10 @@ mod tests {
             assert!(f.used_by(&c), "{f}");
             assert!(c.validate().is_ok(), "{f}: {:?}", c.validate());
             assert!(f.turn_off(&mut c), "{f}");
+            if f == Feature::Fp8Query {
+                // Off, the query is read as it is; the cache it came with stays FP8.
+                assert!(Feature::Fp8KvCache.turn_off(&mut c), "{f}");
+            }
             if f == Feature::Mla {
                 // MLA brings its own head layout and scale; off, it leaves them, valid.
                 assert!(c.validate().is_ok(), "{f}: {:?}", c.validate());

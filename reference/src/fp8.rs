@@ -214,6 +214,13 @@ pub struct Fp8KvCache {
     pub dtype: Fp8Format,
     pub k_scale: f32,
     pub v_scale: f32,
+    /// An FP8 query: before the kernel the query is quantized to E4M3 with this per-tensor
+    /// scale (`fp8(q / q_scale)`, saturating), and the kernel reads it back as
+    /// `fp8 * q_scale`. vLLM's layer does this (`query_quant`, `_q_scale`) only with an FP8
+    /// cache and only for backends that take an FP8 query, whatever the cache's format.
+    /// Left out of JSON when `None`, so older cases read and write the same.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub q_scale: Option<f32>,
 }
 
 impl Fp8KvCache {
@@ -222,6 +229,23 @@ impl Fp8KvCache {
             dtype,
             k_scale,
             v_scale,
+            q_scale: None,
+        }
+    }
+
+    /// The format an FP8 query is quantized to: vLLM's `QuantFP8` uses the platform's FP8
+    /// type, E4M3, whatever the cache's format.
+    pub const QUERY_FORMAT: Fp8Format = Fp8Format::E4m3;
+
+    /// Query values as the kernel reads them: quantized with `q_scale` and read back, or
+    /// unchanged without an FP8 query.
+    pub fn read_back_q(&self, q: &[f32]) -> Vec<f64> {
+        match self.q_scale {
+            Some(s) => q
+                .iter()
+                .map(|&x| Self::QUERY_FORMAT.round_trip(x, s))
+                .collect(),
+            None => q.iter().map(|&x| x as f64).collect(),
         }
     }
 
@@ -246,7 +270,11 @@ impl fmt::Display for Fp8KvCache {
             f,
             "kv_cache={} (k_scale {}, v_scale {})",
             self.dtype, self.k_scale, self.v_scale
-        )
+        )?;
+        match self.q_scale {
+            Some(s) => write!(f, ", fp8 query (q_scale {s})"),
+            None => Ok(()),
+        }
     }
 }
 

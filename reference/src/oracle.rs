@@ -129,11 +129,11 @@ pub fn reference_output(case: &Case) -> Vec<f64> {
                 let p = ctx + j;
                 let (lo, hi) = visible.keys(p, seq_len);
                 let kvh = h / group;
-                let q: Vec<f64> = case.tensors.query
-                    [(token * hq + h) * d..(token * hq + h + 1) * d]
-                    .iter()
-                    .map(|&x| x as f64)
-                    .collect();
+                let q_row = &case.tensors.query[(token * hq + h) * d..(token * hq + h + 1) * d];
+                let q: Vec<f64> = match &c.kv_cache {
+                    Some(cache) => cache.read_back_q(q_row),
+                    None => q_row.iter().map(|&x| x as f64).collect(),
+                };
                 let logits: Vec<f64> = (lo..=hi)
                     .map(|key| {
                         let krow = &k[(key * hkv + kvh) * d..(key * hkv + kvh + 1) * d];

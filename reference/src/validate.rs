@@ -238,6 +238,9 @@ impl crate::AttentionConfig {
         if let Some(cache) = &c.kv_cache {
             finite_param(cache.k_scale, "config.kv_cache.k_scale".into(), true)?;
             finite_param(cache.v_scale, "config.kv_cache.v_scale".into(), true)?;
+            if let Some(q) = cache.q_scale {
+                finite_param(q, "config.kv_cache.q_scale".into(), true)?;
+            }
         }
         for (name, v) in [
             ("config.alibi_slopes", &c.alibi_slopes),

@@ -444,6 +444,38 @@ fn an_fp8_cache_attends_over_its_stored_values() {
     assert_close(&out, &[want], 1e-14);
 }
 
+/// An FP8 query: the query as E4M3 with its scale gives it back (`fp8(q / q_scale) *
+/// q_scale`, saturating), whatever the cache's format; the keys and values as the cache
+/// gives them back.
+#[test]
+fn an_fp8_query_attends_with_its_read_back_value() {
+    use attn_reference::{Fp8Format, Fp8KvCache};
+    let mut c = cfg(1, 1, 1, 4);
+    c.scale = Some(1.0);
+    c.kv_cache = Some(Fp8KvCache {
+        q_scale: Some(0.5),
+        ..Fp8KvCache::new(Fp8Format::E5m2, 1.0, 1.0)
+    });
+    let mut k = case(&[2], &[1], c, 1);
+    // Keys 1 and 0, values 1 and 0: the output is the first key's weight, e^q' / (e^q' + 1).
+    k.tensors.context_key[0] = vec![1.0];
+    k.tensors.context_value[0] = vec![1.0];
+    k.tensors.key = vec![0.0];
+    k.tensors.value = vec![0.0];
+    let share = |q: f64| q.exp() / (q.exp() + 1.0);
+    // 1.3 / 0.5 = 2.6: E4M3's neighbours are 2.5 and 2.75, so q' = 2.5 * 0.5 = 1.25 (E5M2
+    // would have given 2.5 too, but 1.7 / 0.5 = 3.4 tells them apart: E4M3 3.5, E5M2 3).
+    for (q, read_back) in [(1.3f32, 1.25), (1.7, 1.75), (-1.3, -1.25), (1000.0, 224.0)] {
+        k.tensors.query = vec![q];
+        assert_eq!(k.validate(), Ok(()));
+        assert_close(&reference_output(&k), &[share(read_back)], 1e-14);
+    }
+    // Without the query's scale, the query is read as it is.
+    k.config.kv_cache = Some(Fp8KvCache::new(Fp8Format::E5m2, 1.0, 1.0));
+    k.tensors.query = vec![1.3];
+    assert_close(&reference_output(&k), &[share(1.3f32 as f64)], 1e-14);
+}
+
 /// Cross-attention: every decoder query sees every encoder key, whatever its index and
 /// however many decoder tokens there are (here 3 over an encoder of 2: more queries than
 /// keys). One head of size 1, scale 1: keys k = [0, ln 3] give weights 1 and 3, so with

@@ -359,6 +359,16 @@ fn bad_parameters() {
     assert!(
         matches!(err(|c| c.config.kv_cache = Some(Fp8KvCache::new(Fp8Format::E5m2, 1.0, f32::INFINITY))), CaseError::InvalidParam { ref field, .. } if field == "config.kv_cache.v_scale")
     );
+    for bad in [0.0, -0.5, f32::NAN] {
+        let cache = Fp8KvCache {
+            q_scale: Some(bad),
+            ..Fp8KvCache::new(Fp8Format::E4m3, 1.0, 1.0)
+        };
+        assert!(
+            matches!(err(|c| c.config.kv_cache = Some(cache)), CaseError::InvalidParam { ref field, .. } if field == "config.kv_cache.q_scale"),
+            "{bad}"
+        );
+    }
 }
 
 #[test]

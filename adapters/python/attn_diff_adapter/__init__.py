@@ -103,6 +103,7 @@ FEATURES = (
     "padded_requests",
     "mla",
     "chunked_local_attention",
+    "fp8_query",
 )
 #: The features every adapter was assumed to have before ``features`` could be omitted: a
 #: later one (an FP8 cache, MLA, local chunks) is run only by an adapter that lists it.
@@ -135,6 +136,9 @@ class Capabilities(TypedDict, total=False):
       feature not listed is not drawn. (Encoder-only and cross-attention are ``kinds``.)
       ``"mla"`` (multi-head latent attention: one latent kv head, V the first
       ``config.head_size_v`` dims of each key row, writes carry no V) only when listed.
+      ``"chunked_local_attention"`` (``config.attention_chunk_size``); ``"fp8_query"``
+      (``config.kv_cache["q_scale"]``: the query quantized to E4M3 with that scale before
+      the kernel, saturating, and read back as ``fp8 * q_scale``, as vLLM's ``query_quant``).
     - ``max_seqs``: sequences per step; ``max_query_len``: new tokens of one sequence in a
       step; ``max_seq_len``: context plus new tokens of one sequence (for cross-attention,
       the encoder's keys); ``max_tokens``: tokens per step, padding tokens included;
@@ -321,6 +325,7 @@ class Config:
             ("fp8_kv_cache", self.kv_cache),
             ("mla", self.mla),
             ("chunked_local_attention", self.attention_chunk_size),
+            ("fp8_query", (self.kv_cache or {}).get("q_scale")),
         ]
         return [name for name, value in used if value is not None]
 

@@ -159,6 +159,19 @@ def test_local_chunks_are_declined_unless_listed():
     assert decline_reason(validate_capabilities({"features": ["chunked_local_attention"]}), chunked) is None
 
 
+def test_an_fp8_query_is_declined_unless_listed():
+    cache = {"dtype": "fp8_e4m3", "k_scale": 0.5, "v_scale": 0.25}
+    quantized = config(kv_cache=dict(cache, q_scale=0.25))
+    assert "fp8_query" in quantized.features() and "fp8_kv_cache" in quantized.features()
+    assert "fp8_query" not in config(kv_cache=cache).features()
+    # An adapter with an FP8 cache but no FP8 query must not be handed one.
+    fp8_only = validate_capabilities({"kv_cache_dtypes": ["auto", "fp8_e4m3"]})
+    assert "fp8_query" in decline_reason(fp8_only, quantized)
+    assert decline_reason(fp8_only, config(kv_cache=cache)) is None
+    both = validate_capabilities({"kv_cache_dtypes": ["auto", "fp8_e4m3"], "features": ["fp8_query"]})
+    assert decline_reason(both, quantized) is None
+
+
 def test_mla_is_declined_unless_listed_and_reads_its_latent_width():
     mla = config(num_heads=16, num_kv_heads=1, head_size=576, scale=192**-0.5, mla={"head_size_v": 512})
     assert mla.head_size_v == 512 and mla.kv_layout == "mla" and "mla" in mla.features()

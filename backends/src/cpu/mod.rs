@@ -231,13 +231,19 @@ impl CpuBackend {
         // the cache are off by (`KvElem::READ_SCALE`); v_scale is applied to the finished
         // rows (`finalize_task`).
         let k_scale = config.kv_cache.map_or(1.0, |c| c.k_scale) as f64;
+        // An FP8 query is quantized as the layer does it before the kernel and read back with
+        // its scale, once per step.
+        let fp8_query: Option<Vec<f32>> = config.kv_cache.and_then(|c| c.q_scale).map(|s| {
+            let read_back = |x: f32| fp8::E4m3::from_f32(x / s).to_f32() * s;
+            step.query.iter().map(|&x| read_back(x)).collect()
+        });
         let problem = Problem {
             cfg: config,
             geometry,
             scale: (config.effective_scale() * k_scale * T::READ_SCALE as f64) as f32,
             group: config.num_heads / config.num_kv_heads,
             cache,
-            query: step.query,
+            query: fp8_query.as_deref().unwrap_or(step.query),
             seq_lens: step.seq_lens,
             block_table: step.block_table,
             ops: &ops,
@@ -406,6 +412,7 @@ impl Backend for CpuBackend {
             Feature::PaddedRequests,
             Feature::Mla,
             Feature::ChunkedLocalAttention,
+            Feature::Fp8Query,
         ]);
         f
     }

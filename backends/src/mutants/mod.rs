@@ -78,6 +78,7 @@ pub const CATALOGUE: &[MutantInfo] = &[
     m("split-merge-drops-rescale", "the split-KV merge forgets to rescale the second split by exp(m2 - m)"),
     m("last-partial-block-ignored", "keys in a sequence's last, partially filled block are skipped"),
     m("shared-block-gathered-once", "a gather that assumes each block belongs to one sequence: a block already gathered for an earlier sequence reads as zeros"),
+    m("fp8-query-descale-missing", "an FP8 query is read as its codes: the kernel computes with fp8(q / q_scale) and never multiplies q_scale back"),
     m("local-chunk-by-whole-blocks", "chunked local attention gathers whole pages: a chunk that starts inside a block also attends the previous chunk's keys in that block"),
     // The bug zoo: public bugs of paged-attention kernels, each as it behaved.
     public("window-one-short", "vllm-project/vllm#3385", "a decoder window of w attends w - 1 keys (one fewer than the model's convention)"),
@@ -158,6 +159,7 @@ pub fn mutant(name: &str) -> Option<Arc<dyn Backend>> {
         "neighbour-table-row" => wrap(Mutation::NeighbourTableRow),
         "alibi-sign-flipped" => wrap(Mutation::AlibiSignFlipped),
         "scale-applied-twice" => wrap(Mutation::ScaleTwice),
+        "fp8-query-descale-missing" => wrap(Mutation::QueryDescaleMissing),
         "decoder-window-encoder-convention" => plain(Bug::DecoderWindowEncoderConvention),
         "slot-block-boundary" => plain(Bug::SlotBlockBoundary),
         "causal-offset-query-len" => plain(Bug::CausalOffsetQueryLen),

@@ -19,6 +19,9 @@ pub enum Mutation {
     AlibiSignFlipped,
     /// The scale squared.
     ScaleTwice,
+    /// An FP8 query read as its codes: `fp8(q / q_scale)` without the `q_scale` back (the
+    /// kernel is not passed its q descale).
+    QueryDescaleMissing,
 }
 
 pub struct WrappedMutant {
@@ -54,6 +57,13 @@ impl WrappedMutant {
                 let permute = |v: Vec<f32>| perm.iter().map(|&h| v[h]).collect::<Vec<f32>>();
                 c.alibi_slopes = c.alibi_slopes.map(permute);
                 c.sinks = c.sinks.map(permute);
+            }
+            // With the query divided by its scale beforehand (`forward`), a scale of 1 reads
+            // the codes of `fp8(q / q_scale)` as they are.
+            Mutation::QueryDescaleMissing => {
+                if let Some(k) = c.kv_cache.as_mut().filter(|k| k.q_scale.is_some()) {
+                    k.q_scale = Some(1.0);
+                }
             }
             Mutation::PaddingSlotWraps | Mutation::NeighbourTableRow => {}
         }
@@ -184,6 +194,14 @@ impl Backend for WrappedMutant {
                     },
                 )
             }
+            Mutation::QueryDescaleMissing => match config.kv_cache.and_then(|k| k.q_scale) {
+                Some(s) => {
+                    let q: Vec<f32> = step.query.iter().map(|&x| x / s).collect();
+                    self.inner
+                        .forward(&c, cache, &StepInputs { query: &q, ..*step })
+                }
+                None => self.inner.forward(&c, cache, step),
+            },
             _ => self.inner.forward(&c, cache, step),
         }
     }

@@ -191,6 +191,22 @@ impl Spyre {
             return Ok(vec![0.0; t * hq * d]);
         }
         let query = from_f32(step.query, &[t as i64, hq as i64, d as i64])?;
+        let query = match c.kv_cache.and_then(|k| k.q_scale) {
+            // An FP8 query: quantized as the layer does it before the kernel (clamped, as
+            // vLLM's quantizer saturates and libtorch's cast does not), read back with its
+            // scale. A tensor scale: libtorch divides by it element by element.
+            Some(s) => {
+                let s = from_f32(&[s], &[1, 1, 1])?;
+                let max = attn_reference::Fp8KvCache::QUERY_FORMAT.max_finite();
+                query
+                    .f_div(&s)?
+                    .f_clamp(-max, max)?
+                    .f_to_kind(tch::Kind::Float8e4m3fn)?
+                    .f_to_kind(tch::Kind::Float)?
+                    .f_mul(&s)?
+            }
+            None => query,
+        };
         let mut ws = Workspace::new(budgets);
         let mut outs = Vec::with_capacity(groups.len());
         for g in &groups {
@@ -248,6 +264,7 @@ impl Backend for Spyre {
             Feature::CrossAttention,
             Feature::PaddedRequests,
             Feature::ChunkedLocalAttention,
+            Feature::Fp8Query,
         ]);
         f
     }

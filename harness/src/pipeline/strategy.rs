@@ -618,13 +618,18 @@ pub fn kv_cache_of_any_format() -> impl Strategy<Value = Fp8KvCache> {
 }
 
 /// The one draw of an FP8 cache, shared by every tier and by traces (each passes its own
-/// `pick(lo, hi)`, inclusive): either format, scales from [`FP8_SCALES`].
+/// `pick(lo, hi)`, inclusive): either format, scales from [`FP8_SCALES`], and in one of
+/// three an FP8 query (its scale drawn last, so the rest is what it was without it).
 pub fn fp8_cache(pick: &mut dyn FnMut(usize, usize) -> usize) -> Fp8KvCache {
     let last = FP8_SCALES.len() - 1;
     let format = Fp8Format::ALL[pick(0, Fp8Format::ALL.len() - 1)];
     let k_scale = FP8_SCALES[pick(0, last)];
     let v_scale = FP8_SCALES[pick(0, last)];
-    Fp8KvCache::new(format, k_scale, v_scale)
+    let q_scale = (pick(0, 2) == 0).then(|| FP8_SCALES[pick(0, last)]);
+    Fp8KvCache {
+        q_scale,
+        ..Fp8KvCache::new(format, k_scale, v_scale)
+    }
 }
 
 /// A length just below, at or just above one of `thresholds` no larger than `max`.
