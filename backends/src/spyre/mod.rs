@@ -25,10 +25,10 @@ use crate::{
 };
 use attn_reference::{AttentionConfig, DType, Feature};
 use cache::SpyreCache;
-use plan::{group_sequences, one_per_group, output_rows, GroupCost, GroupIndex};
+use plan::{group_sequences, one_per_group, real_rows, GroupCost, GroupIndex};
 use std::sync::Arc;
 use tch::{TchError, Tensor};
-use tensors::{from_f32, from_i64, init_threads, kind_of, to_host_rounded};
+use tensors::{borrow_f32, from_f32, from_i64, init_threads, kind_of, to_host_rounded};
 use workspace::Workspace;
 
 /// Which computation a [`Spyre`] backend runs.
@@ -190,7 +190,10 @@ impl Spyre {
         if groups.is_empty() {
             return Ok(vec![0.0; t * hq * d]);
         }
-        let query = from_f32(step.query, &[t as i64, hq as i64, d as i64])?;
+        // SAFETY: the query is only read (each group copies its rows out with index_select,
+        // an FP8 query is a new tensor), and every tensor made from it is dropped before
+        // `run` returns, while `step.query` outlives the call.
+        let query = unsafe { borrow_f32(step.query, &[t as i64, hq as i64, d as i64])? };
         let query = match c.kv_cache.and_then(|k| k.q_scale) {
             // An FP8 query: quantized as the layer does it before the kernel (clamped, as
             // vLLM's quantizer saturates and libtorch's cast does not), read back with its
@@ -208,29 +211,34 @@ impl Spyre {
             None => query,
         };
         let mut ws = Workspace::new(budgets);
-        let mut outs = Vec::with_capacity(groups.len());
+        // The step's output, filled group by group: a group's rows are dropped once copied
+        // in, so no concatenation of every group's rows stands beside it. Padding tokens
+        // keep their zeros.
+        let mut out = Tensor::f_zeros(
+            [t as i64, hq as i64, d as i64],
+            (tch::Kind::Float, tensors::CPU),
+        )?;
         for g in &groups {
             let pages = match self.variant {
                 Variant::Device => device::padded_pages(c, g.len_max),
                 _ => g.len_max.div_ceil(c.block_size),
             };
             let idx = GroupIndex::new(g, step.block_table, pages)?;
-            outs.push(match self.variant {
+            let o = match self.variant {
                 Variant::Native { working } => {
                     native::attend_group(c, cache, &query, g, &idx, kind_of(working), &mut ws)?
                 }
                 Variant::Sdpa => sdpa::attend_group(c, cache, &query, g, &idx, &mut ws)?,
                 Variant::Device => device::attend_sequence(c, cache, &query, g, &idx)?,
-            });
+            };
+            let (rows, tokens) = real_rows(g);
+            let o = match rows {
+                Some(rows) => o.f_index_select(0, &from_i64(&rows)?)?,
+                None => o,
+            };
+            tensors::in_place(out.f_index_copy_(0, &from_i64(&tokens)?, &o))?;
         }
-        let rows = from_i64(&output_rows(&groups, t))?;
-        let all = if outs.len() == 1 {
-            outs.pop()
-                .ok_or_else(|| TchError::Shape("no output".into()))?
-        } else {
-            Tensor::f_cat(&outs, 0)?
-        };
-        to_host_rounded(&all.f_index_select(0, &rows)?, c.dtype)
+        to_host_rounded(&out, c.dtype)
     }
 }
 

@@ -147,20 +147,19 @@ impl GroupIndex {
     }
 }
 
-/// For every token of the step, its row in the concatenation of the groups' outputs
-/// (`b * q_max` rows each, in group order). Padding tokens take row 0: any finite row will do.
-pub(crate) fn output_rows(groups: &[Group], num_tokens: usize) -> Vec<i64> {
-    let mut rows = vec![0i64; num_tokens];
-    let mut base = 0usize;
-    for g in groups {
-        for (i, s) in g.seqs.iter().enumerate() {
-            for j in 0..s.q_len {
-                rows[s.q_start + j] = (base + i * g.q_max + j) as i64;
-            }
+/// The rows of a group's output (`b * q_max` rows, padded queries among them) that hold real
+/// queries, and the step's tokens they belong to; None for the rows when every row is real.
+pub(crate) fn real_rows(g: &Group) -> (Option<Vec<i64>>, Vec<i64>) {
+    let mut rows = Vec::new();
+    let mut tokens = Vec::new();
+    for (i, s) in g.seqs.iter().enumerate() {
+        for j in 0..s.q_len {
+            rows.push((i * g.q_max + j) as i64);
+            tokens.push((s.q_start + j) as i64);
         }
-        base += g.b() * g.q_max;
     }
-    rows
+    let all = rows.len() == g.b() * g.q_max;
+    (if all { None } else { Some(rows) }, tokens)
 }
 
 #[cfg(test)]
@@ -195,14 +194,21 @@ mod tests {
     }
 
     #[test]
-    fn output_rows_follow_groups_and_padding_tokens_take_row_zero() {
+    fn real_rows_skip_padded_queries_and_name_their_tokens() {
         let a = seq(0, 0, 2, 5);
         let b = seq(1, 2, 1, 3);
-        let groups = vec![Group {
+        let g = Group {
             seqs: vec![b, a],
             q_max: 2,
             len_max: 5,
-        }];
-        assert_eq!(output_rows(&groups, 4), vec![2, 3, 0, 0]);
+        };
+        // Row 1 is b's padded query.
+        assert_eq!(real_rows(&g), (Some(vec![0, 2, 3]), vec![2, 0, 1]));
+        let decodes = Group {
+            seqs: vec![seq(0, 0, 1, 5), seq(1, 1, 1, 3)],
+            q_max: 1,
+            len_max: 5,
+        };
+        assert_eq!(real_rows(&decodes), (None, vec![0, 1]));
     }
 }

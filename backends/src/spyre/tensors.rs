@@ -49,21 +49,39 @@ pub(crate) fn from_f32(data: &[f32], shape: &[i64]) -> Result<Tensor, TchError> 
     Tensor::f_from_slice(data)?.f_view(shape)
 }
 
+/// An f32 host slice as a tensor of `shape`, without a copy: the tensor aliases `data`.
+///
+/// # Safety
+/// Nothing may write through the tensor or a view of it, and all of them must be dropped
+/// before `data` is.
+pub(crate) unsafe fn borrow_f32(data: &[f32], shape: &[i64]) -> Result<Tensor, TchError> {
+    if shape.iter().product::<i64>() != data.len() as i64 {
+        return Err(TchError::Shape(format!(
+            "{} values cannot be viewed as {shape:?}",
+            data.len()
+        )));
+    }
+    // SAFETY: `data` is valid, initialized f32 for its whole length (checked against the
+    // shape); the caller keeps it alive and unwritten for the tensor's life.
+    unsafe { Tensor::f_from_blob(data.as_ptr().cast(), shape, &[], Kind::Float, CPU) }
+}
+
 /// An index vector as a 1-D i64 tensor.
 pub(crate) fn from_i64(data: &[i64]) -> Result<Tensor, TchError> {
     Tensor::f_from_slice(data)
 }
 
-/// Round `t` to `dtype` (the storage precision the output is promised in) and copy it out
-/// as f32.
+/// Copy `t` out as f32, rounded to `dtype` (the storage precision the output is promised
+/// in) on the host, to nearest even as libtorch's cast: no rounded copy beside the output.
 pub(crate) fn to_host_rounded(t: &Tensor, dtype: DType) -> Result<Vec<f32>, TchError> {
-    let rounded = t
-        .f_to_kind(kind_of(dtype))?
-        .f_to_kind(Kind::Float)?
-        .f_contiguous()?;
-    let n = rounded.numel();
+    // No copy for a contiguous f32 tensor.
+    let t = t.f_to_kind(Kind::Float)?.f_contiguous()?;
+    let n = t.numel();
     let mut out = vec![0f32; n];
-    rounded.f_copy_data(&mut out, n)?;
+    t.f_copy_data(&mut out, n)?;
+    for x in &mut out {
+        *x = dtype.round(*x);
+    }
     Ok(out)
 }
 
