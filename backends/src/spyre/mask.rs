@@ -45,23 +45,28 @@ pub(crate) fn hidden(
 /// held (`torch.empty`: NaN, infinities). Masking their logits is not enough: a hidden
 /// value row still meets its probability of 0 in P·V (0 · NaN = NaN), and an additive mask
 /// added to a NaN logit stays NaN. `kv` is `[b, Hkv, len, D]` (`keys_last`: `[b, Hkv, D,
-/// len]`), `b` the group's sequences.
+/// len]`), `b` the group's sequences. Only the tails are written, one slice per sequence that
+/// ends inside the range (a masked fill of the whole tensor cost more than SDPA itself on
+/// large_decode, where no sequence has a tail).
 pub(crate) fn zero_past_end(
     kv: &mut Tensor,
     idx: &GroupIndex,
     (k0, len): (i64, i64),
     keys_last: bool,
 ) -> Result<(), TchError> {
-    let b = idx.seq_lens.size()[0];
-    let past = Tensor::f_arange_start(k0, k0 + len, (Kind::Int64, CPU))?
-        .f_view([1, len])?
-        .f_ge_tensor(&idx.seq_lens.f_view([b, 1])?)?;
-    let shape = if keys_last {
-        [b, 1, 1, len]
-    } else {
-        [b, 1, len, 1]
-    };
-    in_place(kv.f_masked_fill_(&past.f_view(shape)?, 0.0))
+    let keys = if keys_last { 3 } else { 2 };
+    for (i, &end) in idx.ends.iter().enumerate() {
+        if end >= k0 + len {
+            continue;
+        }
+        let from = (end - k0).max(0);
+        in_place(
+            kv.f_narrow(0, i as i64, 1)?
+                .f_narrow(keys, from, len - from)?
+                .f_zero_(),
+        )?;
+    }
+    Ok(())
 }
 
 /// `[b, q_max, len]` f32 `k - p`, the distance ALiBi scales; `None` without ALiBi.

@@ -105,6 +105,8 @@ pub(crate) struct GroupIndex {
     pub q_real: Tensor,
     /// `[b]`
     pub seq_lens: Tensor,
+    /// The same lengths on the host (what decides which gathered keys lie past an end).
+    pub ends: Vec<i64>,
     /// `[b, pages]`: physical blocks, padded with the null block 0.
     pub blocks: Tensor,
     /// Pages per sequence: `len_max` rounded up to whole blocks.
@@ -141,6 +143,7 @@ impl GroupIndex {
                 .f_view([b as i64, q_max as i64])?
                 .f_to_kind(tch::Kind::Bool)?,
             seq_lens: from_i64(&seq_lens)?,
+            ends: seq_lens,
             blocks: from_i64(&blocks)?.f_view([b as i64, pages as i64])?,
             pages,
         })
