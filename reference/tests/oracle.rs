@@ -47,6 +47,19 @@ fn mean_value(case: &Case, positions: std::ops::Range<usize>) -> Vec<f64> {
     mean
 }
 
+/// Give sequence 0's context keys at `context` and the step's keys at `new` the first new
+/// token's key (one kv head): attention over them then averages their values.
+fn same_keys(c: &mut Case, context: std::ops::Range<usize>, new: std::ops::Range<usize>) {
+    let d = c.config.head_size;
+    let k0 = c.tensors.key[..d].to_vec();
+    for p in context {
+        c.tensors.context_key[0][p * d..(p + 1) * d].copy_from_slice(&k0);
+    }
+    for j in new {
+        c.tensors.key[j * d..(j + 1) * d].copy_from_slice(&k0);
+    }
+}
+
 fn assert_close(a: &[f64], b: &[f64], tol: f64) {
     assert_eq!(a.len(), b.len());
     for (i, (x, y)) in a.iter().zip(b).enumerate() {
@@ -106,11 +119,7 @@ fn decoder_window_counts_w_keys_including_the_query() {
     let mut config = cfg(1, 1, 2, 4);
     config.sliding_window = Some(3);
     let mut c = case(&[6], &[1], config, 4);
-    let d = 2;
-    let k0 = c.tensors.key[..d].to_vec();
-    for p in 0..5 {
-        c.tensors.context_key[0][p * d..(p + 1) * d].copy_from_slice(&k0);
-    }
+    same_keys(&mut c, 0..5, 0..0);
     let out = reference_output(&c);
     let mean = mean_value(&c, 3..6);
     assert_close(&out_row(&c, &out, 0, 0), &mean, 1e-14);
@@ -122,14 +131,7 @@ fn local_chunks_see_only_their_own_chunk() {
     let mut config = cfg(1, 1, 2, 4);
     config.attention_chunk_size = Some(4);
     let mut c = case(&[11], &[5], config, 6);
-    let d = 2;
-    let k0 = c.tensors.key[..d].to_vec();
-    for p in 0..6 {
-        c.tensors.context_key[0][p * d..(p + 1) * d].copy_from_slice(&k0);
-    }
-    for j in 0..5 {
-        c.tensors.key[j * d..(j + 1) * d].copy_from_slice(&k0);
-    }
+    same_keys(&mut c, 0..6, 0..5);
     let out = reference_output(&c);
     // Positions 6..11: 6 and 7 in the chunk from 4, 8..11 in the chunk from 8.
     for (j, p) in (6..11).enumerate() {
@@ -157,11 +159,7 @@ fn encoder_window_is_symmetric() {
     config.kind = AttentionKind::EncoderOnly;
     config.sliding_window = Some(2);
     let mut c = case(&[5], &[5], config, 5);
-    let d = 2;
-    let k0 = c.tensors.key[..d].to_vec();
-    for p in 0..5 {
-        c.tensors.key[p * d..(p + 1) * d].copy_from_slice(&k0);
-    }
+    same_keys(&mut c, 0..0, 0..5);
     let out = reference_output(&c);
     // Query 2 sees keys 1, 2, 3 (|p - k| < 2).
     let mean = mean_value(&c, 1..4);
@@ -269,12 +267,7 @@ fn causal_mask_uses_the_context_offset() {
     // Query j of a chunked prefill sees exactly context_len + j + 1 keys: with identical keys
     // it is the mean of those values.
     let mut c = case(&[6], &[2], cfg(1, 1, 2, 4), 11);
-    let d = 2;
-    let k0 = c.tensors.key[..d].to_vec();
-    for p in 0..4 {
-        c.tensors.context_key[0][p * d..(p + 1) * d].copy_from_slice(&k0);
-    }
-    c.tensors.key[d..2 * d].copy_from_slice(&k0);
+    same_keys(&mut c, 0..4, 1..2);
     let out = reference_output(&c);
     let mean = mean_value(&c, 0..5);
     assert_close(&out_row(&c, &out, 0, 0), &mean, 1e-14);

@@ -27,6 +27,16 @@ fn fp8_kind(f: Fp8Format) -> Kind {
     }
 }
 
+/// `fp8(x / scales)` in `format`, saturating as vLLM's quantizers do (libtorch's cast alone
+/// gives NaN past the largest value). `scales` is a tensor that broadcasts over `x`, not a
+/// scalar: libtorch then divides element by element, as the reference does (no reciprocal).
+pub(crate) fn to_fp8(x: &Tensor, scales: &Tensor, format: Fp8Format) -> Result<Tensor, TchError> {
+    let max = format.max_finite();
+    x.f_div(scales)?
+        .f_clamp(-max, max)?
+        .f_to_kind(fp8_kind(format))
+}
+
 impl SpyreCache {
     pub fn new(config: &AttentionConfig, num_blocks: usize) -> Result<Self, TchError> {
         let shape = [
@@ -138,14 +148,8 @@ impl SpyreCache {
         let src = match self.fp8 {
             None => src.f_to_kind(kind_of(config.dtype))?,
             Some(f) => {
-                // A [2, 1, 1, 1] tensor, not a scalar: libtorch divides by it element by
-                // element, as the reference does (no reciprocal).
                 let scales = from_f32(&[f.k_scale, f.v_scale], &[2, 1, 1, 1])?;
-                let max = f.dtype.max_finite();
-                src.f_div(&scales)?
-                    .f_clamp(-max, max)?
-                    .f_to_kind(fp8_kind(f.dtype))?
-                    .f_view_dtype(Kind::Uint8)?
+                to_fp8(&src, &scales, f.dtype)?.f_view_dtype(Kind::Uint8)?
             }
         };
         let mut flat = self.kv.f_view([2, -1, hkv, d])?;

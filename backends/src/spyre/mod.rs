@@ -156,12 +156,7 @@ impl Spyre {
 
     fn group_cost(&self, c: &AttentionConfig, budgets: Budgets) -> GroupCost {
         let max_kv_rows = match self.variant {
-            Variant::Sdpa => {
-                let elt = kind_of(c.dtype)
-                    .elt_size_in_bytes()
-                    .max(sdpa::compute_kind(c).elt_size_in_bytes());
-                Some(budgets.group_kv_bytes / (2 * c.num_kv_heads * c.head_size * elt).max(1))
-            }
+            Variant::Sdpa => Some(budgets.group_kv_bytes / sdpa::kv_bytes_per_key(c).max(1)),
             _ => None,
         };
         GroupCost {
@@ -195,16 +190,11 @@ impl Spyre {
         // `run` returns, while `step.query` outlives the call.
         let query = unsafe { borrow_f32(step.query, &[t as i64, hq as i64, d as i64])? };
         let query = match c.kv_cache.and_then(|k| k.q_scale) {
-            // An FP8 query: quantized as the layer does it before the kernel (clamped, as
-            // vLLM's quantizer saturates and libtorch's cast does not), read back with its
-            // scale. A tensor scale: libtorch divides by it element by element.
+            // An FP8 query: quantized as the layer does it before the kernel, read back with
+            // its scale.
             Some(s) => {
                 let s = from_f32(&[s], &[1, 1, 1])?;
-                let max = attn_reference::Fp8KvCache::QUERY_FORMAT.max_finite();
-                query
-                    .f_div(&s)?
-                    .f_clamp(-max, max)?
-                    .f_to_kind(tch::Kind::Float8e4m3fn)?
+                cache::to_fp8(&query, &s, attn_reference::Fp8KvCache::QUERY_FORMAT)?
                     .f_to_kind(tch::Kind::Float)?
                     .f_mul(&s)?
             }

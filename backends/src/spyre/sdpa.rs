@@ -43,14 +43,21 @@ pub(crate) fn compute_kind(c: &AttentionConfig) -> Kind {
     }
 }
 
+/// Bytes one key position of one sequence takes once gathered: its K and V rows of every kv
+/// head, in the wider of the cache's dtype and the kind SDPA runs in. What the grouping and
+/// the key chunks budget by.
+pub(crate) fn kv_bytes_per_key(c: &AttentionConfig) -> usize {
+    let elt = kind_of(c.dtype)
+        .elt_size_in_bytes()
+        .max(compute_kind(c).elt_size_in_bytes());
+    2 * c.num_kv_heads * c.head_size * elt
+}
+
 /// Pages per key chunk so that the group's gathered K and V fit in `budget` bytes: all of
 /// them when the group's own keys do (the grouping keeps every group of several sequences
 /// within the budget), so only a sequence longer than the budget is split.
 fn pages_per_chunk(c: &AttentionConfig, g: &Group, pages: usize, budget: usize) -> usize {
-    let elt = kind_of(c.dtype)
-        .elt_size_in_bytes()
-        .max(compute_kind(c).elt_size_in_bytes());
-    let token = 2 * g.b() * c.num_kv_heads * c.head_size * elt;
+    let token = g.b() * kv_bytes_per_key(c);
     if g.len_max * token <= budget {
         return pages.max(1);
     }
