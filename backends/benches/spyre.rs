@@ -2,7 +2,8 @@
 //! 8 kv heads, head size 128, block 32, bf16, 2 threads): median time over repetitions and
 //! the peak memory the first call adds, next to the KV cache's size.
 //!
-//! `OMP_WAIT_POLICY=PASSIVE cargo bench -p attn-backends --bench spyre [-- SPEC...]`.
+//! `OMP_WAIT_POLICY=PASSIVE cargo bench -p attn-backends --bench spyre [-- SPEC...]` (decoder
+//! specs; what bounds `spyre-sdpa` on them: `backends/examples/spyre_bounds.rs`).
 //! On a machine whose cores other processes also use, libgomp's spinning workers make
 //! medians 10-100x noisier without the passive policy. Peak memory comes from the kernel's
 //! high-water mark (reset before the call); only with `MALLOC_MMAP_THRESHOLD_=65536` do
@@ -11,7 +12,7 @@
 
 use attn_backends::spyre::Spyre;
 use attn_backends::{prepare_cache, step_inputs, Backend};
-use attn_reference::{all_specs, build_spec_case, AttentionConfig, DType};
+use attn_reference::{all_specs, build_spec_case, AttentionConfig, AttentionKind, DType};
 use std::time::Instant;
 
 fn status_kib(field: &str) -> Option<u64> {
@@ -35,8 +36,11 @@ fn main() {
     println!(
         "spec            variant        median_ms   min_ms  reps  peak_extra_MiB  kv_cache_MiB"
     );
+    // The decoder specs: the config above is a decoder's (the encoder and cross-attention
+    // specs have their own shapes and kinds).
     for spec in all_specs()
         .into_iter()
+        .filter(|s| s.kind == AttentionKind::Decoder)
         .filter(|s| wanted.is_empty() || wanted.iter().any(|w| w == s.name))
     {
         let case = build_spec_case(&spec, config.clone(), 7);
