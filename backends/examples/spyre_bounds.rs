@@ -5,8 +5,9 @@
 //!   sequence's K and V pages copied out of the paged cache, one sequence at a time as
 //!   `spyre-sdpa` groups a long one), the gather followed by SDPA on what it leaves, and the
 //!   backend's whole call.
-//! - `budgets SPEC...`: the backend's time and peak extra memory for group budgets of 1-16
-//!   MiB (each still capped by the cache's size, `Budgets::within`).
+//! - `budgets SPEC...`: each variant's time and peak extra memory for budgets of 1-16 MiB
+//!   (SDPA's group and native's chunk budget; each still capped by the cache's size,
+//!   `Budgets::within`).
 //!
 //! `cargo build --release -p attn-backends --example spyre_bounds`, then
 //! `./target/release/examples/spyre_bounds parts large_decode large_prefill`. Peak memory is
@@ -200,7 +201,9 @@ fn main() {
             "backend/fl"
         ),
         "budgets" => {
-            println!("spec            quarter_MiB  then per budget: median_ms / peak_extra_MiB")
+            println!(
+                "spec            variant quarter_MiB  then per budget: median_ms / peak_extra_MiB"
+            )
         }
         _ => {
             eprintln!("usage: spyre_bounds parts|budgets [SPEC...]");
@@ -220,16 +223,20 @@ fn main() {
             let (ms, _) = run(&Spyre::sdpa(), &case);
             parts(spec.name, &case, ms);
         } else {
-            let mut line = format!("{:<15} {:>11.1} ", spec.name, kv_mib / 4.0);
-            for mib in [1usize, 2, 4, 8, 16] {
-                let budgets = Budgets {
-                    group_kv_bytes: mib << 20,
-                    ..Budgets::default()
-                };
-                let (ms, peak) = run(&Spyre::sdpa().with_budgets(budgets), &case);
-                line += &format!(" {mib:>2} MiB: {ms:>7.2} / {peak:>5.1}");
+            let variants: [(&str, fn() -> Spyre); 2] =
+                [("sdpa", Spyre::sdpa), ("native", Spyre::native)];
+            for (name, variant) in variants {
+                let mut line = format!("{:<15} {name:<7} {:>11.1} ", spec.name, kv_mib / 4.0);
+                for mib in [1usize, 2, 4, 8, 16] {
+                    let budgets = Budgets {
+                        chunk_bytes: mib << 20,
+                        group_kv_bytes: mib << 20,
+                    };
+                    let (ms, peak) = run(&variant().with_budgets(budgets), &case);
+                    line += &format!(" {mib:>2} MiB: {ms:>7.2} / {peak:>5.1}");
+                }
+                println!("{line}");
             }
-            println!("{line}");
         }
     }
 }
