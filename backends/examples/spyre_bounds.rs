@@ -223,9 +223,8 @@ fn main() {
             let (ms, _) = run(&Spyre::sdpa(), &case);
             parts(spec.name, &case, ms);
         } else {
-            let variants: [(&str, fn() -> Spyre); 2] =
-                [("sdpa", Spyre::sdpa), ("native", Spyre::native)];
-            for (name, variant) in variants {
+            for variant in [Spyre::sdpa, Spyre::native] {
+                let name = variant().name().trim_start_matches("spyre-").to_owned();
                 let mut line = format!("{:<15} {name:<7} {:>11.1} ", spec.name, kv_mib / 4.0);
                 for mib in [1usize, 2, 4, 8, 16] {
                     let budgets = Budgets {
