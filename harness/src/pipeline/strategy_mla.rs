@@ -18,6 +18,14 @@ use proptest::prelude::*;
 /// One small-tier index in this many draws MLA where the space has it.
 pub const MLA_EVERY: usize = 10;
 
+/// One MLA index in this many draws a decode batch ([`decode_batch`]) instead of 1 to 4
+/// sequences.
+const MLA_BATCH_EVERY: usize = 8;
+
+/// Sequences of an MLA decode batch: past 64, as latent attention serves decode batches of
+/// hundreds (the "large batch" class, which 1 to 4 sequences never reach).
+const MLA_BATCH_SEQS: std::ops::RangeInclusive<usize> = 65..=160;
+
 /// The oracle's work ceiling of an MLA case (multiply-adds over K and V): 128 heads over
 /// about 700 keys of DeepSeek-V3's 576/512.
 pub const MLA_COST: usize = 100_000_000;
@@ -74,6 +82,21 @@ fn context() -> impl Strategy<Value = usize> {
     ]
 }
 
+/// A decode batch: short contexts, and now and then one around 576 keys.
+fn decode_batch() -> impl Strategy<Value = Vec<(usize, usize)>> {
+    let context = prop_oneof![
+        4 => 0usize..=24,
+        1 => prop::sample::select(vec![575usize, 576, 577]),
+    ];
+    prop::collection::vec((context, Just(1usize)), MLA_BATCH_SEQS)
+}
+
+/// Whether MLA property case `index` draws a decode batch: one MLA index in
+/// [`MLA_BATCH_EVERY`], by index, so the other MLA indices draw what they always drew.
+fn draws_batch(index: usize) -> bool {
+    (index / MLA_EVERY) % MLA_BATCH_EVERY == MLA_BATCH_EVERY / 2
+}
+
 /// Decode mostly, speculative decode (2 to 8 tokens) and chunked-prefill chunks.
 fn query() -> impl Strategy<Value = usize> {
     prop_oneof![5 => Just(1usize), 3 => 2usize..=8, 1 => 9usize..=32]
@@ -93,7 +116,7 @@ fn logit_shift_of(values: crate::strategy::Values) -> Option<crate::extremes::Lo
 
 /// An MLA recipe drawn whole (then moved inside `space` and under [`MLA_COST`]).
 pub fn mla_strategy(
-    _index: usize,
+    index: usize,
     limits: StrategyLimits,
     space: &Space,
 ) -> BoxedStrategy<CaseRecipe> {
@@ -106,7 +129,11 @@ pub fn mla_strategy(
             .as_ref()
             .is_some_and(|a| !a.contains(&dk) && a.contains(&mla::DEEPSEEK_V3_ENTRY))
     };
-    let seqs = prop::collection::vec((context(), query()), 1..=limits.max_seqs.clamp(1, 4));
+    let seqs = if draws_batch(index) {
+        decode_batch().boxed()
+    } else {
+        prop::collection::vec((context(), query()), 1..=limits.max_seqs.clamp(1, 4)).boxed()
+    };
     let layout = crate::strategy::layout(3);
     // The shared FP8-cache draw; a latent entry is one tensor, so V's scale is K's.
     let fp8 = prop::option::weighted(
@@ -184,11 +211,15 @@ pub fn mla_cost(r: &CaseRecipe) -> usize {
 
 /// `r` under `budget`, keeping what MLA cases are for as long as it can: chunks shortened
 /// first, then later sequences dropped, then the heads halved, contexts halved last (so a
-/// 128-head decode past 576 keys survives).
+/// 128-head decode past 576 keys survives). A decode batch keeps its sequences: its heads
+/// are halved first, down to one.
 pub fn fit_mla_cost(mut r: CaseRecipe, budget: usize) -> CaseRecipe {
+    let batch = r.seqs.len() >= *MLA_BATCH_SEQS.start();
     while mla_cost(&r) > budget {
         if let Some(q) = r.seqs.iter_mut().filter(|s| s.1 > 8).max_by_key(|s| s.1) {
             q.1 = (q.1 / 2).max(8);
+        } else if batch && r.group > 1 {
+            r.group /= 2;
         } else if r.seqs.len() > 1 {
             r.seqs.pop();
         } else if r.group > 16 {
@@ -237,9 +268,14 @@ mod tests {
     use proptest::strategy::ValueTree;
     use proptest::test_runner::TestRunner;
 
+    /// `n` draws at the indices that draw 1 to 4 sequences.
     fn draws(space: &Space, n: usize) -> Vec<CaseRecipe> {
+        draws_at(space, (0..).filter(|&i| !draws_batch(i)).take(n))
+    }
+
+    fn draws_at(space: &Space, indices: impl Iterator<Item = usize>) -> Vec<CaseRecipe> {
         let mut runner = TestRunner::deterministic();
-        (0..n)
+        indices
             .map(|i| {
                 mla_strategy(i, StrategyLimits::DEFAULT, space)
                     .new_tree(&mut runner)
@@ -286,6 +322,22 @@ mod tests {
         for b in [1, 16, 64] {
             assert!(rs.iter().any(|r| r.block_size == b));
         }
+    }
+
+    #[test]
+    fn one_mla_index_in_eight_draws_a_decode_batch_that_keeps_its_sequences() {
+        let batch_indices = (0..).filter(|&i| draws_batch(i));
+        let rs = draws_at(&Space::default(), batch_indices.take(40));
+        for r in &rs {
+            assert_eq!(r.build().validate(), Ok(()), "{r:?}");
+            assert!(mla_cost(r) <= MLA_COST, "{r:?}");
+            // Past 64 sequences (the large-batch class), all decodes, whatever the heads.
+            assert!(MLA_BATCH_SEQS.contains(&r.seqs.len()), "{r:?}");
+            assert!(r.seqs.iter().all(|s| s.1 == 1), "{r:?}");
+        }
+        assert!(rs.iter().any(|r| r.head_size == mla::DEEPSEEK_V3_ENTRY));
+        assert!(rs.iter().any(|r| r.lens().0.iter().any(|&l| l > 576)));
+        assert!(rs.iter().any(|r| r.group >= 16));
     }
 
     #[test]
