@@ -104,7 +104,7 @@ fn parts(name: &str, case: &Case, backend_ms: f64) {
 
     // One sequence's pages at a time into reused buffers, as `spyre-sdpa` gathers.
     let row = bs * hkv * d;
-    let pages_max = (lmax + bs - 1) / bs;
+    let pages_max = table.iter().map(|t| t.size()[0]).max().unwrap_or(1);
     let kbuf = Tensor::empty([pages_max, row], opt);
     let vbuf = Tensor::empty([pages_max, row], opt);
     let gather = |s: usize| {

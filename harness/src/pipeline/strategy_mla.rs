@@ -18,7 +18,7 @@ use proptest::prelude::*;
 /// One small-tier index in this many draws MLA where the space has it.
 pub const MLA_EVERY: usize = 10;
 
-/// One MLA index in this many draws a decode batch ([`decode_batch`]) instead of 1 to 4
+/// One MLA index in this many draws a decode batch ([`latent_decode_batch`]) instead of 1 to 4
 /// sequences.
 const MLA_BATCH_EVERY: usize = 8;
 
@@ -82,8 +82,9 @@ fn context() -> impl Strategy<Value = usize> {
     ]
 }
 
-/// A decode batch: short contexts, and now and then one around 576 keys.
-fn decode_batch() -> impl Strategy<Value = Vec<(usize, usize)>> {
+/// The sequences of an MLA decode batch: short contexts, and now and then one around 576
+/// keys (the long tier's `strategy::decode_batch` draws whole MHA recipes, not these).
+fn latent_decode_batch() -> impl Strategy<Value = Vec<(usize, usize)>> {
     let context = prop_oneof![
         4 => 0usize..=24,
         1 => prop::sample::select(vec![575usize, 576, 577]),
@@ -130,7 +131,7 @@ pub fn mla_strategy(
             .is_some_and(|a| !a.contains(&dk) && a.contains(&mla::DEEPSEEK_V3_ENTRY))
     };
     let seqs = if draws_batch(index) {
-        decode_batch().boxed()
+        latent_decode_batch().boxed()
     } else {
         prop::collection::vec((context(), query()), 1..=limits.max_seqs.clamp(1, 4)).boxed()
     };
