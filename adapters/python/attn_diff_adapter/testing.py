@@ -15,9 +15,13 @@ Any other adapter (a program speaking attn-diff's protocol) is checked with
 
     check_adapter(["python3", "my_adapter.py"], cases=300, only=["dtypes=bf16"])
 
-The ``attn-diff`` binary comes from the ``binary`` argument, else ``$ATTN_DIFF``, else
-``PATH``; none found is :class:`BinaryNotFound` (a test can turn it into a skip with
-:func:`require_binary`). Both calls return a :class:`CheckResult`; on a divergence they call
+The ``attn-diff`` binary comes from the ``binary`` argument, else ``$ATTN_DIFF``, else the
+one installed with this package (``pip install`` builds it into the environment's ``bin/``),
+else ``PATH``; none found is :class:`BinaryNotFound` (a test can turn it into a skip, by
+name, with :func:`require_binary`). A binary whose ``--version`` is not this package's is
+:class:`BinaryVersionMismatch`. The pytest plugin (:mod:`attn_diff_adapter.pytest_plugin`,
+loaded by the ``pytest11`` entry point) wraps these calls in an ``attn_diff`` fixture and
+marker. Both calls return a :class:`CheckResult`; on a divergence they call
 ``pytest.fail`` with the report (with ``fail=False`` they return it instead), and they also
 fail when no case reached the backend (every one declined), since such a run proves nothing.
 """
@@ -36,9 +40,11 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
 __all__ = [
     "BinaryNotFound",
+    "BinaryVersionMismatch",
     "CheckResult",
     "check_adapter",
     "check_backend",
+    "binary_version",
     "find_binary",
     "require_binary",
     "vllm_backend_command",
@@ -51,15 +57,49 @@ ENV_BINARY = "ATTN_DIFF"
 Only = Union[Sequence[str], Mapping[str, Any], None]
 
 
+#: How to get a binary, for the messages that say there is none.
+HOW_TO_GET_ONE = (
+    "`pip install attn-diff-adapter` (or `pip install ./adapters/python` in an attn-diff "
+    "checkout) builds and installs it; from source, `cargo build --release -p attn-harness "
+    "--no-default-features --features mutants` needs no libtorch (leave out "
+    "`--no-default-features` for the Spyre backends, after `cargo xtask setup`)"
+)
+
+
 class BinaryNotFound(FileNotFoundError):
-    """No attn-diff binary: none given, none in ``$ATTN_DIFF``, none on PATH."""
+    """No attn-diff binary: none given, none in ``$ATTN_DIFF``, none installed with this
+    package, none on PATH."""
+
+
+class BinaryVersionMismatch(RuntimeError):
+    """The attn-diff binary found is not this package's version: the helper and the binary
+    speak one version of the summary and the protocol."""
+
+
+def _installed_binary() -> Optional[str]:
+    try:
+        from attn_diff import installed_binary
+    except ImportError:
+        return None
+    return installed_binary()
+
+
+def package_version() -> str:
+    """This package's version, which the binary must report."""
+    from attn_diff import __version__
+
+    return __version__
 
 
 def find_binary(binary: Optional[str] = None) -> str:
-    """The attn-diff binary to run: `binary`, else ``$ATTN_DIFF``, else ``attn-diff`` on PATH.
+    """The attn-diff binary to run: `binary`, else ``$ATTN_DIFF``, else the binary installed
+    with this package, else ``attn-diff`` on PATH.
 
     A name without a slash is looked up on PATH; a path must be an executable file."""
     tried: List[str] = []
+    installed = _installed_binary()
+    if not binary and not os.environ.get(ENV_BINARY) and installed:
+        return installed
     for source, candidate in (
         ("the binary argument", binary),
         (f"${ENV_BINARY}", os.environ.get(ENV_BINARY)),
@@ -83,15 +123,52 @@ def find_binary(binary: Optional[str] = None) -> str:
                 break
     raise BinaryNotFound(
         "attn-diff binary not found ("
-        + "; ".join(tried)
-        + f"). Build it with `cargo build --release -p attn-harness` in an attn-diff "
-        f"checkout and pass binary=..., set ${ENV_BINARY} to target/release/attn-diff, or "
-        "put it on PATH."
+        + "; ".join(tried + ["none installed with attn-diff-adapter"])
+        + f"). {HOW_TO_GET_ONE}; then pass binary=..., set ${ENV_BINARY} to it "
+        "(target/release/attn-diff), or put it on PATH."
     )
 
 
+_VERSIONS: Dict[str, str] = {}
+
+
+def binary_version(exe: str) -> str:
+    """The version `exe --version` reports ("attn-diff 0.1.0" gives "0.1.0")."""
+    if exe in _VERSIONS:
+        return _VERSIONS[exe]
+    try:
+        proc = subprocess.run([exe, "--version"], stdin=subprocess.DEVNULL, capture_output=True,
+                              text=True, timeout=60)
+    except OSError as e:
+        raise BinaryNotFound(f"cannot run the attn-diff binary {exe}: {e}") from e
+    words = proc.stdout.split()
+    if proc.returncode != 0 or len(words) != 2 or words[0] != "attn-diff":
+        raise BinaryVersionMismatch(
+            f"{exe} is not an attn-diff binary: `--version` gave exit {proc.returncode} and "
+            f"{(proc.stdout.strip() or proc.stderr.strip())[:200]!r}, not 'attn-diff VERSION'"
+        )
+    _VERSIONS[exe] = words[1]
+    return words[1]
+
+
+def check_binary_version(exe: str) -> str:
+    """`exe`, after checking that it reports this package's version; else
+    :class:`BinaryVersionMismatch` naming both."""
+    theirs, ours = binary_version(exe), package_version()
+    if theirs != ours:
+        raise BinaryVersionMismatch(
+            f"the attn-diff binary {exe} is version {theirs}, but this attn-diff-adapter is "
+            f"{ours}: the helper reads the summary of its own version only. Install the "
+            f"matching pair (`pip install attn-diff-adapter=={theirs}`, or rebuild the binary "
+            f"from the checkout this package came from), or point ${ENV_BINARY} at a {ours} "
+            "binary."
+        )
+    return exe
+
+
 def require_binary(binary: Optional[str] = None) -> str:
-    """:func:`find_binary`, or ``pytest.skip`` naming why when there is none."""
+    """:func:`find_binary`, or ``pytest.skip`` naming why when there is none: an explicit
+    opt-in to skipping (the pytest plugin's fixture fails the test instead)."""
     try:
         return find_binary(binary)
     except BinaryNotFound as missing:
@@ -113,6 +190,9 @@ class CheckResult:
     summary: Optional[Dict[str, Any]] = None
     #: Where replay files of shrunk failures were written.
     out_dir: str = ""
+    #: The binary (and the environment the run added) that the reports' replay commands
+    #: start with, so they run as printed; empty leaves them as attn-diff printed them.
+    replay_prefix: str = ""
     _backends: List[Dict[str, Any]] = field(default_factory=list, repr=False)
 
     def __post_init__(self) -> None:
@@ -168,9 +248,26 @@ class CheckResult:
         if self.summary is None:
             parts = [self.stdout.strip(), self.stderr.strip()[-8000:]]
             return "\n".join(p for p in parts if p) or f"attn-diff exited {self.returncode}"
-        texts = [str(f.get("text", "")).rstrip() for b in self._backends for f in b.get("failures") or []]
+        texts = [self._runnable(str(f.get("text", "")).rstrip()) for b in self._backends for f in b.get("failures") or []]
         lines = texts + [self.counts_line()] + self.unsupported_lines()
         return "\n".join(line for line in lines if line)
+
+    def _runnable(self, text: str) -> str:
+        if not self.replay_prefix:
+            return text
+        marker = "replay:  attn-diff "
+        return "\n".join(
+            line.replace(marker, "replay:  " + self.replay_prefix + " ", 1) if line.startswith(marker) else line
+            for line in text.split("\n")
+        )
+
+    def replay_commands(self) -> List[str]:
+        """The replay command of every shrunk failure, runnable as printed (``sh -c``)."""
+        return [
+            line[len("replay:  "):]
+            for line in self.report().splitlines()
+            if line.startswith("replay:  ") and not line.startswith("replay:  (")
+        ]
 
     def counts_line(self) -> str:
         return (
@@ -223,7 +320,7 @@ def run_check(
     and return what it gave, without judging it. `env` is added to the environment of
     attn-diff (and so of the adapter); `args` are more ``check`` options (``--deep``,
     ``--spec NAME``, ...)."""
-    exe = find_binary(binary)
+    exe = check_binary_version(find_binary(binary))
     adapter = command if isinstance(command, str) else shlex.join(list(command))
     out = out_dir or tempfile.mkdtemp(prefix="attn-diff-")
     argv = [
@@ -267,7 +364,17 @@ def run_check(
             summary = parsed
     except ValueError:
         pass
-    return CheckResult(argv, proc.returncode, proc.stdout, proc.stderr, summary, out)
+    result = CheckResult(argv, proc.returncode, proc.stdout, proc.stderr, summary, out)
+    result.replay_prefix = _replay_prefix(exe, env)
+    return result
+
+
+def _replay_prefix(exe: str, env: Optional[Mapping[str, str]]) -> str:
+    """What replaces a report's leading ``attn-diff`` so its replay command runs as printed
+    from any shell: this binary's path, after the environment this run added."""
+    assignments = [f"{k}={v}" for k, v in (env or {}).items()]
+    prefix = shlex.join(["env", *assignments]) + " " if assignments else ""
+    return prefix + shlex.quote(exe)
 
 
 def _judge(result: CheckResult, fail: bool, min_reached: int) -> CheckResult:
