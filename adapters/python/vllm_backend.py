@@ -73,6 +73,10 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tupl
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from attn_diff_adapter import Adapter, Capabilities, Config, Step, Unsupported, serve  # noqa: E402
+import plugin_kv_cache  # noqa: E402
+import plugin_loader  # noqa: E402
+import vllm_compat  # noqa: E402
+from vllm_compat import MissingInterface  # noqa: E402
 
 import torch  # noqa: E402
 
@@ -89,19 +93,24 @@ LAYER_NAME = "model.layers.0.self_attn.attn"
 # ---- loading the class --------------------------------------------------------------------
 
 
-def load_backend(name: str, file: Optional[str] = None) -> type:
-    """The backend class: `name` in the Python file `file`; else ``module.path:Class`` (or
-    ``module.path.Class``); else a name in vLLM's backend registry (``CPU_ATTN``)."""
+def load_backend(
+    name: Optional[str], file: Optional[str] = None, stand_in: str = "auto", notes: Optional[List[str]] = None
+) -> type:
+    """The backend class: `name` in the Python file `file` (the one backend it defines when
+    `name` is None), imported from its plugin's source tree with the device stand-in
+    (`plugin_loader`); else ``module.path:Class`` (or ``module.path.Class``); else a name in
+    vLLM's backend registry (``CPU_ATTN``)."""
     if file is not None:
-        spec = importlib.util.spec_from_file_location(
-            os.path.splitext(os.path.basename(file))[0], file
-        )
-        if spec is None or spec.loader is None:
-            raise RuntimeError(f"cannot load {file}")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = module
-        spec.loader.exec_module(module)
-        return _attr_path(module, name)
+        from vllm.v1.attention.backend import AttentionBackend
+
+        loaded = plugin_loader.load_file(file, stand_in)
+        if notes is not None:
+            notes.extend(loaded.notes)
+        if name is None:
+            return plugin_loader.only_backend(loaded.module, AttentionBackend)
+        return _attr_path(loaded.module, name)
+    if name is None:
+        raise ValueError("--class is required without --file")
     if ":" in name:
         module_name, qualname = name.split(":", 1)
         return _attr_path(importlib.import_module(module_name), qualname)
@@ -144,7 +153,7 @@ def kernel_block_ok(backend: type, block_size: int, spec: Any = None) -> bool:
     which the runner splits into kernel blocks; that path is not driven here."""
     from vllm.v1.attention.backend import MultipleOf
 
-    sizes = backend.get_supported_kernel_block_sizes(spec)
+    sizes = vllm_compat.kernel_block_sizes(backend, spec)
     if not sizes:
         return True
     return any(
@@ -198,6 +207,19 @@ def capabilities_of(backend: type) -> Capabilities:
     return caps
 
 
+def platform_features(backend: type, declared: List[str]) -> List[str]:
+    """The declared features, and those the impl's constructor takes a parameter for."""
+    try:
+        params = set(inspect.signature(backend.get_impl_cls().__init__).parameters)
+    except (TypeError, ValueError):
+        params = set()
+    features = list(declared)
+    for feature, param in (("sliding_window", "sliding_window"), ("sinks", "sinks")):
+        if param in params and feature not in features:
+            features.append(feature)
+    return features
+
+
 def describe(backend: type) -> str:
     import vllm
 
@@ -244,7 +266,7 @@ class ModelConfigStandIn:
 class Session:
     """One layer, cache and builder: what a model runner holds for one attention layer."""
 
-    def __init__(self, layer: Any, kv_cache: torch.Tensor, spec: Any, backend: type) -> None:
+    def __init__(self, layer: Any, kv_cache: Any, spec: Any, backend: type) -> None:
         self.layer = layer
         self.impl = layer.impl
         self.kv_cache = kv_cache
@@ -258,7 +280,16 @@ class Session:
 class VllmBackend(Adapter):
     """attn-diff adapter around a vLLM v1 AttentionBackend class."""
 
-    def __init__(self, backend: type, padding: str = "runner") -> None:
+    def __init__(
+        self,
+        backend: type,
+        padding: str = "runner",
+        kv_cache: str = "auto",
+        kv_write: str = "auto",
+        impl_args: Optional[Dict[str, Any]] = None,
+        notes: Sequence[str] = (),
+        selection: str = "declared",
+    ) -> None:
         from vllm.config import VllmConfig
         from vllm.v1.attention.backend import AttentionType
         from vllm.v1.attention.backends.registry import AttentionBackendEnum
@@ -269,11 +300,36 @@ class VllmBackend(Adapter):
                 "forward_mqa/forward_mha, top-k indices): vllm_backend.py drives standard "
                 "attention (AttentionImpl.forward over a K/V cache)"
             )
+        from vllm.v1.attention.backend import AttentionBackend
+
+        backend, bridged = vllm_compat.bridge_kernel_block_sizes(backend, AttentionBackend)
         self.backend = backend
         self.padding = padding
         self.name = f"vllm-{backend.get_name().lower()}"
+        self.impl_args = dict(impl_args or {})
+        self.cache_factory, cache_text = plugin_kv_cache.cache_factory(kv_cache, backend)
+        self.writer = plugin_kv_cache.KvWriter(kv_write, backend.get_impl_cls())
+        self.notes = list(notes) + ([bridged] if bridged else []) + [
+            f"kv cache: {cache_text}",
+            f"earlier steps' K/V written by: {self.writer.description}",
+        ]
+        if self.impl_args:
+            self.notes.append(f"impl arguments: {self.impl_args}")
         self.description = describe(backend) + f", padding={padding}"
+        if kv_cache != "auto" or kv_write != "auto" or self.impl_args:
+            self.description += f", kv-cache={kv_cache}, kv-write={kv_write}"
+            if self.impl_args:
+                self.description += ", impl-args=" + ",".join(f"{k}={v!r}" for k, v in self.impl_args.items())
+        self.selection = selection
         self.capabilities = capabilities_of(backend)
+        if selection == "platform":
+            self.capabilities["features"] = platform_features(backend, self.capabilities["features"])
+            self.description += ", selection=platform"
+            self.notes.append(
+                "selection=platform: sliding windows and sinks as the impl's constructor takes "
+                "them, not supports_sliding_window/supports_sink (a plugin's platform picks "
+                "its backend without vLLM's validation of those)"
+            )
         self.attention_type = AttentionType
         self.vllm_config = VllmConfig()
         self.selection_params = set(inspect.signature(backend.validate_configuration).parameters)
@@ -316,6 +372,10 @@ class VllmBackend(Adapter):
             "attn_type": self.attn_type(config),
             "has_sliding_window": config.sliding_window is not None,
         }
+        if self.selection == "platform":
+            # The plugin's platform names its backend without vLLM's validation of these
+            # features; whether the impl runs them is its constructor's and builder's word.
+            wanted["has_sink"] = wanted["has_sliding_window"] = False
         reasons = self.backend.validate_configuration(
             **{k: v for k, v in wanted.items() if k in self.selection_params}
         )
@@ -380,6 +440,7 @@ class VllmBackend(Adapter):
                     attn_type=self.attn_type(config),
                     attn_backend=self.layer_backend(config),
                     **extra,
+                    **self.impl_args,
                 )
         except (NotImplementedError, ValueError, TypeError, AssertionError) as refused:
             raise Unsupported(f"vLLM refuses the layer: {type(refused).__name__}: {refused}")
@@ -415,7 +476,21 @@ class VllmBackend(Adapter):
         # A windowed layer may pick its own block size in vLLM; the case fixes it.
         return dataclasses.replace(spec, block_size=config.block_size)
 
-    def allocate(self, config: Config, spec: Any, layer: Any, num_blocks: int) -> torch.Tensor:
+    def allocate(self, config: Config, spec: Any, layer: Any, num_blocks: int) -> Any:
+        if self.cache_factory is not None:  # the plugin runner's own cache
+            request = plugin_kv_cache.CacheRequest(
+                num_blocks=num_blocks,
+                block_size=config.block_size,
+                num_kv_heads=config.num_kv_heads,
+                head_size=config.head_size,
+                dtype=layer.kv_cache_torch_dtype,
+                spec=spec,
+                backend=self.backend,
+                layer=layer,
+            )
+            # What the factory would allocate, checked before it does.
+            self.check_size(spec.page_size_bytes * num_blocks)
+            return self.cache_factory(request)
         if hasattr(self.backend, "get_kv_cache_shape"):  # the older interface
             shape = self.backend.get_kv_cache_shape(
                 num_blocks, config.block_size, config.num_kv_heads, config.head_size,
@@ -479,17 +554,15 @@ class VllmBackend(Adapter):
         k = torch.from_numpy(key).to(dtype)
         v = torch.from_numpy(value).to(dtype)
         s = torch.from_numpy(slots).to(torch.int64)
-        impl = cache.impl
-        if hasattr(impl, "do_kv_cache_update"):
-            impl.do_kv_cache_update(cache.layer, k, v, cache.kv_cache, s)
-        elif hasattr(impl, "_write_to_kv_cache"):
+        writer = self.writer
+        if writer.path is None or writer.path.name != "do_kv_cache_update":
+            # Only vLLM's own update is made to skip padding slots (-1).
             real = s >= 0
-            impl._write_to_kv_cache(k[real], v[real], cache.kv_cache, s[real], config.block_size)
-        else:
-            raise Unsupported(
-                f"{type(impl).__name__} writes the cache only inside forward and has no "
-                "do_kv_cache_update: earlier steps' K/V cannot be written"
-            )
+            k, v, s = k[real], v[real], s[real]
+        try:
+            writer.write(cache.impl, cache.layer, k, v, cache.kv_cache, s, config.block_size)
+        except MissingInterface as missing:
+            raise Unsupported(str(missing))
 
     def flush(self, config: Config, cache: Session) -> None:
         if cache.pending is None:
@@ -544,7 +617,7 @@ class VllmBackend(Adapter):
             seq_lens = decoder_lens
         else:
             extra = dict(seq_lens_cpu_upper_bound=seq_lens.clone())
-        common = CommonAttentionMetadata(
+        fields = dict(
             query_start_loc=qsl,
             query_start_loc_cpu=qsl.clone(),
             seq_lens=seq_lens,
@@ -558,6 +631,10 @@ class VllmBackend(Adapter):
             positions=torch.from_numpy(positions),
             **extra,
         )
+        try:
+            common = CommonAttentionMetadata(**vllm_compat.dataclass_kwargs(CommonAttentionMetadata, fields))
+        except MissingInterface as missing:
+            raise Unsupported(str(missing))
         builder = self.builder(config, cache, len(step.seq_lens), n)
         with set_current_vllm_config(self.vllm_config):
             return builder.build(common_prefix_len=0, common_attn_metadata=common)
@@ -583,7 +660,7 @@ class VllmBackend(Adapter):
         with set_current_vllm_config(self.vllm_config):
             if config.kind == "encoder_decoder":
                 k = v = None  # the decoder's step writes nothing to the cross cache
-            elif not cache.backend.forward_includes_kv_cache_update:
+            elif not vllm_compat.forward_includes_kv_cache_update(cache.backend):
                 impl.do_kv_cache_update(layer, k, v, cache.kv_cache, torch.from_numpy(slots))
             if getattr(layer, "query_quant", None) is not None:
                 query, _ = layer.query_quant(query, layer._q_scale)
@@ -619,7 +696,32 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     parser.add_argument(
         "--class", dest="cls", help="module.path:Class, or a registry name such as CPU_ATTN"
     )
-    parser.add_argument("--file", help="a Python file defining the class named by --class")
+    parser.add_argument(
+        "--file",
+        help="a Python file defining the backend (imported from its plugin's source tree, unchanged); "
+        "--class then names the class, or may be left out when the file defines one",
+    )
+    parser.add_argument(
+        "--stand-in", choices=plugin_loader.STAND_INS, default="auto",
+        help="the CPU stand-in for a plugin's device (auto: spyre when the file uses one)",
+    )
+    parser.add_argument(
+        "--kv-cache", default="auto",
+        help="auto | vllm | pair | spyre-inference | module:function (see plugin_kv_cache.py)",
+    )
+    parser.add_argument(
+        "--kv-write", default="auto",
+        help="how earlier steps' K/V are written: auto | an impl method | module:function",
+    )
+    parser.add_argument(
+        "--impl-arg", action="append", default=[], metavar="NAME=VALUE",
+        help="an extra impl constructor argument, as a model passes one (a JSON value)",
+    )
+    parser.add_argument(
+        "--selection", choices=["declared", "platform"], default="declared",
+        help="declared: vLLM's selector (validate_configuration) decides; platform: as a plugin "
+        "platform that names its backend itself (features by the impl's constructor)",
+    )
     parser.add_argument("--padding", choices=["runner", "none"], default="runner")
     parser.add_argument("--probe", action="store_true", help="load the class, print what it declares")
     parser.add_argument("--list", action="store_true", help="every backend of vLLM's registry")
@@ -629,14 +731,37 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         torch.set_num_threads(int(threads))
     if args.list:
         sys.exit(list_registry())
-    if not args.cls:
-        parser.error("--class is required")
-    adapter = VllmBackend(load_backend(args.cls, args.file), args.padding)
+    if not args.cls and not args.file:
+        parser.error("--class (or --file) is required")
+    try:
+        impl_args = parse_impl_args(args.impl_arg)
+        notes: List[str] = []
+        backend = load_backend(args.cls, args.file, args.stand_in, notes)
+        adapter = VllmBackend(
+            backend, args.padding, args.kv_cache, args.kv_write, impl_args, notes, args.selection
+        )
+    except (MissingInterface, LookupError, ValueError, FileNotFoundError) as failed:
+        sys.exit(f"vllm_backend.py: {failed}")
     if args.probe:
         print(adapter.description)
+        for note in adapter.notes:
+            print(f"note: {note}")
         print(json.dumps(adapter.capabilities))
         return
     serve(adapter)
+
+
+def parse_impl_args(pairs: Sequence[str]) -> Dict[str, Any]:
+    out: Dict[str, Any] = {}
+    for pair in pairs:
+        name, sep, raw = pair.partition("=")
+        if not sep or not name.isidentifier():
+            raise ValueError(f"--impl-arg {pair!r}: expected NAME=VALUE")
+        try:
+            out[name] = json.loads(raw)
+        except json.JSONDecodeError:
+            out[name] = raw
+    return out
 
 
 if __name__ == "__main__":
