@@ -54,6 +54,7 @@ class CacheRequest:
     spec: Any  # vLLM's KV-cache spec of the layer
     backend: type
     layer: Any
+    impl_cls: Optional[type] = None  # the impl's class (the backend's, unless wrapped)
 
 
 CacheFactory = Callable[[CacheRequest], Any]
@@ -77,7 +78,7 @@ def pair_shape(request: CacheRequest) -> Tuple[int, ...]:
 
 
 def wrap_pair(request: CacheRequest, k: Any, v: Any) -> Any:
-    annotation = vllm_compat.kv_cache_annotation(request.backend.get_impl_cls())
+    annotation = vllm_compat.kv_cache_annotation(request.impl_cls or request.backend.get_impl_cls())
     fields = vllm_compat.tuple_fields(annotation)
     if fields is not None and len(fields) == 2:
         return annotation(k, v)
@@ -100,10 +101,10 @@ def spyre_inference_cache(request: CacheRequest) -> Any:
     return wrap_pair(request, torch.zeros(shape, dtype=torch.float16), torch.zeros(shape, dtype=torch.float16))
 
 
-def cache_factory(choice: str, backend: type) -> Tuple[Optional[CacheFactory], str]:
+def cache_factory(choice: str, impl_cls: type) -> Tuple[Optional[CacheFactory], str]:
     """(the factory, what it is); a None factory is vLLM's own single tensor."""
     if choice == "auto":
-        annotation = vllm_compat.kv_cache_annotation(backend.get_impl_cls())
+        annotation = vllm_compat.kv_cache_annotation(impl_cls)
         fields = vllm_compat.tuple_fields(annotation)
         if fields is not None and len(fields) == 2:
             return pair_cache, f"a pair {annotation.__name__}({', '.join(fields)}), as forward declares"

@@ -74,6 +74,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tupl
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from attn_diff_adapter import Adapter, Capabilities, Config, Step, Unsupported, serve  # noqa: E402
 import plugin_kv_cache  # noqa: E402
+import platform_probe  # noqa: E402
 import plugin_loader  # noqa: E402
 import vllm_compat  # noqa: E402
 from vllm_compat import MissingInterface  # noqa: E402
@@ -207,19 +208,6 @@ def capabilities_of(backend: type) -> Capabilities:
     return caps
 
 
-def platform_features(backend: type, declared: List[str]) -> List[str]:
-    """The declared features, and those the impl's constructor takes a parameter for."""
-    try:
-        params = set(inspect.signature(backend.get_impl_cls().__init__).parameters)
-    except (TypeError, ValueError):
-        params = set()
-    features = list(declared)
-    for feature, param in (("sliding_window", "sliding_window"), ("sinks", "sinks")):
-        if param in params and feature not in features:
-            features.append(feature)
-    return features
-
-
 def describe(backend: type) -> str:
     import vllm
 
@@ -289,6 +277,8 @@ class VllmBackend(Adapter):
         impl_args: Optional[Dict[str, Any]] = None,
         notes: Sequence[str] = (),
         selection: str = "declared",
+        kinds: Optional[List[str]] = None,
+        construct: str = "layer",
     ) -> None:
         from vllm.config import VllmConfig
         from vllm.v1.attention.backend import AttentionType
@@ -303,12 +293,15 @@ class VllmBackend(Adapter):
         from vllm.v1.attention.backend import AttentionBackend
 
         backend, bridged = vllm_compat.bridge_kernel_block_sizes(backend, AttentionBackend)
+        self.impl_cls = backend.get_impl_cls()
+        if construct == "keywords":
+            backend = vllm_compat.keyword_construction(backend)
         self.backend = backend
         self.padding = padding
         self.name = f"vllm-{backend.get_name().lower()}"
         self.impl_args = dict(impl_args or {})
-        self.cache_factory, cache_text = plugin_kv_cache.cache_factory(kv_cache, backend)
-        self.writer = plugin_kv_cache.KvWriter(kv_write, backend.get_impl_cls())
+        self.cache_factory, cache_text = plugin_kv_cache.cache_factory(kv_cache, self.impl_cls)
+        self.writer = plugin_kv_cache.KvWriter(kv_write, self.impl_cls)
         self.notes = list(notes) + ([bridged] if bridged else []) + [
             f"kv cache: {cache_text}",
             f"earlier steps' K/V written by: {self.writer.description}",
@@ -316,19 +309,26 @@ class VllmBackend(Adapter):
         if self.impl_args:
             self.notes.append(f"impl arguments: {self.impl_args}")
         self.description = describe(backend) + f", padding={padding}"
+        if construct != "layer":
+            self.description += f", construct={construct}"
         if kv_cache != "auto" or kv_write != "auto" or self.impl_args:
             self.description += f", kv-cache={kv_cache}, kv-write={kv_write}"
             if self.impl_args:
                 self.description += ", impl-args=" + ",".join(f"{k}={v!r}" for k, v in self.impl_args.items())
         self.selection = selection
+        self.platform_kinds = list(kinds or [])
         self.capabilities = capabilities_of(backend)
+        if self.platform_kinds:
+            if selection != "platform":
+                raise ValueError("--kinds names what a platform routes to the class: with --selection platform")
+            self.capabilities["kinds"] = self.platform_kinds
+            self.description += ", kinds=" + ",".join(self.platform_kinds)
         if selection == "platform":
-            self.capabilities["features"] = platform_features(backend, self.capabilities["features"])
             self.description += ", selection=platform"
             self.notes.append(
-                "selection=platform: sliding windows and sinks as the impl's constructor takes "
-                "them, not supports_sliding_window/supports_sink (a plugin's platform picks "
-                "its backend without vLLM's validation of those)"
+                "selection=platform: features as the impl builds and runs them, not "
+                "supports_sliding_window/supports_sink (a plugin's platform picks its backend "
+                "without vLLM's validation of those)"
             )
         self.attention_type = AttentionType
         self.vllm_config = VllmConfig()
@@ -339,6 +339,8 @@ class VllmBackend(Adapter):
             AttentionBackendEnum.register(
                 backend.get_name(), f"{backend.__module__}.{backend.__qualname__}"
             )
+        if selection == "platform":  # needs everything above
+            self.capabilities = platform_probe.probe(self, self.capabilities, self.notes)
 
     # -- selection -------------------------------------------------------------------------
 
@@ -379,6 +381,8 @@ class VllmBackend(Adapter):
         reasons = self.backend.validate_configuration(
             **{k: v for k, v in wanted.items() if k in self.selection_params}
         )
+        if config.kind in self.platform_kinds:  # routed here by the platform, not declared
+            reasons = [r for r in reasons if r != f"attention type {wanted['attn_type']} not supported"]
         if reasons:
             raise Unsupported("vLLM's validate_configuration: " + "; ".join(reasons))
         if not kernel_block_ok(self.backend, config.block_size):
@@ -487,6 +491,7 @@ class VllmBackend(Adapter):
                 spec=spec,
                 backend=self.backend,
                 layer=layer,
+                impl_cls=self.impl_cls,
             )
             # What the factory would allocate, checked before it does.
             self.check_size(spec.page_size_bytes * num_blocks)
@@ -722,6 +727,16 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         help="declared: vLLM's selector (validate_configuration) decides; platform: as a plugin "
         "platform that names its backend itself (features by the impl's constructor)",
     )
+    parser.add_argument(
+        "--construct", choices=["layer", "keywords"], default="layer",
+        help="layer: the impl built by vLLM's Attention layer (positional arguments); keywords: "
+        "by name, as a plugin's own tests build it",
+    )
+    parser.add_argument(
+        "--kinds", type=lambda v: [k for k in v.split(",") if k], default=None,
+        help="with --selection platform: the layer kinds the platform routes to this class "
+        "(decoder,encoder_only,encoder_decoder), when its supports_attn_type does not say",
+    )
     parser.add_argument("--padding", choices=["runner", "none"], default="runner")
     parser.add_argument("--probe", action="store_true", help="load the class, print what it declares")
     parser.add_argument("--list", action="store_true", help="every backend of vLLM's registry")
@@ -738,9 +753,10 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         notes: List[str] = []
         backend = load_backend(args.cls, args.file, args.stand_in, notes)
         adapter = VllmBackend(
-            backend, args.padding, args.kv_cache, args.kv_write, impl_args, notes, args.selection
+            backend, args.padding, args.kv_cache, args.kv_write, impl_args, notes, args.selection,
+            args.kinds, args.construct,
         )
-    except (MissingInterface, LookupError, ValueError, FileNotFoundError) as failed:
+    except (MissingInterface, LookupError, ValueError, FileNotFoundError, Unsupported) as failed:
         sys.exit(f"vllm_backend.py: {failed}")
     if args.probe:
         print(adapter.description)

@@ -83,6 +83,43 @@ def bridge_kernel_block_sizes(backend: type, base: type) -> Tuple[type, Optional
     )
 
 
+#: The impl constructor's arguments as vLLM's `Attention` layer passes them, by position.
+LAYER_IMPL_ARGS = (
+    "num_heads",
+    "head_size",
+    "scale",
+    "num_kv_heads",
+    "alibi_slopes",
+    "sliding_window",
+    "kv_cache_dtype",
+    "logits_soft_cap",
+    "attn_type",
+    "kv_sharing_target_layer_name",
+)
+
+
+def keyword_construction(backend: type) -> type:
+    """`backend` whose impl is constructed by keyword (as a plugin's own tests construct it)
+    rather than positionally as vLLM's layer does: for an impl whose parameters are not in the
+    layer's order. The impl is the class's own; only the call differs."""
+    impl_cls = backend.get_impl_cls()
+
+    def construct(*args: Any, **kwargs: Any) -> Any:
+        named = dict(zip(LAYER_IMPL_ARGS, args))
+        named.update(kwargs)
+        return impl_cls(**named)
+
+    return type(
+        backend.__name__,
+        (backend,),
+        {
+            "get_impl_cls": staticmethod(lambda: construct),
+            "__module__": backend.__module__,
+            "__qualname__": backend.__qualname__,
+        },
+    )
+
+
 def accepted_keywords(fn: Callable[..., Any]) -> Optional[set]:
     """The keyword names `fn` takes; None when it takes any (`**kwargs`)."""
     try:

@@ -284,9 +284,9 @@ class VllmShapedBackend(FakeBackend):
 def test_the_cache_follows_what_forward_declares():
     annotation = vllm_compat.kv_cache_annotation(PairImpl)
     assert vllm_compat.tuple_fields(annotation) == ("k_pages", "v_pages")
-    factory, text = plugin_kv_cache.cache_factory("auto", FakeBackend)
+    factory, text = plugin_kv_cache.cache_factory("auto", PairImpl)
     assert factory is plugin_kv_cache.pair_cache and "Pages(k_pages, v_pages)" in text
-    assert plugin_kv_cache.cache_factory("auto", VllmShapedBackend)[0] is None
+    assert plugin_kv_cache.cache_factory("auto", ForwardOnlyImpl)[0] is None
 
 
 @pytest.mark.parametrize("num_blocks", [1, 2, 3])
