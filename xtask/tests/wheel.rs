@@ -177,9 +177,21 @@ fn the_wheel_installs_into_a_bare_venv_and_its_pytest_plugin_catches_a_planted_b
         "attn-diff list",
     );
     assert!(
-        text(&list).contains("cpu") && text(&list).contains("mutant:"),
-        "the wheel's binary has the cpu backend and the mutants:\n{}",
+        text(&list).lines().any(|l| l.starts_with("cpu ")),
+        "the wheel's binary has the cpu backend:\n{}",
         text(&list)
+    );
+    // A build without the mutants feature has a `mutants` that only says how to build them.
+    let mutants = run_ok(
+        bare(&exe, &path, &home)
+            .args(["mutants", "--help"])
+            .current_dir(&home),
+        "attn-diff mutants --help",
+    );
+    assert!(
+        text(&mutants).contains("Property cases per mutant"),
+        "the wheel's binary has the mutants:\n{}",
+        text(&mutants)
     );
 
     // 3. A user's project outside the checkout: two tests through the plugin.

@@ -123,7 +123,7 @@ def find_binary(binary: Optional[str] = None) -> str:
                 break
     raise BinaryNotFound(
         "attn-diff binary not found ("
-        + "; ".join(tried + ["none installed with attn-diff-adapter"])
+        + "; ".join(tried + ([] if installed else ["none installed with attn-diff-adapter"]))
         + f"). {HOW_TO_GET_ONE}; then pass binary=..., set ${ENV_BINARY} to it "
         "(target/release/attn-diff), or put it on PATH."
     )
