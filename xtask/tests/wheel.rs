@@ -33,9 +33,7 @@ fn text(out: &Output) -> String {
 }
 
 fn run_ok(command: &mut Command, what: &str) -> Output {
-    let out = command
-        .output()
-        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    let out = command.output().unwrap_or_else(|e| panic!("{what}: {e}"));
     assert!(out.status.success(), "{what} failed:\n{}", text(&out));
     out
 }
@@ -207,7 +205,14 @@ fn the_wheel_installs_into_a_bare_venv_and_its_pytest_plugin_catches_a_planted_b
     let basetemp = work.join("pytest-tmp");
     let started = Instant::now();
     let out = bare(bin.join("python"), &path, &home)
-        .args(["-m", "pytest", "-p", "no:cacheprovider", "-rA", "--basetemp"])
+        .args([
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            "-rA",
+            "--basetemp",
+        ])
         .arg(&basetemp)
         .args(["--attn-diff-cases", "60", "--attn-diff-seed", "3"])
         .current_dir(&project)
@@ -231,7 +236,10 @@ fn the_wheel_installs_into_a_bare_venv_and_its_pytest_plugin_catches_a_planted_b
         "replay:  ",
         "reached the backend",
     ] {
-        assert!(report.contains(needle), "the report has {needle:?}:\n{report}");
+        assert!(
+            report.contains(needle),
+            "the report has {needle:?}:\n{report}"
+        );
     }
     // Failures are written under pytest's tmp_path, never into the project.
     assert!(
@@ -243,13 +251,19 @@ fn the_wheel_installs_into_a_bare_venv_and_its_pytest_plugin_catches_a_planted_b
         .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
         .filter(|n| !n.ends_with(".py") && n != "__pycache__")
         .collect();
-    assert!(stray.is_empty(), "nothing written into the project: {stray:?}");
+    assert!(
+        stray.is_empty(),
+        "nothing written into the project: {stray:?}"
+    );
 
     // 4. The replay command runs as printed, from another directory and a PATH without the
     //    venv, and shows the divergence again.
     let replay = report
         .lines()
-        .find_map(|l| l.split_once("replay:  ").map(|(_, cmd)| cmd.trim().to_string()))
+        .find_map(|l| {
+            l.split_once("replay:  ")
+                .map(|(_, cmd)| cmd.trim().to_string())
+        })
         .expect("a replay line");
     let out = bare("sh", "/usr/bin:/bin", &home)
         .args(["-c", &replay])
@@ -265,10 +279,20 @@ fn the_wheel_installs_into_a_bare_venv_and_its_pytest_plugin_catches_a_planted_b
     assert!(text(&out).contains("diverged"), "{}", text(&out));
 
     // 5. No binary fails the test loudly; skipping is an explicit option.
-    for (extra, expected) in [(None, "1 failed"), (Some("--attn-diff-missing=skip"), "1 skipped")] {
+    for (extra, expected) in [
+        (None, "1 failed"),
+        (Some("--attn-diff-missing=skip"), "1 skipped"),
+    ] {
         let mut command = bare(bin.join("python"), &path, &home);
         command
-            .args(["-m", "pytest", "-p", "no:cacheprovider", "-rA", "--basetemp"])
+            .args([
+                "-m",
+                "pytest",
+                "-p",
+                "no:cacheprovider",
+                "-rA",
+                "--basetemp",
+            ])
             .arg(&basetemp)
             .args(["-k", "agrees"])
             .args(extra)
@@ -276,6 +300,9 @@ fn the_wheel_installs_into_a_bare_venv_and_its_pytest_plugin_catches_a_planted_b
             .current_dir(&project);
         let out = command.output().expect("pytest runs");
         let t = text(&out);
-        assert!(t.contains(expected) && t.contains("no-such-attn-diff"), "{extra:?}:\n{t}");
+        assert!(
+            t.contains(expected) && t.contains("no-such-attn-diff"),
+            "{extra:?}:\n{t}"
+        );
     }
 }
