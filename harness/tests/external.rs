@@ -761,3 +761,147 @@ fn vllm_spyre_attn_findings_reproduce_when_installed() {
         assert_eq!(o.status.code(), Some(code), "{file} [{flags}]:\n{stdout}");
     }
 }
+
+/// The same c6fd7f97 file through the one route for every Spyre generation,
+/// `vllm_backend.py --selection platform`: the same declared space, and its findings reproduce.
+#[test]
+fn vllm_spyre_attn_findings_reproduce_through_vllm_backend() {
+    let _g = serial();
+    let python = vllm_python();
+    let adapter = repo().join("adapters/python/vllm_backend.py");
+    let upstream = repo().join("fixtures/upstream/vllm-spyre/spyre_attn.py");
+    let route = format!(
+        "{python} '{}' --file '{}' --selection platform",
+        adapter.display(),
+        upstream.display()
+    );
+    let Some(probe) = probe_route(&route) else {
+        eprintln!(
+            "SKIPPED vllm_spyre_attn_findings_reproduce_through_vllm_backend: set \
+             ATTN_DIFF_VLLM_PYTHON to an interpreter with vLLM (docs/findings-vllm-spyre.md); \
+             nothing was checked"
+        );
+        return;
+    };
+    assert!(
+        probe.contains(
+            r#"{"dtypes": ["f16"], "head_size_multiple_of": 64, "kinds": ["decoder"], "kv_cache_dtypes": ["auto"], "features": [], "max_seqs": 1}"#
+        ),
+        "upstream's declared space through vllm_backend.py changed:\n{probe}"
+    );
+    let replays = repo().join("fixtures/upstream/vllm-spyre/replays");
+    for (flags, file) in [
+        ("--padding none", "spyre-attn-f16-scores.json"),
+        ("", "spyre-attn-padding-crash.json"),
+        ("", "spyre-attn-padding-overwrites-last-slot.json"),
+        ("--padding none", "spyre-attn-masked-overflow.json"),
+    ] {
+        let o = replay_route(&route, flags, &replays.join(file));
+        let stdout = String::from_utf8_lossy(&o.stdout);
+        assert_eq!(o.status.code(), Some(1), "{file} [{flags}]:\n{stdout}");
+    }
+}
+
+/// spyre-inference's `spyre_attn.py` (torch-spyre/spyre-inference at 4744aed), when
+/// `ATTN_DIFF_SPYRE_INFERENCE_FILE` names it and `ATTN_DIFF_VLLM_PYTHON` an interpreter with
+/// vLLM (docs/findings-spyre-inference.md): its declared space, at least 90% of a check's
+/// cases and traces reach it, and each finding still reproduces from its replay file.
+#[test]
+fn spyre_inference_findings_reproduce_when_installed() {
+    let _g = serial();
+    let python = vllm_python();
+    let adapter = repo().join("adapters/python/vllm_backend.py");
+    let upstream = std::env::var("ATTN_DIFF_SPYRE_INFERENCE_FILE").unwrap_or_default();
+    let route = format!(
+        "{python} '{}' --file '{upstream}' --selection platform",
+        adapter.display()
+    );
+    let probe = if upstream.is_empty() {
+        None
+    } else {
+        probe_route(&route)
+    };
+    let Some(probe) = probe else {
+        eprintln!(
+            "SKIPPED spyre_inference_findings_reproduce_when_installed: set \
+             ATTN_DIFF_SPYRE_INFERENCE_FILE to spyre-inference's spyre_attn.py and \
+             ATTN_DIFF_VLLM_PYTHON to an interpreter with vLLM \
+             (docs/findings-spyre-inference.md); nothing was checked"
+        );
+        return;
+    };
+    assert!(
+        probe.contains(
+            r#"{"dtypes": ["f16"], "head_size_multiple_of": 64, "block_size_multiple_of": 64, "kinds": ["decoder"], "kv_cache_dtypes": ["auto"], "features": ["sliding_window", "logits_soft_cap", "alibi"]}"#
+        ),
+        "upstream's declared space changed:\n{probe}"
+    );
+    let out = std::env::temp_dir().join("attn-diff-external-spyre-inference");
+    let o = Command::new(env!("CARGO_BIN_EXE_attn-diff"))
+        .args(["check", "--cases", "24", "--traces", "6", "--no-shrink"])
+        .args(["--out", &out.display().to_string()])
+        .args([
+            "--backend",
+            "external:si",
+            "--external",
+            &format!("si={route}"),
+        ])
+        .output()
+        .expect("attn-diff runs");
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    let (reached, drawn) = aim_counts(&stdout).unwrap_or_else(|| panic!("no aim line:\n{stdout}"));
+    assert!(
+        reached * 10 >= drawn * 9,
+        "only {reached} of {drawn} cases and traces reached it:\n{stdout}"
+    );
+    let replays = repo().join("fixtures/upstream/spyre-inference/replays");
+    // When one of these passes, upstream fixed it: update the findings document.
+    for (flags, file) in [
+        ("", "spyre-inference-unwritten-slot-nan.json"),
+        ("", "spyre-inference-padding-slot-crash.json"),
+        ("--padding none", "spyre-inference-f16-scores.json"),
+        ("--padding none", "spyre-inference-qk-overflow.json"),
+        ("--padding none", "spyre-inference-block-192-mask.json"),
+    ] {
+        let o = replay_route(&route, flags, &replays.join(file));
+        let stdout = String::from_utf8_lossy(&o.stdout);
+        assert_eq!(o.status.code(), Some(1), "{file} [{flags}]:\n{stdout}");
+    }
+}
+
+/// What `route --probe` prints, or None when it does not run here.
+fn probe_route(route: &str) -> Option<String> {
+    let words = shlex::split(route)?;
+    let o = Command::new(&words[0])
+        .args(&words[1..])
+        .arg("--probe")
+        .output()
+        .ok()?;
+    o.status
+        .success()
+        .then(|| String::from_utf8_lossy(&o.stdout).into_owned())
+}
+
+fn replay_route(route: &str, flags: &str, case: &std::path::Path) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_attn-diff"))
+        .args(["replay", &case.display().to_string()])
+        .args([
+            "--backend",
+            "external:s",
+            "--external",
+            &format!("s={route} {flags}"),
+        ])
+        .output()
+        .expect("attn-diff runs")
+}
+
+/// (reached, drawn) from a check's `aim:` line: "…: N of M case(s) and trace(s) reached it".
+fn aim_counts(stdout: &str) -> Option<(u64, u64)> {
+    let line = stdout.lines().find(|l| l.starts_with("aim:"))?;
+    let tail = &line[line.rfind(": ")? + 2..];
+    let mut words = tail.split_whitespace();
+    let reached = words.next()?.parse().ok()?;
+    (words.next()? == "of").then_some(())?;
+    let drawn = words.next()?.parse().ok()?;
+    Some((reached, drawn))
+}
