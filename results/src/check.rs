@@ -583,8 +583,33 @@ pub struct FailureRecord {
     /// the command line: the replay command needs it too.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub external: Option<String>,
+    /// The failures of the run that fell in this failure's class (this one included).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub class: Option<FailureClass>,
     /// The report as `attn-diff` prints it (for people; never parsed).
     pub text: String,
+}
+
+/// One class of failures: what sets it apart from the run's other failures, and which
+/// property cases and traces fell in it (the reported one is its representative).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FailureClass {
+    /// The class's signature, in words (kind, severity, pattern, features).
+    pub signature: String,
+    /// Property case indices in the class, in run order.
+    #[serde(default)]
+    pub cases: Vec<usize>,
+    /// Trace indices in the class, in run order.
+    #[serde(default)]
+    pub traces: Vec<usize>,
+}
+
+impl FailureClass {
+    /// Cases and traces in the class.
+    pub fn count(&self) -> usize {
+        self.cases.len() + self.traces.len()
+    }
 }
 
 #[cfg(test)]

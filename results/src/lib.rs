@@ -22,8 +22,8 @@ pub mod pairs;
 pub use backend_id::{BackendId, BackendRole};
 pub use bench::{BenchRow, BenchStatus, BenchSummary};
 pub use check::{
-    BackendSummary, CheckSummary, FailureRecord, Origin, RunPart, Shard, Tally, UnsupportedGroup,
-    UpstreamRow, UpstreamStatus,
+    BackendSummary, CheckSummary, FailureClass, FailureRecord, Origin, RunPart, Shard, Tally,
+    UnsupportedGroup, UpstreamRow, UpstreamStatus,
 };
 pub use coverage::CoverageReport;
 pub use list::{AdapterEntry, BackendEntry, Declined, ListDocument, SpecEntry};

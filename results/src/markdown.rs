@@ -221,6 +221,7 @@ mod tests {
             tolerance: None,
             also: Vec::new(),
             external: None,
+            class: None,
             text: "```\n</details><img src=x>\n````".into(),
         };
         let md = failure_section(&f, "");

@@ -1,6 +1,8 @@
-//! A one-line guess at the bug from where the errors are: which tokens, which heads.
+//! A one-line guess at the bug from where the errors are: which tokens, which heads. The
+//! rule that fits is data ([`Pattern`]), so failures can be grouped by it.
 
-use attn_reference::{AttentionKind, Case};
+use attn_reference::oracle::Visibility;
+use attn_reference::{AttentionKind, Case, DType};
 use attn_results::compare::Comparison;
 use std::collections::BTreeSet;
 
@@ -33,12 +35,153 @@ fn list(v: &BTreeSet<usize>) -> String {
     }
 }
 
+/// Which rule of the hint analysis a failure's errors fit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Pattern {
+    NonFinite,
+    PaddingSlot,
+    Precision,
+    HeadMapping,
+    KvHeadData,
+    PerHeadParams,
+    WindowEdge,
+    ChunkedPrefill,
+    DecodeOnly,
+    PrefillOnly,
+    BlockFirstSlot,
+    PartialLastBlock,
+    SomeSequences,
+    Everywhere,
+    /// Some rows diverge, in none of the patterns above.
+    NoneFits,
+}
+
+impl Pattern {
+    /// The pattern in a few words, for a class's signature.
+    pub fn label(self) -> &'static str {
+        match self {
+            Pattern::NonFinite => "non-finite rows",
+            Pattern::PaddingSlot => "tokens that read the cache's last slot",
+            Pattern::Precision => "errors growing with |q.k| in a 16-bit dtype",
+            Pattern::HeadMapping => "some heads of a kv group",
+            Pattern::KvHeadData => "whole kv groups",
+            Pattern::PerHeadParams => "some heads",
+            Pattern::WindowEdge => "tokens the window cuts",
+            Pattern::ChunkedPrefill => "chunked-prefill tokens",
+            Pattern::DecodeOnly => "decode tokens",
+            Pattern::PrefillOnly => "prefill tokens",
+            Pattern::BlockFirstSlot => "first slot of a block",
+            Pattern::PartialLastBlock => "partial last blocks",
+            Pattern::SomeSequences => "some sequences",
+            Pattern::Everywhere => "every token and head",
+            Pattern::NoneFits => "no known pattern",
+        }
+    }
+}
+
+/// The rule a failure fits and the hint it gives.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Finding {
+    pub pattern: Pattern,
+    pub text: String,
+}
+
+/// Whether the step has a padding token (slot −1) and every diverging token reads the cache's
+/// last slot, where a write that indexes with −1 lands.
+fn reads_padding_slot(case: &Case, bad: &BTreeSet<usize>) -> bool {
+    let c = &case.config;
+    let bs = c.block_size;
+    let last = (case.layout.num_blocks * bs).checked_sub(1);
+    let Some(last) = last.filter(|_| case.layout.slot_mapping.iter().any(|&s| s < 0)) else {
+        return false;
+    };
+    if bad.is_empty() || c.kind == AttentionKind::EncoderDecoder {
+        return false;
+    }
+    let vis = Visibility::of(c);
+    bad.iter().all(|&t| {
+        let (seq, pos) = case.locate_token(t);
+        let len = case.batch.seq_lens[seq];
+        let (lo, hi) = vis.keys(pos, len);
+        let table = &case.layout.block_table[seq];
+        (lo..=hi.min(len.saturating_sub(1))).any(|k| {
+            table
+                .get(k / bs)
+                .is_some_and(|&b| b as usize * bs + k % bs == last)
+        })
+    })
+}
+
+/// Row logits below this are no precision problem for a 16-bit dtype's scores.
+const PRECISION_LOGITS: f64 = 50.0;
+
+/// In fp16 or bf16: whether the rows that diverge are the rows with the largest |q·k| (their
+/// mean logit at least twice the others'), or, when every row diverges, whether the error
+/// grows with the logit (rank correlation above 0.6): the scores lost precision.
+fn precision(case: &Case, c: &Comparison, bad_cells: &[(usize, usize)]) -> Option<String> {
+    let cfg = &case.config;
+    if cfg.dtype == DType::F32 {
+        return None;
+    }
+    let logits = crate::logit_stats::row_logits(case)?;
+    let hq = cfg.num_heads;
+    let largest = logits.iter().copied().fold(0.0, f64::max);
+    if largest < PRECISION_LOGITS || logits.len() < 2 {
+        return None;
+    }
+    let bad: BTreeSet<usize> = bad_cells.iter().map(|&(t, h)| t * hq + h).collect();
+    let mean = |rows: &mut dyn Iterator<Item = f64>| {
+        let (sum, n) = rows.fold((0.0, 0usize), |(s, n), x| (s + x, n + 1));
+        (n > 0).then(|| sum / n as f64)
+    };
+    let bad_mean = mean(&mut bad.iter().map(|&r| logits[r]))?;
+    let grows = match mean(
+        &mut (0..logits.len())
+            .filter(|r| !bad.contains(r))
+            .map(|r| logits[r]),
+    ) {
+        Some(good_mean) => bad_mean >= 2.0 * good_mean,
+        None => rank_correlation(&logits, &c.err_map) > 0.6,
+    };
+    grows.then(|| format!(
+        "the error grows with |q.k| (largest scaled logit {largest:.3e}) in {}: check that scores and the softmax's exponent are computed in fp32, not in the dtype",
+        cfg.dtype
+    ))
+}
+
+/// Spearman's rank correlation of `a` and `b` (ties by order).
+fn rank_correlation(a: &[f64], b: &[f64]) -> f64 {
+    let n = a.len().min(b.len());
+    if n < 2 {
+        return 0.0;
+    }
+    let ranks = |v: &[f64]| {
+        let mut idx: Vec<usize> = (0..n).collect();
+        idx.sort_by(|&i, &j| v[i].total_cmp(&v[j]));
+        let mut r = vec![0.0; n];
+        for (rank, &i) in idx.iter().enumerate() {
+            r[i] = rank as f64;
+        }
+        r
+    };
+    let (ra, rb) = (ranks(a), ranks(b));
+    let d2: f64 = ra.iter().zip(&rb).map(|(x, y)| (x - y) * (x - y)).sum();
+    let n = n as f64;
+    1.0 - 6.0 * d2 / (n * (n * n - 1.0))
+}
+
 /// The hint for a failed comparison, if a pattern stands out.
 pub fn hint(case: &Case, c: &Comparison) -> Option<String> {
+    finding(case, c).map(|f| f.text)
+}
+
+/// The rule a failed comparison fits and its hint, if a pattern stands out.
+pub fn finding(case: &Case, c: &Comparison) -> Option<Finding> {
+    let found = |pattern: Pattern, text: String| Some(Finding { pattern, text });
     let c_cfg = &case.config;
     let hq = c_cfg.num_heads;
     if c.non_finite {
-        return Some("NaN/Inf reached a real row: a fully masked row, a padding row or an unguarded softmax (no max subtraction) leaked".into());
+        return found(Pattern::NonFinite, "NaN/Inf reached a real row: a fully masked row, a padding row or an unguarded softmax (no max subtraction) leaked".into());
     }
     let tokens = case.num_real_tokens();
     let bad_cells: Vec<(usize, usize)> = (0..tokens * hq)
@@ -55,6 +198,16 @@ pub fn hint(case: &Case, c: &Comparison) -> Option<String> {
     let bad_tokens: BTreeSet<usize> = bad_cells.iter().map(|&(t, _)| t).collect();
     let bad_heads: BTreeSet<usize> = bad_cells.iter().map(|&(_, h)| h).collect();
 
+    // Before the window and sequence rules: a padding write into the last slot looks like
+    // either, depending on who reads that slot.
+    if reads_padding_slot(case, &bad_tokens) {
+        return found(Pattern::PaddingSlot, "only tokens that read the cache's last slot diverge, and the step has padding tokens (slot -1): check that the KV write skips slot -1 instead of indexing the last slot with it".into());
+    }
+
+    if let Some(text) = precision(case, c, &bad_cells) {
+        return found(Pattern::Precision, text);
+    }
+
     // Heads: a partial set points at the head mapping or at one kv head's data.
     if bad_heads.len() < hq {
         let kv: BTreeSet<usize> = bad_heads.iter().map(|&h| c_cfg.kv_head_of(h)).collect();
@@ -62,20 +215,23 @@ pub fn hint(case: &Case, c: &Comparison) -> Option<String> {
             (0..c_cfg.group_size()).all(|g| bad_heads.contains(&(k * c_cfg.group_size() + g)))
         });
         if c_cfg.group_size() > 1 && !whole_groups {
-            return Some(format!(
+            return found(Pattern::HeadMapping, format!(
                 "only heads {} diverge, not whole kv groups: check the query-head to kv-head mapping (h / (Hq/Hkv) = h / {})",
                 list(&bad_heads),
                 c_cfg.group_size()
             ));
         }
         if c_cfg.num_kv_heads > 1 {
-            return Some(format!("only the query heads of kv head(s) {} diverge: check how K/V of those kv heads are stored or read", list(&kv)));
+            return found(Pattern::KvHeadData, format!("only the query heads of kv head(s) {} diverge: check how K/V of those kv heads are stored or read", list(&kv)));
         }
         if c_cfg.alibi_slopes.is_some() || c_cfg.sinks.is_some() {
-            return Some(format!(
-                "only heads {} diverge: check per-head parameters (ALiBi slopes, sinks)",
-                list(&bad_heads)
-            ));
+            return found(
+                Pattern::PerHeadParams,
+                format!(
+                    "only heads {} diverge: check per-head parameters (ALiBi slopes, sinks)",
+                    list(&bad_heads)
+                ),
+            );
         }
     }
 
@@ -97,7 +253,7 @@ pub fn hint(case: &Case, c: &Comparison) -> Option<String> {
             AttentionKind::EncoderDecoder => false,
         };
         if bad.iter().all(|f| cut(f)) {
-            return Some(format!(
+            return found(Pattern::WindowEdge, format!(
                 "only tokens whose window of {w} cuts off keys diverge: check the window edge (w keys including the query: {} )",
                 match c_cfg.kind {
                     AttentionKind::Decoder => "decoder (left, right) = (w-1, 0)",
@@ -109,32 +265,48 @@ pub fn hint(case: &Case, c: &Comparison) -> Option<String> {
         }
     }
     if only(&|f| f.context_len > 0 && f.query_len > 1) {
-        return Some("only tokens of chunked prefills (context before several new tokens) diverge: check the causal offset (position = context_len + j)".into());
+        return found(Pattern::ChunkedPrefill, "only tokens of chunked prefills (context before several new tokens) diverge: check the causal offset (position = context_len + j)".into());
     }
     if only(&|f| f.query_len == 1) {
-        return Some("only decode tokens (query_len 1) diverge: check the decode path (split-KV merge, decode-specific kernel)".into());
+        return found(Pattern::DecodeOnly, "only decode tokens (query_len 1) diverge: check the decode path (split-KV merge, decode-specific kernel)".into());
     }
     if only(&|f| f.query_len > 1) {
-        return Some("only prefill tokens (query_len > 1) diverge: check the prefill path and its causal mask".into());
+        return found(Pattern::PrefillOnly, "only prefill tokens (query_len > 1) diverge: check the prefill path and its causal mask".into());
     }
     if only(&|f| f.pos % c_cfg.block_size == 0) {
-        return Some("only tokens at the first slot of a block diverge: check block boundaries in slot computation or gathering".into());
+        return found(Pattern::BlockFirstSlot, "only tokens at the first slot of a block diverge: check block boundaries in slot computation or gathering".into());
     }
     let bs = c_cfg.block_size;
     if only(&|f| f.seq_len % bs != 0) {
-        return Some(
+        return found(
+            Pattern::PartialLastBlock,
             "only sequences whose last block is partial diverge: check the last, partial block"
                 .into(),
         );
     }
     let seqs: BTreeSet<usize> = bad.iter().map(|f| f.seq).collect();
     if case.num_seqs() > 1 && seqs.len() < case.num_seqs() {
-        return Some(format!(
+        return found(
+            Pattern::SomeSequences,
+            format!(
             "only sequence(s) {} diverge: check their block-table rows and query_start_loc offsets",
             list(&seqs)
-        ));
+        ),
+        );
     }
-    Some(format!(
+    if bad_cells.len() < tokens * hq {
+        return found(
+            Pattern::NoneFits,
+            format!(
+                "no rule fits: {} of {} (token, head) rows diverge in no pattern the hint knows (tokens {}, heads {})",
+                bad_cells.len(),
+                tokens * hq,
+                list(&bad_tokens),
+                list(&bad_heads)
+            ),
+        );
+    }
+    found(Pattern::Everywhere, format!(
         "every token and head diverges: check the scale, the softmax, value gathering, or a feature applied wrongly ({})",
         c_cfg.features().join(", ")
     ))

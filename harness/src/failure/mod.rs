@@ -7,6 +7,7 @@
 //!
 //! [`FailureRecord`]: attn_results::FailureRecord
 
+pub mod class;
 pub mod hint;
 pub mod report;
 pub mod trace;

@@ -62,6 +62,7 @@ pub fn failure_record(
         hint_unshrunk: None,
         also: Vec::new(),
         external: files.external,
+        class: None,
         text: String::new(),
     };
     r.text = render(&r, case, expected, d);

@@ -218,6 +218,8 @@ pub fn recorded(
 /// What the recorders of a run fill in, in subject order.
 pub struct RunState<'t> {
     pub summaries: Vec<BackendSummary>,
+    /// Per backend: its failure classes so far.
+    pub classes: Vec<crate::pipeline::failure_classes::ClassBook>,
     pub artifacts: Vec<Artifact>,
     pub coverage: CoverageReport,
     /// The oracle's time over every subject (summed across workers).
@@ -296,6 +298,7 @@ pub fn run_check(mut opts: CheckOptions) -> CheckRun {
         }
     };
     let mut run = RunState {
+        classes: summaries.iter().map(|_| Default::default()).collect(),
         summaries,
         artifacts: Vec::new(),
         coverage,
@@ -387,6 +390,15 @@ pub fn run_check(mut opts: CheckOptions) -> CheckRun {
     } = run;
     for (i, s) in summaries.iter_mut().enumerate() {
         s.gave_up = control.gave_up(i).map(str::to_string);
+        for f in s.failures.iter_mut() {
+            if let Some(line) = f
+                .class
+                .as_ref()
+                .map(crate::pipeline::failure_classes::class_line)
+            {
+                f.text.push_str(&line);
+            }
+        }
         for f in s.failures.iter_mut().filter(|f| !f.also.is_empty()) {
             f.text.push_str(&format!(
                 "also:    the same failure on {} more upstream case(s): {}\n",

@@ -1,5 +1,5 @@
 //! When a check stops early, and which backends it stops sending cases to: `--max-failures`
-//! (`-x` is 1), an interrupt, and a backend that failed the same way (kind and message, its
+//! distinct failures (`-x` is 1), an interrupt, and a backend that failed the same way (kind and message, its
 //! numbers aside) `give_up_after` times in a row (an adapter that crashes on every case would
 //! otherwise cost a restart per case).
 
@@ -38,7 +38,9 @@ impl RunControl {
         if crate::interrupt::interrupted() {
             self.stopped = Some("interrupted".into());
         } else if let Some(m) = self.max_failures.filter(|&m| self.failures >= m) {
-            self.stopped = Some(format!("stopped after {m} failure(s) (--max-failures)"));
+            self.stopped = Some(format!(
+                "stopped after {m} distinct failure(s) (--max-failures)"
+            ));
         }
         self.stopped.is_some()
     }
@@ -65,9 +67,13 @@ impl RunControl {
         }
     }
 
+    /// Note a new class of failure: `--max-failures` counts classes, not the cases in them.
+    pub fn note_class(&mut self) {
+        self.failures += 1;
+    }
+
     /// Note a failure of backend `i` (of a case or a trace).
     pub fn note_failure(&mut self, i: usize, kind: DivergenceKind, message: &str) {
-        self.failures += 1;
         // A wrong value is news every time; an error that repeats word for word is not.
         if kind == DivergenceKind::Mismatch || kind == DivergenceKind::NonFinite {
             self.streaks[i] = None;

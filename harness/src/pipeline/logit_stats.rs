@@ -89,6 +89,44 @@ struct StatsBound {
     logit: f64,
 }
 
+/// Each real (token, head) row's largest |scale · q·k| over the keys it sees, `[tokens *
+/// heads]`; `None` past [`EXACT_WORK`] (the precision hint then stays silent).
+pub fn row_logits(case: &Case) -> Option<Vec<f64>> {
+    let c = &case.config;
+    let (hq, hkv, d) = (c.num_heads, c.num_kv_heads.max(1), c.head_size);
+    let work: usize = (0..case.num_seqs())
+        .map(|s| case.batch.query_lens[s] * case.batch.seq_lens[s])
+        .sum::<usize>()
+        * hq
+        * d;
+    if work > EXACT_WORK {
+        return None;
+    }
+    let group = hq / hkv;
+    let scale = c.effective_scale();
+    let starts = case.query_start_loc();
+    let q: Vec<f64> = case.tensors.query.iter().map(|&x| x as f64).collect();
+    let mut out = vec![0.0; case.num_real_tokens() * hq];
+    for (s, &start) in starts.iter().take(case.num_seqs()).enumerate() {
+        let k = read_keys(case, s);
+        let (seq_len, ctx) = (case.batch.seq_lens[s], case.context_len(s));
+        for j in 0..case.batch.query_lens[s] {
+            let t = start + j;
+            let (lo, hi) = Visibility::of(c).keys(ctx + j, seq_len);
+            for h in 0..hq {
+                let qr = &q[(t * hq + h) * d..][..d];
+                out[t * hq + h] = (lo..=hi.min(seq_len.saturating_sub(1)))
+                    .map(|key| {
+                        let kr = &k[(key * hkv + h / group) * d..][..d];
+                        (scale * qr.iter().zip(kr).map(|(a, b)| a * b).sum::<f64>()).abs()
+                    })
+                    .fold(0.0, f64::max);
+            }
+        }
+    }
+    Some(out)
+}
+
 /// Sequence `s`'s keys as a kernel reads them, `[seq_len, num_kv_heads, head_size]`.
 fn read_keys(case: &Case, s: usize) -> Vec<f64> {
     let (k, _) = case.contiguous_kv(s);

@@ -8,6 +8,7 @@ pub mod control;
 pub mod coverage;
 pub mod drive;
 pub mod extremes;
+pub mod failure_classes;
 pub mod logit_stats;
 #[cfg(feature = "mutants")]
 pub mod mutants;

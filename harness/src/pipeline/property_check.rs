@@ -1,14 +1,17 @@
 //! The property cases of a `check`: each drawn once per cohort, judged by the oracle once and
-//! run on the cohort's backends; the first divergence of each backend is shrunk and reported.
+//! run on the cohort's backends; the first divergence of each class of each backend is shrunk
+//! and reported, the others counted in its class.
 
 use crate::artifacts::{Artifact, HeatMap};
 use crate::check::{case_tree, sanitize, CheckOptions, Cohort, Event, RunState};
 use crate::compare::Tolerance;
+use crate::failure::class::{Signature, Symptom};
 use crate::failure::report::{failure_record, FailureFiles};
 use crate::pipeline::control::RunControl;
 use crate::pipeline::drive::{per_cohort, Item, Member, PerCohort, Ran, Subjects};
+use crate::pipeline::failure_classes::{count_in, Member as ClassMember, Placed, CLASS_SHRINKS};
 use crate::runner::{evaluate, Divergence, Outcome};
-use crate::shrink::{shrink_fully, Shrunk};
+use crate::shrink::{shrink_fully, ShrinkBudget, Shrunk};
 use crate::strategy::{budget_of, fit_space, CaseRecipe, StrategyLimits};
 use attn_backends::Backend;
 use attn_reference::{reference_output, Case};
@@ -159,10 +162,13 @@ pub fn record(
             continue;
         };
         summary.first_failing_case.get_or_insert(item.index);
-        if !summary.failures.is_empty() {
+        let index = item.index;
+        let found = Signature::of(&c.case, d);
+        if let Placed::Existing(i) = run.classes[member].place(&found) {
+            count_in(&mut summary.failures[i], &found, ClassMember::Case(index));
             continue;
         }
-        let index = item.index;
+        control.note_class();
         if opts.write_as_found {
             // On disk before shrinking starts: an interrupt loses nothing.
             let origin = Origin::Property {
@@ -191,11 +197,32 @@ pub fn record(
             expected: &c.expected,
             divergence: d,
         };
-        let (r, a) = shrink_and_report(backend.as_ref(), &failing, opts);
+        let book = &mut run.classes[member];
+        let budget = class_budget(opts.shrink, book.shrink_work);
+        let (mut r, a, shrunk) = shrink_and_report(backend.as_ref(), &failing, opts, budget);
+        book.shrink_work += shrunk.as_ref().map_or(0, |s| s.1);
         let summary = &mut run.summaries[member];
-        summary.failures.push(r);
         summary.wall_seconds += t0.elapsed().as_secs_f64();
-        run.artifacts.push(a);
+        let shrunk_sig = shrunk.map(|s| s.0);
+        let named = shrunk_sig.clone().unwrap_or_else(|| found.clone());
+        match book.enter(found.clone(), shrunk_sig, summary.failures.len()) {
+            Some(i) => count_in(&mut summary.failures[i], &found, ClassMember::Case(index)),
+            None => {
+                count_in(&mut r, &named, ClassMember::Case(index));
+                summary.failures.push(r);
+                run.artifacts.push(a);
+            }
+        }
+    }
+}
+
+/// The budget of the next class's shrink: the run's, or none once this backend's classes
+/// have spent [`CLASS_SHRINKS`] of them.
+pub fn class_budget(budget: ShrinkBudget, spent: u64) -> ShrinkBudget {
+    if spent >= budget.max_work.saturating_mul(CLASS_SHRINKS) {
+        ShrinkBudget::NONE
+    } else {
+        budget
     }
 }
 
@@ -248,22 +275,25 @@ pub fn report(
     (record, artifact)
 }
 
-/// Shrink a failing property case (keeping its divergence kind) and report it.
+/// Shrink a failing property case (keeping its symptom: kind, severity, an error's message)
+/// and report it; with the shrunk case's signature and the shrink's work when it still
+/// failed.
 fn shrink_and_report(
     backend: &dyn Backend,
     f: &FailingCase<'_>,
     opts: &CheckOptions,
-) -> (FailureRecord, Artifact) {
-    let kind = f.divergence.kind;
+    budget: ShrinkBudget,
+) -> (FailureRecord, Artifact, Option<(Signature, u64)>) {
+    let symptom = Symptom::of(f.divergence);
     let fails = |r: &CaseRecipe| {
         let c = poisoned_if(opts.poison, r.clone()).build();
         let e = reference_output(&c);
-        matches!(evaluate(backend, &c, &e, Tolerance::for_case(&c)).0, Outcome::Diverged(ref d) if d.kind == kind)
+        matches!(evaluate(backend, &c, &e, Tolerance::for_case(&c)).0, Outcome::Diverged(ref d) if Symptom::of(d) == symptom)
     };
     let mut tree = case_tree(f.seed, f.index, f.limits, f.space);
-    let budget = budget_of(f.index, f.limits);
-    let fit = |r: CaseRecipe| fit_space(r, f.space, budget);
-    let shrunk = shrink_fully(&mut tree, opts.shrink, &fit, fails);
+    let cost = budget_of(f.index, f.limits);
+    let fit = |r: CaseRecipe| fit_space(r, f.space, cost);
+    let shrunk = shrink_fully(&mut tree, budget, &fit, fails);
     let minimal = poisoned_if(opts.poison, shrunk.recipe.clone()).build();
     let e = reference_output(&minimal);
     let (out, _) = evaluate(backend, &minimal, &e, Tolerance::for_case(&minimal));
@@ -273,7 +303,8 @@ fn shrink_and_report(
     };
     let stem = failure_stem(backend.name(), f.seed, f.index);
     match out {
-        Outcome::Diverged(d) => {
+        Outcome::Diverged(d) if Symptom::of(&d) == symptom => {
+            let signature = Signature::shrunk(&minimal, &d);
             let (mut record, artifact) = report(
                 opts,
                 (backend.name(), &origin),
@@ -295,21 +326,25 @@ fn shrink_and_report(
                     .push_str(&format!("hint before shrinking: {h}\n"));
                 record.hint_unshrunk = Some(h);
             }
-            (record, artifact)
+            (record, artifact, Some((signature, shrunk.work)))
         }
-        // Flaky: the minimal case passed when re-run; report the original.
-        _ => report(
-            opts,
-            (backend.name(), &origin),
-            (
-                f.case,
-                f.expected,
-                f.divergence,
-                Tolerance::for_case(f.case),
-            ),
-            &stem,
-            None,
-        ),
+        // Flaky: the minimal case passed (or failed otherwise) when re-run; report the
+        // original.
+        _ => {
+            let (r, a) = report(
+                opts,
+                (backend.name(), &origin),
+                (
+                    f.case,
+                    f.expected,
+                    f.divergence,
+                    Tolerance::for_case(f.case),
+                ),
+                &stem,
+                None,
+            );
+            (r, a, None)
+        }
     }
 }
 

@@ -246,6 +246,17 @@ fn candidates(r: &CaseRecipe, fit: &dyn Fn(CaseRecipe) -> CaseRecipe) -> Vec<Cas
             c.seqs.drain(..half);
         });
     }
+    // The big moves before the small ones: one sequence alone, every query halved at once
+    // (a failure that needs two sequences of 15 new tokens also fails with 2 and 2 where
+    // one sequence at a time, a token at a time, stalls).
+    if r.seqs.len() > 1 {
+        for i in 0..r.seqs.len() {
+            push(&|c| c.seqs = vec![r.seqs[i]]);
+        }
+    }
+    if r.seqs.iter().any(|&(_, q)| q > 1) {
+        push(&|c| c.seqs.iter_mut().for_each(|s| s.1 = (s.1 / 2).max(1)));
+    }
     for i in 0..r.seqs.len() {
         if r.seqs.len() > 1 {
             push(&|c| {
@@ -264,8 +275,10 @@ fn candidates(r: &CaseRecipe, fit: &dyn Fn(CaseRecipe) -> CaseRecipe) -> Vec<Cas
         ] {
             push(&|c| c.seqs[i].0 = new_ctx);
         }
-        for new_q in [1, q / 2, q - q / 8, q.saturating_sub(1)] {
-            push(&|c| c.seqs[i].1 = new_q.max(1));
+        for new_q in [1, 2, q / 2, q - q / 8, q.saturating_sub(1)] {
+            if new_q < q {
+                push(&|c| c.seqs[i].1 = new_q.max(1));
+            }
         }
         // Move tokens from the query into the context (keeps the length, shortens the query).
         if q > 1 {

@@ -1,15 +1,19 @@
 //! The traces of a `check`: each trace's steps and oracle computed once, every backend run
-//! through all of its steps on one cache; the first diverging trace of each backend is
-//! shrunk and reported with the history of the blocks involved.
+//! through all of its steps on one cache; the first diverging trace of each failure class of
+//! each backend is shrunk and reported with the history of the blocks involved.
 
 use crate::artifacts::Artifact;
 use crate::check::{sanitize, CheckOptions, Cohort, Event, RunState};
+use crate::failure::class::{Signature, Symptom};
 use crate::failure::trace::trace_failure_record;
 use crate::pipeline::control::RunControl;
 use crate::pipeline::drive::{per_cohort, Item, Member, PerCohort, Ran, Subjects};
+use crate::pipeline::failure_classes::{count_in, Member as ClassMember, Placed};
+use crate::pipeline::property_check::class_budget;
 use crate::pipeline::trace::{evaluate_trace, trace_recipe_in, JudgedTrace, TraceOutcome};
 use crate::pipeline::trace_shrink::shrink_trace;
 use crate::runner::Divergence;
+use crate::shrink::ShrinkBudget;
 use attn_backends::Backend;
 use attn_reference::trace::generate;
 use attn_reference::{Space, TraceRecipe};
@@ -133,7 +137,16 @@ pub fn record(
                     summary.traces.failed += 1;
                     summary.first_failing_trace.get_or_insert(item.index);
                     *summary.divergences.entry(divergence.kind).or_default() += 1;
-                    if summary.traces.failed == 1 {
+                    let at = judged.diverged_at(*step);
+                    let found = Signature::of(at.case, divergence);
+                    if let Placed::Existing(i) = run.classes[member].place(&found) {
+                        count_in(
+                            &mut summary.failures[i],
+                            &found,
+                            ClassMember::Trace(item.index),
+                        );
+                    } else {
+                        control.note_class();
                         if opts.write_as_found {
                             // On disk before shrinking starts: an interrupt loses nothing.
                             let file = trace_file(
@@ -149,17 +162,29 @@ pub fn record(
                             backend: backend.name(),
                         });
                         let t0 = std::time::Instant::now();
-                        let (record, artifact) = shrink_and_report(
+                        let book = &mut run.classes[member];
+                        let budget = class_budget(opts.shrink, book.shrink_work);
+                        let (mut record, artifact, shrunk) = shrink_and_report(
                             backend.as_ref(),
-                            (opts, &traces.cohorts[m.cohort].space),
+                            (opts, &traces.cohorts[m.cohort].space, budget),
                             item.index,
                             (*step, divergence),
                             judged,
                         );
+                        book.shrink_work += shrunk.as_ref().map_or(0, |s| s.1);
                         let summary = &mut run.summaries[member];
-                        summary.failures.push(record);
                         summary.wall_seconds += t0.elapsed().as_secs_f64();
-                        run.artifacts.push(artifact);
+                        let shrunk_sig = shrunk.map(|s| s.0);
+                        let named = shrunk_sig.clone().unwrap_or_else(|| found.clone());
+                        let member_of = ClassMember::Trace(item.index);
+                        match book.enter(found.clone(), shrunk_sig, summary.failures.len()) {
+                            Some(i) => count_in(&mut summary.failures[i], &found, member_of),
+                            None => {
+                                count_in(&mut record, &named, member_of);
+                                summary.failures.push(record);
+                                run.artifacts.push(artifact);
+                            }
+                        }
                     }
                 }
             }
@@ -176,35 +201,43 @@ fn trace_stem(backend: &str, seed: u64, index: usize) -> String {
     format!("{}-seed{seed}-trace{index}", sanitize(backend))
 }
 
-/// Shrink trace `index` (diverging at `step`) and report its smallest form.
+/// Shrink trace `index` (diverging at `step`, its symptom kept) and report its smallest
+/// form; with the shrunk step's signature and the shrink's work when it still failed.
 fn shrink_and_report(
     backend: &dyn Backend,
-    (opts, space): (&CheckOptions, &Space),
+    (opts, space, budget): (&CheckOptions, &Space, ShrinkBudget),
     index: usize,
     (step, divergence): (usize, &Divergence),
     original: &JudgedTrace,
-) -> (FailureRecord, Artifact) {
+) -> (FailureRecord, Artifact, Option<(Signature, u64)>) {
     let stem = trace_stem(backend.name(), opts.seed, index);
     let path = opts.out_dir.join(format!("{stem}.json"));
-    let kind = divergence.kind;
+    let symptom = Symptom::of(divergence);
     let shrunk = shrink_trace(
         backend,
         trace_poisoned_if(
             opts.poison,
             trace_recipe_in(opts.seed, index, &opts.trace_shapes, space),
         ),
-        (step, kind),
-        opts.shrink,
+        (step, &symptom),
+        budget,
         space,
     );
     let minimal = JudgedTrace::new(generate(&shrunk.recipe));
-    let (judged, step, divergence, shrunk) = match evaluate_trace(backend, &minimal).0 {
-        TraceOutcome::Diverged { step, divergence } if divergence.kind == kind => {
+    let (judged, step, divergence, info) = match evaluate_trace(backend, &minimal).0 {
+        TraceOutcome::Diverged { step, divergence } if Symptom::of(&divergence) == symptom => {
             (&minimal, step, *divergence, Some(shrunk.info()))
         }
-        // Flaky: the minimal trace passed when re-run; report the original.
+        // Flaky: the minimal trace passed (or failed otherwise) when re-run; report the
+        // original.
         _ => (original, step, divergence.clone(), None),
     };
+    let signature = info.is_some().then(|| {
+        (
+            Signature::shrunk(&judged.steps[step], &divergence),
+            shrunk.work,
+        )
+    });
     let external = crate::external::flag_for(backend.name(), &opts.external_flags);
     let record = trace_failure_record(
         backend.name(),
@@ -212,10 +245,10 @@ fn shrink_and_report(
         judged.diverged_at(step),
         &divergence,
         (Some(path.display().to_string()), external),
-        shrunk,
+        info,
     );
     let artifact = trace_file(opts, backend.name(), index, judged, (step, &divergence));
-    (record, artifact)
+    (record, artifact, signature)
 }
 
 /// Step `step` of trace `index` as a failure's origin.

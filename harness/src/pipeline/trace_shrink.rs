@@ -1,14 +1,15 @@
-//! Shrinking a diverging trace: greedy, most drastic first, keeping the divergence kind. In
+//! Shrinking a diverging trace: greedy, most drastic first, keeping the symptom (kind,
+//! severity, an error's message). In
 //! order of preference: fewer steps (stop right after the diverging one), fewer sequences,
 //! shorter prompts, outputs and chunks, a smaller cache and batch, then the per-case shrinks
 //! of the diverging step's shape (heads, head size, block size, dtype, features).
 
+use crate::failure::class::Symptom;
 use crate::pipeline::trace::{evaluate_trace, fit_trace, JudgedTrace, TraceOutcome};
 use crate::shrink::{greedy, AfterAccept, ShrinkBudget, Shrunk, Weigh, SEQ_WORK, TRY_WORK};
 use attn_backends::Backend;
 use attn_reference::trace::{generate, TraceRecipe};
 use attn_reference::{DType, Feature, Space};
-use attn_results::DivergenceKind;
 
 /// A shrunk trace: the same record as a shrunk case's.
 pub type ShrunkTrace = Shrunk<TraceRecipe>;
@@ -38,29 +39,27 @@ impl Weigh for TraceRecipe {
     }
 }
 
-/// The step where `recipe`'s trace diverges on `backend` with `kind`, if it does.
-pub fn diverges(
-    backend: &dyn Backend,
-    recipe: &TraceRecipe,
-    kind: DivergenceKind,
-) -> Option<usize> {
+/// The step where `recipe`'s trace diverges on `backend` with `symptom`, if it does.
+pub fn diverges(backend: &dyn Backend, recipe: &TraceRecipe, symptom: &Symptom) -> Option<usize> {
     let trace = generate(recipe);
     if trace.steps.is_empty() || trace.validate().is_err() {
         return None;
     }
     match evaluate_trace(backend, &JudgedTrace::new(trace)).0 {
-        TraceOutcome::Diverged { step, divergence } if divergence.kind == kind => Some(step),
+        TraceOutcome::Diverged { step, divergence } if Symptom::of(&divergence) == *symptom => {
+            Some(step)
+        }
         _ => None,
     }
 }
 
-/// Shrink `recipe` (which diverges at `step` with `kind`) while it keeps diverging. After an
+/// Shrink `recipe` (which diverges at `step` with `symptom`) while it keeps diverging. After an
 /// accepted candidate the same kind is tried again on the smaller trace before moving on
 /// (each try runs a whole trace, so the list is not restarted).
 pub fn shrink_trace(
     backend: &dyn Backend,
     recipe: TraceRecipe,
-    (step, kind): (usize, DivergenceKind),
+    (step, symptom): (usize, &Symptom),
     budget: ShrinkBudget,
     space: &Space,
 ) -> ShrunkTrace {
@@ -72,7 +71,7 @@ pub fn shrink_trace(
         AfterAccept::SameCandidate,
         &|r| candidates(r, space),
         |c| {
-            diverges(backend, c, kind).map(|at| {
+            diverges(backend, c, symptom).map(|at| {
                 // Stop right after the step it now diverges at.
                 let mut kept = c.clone();
                 kept.max_steps = kept.max_steps.min(at + 1);

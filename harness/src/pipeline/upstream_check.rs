@@ -119,6 +119,7 @@ pub fn record(
                     {
                         same.also.push(uc.label());
                     } else if summary.failures.len() < MAX_REPORTED {
+                        control.note_class();
                         let stem = format!(
                             "{}-{}",
                             sanitize(backend.name()),

@@ -25,15 +25,44 @@ fn headline(s: &CheckSummary) -> String {
         String::new()
     };
     let verdict = s.verdict();
+    // A run stopped early says what ran, not what was asked for.
+    let ran = |asked: usize, sent: &dyn Fn(&attn_results::BackendSummary) -> usize| match &s.stopped
+    {
+        Some(_) => {
+            let most = s.backends.iter().map(sent).max().unwrap_or(0);
+            format!("{most} of {asked}")
+        }
+        None => asked.to_string(),
+    };
     format!(
         "attn-diff check: {} property case(s){}{} seed {}{shard}, {} trace(s), {} upstream case(s): {verdict}",
-        s.cases,
+        ran(s.cases as usize, &|b| b.property.sent),
         if s.deep { " (deep)" } else { "" },
         if s.long { " (long)" } else { "" },
         s.seed,
-        s.traces,
+        ran(s.traces as usize, &|b| b.traces.sent),
         s.upstream.len() / s.backends.len().max(1)
     )
+}
+
+/// One line per backend with failures: how many distinct classes, and how many fell in each.
+fn classes_text(s: &CheckSummary) -> String {
+    let mut out = String::new();
+    for b in s.backends.iter().filter(|b| !b.failures.is_empty()) {
+        let counts: Vec<String> = b
+            .failures
+            .iter()
+            .map(|f| f.class.as_ref().map_or(1, |c| c.count()).to_string())
+            .collect();
+        let _ = writeln!(
+            out,
+            "distinct failures: {} on {} ({} failure(s) in each, in report order)",
+            b.failures.len(),
+            b.backend.name,
+            counts.join(", ")
+        );
+    }
+    out
 }
 
 fn coverage_header(s: &CheckSummary) -> Vec<&str> {
@@ -90,6 +119,7 @@ pub fn render_text(s: &CheckSummary, detail: Detail) -> String {
         out.push('\n');
     }
     out.push_str(&table::text(&BACKEND_HEADER, &backend_rows(s)));
+    out.push_str(&classes_text(s));
     for l in unsupported_lines(s) {
         let _ = writeln!(out, "  {l}");
     }
@@ -119,9 +149,15 @@ pub fn render_text(s: &CheckSummary, detail: Detail) -> String {
 
 /// Markdown for a pull request: the headline, then the body the bot's reply shows too.
 pub fn render_markdown(s: &CheckSummary) -> String {
+    let classes = classes_text(s);
     format!(
-        "### {}\n\n{}",
+        "### {}\n\n{}{}",
         headline(s),
+        if classes.is_empty() {
+            String::new()
+        } else {
+            format!("{}\n", classes.replace('\n', "  \n"))
+        },
         attn_results::markdown::check_body(s, &|_| String::new())
     )
 }

@@ -1,16 +1,17 @@
 //! A check's summary as JUnit XML, the test-result format CI systems read: one test suite
 //! per backend, one test case per part of the run (property cases, upstream suite, traces).
-//! A part with a divergence is a `<failure>` carrying the shrunk reports; a part that sent
+//! A part with divergences has one failing test case per failure class, each carrying its
+//! shrunk report; a part that sent
 //! cases but reached none, or a backend short of `--min-run`, is a `<failure>` too (nothing
 //! tested is not a pass); a part that sent nothing is `<skipped>`.
 
 use attn_results::check::Shortfall;
-use attn_results::{BackendSummary, CheckSummary, RunPart};
+use attn_results::{BackendSummary, CheckSummary, FailureRecord, RunPart};
 use std::fmt::Write;
 
 /// Text as XML 1.0 character data or an attribute value: the five special characters
 /// escaped, characters XML 1.0 cannot carry (most C0 controls) dropped.
-fn escape(s: &str) -> String {
+pub fn escape(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {
         match c {
@@ -27,26 +28,43 @@ fn escape(s: &str) -> String {
     out
 }
 
-/// The test case of `part` on backend `b`, and whether it failed and was skipped.
-fn test_case(b: &BackendSummary, part: RunPart) -> (String, bool, bool) {
+/// The test cases of `part` on backend `b`: one failing test per failure class, or one test
+/// for the part; with how many there are, failed and were skipped.
+fn test_cases(b: &BackendSummary, part: RunPart) -> (String, usize, usize, usize) {
     let t = b.tally(part);
     let name = escape(part.label());
     let class = escape(&b.backend.name);
+    let own: Vec<&FailureRecord> = b
+        .failures
+        .iter()
+        .filter(|f| f.origin.part() == Some(part))
+        .collect();
+    if t.failed > 0 && !own.is_empty() {
+        let mut out = String::new();
+        for (i, f) in own.iter().enumerate() {
+            let (signature, count) = f.class.as_ref().map_or((f.kind.to_string(), 1), |c| {
+                (c.signature.clone(), c.count())
+            });
+            let _ = write!(
+                out,
+                "    <testcase classname=\"{class}\" name=\"{name}: failure {} ({})\" time=\"0\">\n      <failure message=\"{}\" type=\"{}\">{}</failure>\n    </testcase>\n",
+                i + 1,
+                escape(&signature),
+                escape(&format!("{count} failure(s) in this class; {} of {} diverged in all", t.failed, t.sent)),
+                escape(&f.kind.to_string()),
+                escape(&f.text)
+            );
+        }
+        return (out, own.len(), own.len(), 0);
+    }
     let mut out = format!("    <testcase classname=\"{class}\" name=\"{name}\" time=\"0\">\n");
     let (failed, skipped) = if t.failed > 0 {
-        let texts: Vec<&str> = b
-            .failures
-            .iter()
-            .filter(|f| f.origin.part() == Some(part))
-            .map(|f| f.text.as_str())
-            .collect();
         let kinds: Vec<String> = b.divergences.keys().map(|k| k.to_string()).collect();
         let _ = writeln!(
             out,
-            "      <failure message=\"{}\" type=\"{}\">{}</failure>",
+            "      <failure message=\"{}\" type=\"{}\"/>",
             escape(&format!("{} of {} diverged", t.failed, t.sent)),
-            escape(&kinds.join(",")),
-            escape(&texts.join("\n"))
+            escape(&kinds.join(","))
         );
         (true, false)
     } else if t.sent > 0 && t.reached() == 0 {
@@ -70,7 +88,7 @@ fn test_case(b: &BackendSummary, part: RunPart) -> (String, bool, bool) {
         "      <system-out>{}</system-out>\n    </testcase>\n",
         escape(&t.describe())
     );
-    (out, failed, skipped)
+    (out, 1, usize::from(failed), usize::from(skipped))
 }
 
 /// The summary as a JUnit XML document; `shortfalls` (from [`CheckSummary::shortfalls`])
@@ -82,11 +100,11 @@ pub fn render(s: &CheckSummary, shortfalls: &[Shortfall]) -> String {
         let mut cases = String::new();
         let (mut n, mut f, mut k) = (0, 0, 0);
         for part in RunPart::ALL {
-            let (text, failed, skip) = test_case(b, part);
+            let (text, tests, failed, skip) = test_cases(b, part);
             cases.push_str(&text);
-            n += 1;
-            f += usize::from(failed);
-            k += usize::from(skip);
+            n += tests;
+            f += failed;
+            k += skip;
         }
         let own: Vec<&str> = shortfalls
             .iter()

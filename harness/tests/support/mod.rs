@@ -41,6 +41,10 @@ pub struct Plant {
     /// P·V runs to the end of the last block, multiplying the stale tail by probability 0:
     /// right on finite stale data, NaN on poisoned memory.
     pub whole_block_tail: bool,
+    /// A padding token's slot −1 is written into the cache's last slot (Python's `[-1]`).
+    pub padding_into_last_slot: bool,
+    /// The forward fails for this one block size.
+    pub fails_on_block_size: Option<usize>,
 }
 
 pub struct Naive {
@@ -96,11 +100,13 @@ impl Backend for Naive {
     ) -> Result<(), BackendError> {
         let cache = cache_as_mut::<Cache>(&self.name, cache)?;
         let row = c.num_kv_heads * c.head_size;
+        let slots = cache.k.len() / row.max(1);
         for (t, &slot) in kv.slot_mapping.iter().enumerate() {
-            if slot < 0 {
-                continue;
-            }
-            let s = slot as usize;
+            let s = match slot {
+                s if s >= 0 => s as usize,
+                _ if self.plant.padding_into_last_slot && slots > 0 => slots - 1,
+                _ => continue,
+            };
             cache.k[s * row..(s + 1) * row].copy_from_slice(&kv.key[t * row..(t + 1) * row]);
             cache.v[s * row..(s + 1) * row].copy_from_slice(&kv.value[t * row..(t + 1) * row]);
         }
@@ -113,6 +119,12 @@ impl Backend for Naive {
         step: &StepInputs<'_>,
     ) -> Result<Vec<f32>, BackendError> {
         let cache = cache_as::<Cache>(&self.name, cache)?;
+        if self.plant.fails_on_block_size == Some(c.block_size) {
+            return Err(BackendError::Failed {
+                backend: self.name.clone(),
+                message: format!("no kernel for block size {}", c.block_size),
+            });
+        }
         if self.plant.panic_on_batches && step.seq_lens.len() > 1 {
             panic!("planted panic on a batch of {}", step.seq_lens.len());
         }

@@ -1,0 +1,100 @@
+//! A backend with several independent bugs: one run reports each as its own class, shrunk,
+//! with how many cases fell in it and which, in every output format.
+
+mod support;
+
+use attn_harness::check::{run_check, CheckOptions};
+use attn_harness::render::check::{render_json, render_markdown, render_text, Detail};
+use attn_harness::runner::DivergenceKind;
+use std::sync::Arc;
+use support::{Naive, Plant};
+
+#[test]
+fn three_bugs_are_three_classes_each_shrunk() {
+    let bad = Naive::with(
+        "naive-three-bugs",
+        Plant {
+            window_off_by_one: true,
+            padding_into_last_slot: true,
+            fails_on_block_size: Some(16),
+            ..Plant::default()
+        },
+    );
+    let run = run_check(CheckOptions {
+        traces: 0,
+        ..CheckOptions::new(
+            vec![Arc::new(bad)],
+            300,
+            std::env::temp_dir().join("attn-diff-three-bugs"),
+        )
+    });
+    let b = &run.summary.backends[0];
+    for f in &b.failures {
+        println!("{}", f.text);
+    }
+    let classes: Vec<_> = b
+        .failures
+        .iter()
+        .map(|f| f.class.clone().unwrap())
+        .collect();
+    // Every failing case is in exactly one class.
+    let counted: usize = classes.iter().map(|c| c.count()).sum();
+    assert_eq!(counted, b.property.failed, "{classes:#?}");
+    let mut all: Vec<usize> = classes.iter().flat_map(|c| c.cases.clone()).collect();
+    all.sort();
+    all.dedup();
+    assert_eq!(all.len(), counted, "a case counted in two classes");
+
+    let error = b
+        .failures
+        .iter()
+        .find(|f| f.kind == DivergenceKind::Error)
+        .expect("the block-size error is a class");
+    assert!(error.message.contains("block size 16"), "{}", error.text);
+    assert_eq!(error.size.sequences, 1, "{}", error.text);
+    let window = b
+        .failures
+        .iter()
+        .find(|f| f.hint.as_deref().is_some_and(|h| h.contains("window")))
+        .expect("the window off-by-one is a class");
+    assert_eq!(window.kind, DivergenceKind::Mismatch);
+    let padding = b
+        .failures
+        .iter()
+        .find(|f| f.hint.as_deref().is_some_and(|h| h.contains("padding")))
+        .expect("the padding slot written is a class");
+    assert!(padding.size.sequences <= 2, "{}", padding.text);
+    // Each bug once, give or take a case whose shrunk form fits another pattern.
+    assert!(
+        (3..=4).contains(&b.failures.len()),
+        "{} classes: {classes:#?}",
+        b.failures.len()
+    );
+
+    let text = render_text(&run.summary, Detail::Summary);
+    let md = render_markdown(&run.summary);
+    let json = render_json(&run.summary);
+    let junit = attn_harness::render::junit::render(&run.summary, &[]);
+    for c in &classes {
+        let line = attn_harness::pipeline::failure_classes::class_line(c);
+        assert!(text.contains(line.trim_end()), "text lacks {line}");
+        assert!(md.contains(&c.signature), "markdown lacks {}", c.signature);
+        assert!(
+            junit.contains(&attn_harness::render::junit::escape(&c.signature)),
+            "junit lacks {}",
+            c.signature
+        );
+    }
+    assert_eq!(
+        junit.matches("<failure message").count(),
+        classes.len(),
+        "one failing test per class: {junit}"
+    );
+    let parsed: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let listed = parsed["backends"][0]["failures"].as_array().unwrap();
+    assert_eq!(listed.len(), classes.len());
+    for (f, c) in listed.iter().zip(&classes) {
+        assert_eq!(f["class"]["cases"].as_array().unwrap().len(), c.cases.len());
+    }
+    assert!(text.contains(&format!("distinct failures: {}", classes.len())));
+}
