@@ -5,6 +5,7 @@
     python vllm_backend.py --file my_plugin/attention.py --class MyBackend
     python vllm_backend.py --class CPU_ATTN --probe           # load it, print what it declares
     python vllm_backend.py --list                             # every registry backend: loads or not
+    python vllm_backend.py --file plugin/v1/attention/backends/attn.py --selection platform --probe
 
 The backend class is never copied or patched; per cache (a case, or a serving trace's session
 under protocol version 2) this does what vLLM's model runner does with it:
@@ -49,6 +50,15 @@ under protocol version 2) this does what vLLM's model runner does with it:
   output=...)`` (vLLM's ``unified_attention_with_output``), with the layer's query
   quantization applied first when it has one. The output is zero-filled (vLLM uses
   ``torch.empty``) so padding rows stay finite.
+
+**A platform plugin's backend** (spyre-inference's, say) runs through the same steps: `--file`
+imports it from its plugin's source tree with a CPU stand-in for its device
+(`plugin_loader.py`); `--kv-cache` and `--kv-write` give it the cache its own runner allocates
+and its own write path (`plugin_kv_cache.py`); `--selection platform` finds what it runs when
+its platform names it without vLLM's validation (`platform_probe.py`); `--construct keywords`
+and `--impl-arg` build an impl whose parameters are not in the layer's order. The differences
+between vLLM 0.27 and 0.34 are found by detection (`vllm_compat.py`), and what a class lacks
+is one line naming the interface. `docs/external-backends.md` has the whole of it.
 
 A class's own code can differ from the class vLLM would pick on a given platform; this runs
 the class named, on the CPU. ``ATTN_DIFF_MAX_CACHE_GIB`` (default 8) bounds the cache
@@ -323,7 +333,7 @@ class VllmBackend(Adapter):
                 raise ValueError("--kinds names what a platform routes to the class: with --selection platform")
             self.capabilities["kinds"] = self.platform_kinds
             self.description += ", kinds=" + ",".join(self.platform_kinds)
-        if selection == "platform":
+        if selection == "platform":  # probed at the end of __init__
             self.description += ", selection=platform"
             self.notes.append(
                 "selection=platform: features as the impl builds and runs them, not "
@@ -339,7 +349,7 @@ class VllmBackend(Adapter):
             AttentionBackendEnum.register(
                 backend.get_name(), f"{backend.__module__}.{backend.__qualname__}"
             )
-        if selection == "platform":  # needs everything above
+        if selection == "platform":  # the probe builds layers: needs everything above
             self.capabilities = platform_probe.probe(self, self.capabilities, self.notes)
 
     # -- selection -------------------------------------------------------------------------
