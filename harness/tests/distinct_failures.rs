@@ -98,3 +98,32 @@ fn three_bugs_are_three_classes_each_shrunk() {
     }
     assert!(text.contains(&format!("distinct failures: {}", classes.len())));
 }
+
+#[test]
+fn a_stopped_run_says_how_many_cases_ran() {
+    let bad = Naive::with(
+        "naive-block-size-error",
+        Plant {
+            fails_on_block_size: Some(16),
+            ..Plant::default()
+        },
+    );
+    let run = run_check(CheckOptions {
+        traces: 0,
+        max_failures: Some(1),
+        ..CheckOptions::new(
+            vec![Arc::new(bad)],
+            300,
+            std::env::temp_dir().join("attn-diff-stopped"),
+        )
+    });
+    let b = &run.summary.backends[0];
+    assert!(run.summary.stopped.is_some());
+    assert!(b.property.sent < 300, "{}", b.property.sent);
+    let text = render_text(&run.summary, Detail::Summary);
+    let last = text.lines().last().unwrap();
+    assert!(
+        last.contains(&format!("{} of 300 property case(s)", b.property.sent)),
+        "{last}"
+    );
+}

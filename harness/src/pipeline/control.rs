@@ -1,7 +1,7 @@
 //! When a check stops early, and which backends it stops sending cases to: `--max-failures`
 //! distinct failures (`-x` is 1), an interrupt, and a backend that failed the same way (kind and message, its
 //! numbers aside) `give_up_after` times in a row (an adapter that crashes on every case would
-//! otherwise cost a restart per case).
+//! otherwise cost a restart per case), or that timed out on half of what it was sent.
 
 use crate::runner::Outcome;
 use attn_results::DivergenceKind;
@@ -12,6 +12,9 @@ pub struct RunControl {
     failures: usize,
     /// Per backend: its last failure (kind and message) and how many in a row were alike.
     streaks: Vec<Option<(DivergenceKind, String, usize)>>,
+    /// Per backend: cases and traces it answered (or failed to), and how many timed out.
+    sent: Vec<usize>,
+    timeouts: Vec<usize>,
     /// Per backend: why no more cases are sent to it.
     gave_up: Vec<Option<String>>,
     /// Why the run stopped early.
@@ -25,6 +28,8 @@ impl RunControl {
             give_up_after: give_up_after.max(1),
             failures: 0,
             streaks: vec![None; backends],
+            sent: vec![0; backends],
+            timeouts: vec![0; backends],
             gave_up: vec![None; backends],
             stopped: None,
         }
@@ -63,8 +68,14 @@ impl RunControl {
     pub fn note(&mut self, i: usize, outcome: &Outcome) {
         match outcome {
             Outcome::Diverged(d) => self.note_failure(i, d.kind, &d.message),
-            _ => self.streaks[i] = None,
+            _ => self.note_pass(i),
         }
+    }
+
+    /// Note a case or trace of backend `i` that passed or was declined.
+    pub fn note_pass(&mut self, i: usize) {
+        self.sent[i] += 1;
+        self.streaks[i] = None;
     }
 
     /// Note a new class of failure: `--max-failures` counts classes, not the cases in them.
@@ -74,6 +85,16 @@ impl RunControl {
 
     /// Note a failure of backend `i` (of a case or a trace).
     pub fn note_failure(&mut self, i: usize, kind: DivergenceKind, message: &str) {
+        self.sent[i] += 1;
+        if kind == DivergenceKind::Timeout {
+            self.timeouts[i] += 1;
+            // Timeouts that alternate with passes never make a streak, yet each costs the
+            // whole timeout: half of what it is sent timing out is enough.
+            let (t, n) = (self.timeouts[i], self.sent[i]);
+            if t >= self.give_up_after && 2 * t >= n && self.gave_up[i].is_none() {
+                self.gave_up[i] = Some(format!("no more cases sent after {t} of {n} timed out"));
+            }
+        }
         // A wrong value is news every time; an error that repeats word for word is not.
         if kind == DivergenceKind::Mismatch || kind == DivergenceKind::NonFinite {
             self.streaks[i] = None;
@@ -95,5 +116,31 @@ impl RunControl {
                 "no more cases sent after {n} identical failures in a row ({kind}: {first_line})"
             ));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timeouts_alternating_with_passes_are_given_up_on() {
+        let mut c = RunControl::new(1, None, 3);
+        for _ in 0..2 {
+            c.note_failure(0, DivergenceKind::Timeout, "no answer in 20 s");
+            c.note_pass(0);
+        }
+        assert!(c.gave_up(0).is_none(), "2 of 4 is under give_up_after");
+        c.note_failure(0, DivergenceKind::Timeout, "no answer in 20 s");
+        let why = c.gave_up(0).expect("3 of 5 timed out");
+        assert!(why.contains("3 of 5 timed out"), "{why}");
+        let mut rare = RunControl::new(1, None, 3);
+        for _ in 0..3 {
+            rare.note_failure(0, DivergenceKind::Timeout, "no answer in 20 s");
+            for _ in 0..4 {
+                rare.note_pass(0);
+            }
+        }
+        assert!(rare.gave_up(0).is_none(), "3 of 15 is no large share");
     }
 }

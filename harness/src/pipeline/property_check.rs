@@ -198,7 +198,7 @@ pub fn record(
             divergence: d,
         };
         let book = &mut run.classes[member];
-        let budget = class_budget(opts.shrink, book.shrink_work);
+        let budget = for_kind(class_budget(opts.shrink, book.shrink_work), d.kind);
         let (mut r, a, shrunk) = shrink_and_report(backend.as_ref(), &failing, opts, budget);
         book.shrink_work += shrunk.as_ref().map_or(0, |s| s.1);
         let summary = &mut run.summaries[member];
@@ -224,6 +224,19 @@ pub fn class_budget(budget: ShrinkBudget, spent: u64) -> ShrinkBudget {
     } else {
         budget
     }
+}
+
+/// Candidates a shrink of a timeout or a crash may try: each can cost a whole timeout or a
+/// restart, so the shrink stops early and its report says the budget ended it.
+pub const SLOW_SHRINK_STEPS: usize = 16;
+
+/// `budget` for a failure of `kind`: bounded for timeouts and crashes.
+pub fn for_kind(mut budget: ShrinkBudget, kind: attn_results::DivergenceKind) -> ShrinkBudget {
+    use attn_results::DivergenceKind::{Crashed, Timeout};
+    if matches!(kind, Timeout | Crashed) {
+        budget.max_steps = budget.max_steps.min(SLOW_SHRINK_STEPS);
+    }
+    budget
 }
 
 /// A property case that diverged, with what is needed to regenerate and shrink it.

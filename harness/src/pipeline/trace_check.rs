@@ -9,7 +9,7 @@ use crate::failure::trace::trace_failure_record;
 use crate::pipeline::control::RunControl;
 use crate::pipeline::drive::{per_cohort, Item, Member, PerCohort, Ran, Subjects};
 use crate::pipeline::failure_classes::{count_in, Member as ClassMember, Placed};
-use crate::pipeline::property_check::class_budget;
+use crate::pipeline::property_check::{class_budget, for_kind};
 use crate::pipeline::trace::{evaluate_trace, trace_recipe_in, JudgedTrace, TraceOutcome};
 use crate::pipeline::trace_shrink::shrink_trace;
 use crate::runner::Divergence;
@@ -122,12 +122,14 @@ pub fn record(
                     max_abs_err,
                     max_rel_err,
                 } => {
+                    control.note_pass(member);
                     summary.traces.passed += 1;
                     summary.trace_steps += judged.steps.len();
                     summary.worst_abs_err = summary.worst_abs_err.max(*max_abs_err);
                     summary.worst_rel_err = summary.worst_rel_err.max(*max_rel_err);
                 }
                 TraceOutcome::Unsupported(u) => {
+                    control.note_pass(member);
                     summary.traces.declined += 1;
                     summary.add_unsupported(u, 1);
                 }
@@ -163,7 +165,8 @@ pub fn record(
                         });
                         let t0 = std::time::Instant::now();
                         let book = &mut run.classes[member];
-                        let budget = class_budget(opts.shrink, book.shrink_work);
+                        let budget =
+                            for_kind(class_budget(opts.shrink, book.shrink_work), divergence.kind);
                         let (mut record, artifact, shrunk) = shrink_and_report(
                             backend.as_ref(),
                             (opts, &traces.cohorts[m.cohort].space, budget),
