@@ -82,7 +82,7 @@ import types
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from attn_diff_adapter import Adapter, Capabilities, Config, Step, Unsupported, serve  # noqa: E402
+from attn_diff_adapter import Adapter, Capabilities, Config, Step, Unsupported, protect_stdout, serve  # noqa: E402
 import plugin_kv_cache  # noqa: E402
 import platform_probe  # noqa: E402
 import plugin_loader  # noqa: E402
@@ -758,6 +758,9 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         sys.exit(list_registry())
     if not args.cls and not args.file:
         parser.error("--class (or --file) is required")
+    if not args.probe:
+        # Before vLLM loads: some releases (0.27) log to stdout, the protocol's stream.
+        protect_stdout()
     try:
         impl_args = parse_impl_args(args.impl_arg)
         notes: List[str] = []

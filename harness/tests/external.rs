@@ -867,6 +867,21 @@ fn spyre_inference_findings_reproduce_when_installed() {
         let stdout = String::from_utf8_lossy(&o.stdout);
         assert_eq!(o.status.code(), Some(1), "{file} [{flags}]:\n{stdout}");
     }
+    // Its encoder backend, beside it: the platform routes encoder layers to it.
+    let encoder = std::path::Path::new(&upstream).with_file_name("spyre_encoder_attn.py");
+    let encoder_route = format!(
+        "{python} '{}' --file '{}' --selection platform --kinds encoder_only",
+        adapter.display(),
+        encoder.display()
+    );
+    for (flags, file) in [
+        ("--padding none", "spyre-inference-encoder-alibi-ignored.json"),
+        ("", "spyre-inference-encoder-padding-crash.json"),
+    ] {
+        let o = replay_route(&encoder_route, flags, &replays.join(file));
+        let stdout = String::from_utf8_lossy(&o.stdout);
+        assert_eq!(o.status.code(), Some(1), "{file} [{flags}]:\n{stdout}");
+    }
 }
 
 /// What `route --probe` prints, or None when it does not run here.

@@ -81,6 +81,7 @@ __all__ = [
     "answer",
     "decline_reason",
     "round_to_dtype",
+    "protect_stdout",
     "run_case",
     "serve",
     "validate_capabilities",
@@ -627,6 +628,23 @@ def answer(adapter: Adapter, payload: bytes) -> bytes:
     )
 
 
+_PROTOCOL_OUT: Optional[IO[bytes]] = None
+
+
+def protect_stdout() -> IO[bytes]:
+    """The protocol's stream (the process's stdout), kept for frames only; from here on
+    anything else printed to stdout, by Python or by a library's C code or logger, goes to
+    stderr. Call it before importing a library that logs to stdout while it loads (vLLM 0.27
+    does); `serve` calls it too, and a second call returns the same stream."""
+    global _PROTOCOL_OUT
+    if _PROTOCOL_OUT is None:
+        sys.stdout.flush()
+        _PROTOCOL_OUT = os.fdopen(os.dup(1), "wb")
+        os.dup2(2, 1)
+        sys.stdout = sys.stderr
+    return _PROTOCOL_OUT
+
+
 def serve(adapter: Adapter) -> None:
     """Answer attn-diff's messages until it closes stdin.
 
@@ -639,9 +657,7 @@ def serve(adapter: Adapter) -> None:
         sys.stderr.flush()
         sys.exit(2)
     stdin = sys.stdin.buffer
-    out = os.fdopen(os.dup(1), "wb")
-    os.dup2(2, 1)
-    sys.stdout = sys.stderr
+    out = protect_stdout()
     while True:
         payload = read_frame(stdin)
         if payload is None:
