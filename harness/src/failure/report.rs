@@ -19,23 +19,13 @@ pub struct FailureFiles {
     pub external: Option<String>,
 }
 
-/// The program a replay line runs: this binary's own path when it is `attn-diff` (the line
-/// then runs as printed where `attn-diff` is not on the PATH), else the bare name.
-fn program() -> String {
-    std::env::current_exe()
-        .ok()
-        .filter(|p| p.file_stem().is_some_and(|s| s == "attn-diff"))
-        .map_or_else(|| "attn-diff".to_string(), |p| p.display().to_string())
-}
-
 /// The command that replays `r`, ready to paste: its file, its backend, and the `--external`
 /// flag of an adapter given on the command line.
 pub fn replay_command(r: &FailureRecord) -> Option<String> {
     let p = r.replay.as_ref()?;
     let quote = |s: &str| shlex::try_quote(s).map_or_else(|_| s.to_string(), |q| q.into_owned());
     let mut cmd = format!(
-        "{} replay {} --backend {}",
-        quote(&program()),
+        "attn-diff replay {} --backend {}",
         quote(p),
         quote(&r.backend)
     );

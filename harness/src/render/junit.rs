@@ -50,7 +50,7 @@ fn test_cases(b: &BackendSummary, part: RunPart) -> (String, usize, usize, usize
                 "    <testcase classname=\"{class}\" name=\"{name}: failure {} ({})\" time=\"0\">\n      <failure message=\"{}\" type=\"{}\">{}</failure>\n    </testcase>\n",
                 i + 1,
                 escape(&signature),
-                escape(&format!("{count} failure(s) in this class; {} of {} diverged in all", t.failed, t.sent)),
+                escape(&format!("{count} failure(s) in this class; in all {} of {} diverged", t.failed, t.sent)),
                 escape(&f.kind.to_string()),
                 escape(&f.text)
             );
