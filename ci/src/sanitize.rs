@@ -142,12 +142,27 @@ fn escape_line(line: &str) -> String {
                 }
                 None => out.push_str("&amp;"),
             },
+            // A backslash of the output would escape the one put before a `[` below, and
+            // `\\[` is a literal backslash, then a live `[`: every backslash is escaped, but
+            // the table cell's `\\|` (a pipe that is not a cell border), which links nothing.
+            '\\' if after.starts_with('|') => {
+                out.push_str("\\|");
+                rest = &after[1..];
+                continue;
+            }
+            '\\' => out.push_str("\\\\"),
             // Links, images, reference definitions and footnotes all need a `[`.
             '[' => out.push_str("\\["),
             // Inline and display math (`$…$`, `$$…$$`, `` $`…`$ ``) all need a `$`.
             '$' => out.push('＄'),
-            // Bare URLs: `scheme://` and `www.` are what GitHub autolinks.
-            ':' if after.starts_with("//") => {
+            // Bare URLs: `scheme://` and `www.` are what GitHub autolinks. A scheme without
+            // `//` (`http:x`, `javascript:x`, `mailto:x`) is a link only inside `<…>` or a
+            // link's `(…)`, which the escapes above rule out; it is broken too, so no other
+            // renderer's autolinker finds one either.
+            ':' if after.starts_with("//")
+                || (out.ends_with(|p: char| p.is_ascii_alphabetic())
+                    && after.starts_with(|n: char| !n.is_whitespace())) =>
+            {
                 out.push(':');
                 out.push(BREAK);
             }
@@ -254,7 +269,7 @@ pub fn sanitize(md: &str) -> String {
         emit_block(&mut out, &b.lines);
     }
     if cut {
-        out.push_str("\n(cut: the rest is in the workflow run)\n");
+        out.push_str("\n(cut: the rest is in the workflow run, unsanitised)\n");
     }
     out
 }
@@ -265,11 +280,13 @@ pub fn wrap(output: &str, was_cut: bool, commit: &str, run_url: &str) -> String 
     let mut body = format!(
         "> [!NOTE]\n> The output of this pull request's own code at commit {commit}, run by \
          the bot in [this workflow run]({run_url}). Mentions, links, images and HTML in it are \
-         disabled.\n\n"
+         disabled here; the run's step summary shows it unsanitised, as that code wrote it.\n\n"
     );
     body.push_str(&sanitize(output));
     if was_cut {
-        body.push_str("\n(the output was longer than the bot reads: see the workflow run)\n");
+        body.push_str(
+            "\n(the output was longer than the bot reads: the workflow run has it, unsanitised)\n",
+        );
     }
     body
 }
@@ -444,7 +461,7 @@ mod tests {
         let s = sanitize(&long);
         assert!(s.chars().count() <= MAX_POST + 100, "{}", s.len());
         assert!(
-            s.ends_with("```\n\n(cut: the rest is in the workflow run)\n"),
+            s.ends_with("```\n\n(cut: the rest is in the workflow run, unsanitised)\n"),
             "{}",
             &s[s.len() - 80..]
         );
@@ -452,7 +469,7 @@ mod tests {
         // Escaping grows text (`<` is four bytes out): the cap is on what is posted.
         let s = sanitize(&format!("{}\n", "<".repeat(14_000)).repeat(3));
         assert_eq!(s.matches("&lt;").count(), 14_000, "one line of three fits");
-        assert!(s.ends_with("(cut: the rest is in the workflow run)\n"));
+        assert!(s.ends_with("(cut: the rest is in the workflow run, unsanitised)\n"));
     }
 
     #[test]
@@ -482,5 +499,7 @@ mod tests {
         assert!(b.contains("](https://github.com/o/r/actions/runs/1)"));
         assert!(b.contains("### attn-diff: all passed\n＠x\n"), "{b}");
         assert!(wrap("x", true, sha, "u").contains("longer than the bot reads"));
+        // The run's pages show the output as the pull request's code wrote it: said so.
+        assert!(b.contains("step summary shows it unsanitised"), "{b}");
     }
 }
