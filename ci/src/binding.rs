@@ -16,6 +16,12 @@
 //! A commit first seen before that force-push (pushed, forced away, then pushed again after the
 //! comment as a fast-forward) is refused, as is one a force-push moved the head away from.
 //!
+//! The check suites are not tied to this pull request: a commit pushed earlier anywhere in the
+//! repository (a second pull request, opened and closed before the comment) has a suite from
+//! then, and can reach this branch after the comment as a fast-forward. So the head is bound
+//! this way only on a pull request whose author is on the allow-list (who is trusted not to do
+//! that); on anyone else's, the comment must name the commit with `SHA=` ([`bind_request`]).
+//!
 //! A refusal runs nothing and asks for `SHA=`; the plan job runs as soon as the comment is made
 //! (no queue before it), so a refusal means someone pushed in the seconds around the comment or
 //! the branch was rewritten in a way the evidence cannot order.
@@ -87,13 +93,33 @@ pub enum BindError {
     },
     #[error("cannot tell when {head} became the pull request's head: give SHA={head} to test it")]
     Unknown { head: String },
+    #[error("the pull request's author is not on the allow-list, so its head is not taken on trust: review {head} and give SHA={head} to test it")]
+    AuthorNotAllowed { head: String },
 }
 
 fn is_full_sha(s: &str) -> bool {
     s.len() == 40 && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }
 
-/// Bind the request to a commit, or say why not.
+/// Bind a comment's request to a commit: its `SHA=`, or, on a pull request by an allow-listed
+/// author only, the head at the comment as the evidence shows it ([`bind`]).
+pub fn bind_request(
+    requested: Option<&str>,
+    ev: &Evidence,
+    author_allowed: bool,
+) -> Result<Binding, BindError> {
+    if requested.is_none() && !author_allowed {
+        if !is_full_sha(&ev.head) {
+            return Err(BindError::BadHead(ev.head.chars().take(64).collect()));
+        }
+        return Err(BindError::AuthorNotAllowed {
+            head: ev.head.clone(),
+        });
+    }
+    bind(requested, ev)
+}
+
+/// Bind the request to a commit from the evidence, or say why not.
 pub fn bind(requested: Option<&str>, ev: &Evidence) -> Result<Binding, BindError> {
     if !is_full_sha(&ev.head) {
         return Err(BindError::BadHead(ev.head.chars().take(64).collect()));
@@ -239,6 +265,33 @@ pub fn force_pushes_from_lines(text: &str) -> Result<Vec<ForcePush>, BindError> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn without_sha_only_an_allow_listed_authors_head_is_bound() {
+        // The pre-seeded commit: M pushed in a second pull request before the comment (its
+        // suite is older than the comment), fast-forwarded here after it. The evidence cannot
+        // tell, so an author not on the allow-list must be met with SHA=.
+        let e = ev(&["2026-05-01T11:00:00Z"], &[]);
+        assert_eq!(
+            bind_request(None, &e, false),
+            Err(BindError::AuthorNotAllowed { head: HEAD.into() })
+        );
+        let msg = bind_request(None, &e, false).unwrap_err().to_string();
+        assert!(msg.contains(&format!("SHA={HEAD}")), "{msg}");
+        assert_eq!(bind_request(None, &e, true), bind(None, &e));
+        assert!(bind_request(None, &e, true).is_ok());
+        // SHA= naming the head binds it, whoever the author.
+        assert_eq!(
+            bind_request(Some(HEAD), &e, false).map(|b| b.by),
+            Ok(BoundBy::Sha)
+        );
+        let mut bad = e.clone();
+        bad.head = "x".into();
+        assert!(matches!(
+            bind_request(None, &bad, false),
+            Err(BindError::BadHead(_))
+        ));
+    }
 
     const HEAD: &str = "89abcdef0123456789abcdef0123456789abcdef";
     const OTHER: &str = "0000000000000000000000000000000000000001";

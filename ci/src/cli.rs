@@ -1,5 +1,4 @@
-//! The `attn-bot` command line: `plan`, `shard`, `report`, `post-select`, `post-request`,
-//! `post`, `usage`. Arguments are `--name value` pairs and a few flags; the comment itself
+//! The `attn-bot` command line: `plan`, `shard`, `report`, `post-select`, `post`, `usage`. Arguments are `--name value` pairs and a few flags; the comment itself
 //! comes from `--comment`, from the event file the bot workflow's run got (`--event`, the
 //! comment's `body`: any length, where a comment in the environment or on a command line over
 //! 128 KiB could not be passed at all), or from the environment variable `BOT_COMMENT`.
@@ -11,26 +10,28 @@ pub const USAGE: &str = "\
 usage:
   attn-bot plan --out DIR [--comment TEXT | --event FILE] (--local | --allowlist FILE --author LOGIN --association ASSOC)
                 [--pr N] [--sha SHA] [--comment-id N] [--github-output FILE]
-                [--head SHA --comment-at TIME [--head-suites FILE] [--force-pushes FILE]]
+                [--head SHA --comment-at TIME [--pr-author LOGIN] [--head-suites FILE] [--force-pushes FILE]]
       the comment (--comment, else the event FILE's comment.body, else $BOT_COMMENT) becomes
       DIR/request.json (+ DIR/reply.md); with --head (required with --allowlist) the tested
       commit is bound to the comment: FILEs hold, one per line, when the head's check suites
       were created, and each force-push of the branch as `TIME BEFORE AFTER` (commits in full,
-      or -)
+      or -); without SHA=, only on a pull request whose author (--pr-author) is allow-listed
   attn-bot shard --request FILE --index I --shards DIR
       run shard I through cargo (in the current folder) into DIR/shard-I/
   attn-bot report --request FILE --shards DIR --out DIR [--replay-artifact NAME] [--run-url URL]
       merge DIR/shard-*/summary.json; write reply.md, status.json, summary.json, replays/; print the reply
-  attn-bot post-select --jobs FILE --artifacts FILE [--github-output FILE]
-      the bot run's jobs and artifacts (JSON lines) -> the ids of the plan job's request
-      artifact and of the result artifact (request-id=, result-id=)
-  attn-bot post-request --request DIR [--github-output FILE]
-      read the request artifact (DIR holds its zip, read in memory and checked) -> comment-id=
-  attn-bot post --request DIR --comment FILE --actor LOGIN --run-created-at TIME --run-url URL
-                --conclusion WORD [--result DIR] --out DIR [--github-output FILE]
-      check the request (DIR holds its zip) against the comment and the run, read the result
-      (DIR holds its zip; a result that fails the checks is not read); write DIR/comment.json
-      and DIR/status.json (request bodies for GitHub's API) and pr=, sha=, post=, status=
+  attn-bot post-select --title TEXT --jobs FILE --artifacts FILE [--github-output FILE]
+      the bot run's title (its run-name: the pull request and the comment) and its jobs and
+      artifacts (JSON lines) -> pr=, comment-id=, and the ids of the plan job's request
+      artifact (empty when there is none to trust) and of the result artifact
+  attn-bot post --title TEXT --jobs FILE --artifacts FILE [--request DIR] --comment FILE
+                --commits FILE --allowlist FILE --actor LOGIN --run-created-at TIME
+                --run-url URL --conclusion WORD [--result DIR] --out DIR [--github-output FILE]
+      answer the comment the title names, from the comment itself; for a request that ran,
+      check the request (DIR holds its zip) against it and its commit against the pull
+      request's (FILE: one per line), and read the result (DIR holds its zip; a result that
+      fails the checks is not read); write DIR/comment.json and DIR/status.json (request
+      bodies for GitHub's API) and pr=, sha=, post=, status=
   attn-bot usage
       print the comment grammar
 exit: 0 done (report: all passed), 1 divergence, 2 usage or I/O error, 3 a shard or the merge failed";
@@ -76,6 +77,9 @@ pub enum GateArgs {
 pub struct EvidenceArgs {
     pub head: String,
     pub comment_at: String,
+    /// Who opened the pull request: without `SHA=`, the head is bound only on an
+    /// allow-listed author's.
+    pub pr_author: Option<String>,
     pub head_suites: Option<PathBuf>,
     pub force_pushes: Option<PathBuf>,
 }
@@ -101,17 +105,19 @@ pub enum Command {
         evidence: Option<EvidenceArgs>,
     },
     PostSelect {
+        title: String,
         jobs: PathBuf,
         artifacts: PathBuf,
         github_output: Option<PathBuf>,
     },
-    PostRequest {
-        request: PathBuf,
-        github_output: Option<PathBuf>,
-    },
     Post {
-        request: PathBuf,
+        title: String,
+        jobs: PathBuf,
+        artifacts: PathBuf,
+        request: Option<PathBuf>,
         comment: PathBuf,
+        commits: PathBuf,
+        allowlist: PathBuf,
         actor: String,
         run_created_at: String,
         run_url: String,
@@ -213,6 +219,7 @@ pub fn parse_args(args: &[String], env_comment: Option<String>) -> Result<Comman
                     "--github-output",
                     "--head",
                     "--comment-at",
+                    "--pr-author",
                     "--head-suites",
                     "--force-pushes",
                 ],
@@ -221,6 +228,7 @@ pub fn parse_args(args: &[String], env_comment: Option<String>) -> Result<Comman
                 (Some(head), Some(comment_at)) => Some(EvidenceArgs {
                     head,
                     comment_at,
+                    pr_author: o.get("--pr-author"),
                     head_suites: o.get("--head-suites").map(PathBuf::from),
                     force_pushes: o.get("--force-pushes").map(PathBuf::from),
                 }),
@@ -263,17 +271,15 @@ pub fn parse_args(args: &[String], env_comment: Option<String>) -> Result<Comman
             })
         }
         "post-select" => {
-            let o = Options::parse(rest, &[], &["--jobs", "--artifacts", "--github-output"])?;
+            let o = Options::parse(
+                rest,
+                &[],
+                &["--title", "--jobs", "--artifacts", "--github-output"],
+            )?;
             Ok(Command::PostSelect {
+                title: o.required("--title")?,
                 jobs: PathBuf::from(o.required("--jobs")?),
                 artifacts: PathBuf::from(o.required("--artifacts")?),
-                github_output: o.get("--github-output").map(PathBuf::from),
-            })
-        }
-        "post-request" => {
-            let o = Options::parse(rest, &[], &["--request", "--github-output"])?;
-            Ok(Command::PostRequest {
-                request: PathBuf::from(o.required("--request")?),
                 github_output: o.get("--github-output").map(PathBuf::from),
             })
         }
@@ -282,8 +288,13 @@ pub fn parse_args(args: &[String], env_comment: Option<String>) -> Result<Comman
                 rest,
                 &[],
                 &[
+                    "--title",
+                    "--jobs",
+                    "--artifacts",
                     "--request",
                     "--comment",
+                    "--commits",
+                    "--allowlist",
                     "--actor",
                     "--run-created-at",
                     "--run-url",
@@ -294,8 +305,13 @@ pub fn parse_args(args: &[String], env_comment: Option<String>) -> Result<Comman
                 ],
             )?;
             Ok(Command::Post {
-                request: PathBuf::from(o.required("--request")?),
+                title: o.required("--title")?,
+                jobs: PathBuf::from(o.required("--jobs")?),
+                artifacts: PathBuf::from(o.required("--artifacts")?),
+                request: o.get("--request").map(PathBuf::from),
                 comment: PathBuf::from(o.required("--comment")?),
+                commits: PathBuf::from(o.required("--commits")?),
+                allowlist: PathBuf::from(o.required("--allowlist")?),
                 actor: o.required("--actor")?,
                 run_created_at: o.required("--run-created-at")?,
                 run_url: o.required("--run-url")?,

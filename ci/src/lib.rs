@@ -15,10 +15,12 @@
 //! - [`reply`]: the markdown reply, the usage reply and the commit status;
 //! - [`sanitize`]: the pull request's own markdown made safe to post under the bot's name;
 //! - [`post`]: what the posting workflow posts, from artifacts it verifies first;
+//! - [`answer`]: the poster's answer, decided from the run's title and the comment itself;
 //! - [`run`]: the bot's steps (plan, shard, report) over files, as the workflow and
 //!   `cargo xtask bot` call them through the `attn-bot` binary.
 
 pub mod allowlist;
+pub mod answer;
 pub mod artifact;
 pub mod binding;
 pub mod catalog;

@@ -1,6 +1,7 @@
 //! `attn-bot`: the pull-request bot's steps, as the workflows and `cargo xtask bot` run them.
 
 use attn_ci::allowlist::AllowList;
+use attn_ci::answer::{self, Unverified};
 use attn_ci::binding::{force_pushes_from_lines, times_from_lines, Evidence};
 use attn_ci::cli::{parse_args, Command, CommentArg, EvidenceArgs, GateArgs, USAGE};
 use attn_ci::post::{self, PostError, RunFacts};
@@ -68,6 +69,11 @@ fn comment(arg: CommentArg) -> Result<String, RunError> {
     }
 }
 
+/// Whether `dir` is a folder with something in it (a download that happened).
+fn has_files(dir: &Path) -> bool {
+    std::fs::read_dir(dir).is_ok_and(|mut entries| entries.next().is_some())
+}
+
 /// The posting step's refusals are errors like any other: nothing is posted.
 fn post_error(e: PostError) -> RunError {
     RunError::Post(e.to_string())
@@ -122,6 +128,7 @@ fn execute(command: Command) -> Result<u8, RunError> {
                     }
                 }
             };
+            let pr_author = evidence_args.as_ref().and_then(|e| e.pr_author.clone());
             let file = run::plan(
                 PlanInput {
                     comment: comment(comment_arg)?,
@@ -130,6 +137,7 @@ fn execute(command: Command) -> Result<u8, RunError> {
                     sha,
                     comment_id,
                     evidence: evidence_args.map(evidence).transpose()?,
+                    pr_author,
                 },
                 &out,
             )?;
@@ -137,37 +145,41 @@ fn execute(command: Command) -> Result<u8, RunError> {
             Ok(0)
         }
         Command::PostSelect {
+            title,
             jobs,
             artifacts,
             github_output,
         } => {
+            let target = answer::parse_run_title(&title).map_err(post_error)?;
             let jobs = post::json_lines(&read(&jobs)?, "the jobs").map_err(post_error)?;
             let artifacts =
                 post::json_lines(&read(&artifacts)?, "the artifacts").map_err(post_error)?;
-            let s = post::select(&jobs, &artifacts).map_err(post_error)?;
-            let result = s.result.map(|id| id.to_string()).unwrap_or_default();
+            // No request to trust (deleted, replaced, flooded): nothing is downloaded, and
+            // `post` answers with the fixed notice.
+            let (request, result) = match post::select(&jobs, &artifacts) {
+                Ok(s) => (s.request.to_string(), s.result.map(|id| id.to_string())),
+                Err(PostError::NoRequest | PostError::Replaced { .. }) => (String::new(), None),
+                Err(e) => return Err(post_error(e)),
+            };
             write_outputs(
-                &format!("request-id={}\nresult-id={result}\n", s.request),
+                &format!(
+                    "pr={}\ncomment-id={}\nrequest-id={request}\nresult-id={}\n",
+                    target.pr,
+                    target.comment_id,
+                    result.unwrap_or_default()
+                ),
                 github_output,
             )?;
             Ok(0)
         }
-        Command::PostRequest {
-            request,
-            github_output,
-        } => {
-            let req = post::read_request(&request).map_err(post_error)?;
-            let id = req
-                .file
-                .comment_id
-                .map(|id| id.to_string())
-                .unwrap_or_default();
-            write_outputs(&format!("comment-id={id}\n"), github_output)?;
-            Ok(0)
-        }
         Command::Post {
+            title,
+            jobs,
+            artifacts,
             request,
             comment,
+            commits,
+            allowlist,
             actor,
             run_created_at,
             run_url,
@@ -176,34 +188,50 @@ fn execute(command: Command) -> Result<u8, RunError> {
             out,
             github_output,
         } => {
-            let post::RequestArtifact { file, reply } =
-                post::read_request(&request).map_err(post_error)?;
+            let target = answer::parse_run_title(&title).map_err(post_error)?;
+            let jobs = post::json_lines(&read(&jobs)?, "the jobs").map_err(post_error)?;
+            let artifacts =
+                post::json_lines(&read(&artifacts)?, "the artifacts").map_err(post_error)?;
+            let request = match post::select(&jobs, &artifacts) {
+                Err(PostError::NoRequest) => Err(Unverified::Missing),
+                Err(PostError::Replaced { .. }) => Err(Unverified::Replaced),
+                Err(e) => return Err(post_error(e)),
+                Ok(_) => match request.as_deref().filter(|d| has_files(d)) {
+                    None => Err(Unverified::Missing),
+                    Some(dir) => post::read_request(dir).map_err(|e| {
+                        eprintln!("attn-bot: the request artifact is refused: {e}");
+                        Unverified::Refused
+                    }),
+                },
+            };
             let run = RunFacts {
                 actor,
                 created_at: run_created_at,
                 url: run_url,
                 conclusion,
             };
-            if file.outcome == run::Outcome::Ignored {
-                write_outputs("post=false\nstatus=false\n", github_output)?;
-                return Ok(0);
-            }
             let comment: post::Comment =
                 serde_json::from_str(&read(&comment)?).map_err(|source| RunError::Json {
                     path: comment.clone(),
                     source,
                 })?;
-            let pr = post::verify(&file, &comment, &run).map_err(post_error)?;
-            // No folder, or an empty one: no result artifact was downloaded.
-            let result = result
-                .filter(|d| std::fs::read_dir(d).is_ok_and(|mut entries| entries.next().is_some()));
-            let result = post::read_result(result.as_deref());
+            let commits = answer::commits_from_lines(&read(&commits)?).map_err(post_error)?;
+            let allowlist = AllowList::parse(&read(&allowlist)?)?;
+            let result = post::read_result(result.as_deref().filter(|d| has_files(d)));
             if let post::ResultArtifact::Refused(why) = &result {
                 eprintln!("attn-bot: the result artifact is refused: {why}");
             }
-            let Some(p) =
-                post::compose(&file, pr, &run, reply.as_ref(), &result).map_err(post_error)?
-            else {
+            let answered = answer::answer(&answer::Inputs {
+                target,
+                comment: &comment,
+                run: &run,
+                allowlist: &allowlist,
+                request,
+                commits: &commits,
+                result: &result,
+            })
+            .map_err(post_error)?;
+            let Some(p) = answered else {
                 write_outputs("post=false\nstatus=false\n", github_output)?;
                 return Ok(0);
             };

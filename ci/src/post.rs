@@ -6,10 +6,10 @@
 //!   job that runs no pull-request code), picked by id among the run's artifacts and accepted
 //!   only if it was created while a `plan` job of the run was running; one created at any
 //!   other time means it was replaced, and nothing is posted;
-//! - the comment it names is fetched from GitHub and must be on the named pull request, by the
-//!   request's author, who made the comment that started the run (the run's `actor`, which a
-//!   re-run by another maintainer does not change), at the time the request recorded, before
-//!   the run was created;
+//! - the pull request and the comment come from the run's title (its `run-name`, which GitHub
+//!   renders from the trusted workflow and the event), and what to answer is decided from the
+//!   comment itself ([`crate::answer`]): the request artifact is used only for the commit the
+//!   plan bound, which must be one of the pull request's;
 //! - both artifacts are downloaded as zip files and read in memory ([`crate::artifact`]): no
 //!   name inside an archive decides where anything is written, and only the expected files
 //!   are read, each checked;
@@ -19,7 +19,7 @@
 //!   and the status is an error.
 
 use crate::artifact::{read_artifact, ArtifactError};
-use crate::run::{Outcome, RequestFile, REPLY_FILE, REQUEST_FILE, STATUS_FILE};
+use crate::run::{RequestFile, REPLY_FILE, REQUEST_FILE, STATUS_FILE};
 use crate::sanitize::{capped, wrap};
 use crate::time::parse_time;
 use serde::{Deserialize, Serialize};
@@ -57,28 +57,18 @@ pub enum PostError {
     NoRequest,
     #[error("artifact {id} ({REQUEST_ARTIFACT}) was created at {at}, outside every plan job: it was replaced, so nothing is posted")]
     Replaced { id: u64, at: String },
-    #[error("the request names no {0}")]
-    Missing(&'static str),
-    #[error("comment {got} is not the request's comment {want}")]
+    #[error("the bot run's title `{0}` is not `bot for comment ID on pull request N`")]
+    BadTitle(String),
+    #[error("line {line} of the pull request's commits is not a full commit id")]
+    BadCommit { line: usize },
+    #[error("comment {got} is not the run's comment {want}")]
     WrongComment { got: u64, want: u64 },
     #[error("comment {comment} is not on pull request {pr}")]
     WrongPullRequest { comment: u64, pr: u64 },
-    #[error(
-        "the comment's author `{comment}` is not the request's `{request}` or the run's `{run}`"
-    )]
-    WrongAuthor {
-        comment: String,
-        request: String,
-        run: String,
-    },
-    #[error("the comment was made at {comment}, not at {request} as the request says, or after the run began ({run})")]
-    WrongTime {
-        comment: String,
-        request: String,
-        run: String,
-    },
-    #[error("the request's commit `{0}` is not a full commit id")]
-    BadSha(String),
+    #[error("the comment's author `{comment}` is not the run's actor `{run}`")]
+    WrongAuthor { comment: String, run: String },
+    #[error("the comment was made at {comment}, after the run began ({run})")]
+    WrongTime { comment: String, run: String },
     #[error("the {REQUEST_ARTIFACT} artifact is refused: {0}")]
     Request(ArtifactError),
     #[error("the {REQUEST_ARTIFACT} artifact has no {REQUEST_FILE}")]
@@ -120,6 +110,12 @@ pub struct Comment {
     pub issue_url: String,
     pub user: User,
     pub created_at: String,
+    /// Its text (GitHub sends `null` for an empty one): the poster answers from it.
+    #[serde(default)]
+    pub body: Option<String>,
+    /// The author's association with the repository now (`OWNER`, `MEMBER`, ...).
+    #[serde(default)]
+    pub author_association: String,
 }
 
 /// JSON values one per line (as `gh api --paginate --jq '.jobs[]'` prints them).
@@ -215,7 +211,7 @@ pub struct Post {
     pub status: Option<(String, StatusBody)>,
 }
 
-fn is_full_sha(s: &str) -> bool {
+pub(crate) fn is_full_sha(s: &str) -> bool {
     s.len() == 40 && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }
 
@@ -231,45 +227,8 @@ fn plain(s: &str, max: usize) -> String {
         .collect()
 }
 
-/// Check the request against the comment and the run.
-pub fn verify(file: &RequestFile, comment: &Comment, run: &RunFacts) -> Result<u64, PostError> {
-    let pr = file.pr.ok_or(PostError::Missing("pull request"))?;
-    let want = file.comment_id.ok_or(PostError::Missing("comment"))?;
-    let author = file.author.as_deref().ok_or(PostError::Missing("author"))?;
-    let at = file
-        .comment_at
-        .as_deref()
-        .ok_or(PostError::Missing("comment time"))?;
-    if comment.id != want {
-        return Err(PostError::WrongComment {
-            got: comment.id,
-            want,
-        });
-    }
-    if !comment.issue_url.ends_with(&format!("/issues/{pr}")) {
-        return Err(PostError::WrongPullRequest { comment: want, pr });
-    }
-    let login = &comment.user.login;
-    if !login.eq_ignore_ascii_case(author) || !login.eq_ignore_ascii_case(&run.actor) {
-        return Err(PostError::WrongAuthor {
-            comment: login.clone(),
-            request: author.to_string(),
-            run: run.actor.clone(),
-        });
-    }
-    let made = parse_time(&comment.created_at)?;
-    if made != parse_time(at)? || made > parse_time(&run.created_at)? {
-        return Err(PostError::WrongTime {
-            comment: comment.created_at.clone(),
-            request: at.to_string(),
-            run: run.created_at.clone(),
-        });
-    }
-    Ok(pr)
-}
-
 /// The run's link and conclusion as safe to print: a GitHub URL or nothing, a word.
-fn run_link(run: &RunFacts) -> String {
+pub(crate) fn run_link(run: &RunFacts) -> String {
     let ok = run.url.starts_with("https://")
         && run
             .url
@@ -290,13 +249,12 @@ fn conclusion(run: &RunFacts) -> String {
         .collect()
 }
 
-/// The request artifact, as the plan job wrote it: `request.json`, and the reply when the
-/// request was refused or rejected.
+/// The request artifact, as the plan job wrote it: `request.json` (its `reply.md`, for a
+/// refused or rejected request, is checked like any entry but never posted: the poster writes
+/// its own reply from the comment).
 #[derive(Debug)]
 pub struct RequestArtifact {
     pub file: RequestFile,
-    /// `reply.md`: its text (at most [`crate::sanitize::MAX_READ`] bytes) and whether it was cut.
-    pub reply: Option<(String, bool)>,
 }
 
 /// Read the request artifact from its download folder (one zip file), in memory.
@@ -305,10 +263,7 @@ pub fn read_request(dir: &Path) -> Result<RequestArtifact, PostError> {
         .map_err(PostError::Request)?;
     let json = files.get(REQUEST_FILE).ok_or(PostError::NoRequestFile)?;
     let file = serde_json::from_slice(json).map_err(|e| PostError::RequestJson(e.to_string()))?;
-    Ok(RequestArtifact {
-        file,
-        reply: files.get(REPLY_FILE).map(capped),
-    })
+    Ok(RequestArtifact { file })
 }
 
 /// The result artifact, as the posting step sees it.
@@ -352,91 +307,65 @@ fn fenced(s: &str) -> String {
     format!("{fence}\n{s}\n{fence}\n")
 }
 
-/// What to post for a verified request: `request_reply` is the plan job's reply (trusted),
-/// `result` the pull request's output (untrusted).
-pub fn compose(
-    file: &RequestFile,
-    pr: u64,
-    run: &RunFacts,
-    request_reply: Option<&(String, bool)>,
-    result: &ResultArtifact,
-) -> Result<Option<Post>, PostError> {
+/// What to post for a request that ran on `sha`, a commit of pull request `pr` (checked by
+/// the caller): `result` is the pull request's output (untrusted).
+pub fn compose_run(sha: &str, pr: u64, run: &RunFacts, result: &ResultArtifact) -> Post {
     let link = run_link(run);
-    let body = match file.outcome {
-        Outcome::Ignored => return Ok(None),
-        Outcome::Failed => format!(
-            "### attn-diff: the bot could not plan this request\n\nNothing was run: see the \
-             {link}.\n"
-        ),
-        Outcome::Rejected | Outcome::Refused => match request_reply {
-            Some((text, _)) => text.clone(),
-            None => format!("### attn-diff: not run\n\nSee the {link}.\n"),
-        },
-        Outcome::Run => {
-            let sha = file.sha.clone().unwrap_or_default();
-            if !is_full_sha(&sha) {
-                return Err(PostError::BadSha(plain(&sha, 64)));
-            }
-            let (reply, status) = match result {
-                ResultArtifact::Files { reply, status } => (reply.as_ref(), status.as_deref()),
-                _ => (None, None),
-            };
-            let body = match (result, reply) {
-                (ResultArtifact::Refused(why), _) => format!(
-                    "### attn-diff: the run's result was refused\n\nCommit {sha}: the result \
-                     artifact failed the bot's checks, so none of it was read:\n\n{}\nSee the \
-                     {link}.\n",
-                    fenced(&plain(why, 300))
-                ),
-                (_, Some((text, cut))) => wrap(text, *cut, &sha, &run.url),
-                (_, None) => format!(
-                    "### attn-diff: the run did not finish ({})\n\nCommit {sha}: see the {link}.\n",
-                    conclusion(run)
-                ),
-            };
-            let status =
-                status.and_then(|bytes| serde_json::from_slice::<crate::reply::Status>(bytes).ok());
-            let (state, what) = match status {
-                Some(s) => (
-                    serde_json::to_value(s.state)
-                        .ok()
-                        .and_then(|v| v.as_str().map(str::to_string))
-                        .unwrap_or_else(|| "error".into()),
-                    s.description,
-                ),
-                None if matches!(result, ResultArtifact::Refused(_)) => (
-                    "error".to_string(),
-                    "the result artifact was refused".to_string(),
-                ),
-                None => (
-                    "error".to_string(),
-                    format!("the run did not finish ({})", conclusion(run)),
-                ),
-            };
-            let status = StatusBody {
-                state,
-                description: plain(&format!("{}: {what}", &sha[..7]), 140),
-                context: crate::reply::STATUS_CONTEXT.to_string(),
-                target_url: run.url.clone(),
-            };
-            return Ok(Some(Post {
-                pr,
-                body,
-                status: Some((sha, status)),
-            }));
-        }
+    let (reply, status) = match result {
+        ResultArtifact::Files { reply, status } => (reply.as_ref(), status.as_deref()),
+        _ => (None, None),
     };
-    Ok(Some(Post {
+    let body = match (result, reply) {
+        (ResultArtifact::Refused(why), _) => format!(
+            "### attn-diff: the run's result was refused\n\nCommit {sha}: the result artifact \
+             failed the bot's checks, so none of it was read:\n\n{}\nSee the {link}.\n",
+            fenced(&plain(why, 300))
+        ),
+        (_, Some((text, cut))) => wrap(text, *cut, sha, &run.url),
+        (_, None) => format!(
+            "### attn-diff: the run did not finish ({})\n\nCommit {sha}: see the {link}. A \
+             cancelled run may have been cancelled by anyone's workflow, not a maintainer: \
+             comment again to run it anew.\n",
+            conclusion(run)
+        ),
+    };
+    let status =
+        status.and_then(|bytes| serde_json::from_slice::<crate::reply::Status>(bytes).ok());
+    let (state, what) = match status {
+        Some(s) => (
+            serde_json::to_value(s.state)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_string))
+                .unwrap_or_else(|| "error".into()),
+            s.description,
+        ),
+        None if matches!(result, ResultArtifact::Refused(_)) => (
+            "error".to_string(),
+            "the result artifact was refused".to_string(),
+        ),
+        None => (
+            "error".to_string(),
+            format!("the run did not finish ({})", conclusion(run)),
+        ),
+    };
+    let status = StatusBody {
+        state,
+        description: plain(&format!("{}: {what}", &sha[..7.min(sha.len())]), 140),
+        context: crate::reply::status_context(pr),
+        target_url: run.url.clone(),
+    };
+    Post {
         pr,
         body,
-        status: None,
-    }))
+        status: Some((sha.to_string(), status)),
+    }
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::request::BotRequest;
+    use crate::run::Outcome;
 
     const SHA: &str = "0123456789abcdef0123456789abcdef01234567";
 
@@ -549,7 +478,7 @@ mod tests {
         assert!(matches!(e, PostError::Json { line: 2, .. }), "{e:?}");
     }
 
-    fn request(outcome: Outcome) -> RequestFile {
+    pub(crate) fn request(outcome: Outcome) -> RequestFile {
         RequestFile {
             outcome,
             request: Some(BotRequest::default()),
@@ -562,75 +491,13 @@ mod tests {
         }
     }
 
-    fn comment() -> Comment {
-        Comment {
-            id: 77,
-            issue_url: "https://api.github.com/repos/o/r/issues/5".into(),
-            user: User {
-                login: "alice".into(),
-            },
-            created_at: "2026-05-01T12:00:00Z".into(),
-        }
-    }
-
-    fn run() -> RunFacts {
+    pub(crate) fn run() -> RunFacts {
         RunFacts {
             actor: "ALICE".into(),
             created_at: "2026-05-01T12:00:02Z".into(),
             url: "https://github.com/o/r/actions/runs/1".into(),
             conclusion: "success".into(),
         }
-    }
-
-    #[test]
-    fn the_request_must_match_the_comment_and_the_run() {
-        let file = request(Outcome::Run);
-        assert_eq!(verify(&file, &comment(), &run()), Ok(5));
-        let mut c = comment();
-        c.id = 78;
-        assert!(matches!(
-            verify(&file, &c, &run()),
-            Err(PostError::WrongComment { .. })
-        ));
-        let mut c = comment();
-        c.issue_url = "https://api.github.com/repos/o/r/issues/55".into();
-        assert!(matches!(
-            verify(&file, &c, &run()),
-            Err(PostError::WrongPullRequest { .. })
-        ));
-        let mut c = comment();
-        c.user.login = "mallory".into();
-        assert!(matches!(
-            verify(&file, &c, &run()),
-            Err(PostError::WrongAuthor { .. })
-        ));
-        // The run's actor is the commenter; who re-ran it does not enter.
-        let mut r = run();
-        r.actor = "bob".into();
-        assert!(matches!(
-            verify(&file, &comment(), &r),
-            Err(PostError::WrongAuthor { .. })
-        ));
-        // A comment made after the run began, or at another time than the request says.
-        let mut c = comment();
-        c.created_at = "2026-05-01T12:00:03Z".into();
-        let mut f = request(Outcome::Run);
-        f.comment_at = Some(c.created_at.clone());
-        assert!(matches!(
-            verify(&f, &c, &run()),
-            Err(PostError::WrongTime { .. })
-        ));
-        let mut f = request(Outcome::Run);
-        f.comment_at = Some("2026-05-01T11:00:00Z".into());
-        assert!(matches!(
-            verify(&f, &comment(), &run()),
-            Err(PostError::WrongTime { .. })
-        ));
-        f.comment_at = None;
-        assert_eq!(
-            verify(&f, &comment(), &run()),
-            Err(PostError::Missing("comment time"))
-        );
     }
 
     fn files(reply: Option<&str>, status: Option<&str>) -> ResultArtifact {
@@ -648,9 +515,7 @@ mod tests {
                 r#"{"state":"success","description":"2 backends: all passed @bob\u0007","context":"attn-diff/bot"}"#,
             ),
         );
-        let post = compose(&request(Outcome::Run), 5, &run(), None, &result)
-            .unwrap()
-            .unwrap();
+        let post = compose_run(SHA, 5, &run(), &result);
         assert_eq!(post.pr, 5);
         assert!(
             post.body.contains(&format!("at commit {SHA}")),
@@ -662,7 +527,11 @@ mod tests {
         assert_eq!(sha, SHA);
         assert_eq!(status.state, "success");
         assert_eq!(status.description, "0123456: 2 backends: all passed @bob");
-        assert_eq!(status.context, "attn-diff/bot");
+        // The pull request's own claim, named so; not the context its code wrote.
+        assert_eq!(
+            status.context,
+            "attn-diff/bot: self-reported by pull request 5's code"
+        );
     }
 
     #[test]
@@ -673,9 +542,7 @@ mod tests {
         );
         let mut r = run();
         r.conclusion = "cancelled".into();
-        let post = compose(&request(Outcome::Run), 5, &r, None, &result)
-            .unwrap()
-            .unwrap();
+        let post = compose_run(SHA, 5, &r, &result);
         assert!(post
             .body
             .starts_with("### attn-diff: the run did not finish (cancelled)"));
@@ -686,22 +553,10 @@ mod tests {
             status.description,
             "0123456: the run did not finish (cancelled)"
         );
-        let post = compose(
-            &request(Outcome::Run),
-            5,
-            &r,
-            None,
-            &ResultArtifact::Missing,
-        )
-        .unwrap()
-        .unwrap();
+        // Cancelled: said so, and that anyone's workflow may have done it.
+        assert!(post.body.contains("comment again"), "{}", post.body);
+        let post = compose_run(SHA, 5, &r, &ResultArtifact::Missing);
         assert_eq!(post.status.unwrap().1.state, "error");
-        let mut f = request(Outcome::Run);
-        f.sha = Some("main".into());
-        assert!(matches!(
-            compose(&f, 5, &run(), None, &ResultArtifact::Missing),
-            Err(PostError::BadSha(_))
-        ));
     }
 
     fn download(tag: &str, zip: &[u8]) -> std::path::PathBuf {
@@ -731,9 +586,7 @@ mod tests {
             matches!(result, ResultArtifact::Refused(ref why) if why.contains("unsafe name")),
             "{result:?}"
         );
-        let post = compose(&request(Outcome::Run), 5, &run(), None, &result)
-            .unwrap()
-            .unwrap();
+        let post = compose_run(SHA, 5, &run(), &result);
         assert!(
             post.body
                 .starts_with("### attn-diff: the run's result was refused"),
@@ -782,16 +635,6 @@ mod tests {
         );
         let req = read_request(&dir).unwrap();
         assert_eq!(req.file, request(Outcome::Rejected));
-        let post = compose(
-            &req.file,
-            5,
-            &run(),
-            req.reply.as_ref(),
-            &ResultArtifact::Missing,
-        )
-        .unwrap()
-        .unwrap();
-        assert_eq!(post.body, "### attn-diff: cannot run this request\n");
         // A forged request smuggled in beside it, an absolute path, no request at all.
         for (tag, entries) in [
             (
@@ -816,29 +659,5 @@ mod tests {
         let dir = download("bad-json", &zip(&[Entry::file("request.json", b"{")]));
         assert!(matches!(read_request(&dir), Err(PostError::RequestJson(_))));
         let _ = std::fs::remove_dir_all(&dir);
-    }
-
-    #[test]
-    fn refusals_and_failed_plans_are_answered_without_a_status() {
-        let reply = capped(b"### attn-diff: cannot run this request\n");
-        let none = ResultArtifact::Missing;
-        let post = compose(&request(Outcome::Rejected), 5, &run(), Some(&reply), &none)
-            .unwrap()
-            .unwrap();
-        assert_eq!(
-            (post.body.as_str(), post.status),
-            ("### attn-diff: cannot run this request\n", None)
-        );
-        let post = compose(&request(Outcome::Failed), 5, &run(), Some(&reply), &none)
-            .unwrap()
-            .unwrap();
-        assert!(post.body.contains("could not plan this request"));
-        assert!(post
-            .body
-            .contains("[workflow run](https://github.com/o/r/actions/runs/1)"));
-        assert_eq!(
-            compose(&request(Outcome::Ignored), 5, &run(), Some(&reply), &none),
-            Ok(None)
-        );
     }
 }

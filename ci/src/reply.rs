@@ -13,8 +13,20 @@ use attn_results::markdown::{check_body, code, fenced};
 use serde::{Deserialize, Serialize};
 use std::fmt::Write;
 
-/// The commit status context the bot sets.
+/// The commit status context the report writes. The poster replaces it with
+/// [`status_context`], which names the pull request whose code made the claim.
 pub const STATUS_CONTEXT: &str = "attn-diff/bot";
+
+/// The context of the status the poster sets on pull request `pr`'s commit: the state is what
+/// that pull request's own code reported, and says so. It differs per pull request, so no
+/// branch protection rule can require it.
+pub fn status_context(pr: u64) -> String {
+    format!("{STATUS_CONTEXT}: self-reported by pull request {pr}'s code")
+}
+
+/// The reply to a `bot:test` comment from someone the allow-list does not name.
+pub const REFUSAL_REPLY: &str = "### attn-diff: not run\n\nThe bot runs only for the \
+     repository's owners, members and collaborators listed in `.github/bot-allowlist.txt`.\n";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -154,6 +166,29 @@ pub fn render_unbound_reply(e: &crate::binding::BindError) -> String {
         "### attn-diff: not run\n\nNothing was run: the commit to test could not be bound to \
          this comment.\n\n{}",
         fenced(&e.to_string(), "text")
+    )
+}
+
+/// The poster's reply to a request the plan job left unbound. What the poster knows of it
+/// could have been written by the pull request's code, so it says no more than this and
+/// points to the plan job's log.
+pub fn render_unbound_notice(link: &str) -> String {
+    format!(
+        "### attn-diff: not run\n\nNothing was run: the bot could not show that the pull \
+         request's head is the commit it was when this comment was made (the head moved or was \
+         force-pushed around the comment, or the pull request's author is not on the \
+         allow-list). Review the head and comment again with `SHA=` and its full commit id. The \
+         plan job's log in the {link} says why.\n"
+    )
+}
+
+/// The poster's reply when the request the plan job left cannot be trusted: missing,
+/// replaced, refused, or at odds with the comment. Fixed text: nothing of it is repeated.
+pub fn render_unverified_notice(why: &str, link: &str) -> String {
+    format!(
+        "### attn-diff: could not verify this run\n\nNothing from the run is posted and no \
+         status is set: the request the plan job left could not be verified ({why}). Comment \
+         again to run it anew; see the {link}.\n"
     )
 }
 

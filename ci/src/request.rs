@@ -39,6 +39,13 @@ fn default_traces() -> u32 {
 /// timeout (`attn-diff-sharded.yml`; docs/bot.md gives the worst case per comment).
 pub const MAX_CASES_PER_SHARD: u32 = 25_000;
 pub const MAX_DEEP_CASES_PER_SHARD: u32 = 12_500;
+/// Serving traces one shard may run (a trace is many scheduled steps over one cache), and
+/// with `DEEP=1`: `TRACES=20000` needs all 8 shards.
+pub const MAX_TRACES_PER_SHARD: u32 = 2_500;
+pub const MAX_DEEP_TRACES_PER_SHARD: u32 = 1_250;
+/// Upstream specs times shards: every shard runs every spec named (the cases are split, the
+/// specs are not), so this bounds the runner time specs add to a request.
+pub const MAX_SPEC_RUNS: u32 = 32;
 /// Length of a `SHA=` value: a full commit id. An abbreviation is refused: it names whatever
 /// commit of that prefix the author pushes, not one commit.
 pub const SHA_LEN: usize = 40;
@@ -262,6 +269,29 @@ pub enum ParseError {
         deep: bool,
         word: String,
     },
+    #[error(
+        "{per_shard} traces per shard (TRACES={traces} over SHARDS={shards}); at most {max}{deep}: \
+         raise SHARDS or lower TRACES",
+        deep = if *deep { " with DEEP=1" } else { "" }
+    )]
+    TracesPerShard {
+        traces: u32,
+        shards: u32,
+        per_shard: u32,
+        max: u32,
+        deep: bool,
+        word: String,
+    },
+    #[error(
+        "{specs} spec(s) on each of SHARDS={shards} is {} spec runs (every shard runs every \
+         spec); at most {MAX_SPEC_RUNS}: name fewer specs or lower SHARDS",
+        specs * shards
+    )]
+    TooManySpecRuns {
+        specs: u32,
+        shards: u32,
+        word: String,
+    },
     #[error("SHARDS={shards} is more than CASES={cases}")]
     ShardsExceedCases {
         shards: u32,
@@ -292,6 +322,8 @@ impl ParseError {
             | ParseError::BadOnly { word, .. }
             | ParseError::DuplicateOnly { word, .. }
             | ParseError::ShardTooBig { word, .. }
+            | ParseError::TracesPerShard { word, .. }
+            | ParseError::TooManySpecRuns { word, .. }
             | ParseError::ShardsExceedCases { word, .. } => word,
         }
     }
@@ -378,6 +410,8 @@ pub fn parse(comment: &str) -> Result<BotRequest, ParseError> {
     let mut seen: Vec<Key> = Vec::new();
     let mut shards_word = String::new();
     let mut cases_word = String::new();
+    let mut traces_word = String::new();
+    let mut specs_word = String::new();
     let mut mutant_words: Vec<(String, String)> = Vec::new();
     for word in words {
         let shown = echo(word);
@@ -402,7 +436,10 @@ pub fn parse(comment: &str) -> Result<BotRequest, ParseError> {
                 req.cases = number(key, value, 1, MAX_CASES as u64, &shown)? as u32;
                 cases_word = shown;
             }
-            Key::Traces => req.traces = number(key, value, 0, MAX_TRACES as u64, &shown)? as u32,
+            Key::Traces => {
+                req.traces = number(key, value, 0, MAX_TRACES as u64, &shown)? as u32;
+                traces_word = shown;
+            }
             Key::Sha => {
                 let ok = value.len() == SHA_LEN
                     && value
@@ -434,6 +471,7 @@ pub fn parse(comment: &str) -> Result<BotRequest, ParseError> {
                     });
                 }
                 req.specs = names;
+                specs_word = shown;
             }
             Key::Backends => {
                 let names = list(key, value, MAX_BACKENDS, &shown)?;
@@ -492,6 +530,33 @@ pub fn parse(comment: &str) -> Result<BotRequest, ParseError> {
                 .into_iter()
                 .find(|w| !w.is_empty())
                 .unwrap_or_else(|| COMMAND.to_string()),
+        });
+    }
+    let per_shard = req.traces.div_ceil(req.shards);
+    let max = if req.deep {
+        MAX_DEEP_TRACES_PER_SHARD
+    } else {
+        MAX_TRACES_PER_SHARD
+    };
+    if per_shard > max {
+        return Err(ParseError::TracesPerShard {
+            traces: req.traces,
+            shards: req.shards,
+            per_shard,
+            max,
+            deep: req.deep,
+            word: [traces_word, shards_word.clone()]
+                .into_iter()
+                .find(|w| !w.is_empty())
+                .unwrap_or_else(|| COMMAND.to_string()),
+        });
+    }
+    let specs = req.specs.len() as u32;
+    if specs * req.shards > MAX_SPEC_RUNS {
+        return Err(ParseError::TooManySpecRuns {
+            specs,
+            shards: req.shards,
+            word: specs_word,
         });
     }
     Ok(req)
@@ -923,6 +988,56 @@ mod tests {
             "100000 cases per shard (CASES=100000 over SHARDS=1); at most 12500 with DEEP=1: \
              raise SHARDS or lower CASES"
         );
+    }
+
+    #[test]
+    fn a_shard_has_a_trace_cap_and_specs_a_cap_over_the_shards() {
+        assert!(parse("bot:test TRACES=2500").is_ok());
+        assert!(parse("bot:test TRACES=20000 SHARDS=8 CASES=8").is_ok());
+        assert!(parse("bot:test TRACES=10000 DEEP=1 SHARDS=8 CASES=8").is_ok());
+        let e = err("bot:test TRACES=2501");
+        assert!(
+            matches!(
+                e,
+                ParseError::TracesPerShard {
+                    per_shard: 2501,
+                    max: 2500,
+                    deep: false,
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        assert_eq!(e.offending_word(), "TRACES=2501");
+        let e = err("bot:test TRACES=10001 DEEP=1 SHARDS=8 CASES=8");
+        assert!(
+            matches!(
+                e,
+                ParseError::TracesPerShard {
+                    per_shard: 1251,
+                    max: 1250,
+                    deep: true,
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        // Every shard runs every spec: k specs on 32/k shards is the cap, one more is over.
+        let names = attn_reference::specs::spec_names();
+        let k = names.len().min(MAX_SPECS) as u32;
+        let specs = names[..k as usize].join(",");
+        let most = (MAX_SPEC_RUNS / k).min(MAX_SHARDS);
+        assert!(parse(&format!("bot:test SPECS={specs} SHARDS={most}")).is_ok());
+        if most < MAX_SHARDS {
+            let e = err(&format!("bot:test SPECS={specs} SHARDS={}", most + 1));
+            assert!(
+                matches!(e, ParseError::TooManySpecRuns { specs, .. } if specs == k),
+                "{e:?}"
+            );
+            assert!(e.offending_word().starts_with("SPECS="), "{e:?}");
+        }
+        // The nightly run's request is within every cap.
+        assert!(parse("bot:test CASES=100000 DEEP=1 SHARDS=8 SEED=1").is_ok());
     }
 
     #[test]

@@ -8,7 +8,7 @@
 //!    the replay files of the minimal failing cases, flat, in one folder.
 
 use crate::allowlist::{authorized, AllowList};
-use crate::binding::{bind, BoundBy, Evidence};
+use crate::binding::{bind_request, BoundBy, Evidence};
 use crate::merge::merge;
 use crate::plan::{cargo_run_args, check_args, REPLAY_DIR, SUMMARY_FILE};
 use crate::reply::{
@@ -127,6 +127,9 @@ pub struct PlanInput {
     pub comment_id: Option<u64>,
     /// What GitHub says about the pull request's head: the tested commit is bound from it.
     pub evidence: Option<Evidence>,
+    /// Who opened the pull request (the event's `issue.user.login`): without `SHA=`, only an
+    /// allow-listed author's head is bound.
+    pub pr_author: Option<String>,
 }
 
 fn write(path: &Path, text: &str) -> Result<(), RunError> {
@@ -194,14 +197,18 @@ pub fn plan(input: PlanInput, out: &Path) -> Result<RequestFile, RunError> {
         };
         if !allowed {
             file.outcome = Outcome::Refused;
-            reply = Some(
-                "### attn-diff: not run\n\nThe bot runs only for the repository's owners, members \
-                 and collaborators listed in `.github/bot-allowlist.txt`.\n"
-                    .to_string(),
-            );
+            reply = Some(crate::reply::REFUSAL_REPLY.to_string());
         } else {
+            let author_allowed = match (&input.gate, &input.pr_author) {
+                (Gate::Local, _) => true,
+                (Gate::Comment { allowlist, .. }, Some(a)) => allowlist.allows(a),
+                (Gate::Comment { .. }, None) => false,
+            };
+            let bound = |req: &BotRequest, e: &Evidence| {
+                bind_request(req.sha.as_deref(), e, author_allowed)
+            };
             match parse(&input.comment) {
-                Ok(req) => match input.evidence.as_ref().map(|e| bind(req.sha.as_deref(), e)) {
+                Ok(req) => match input.evidence.as_ref().map(|e| bound(&req, e)) {
                     None => {
                         file.outcome = Outcome::Run;
                         file.request = Some(req);
@@ -437,6 +444,7 @@ mod tests {
             pr: Some(3),
             sha: None,
             comment_id: Some(9),
+            pr_author: Some("alice".into()),
             evidence: Some(Evidence {
                 comment_at: "2026-05-01T12:00:00Z".into(),
                 head: HEAD.into(),
@@ -497,6 +505,31 @@ mod tests {
         assert_eq!((file.outcome, file.sha), (Outcome::Rejected, None));
         let reply = std::fs::read_to_string(out.join(REPLY_FILE)).unwrap();
         assert!(reply.contains("is not a full commit id"), "{reply}");
+        let _ = std::fs::remove_dir_all(&out);
+    }
+
+    #[test]
+    fn a_pull_request_by_someone_off_the_allow_list_needs_sha() {
+        let out = out_dir("stranger");
+        let mut i = input("bot:test CASES=4", &["2026-05-01T11:00:00Z"]);
+        i.pr_author = Some("mallory".into());
+        let file = plan(i, &out).unwrap();
+        assert_eq!((file.outcome, &file.sha), (Outcome::Rejected, &None));
+        let reply = std::fs::read_to_string(out.join(REPLY_FILE)).unwrap();
+        assert!(reply.contains("not on the allow-list"), "{reply}");
+        assert!(reply.contains(&format!("SHA={HEAD}")), "{reply}");
+        // Unknown author: the same.
+        let mut i = input("bot:test CASES=4", &["2026-05-01T11:00:00Z"]);
+        i.pr_author = None;
+        assert_eq!(plan(i, &out).unwrap().outcome, Outcome::Rejected);
+        // With SHA= naming the head, it runs.
+        let mut i = input(&format!("bot:test SHA={HEAD}"), &[]);
+        i.pr_author = Some("mallory".into());
+        let file = plan(i, &out).unwrap();
+        assert_eq!(
+            (file.outcome, file.bound_by),
+            (Outcome::Run, Some(BoundBy::Sha))
+        );
         let _ = std::fs::remove_dir_all(&out);
     }
 

@@ -351,15 +351,6 @@ mod tests {
     /// v6.0.0, stripped only a leading `../`).
     const DOWNLOAD_ARTIFACT: &str =
         "actions/download-artifact@3e5f45b2cfb9172054b4087a40e8e0b5a5461e7c";
-    /// The cache paths a trusted job may restore: the cargo registry and target, and the
-    /// libtorch wheels (checked by sha256 before use). No tool binary, no assembled libtorch.
-    const CACHE_PATHS: [&str; 4] = [
-        "~/.cargo/registry",
-        "~/.cargo/git",
-        "target",
-        "~/.cache/attn-diff/wheels",
-    ];
-
     struct File {
         path: String,
         raw: String,
@@ -488,12 +479,6 @@ mod tests {
         out
     }
 
-    /// Whether a job runs code of a pull request: the jobs of the reusable workflow the bot
-    /// calls on the pull request's commit, and the bot's `run` job that calls it.
-    fn untrusted(file: &str, job: &str) -> bool {
-        file.ends_with("/attn-diff-sharded.yml") || (file.ends_with("/bot.yml") && job == "run")
-    }
-
     fn uses(step: &Yaml) -> &str {
         step.get("uses").and_then(Yaml::str).unwrap_or("")
     }
@@ -524,49 +509,6 @@ mod tests {
     fn only_on(condition: &str, event: &str) -> bool {
         let want = format!("github.event_name == '{event}'");
         !condition.contains("||") && condition.split("&&").any(|c| c.trim() == want)
-    }
-
-    #[derive(Debug)]
-    struct CacheUse {
-        file: String,
-        job: String,
-        triggers: Vec<String>,
-        condition: String,
-        saves: bool,
-        restores: bool,
-        key: String,
-        restore_keys: Option<String>,
-        paths: Vec<String>,
-    }
-
-    /// Every step of `actions/cache` (save, restore, or both), local actions expanded.
-    fn caches() -> Vec<CacheUse> {
-        let mut out = Vec::new();
-        for job in jobs() {
-            for step in &job.steps {
-                let action = action_name(step);
-                if !action.starts_with("actions/cache") {
-                    continue;
-                }
-                out.push(CacheUse {
-                    file: job.file.clone(),
-                    job: job.id.clone(),
-                    triggers: job.triggers.clone(),
-                    condition: condition(step),
-                    saves: action != "actions/cache/restore",
-                    restores: action != "actions/cache/save",
-                    key: with(step, "key").unwrap_or_default().to_string(),
-                    restore_keys: with(step, "restore-keys").map(str::to_string),
-                    paths: with(step, "path")
-                        .unwrap_or_default()
-                        .lines()
-                        .map(|l| l.trim().to_string())
-                        .filter(|l| !l.is_empty())
-                        .collect(),
-                });
-            }
-        }
-        out
     }
 
     #[test]
@@ -632,123 +574,75 @@ mod tests {
         assert_eq!(action_name(&step), "a/b");
         let ci = read(".github/workflows/ci.yml");
         assert_eq!(triggers(&ci), ["push", "pull_request"]);
-        // The set-up action's inputs are filled in where a job uses it.
+        // The set-up action's steps stand in for the step using it.
         let clippy = jobs()
             .into_iter()
             .find(|j| j.file.ends_with("/ci.yml") && j.id == "clippy")
             .unwrap();
-        let keys: Vec<&str> = clippy.steps.iter().filter_map(|s| with(s, "key")).collect();
         assert!(
-            keys.iter()
-                .any(|k| k.contains("-clippy-") && !k.contains("inputs.")),
-            "{keys:?}"
+            clippy
+                .steps
+                .iter()
+                .any(|s| s.get("run").and_then(Yaml::str) == Some("cargo xtask setup")),
+            "{:?}",
+            clippy.steps
+        );
+        let step = parse("uses: ./.github/actions/setup\nwith:\n  x: '1'\n").unwrap();
+        assert!(expand(&step).len() > 1);
+        let inputs = [("name".to_string(), "v".to_string())];
+        assert_eq!(
+            substitute(&Yaml::Str("a-${{ inputs.name }}".into()), &inputs),
+            Yaml::Str("a-v".into())
         );
     }
 
     #[test]
-    fn no_step_both_restores_and_saves_a_cache() {
-        // `actions/cache` restores at the start of a job and saves at its end, in every run it
-        // is in: a trusted run would restore. Restores and saves are separate steps, each with
-        // its own condition. No other action keeps a cache of its own (setup-python's
-        // `cache:`, a rust-cache action): all of them are `actions/cache/{restore,save}`.
+    fn no_job_restores_or_saves_a_cache() {
+        // Pull-request code run by the bot (an `issue_comment` run, in the default branch's
+        // cache scope) can write any key there with the run's cache token, a key a later push
+        // would compute among them (the next Cargo.lock's hash): that push's save then fails
+        // and every run restoring the key extracts the entry with `tar -P`, anywhere. So no job
+        // restores a cache, trusted or not, and none saves one: no `actions/cache` of any kind,
+        // no action's own `cache:` input, in any workflow or local action.
+        let mut files = workflows();
+        files.push(read(".github/actions/setup/action.yml"));
+        for f in &files {
+            for line in f.raw.lines() {
+                let t = strip_comment(line).trim_start_matches("- ");
+                assert!(!t.contains("actions/cache"), "{}: {line}", f.path);
+                assert!(!t.starts_with("cache"), "{}: {line}", f.path);
+            }
+        }
         let mut steps = 0;
         for job in jobs() {
             for s in &job.steps {
-                let name = action_name(s);
-                assert_ne!(name, "actions/cache", "{} {}: {s:?}", job.file, job.id);
-                if name.contains("cache") {
-                    assert!(
-                        matches!(name, "actions/cache/restore" | "actions/cache/save"),
-                        "{} {}: {s:?}",
-                        job.file,
-                        job.id
-                    );
-                    steps += 1;
-                }
+                steps += 1;
+                assert!(!action_name(s).contains("cache"), "{} {}", job.file, job.id);
                 let inputs = s.get("with").map(Yaml::entries).unwrap_or_default();
                 assert!(
-                    name.starts_with("actions/cache/")
-                        || inputs.iter().all(|(k, _)| !k.contains("cache")),
+                    inputs.iter().all(|(k, _)| !k.contains("cache")),
                     "{} {}: {s:?}",
                     job.file,
                     job.id
                 );
             }
         }
-        assert!(steps > 0);
+        assert!(steps >= 40, "{steps}");
     }
 
     #[test]
-    fn caches_are_restored_only_in_pull_request_runs() {
-        // Pull-request code run by the bot (an `issue_comment` run, in the default branch's
-        // cache scope) can write any key there with the run's cache token. So a trusted run
-        // (a push, the nightly run, the bot's plan and posting jobs) restores nothing, and
-        // neither do the bot's shards (another pull request's entry would write its result):
-        // only a pull request's own CI restores, whose result is that pull request's anyway.
-        let all = caches();
-        let restores: Vec<&CacheUse> = all.iter().filter(|c| c.restores).collect();
-        assert!(!restores.is_empty(), "{all:#?}");
-        for c in restores {
-            assert!(only_on(&c.condition, "pull_request"), "{c:#?}");
-            // In a reusable workflow the event is its caller's: none restores at all.
-            assert!(
-                c.triggers.iter().any(|t| t == "pull_request")
-                    && !c.triggers.iter().any(|t| t == "workflow_call"),
-                "{c:#?}"
-            );
-            // By its exact key: no `restore-keys` prefix taking the newest entry anyone wrote.
-            assert!(c.restore_keys.is_none() && !c.key.is_empty(), "{c:#?}");
-        }
-        // Only the cargo cache and the libtorch wheels: never a tool binary (a cached
-        // cargo-deny) or the assembled libtorch (all of ~/.cache/attn-diff).
-        for c in &all {
-            assert!(!c.paths.is_empty(), "{c:#?}");
-            for p in &c.paths {
-                assert!(CACHE_PATHS.contains(&p.as_str()), "{p} in {c:#?}");
+    fn no_workflow_has_a_concurrency_group() {
+        // Concurrency groups are shared by every workflow of the repository, and a fork's own
+        // `pull_request` workflow can name any group with `cancel-in-progress: true`: the
+        // poster's `bot-post-<run id>` (ids are public), another pull request's bot run, or
+        // main's push CI. No workflow or job here joins one, so none can be cancelled so.
+        for f in workflows() {
+            assert!(f.yaml.get("concurrency").is_none(), "{}", f.path);
+            for (id, job) in f.yaml.get("jobs").unwrap().entries() {
+                assert!(job.get("concurrency").is_none(), "{} {id}", f.path);
             }
+            assert!(!f.raw.contains("cancel-in-progress"), "{}", f.path);
         }
-    }
-
-    #[test]
-    fn caches_are_saved_only_by_pushes_for_pull_requests_to_restore() {
-        // Entries our steps write come from push runs only (trusted code, built with nothing
-        // restored); no job that runs pull-request code for the bot saves anything. What a
-        // push saves, the same job restores in a pull request's run (same key, same paths):
-        // no key is saved for a run to pick up by name, such as a build keyed by run id.
-        let all = caches();
-        let saves: Vec<&CacheUse> = all.iter().filter(|c| c.saves).collect();
-        assert!(!saves.is_empty(), "{all:#?}");
-        for c in saves {
-            assert!(!untrusted(&c.file, &c.job), "{c:#?}");
-            assert!(only_on(&c.condition, "push"), "{c:#?}");
-            assert!(c.triggers.iter().any(|t| t == "push"), "{c:#?}");
-            assert!(
-                all.iter().any(|r| r.restores
-                    && r.file == c.file
-                    && r.job == c.job
-                    && r.key == c.key
-                    && r.paths == c.paths),
-                "restored by no pull request's run: {c:#?}"
-            );
-        }
-        for c in all.iter().filter(|c| untrusted(&c.file, &c.job)) {
-            assert!(!c.saves, "{c:#?}");
-        }
-    }
-
-    #[test]
-    fn the_privileged_jobs_restore_no_cache() {
-        let mut privileged = 0;
-        for job in jobs() {
-            let (file, id) = (&job.file, job.id.as_str());
-            if file.ends_with("/bot-post.yml") || (file.ends_with("/bot.yml") && id == "plan") {
-                privileged += 1;
-                for s in &job.steps {
-                    assert!(!uses(s).starts_with("actions/cache"), "{file} {id}: {s:?}");
-                }
-            }
-        }
-        assert_eq!(privileged, 2);
     }
 
     #[test]
@@ -885,15 +779,75 @@ mod tests {
         }
     }
 
+    /// Each cargo command in a script: its logical lines (continuations joined), from each
+    /// `cargo` that starts a command to the end of that command.
+    fn cargo_commands(script: &str) -> Vec<String> {
+        let joined = script.replace("\\\n", " ");
+        let mut out = Vec::new();
+        for line in joined.lines() {
+            let line = line.trim();
+            for (at, _) in line.match_indices("cargo ") {
+                let before = line[..at].trim_end();
+                let starts = before.is_empty()
+                    || ["&&", "||", ";", "|", "$(", "!", "then", "do"]
+                        .iter()
+                        .any(|p| before.ends_with(p));
+                if starts {
+                    let rest = &line[at..];
+                    let end = ["&&", "||", ";", "|"]
+                        .iter()
+                        .filter_map(|p| rest.find(p))
+                        .min()
+                        .unwrap_or(rest.len());
+                    out.push(rest[..end].trim().to_string());
+                }
+            }
+        }
+        out
+    }
+
     #[test]
-    fn trusted_cargo_runs_are_locked_and_the_comment_is_not_in_the_environment() {
+    fn every_cargo_invocation_is_locked() {
+        assert_eq!(
+            cargo_commands("code=0\ncargo run --locked \\\n  -p x || code=$?\ncargo xtask lint"),
+            ["cargo run --locked    -p x", "cargo xtask lint"]
+        );
+        // The alias runs xtask with the locked dependencies; that check covers the whole
+        // workspace's Cargo.lock, which the commands xtask runs in the same checkout use.
+        let config = std::fs::read_to_string(root().join(".cargo/config.toml")).unwrap();
+        let alias = config
+            .lines()
+            .find(|l| l.starts_with("xtask = "))
+            .expect("the xtask alias");
+        assert!(alias.contains("run --locked "), "{alias}");
+        let lint = std::fs::read_to_string(root().join("xtask/src/lint.rs")).unwrap();
+        assert!(
+            lint.contains("\"clippy\",\n                \"--locked\","),
+            "xtask's clippy is locked"
+        );
+        let mut commands = 0;
+        for job in jobs() {
+            for s in &job.steps {
+                let Some(run) = s.get("run").and_then(Yaml::str) else {
+                    continue;
+                };
+                for c in cargo_commands(run) {
+                    commands += 1;
+                    let sub = c.split_whitespace().nth(1).unwrap_or("");
+                    // `cargo fmt` resolves nothing and takes no --locked.
+                    let ok = matches!(sub, "xtask" | "fmt") || c.contains(" --locked");
+                    assert!(ok, "{} {}: {c}", job.file, job.id);
+                }
+            }
+        }
+        assert!(commands >= 10, "{commands}");
+    }
+
+    #[test]
+    fn the_comment_is_not_in_the_environment_and_the_head_is_read_first() {
         for f in workflows() {
             for line in f.raw.lines() {
                 let t = line.trim();
-                let t = t.strip_prefix("run: ").unwrap_or(t);
-                if t.starts_with("cargo run") || t.starts_with("cargo build") {
-                    assert!(t.contains("--locked"), "{}: {t}", f.path);
-                }
                 // In the environment, a comment over 128 KiB stops the step from starting.
                 if t.contains("github.event.comment.body") {
                     assert!(
@@ -912,15 +866,99 @@ mod tests {
             "{filter}"
         );
         let steps = plan.get("steps").unwrap().items();
+        // The head is read before anything is installed.
+        assert_eq!(steps[0].get("id").and_then(Yaml::str), Some("head"));
         let parse = steps
             .iter()
             .find(|s| s.get("id").and_then(Yaml::str) == Some("plan"))
             .unwrap();
-        assert!(parse
-            .get("run")
+        let run = parse.get("run").unwrap().str().unwrap();
+        assert!(run.contains("--event \"$GITHUB_EVENT_PATH\""), "{run}");
+        assert!(run.contains("--pr-author \"$PR_AUTHOR\""), "{run}");
+        assert_eq!(
+            parse
+                .get("env")
+                .and_then(|e| e.get("PR_AUTHOR"))
+                .and_then(Yaml::str),
+            Some("${{ github.event.issue.user.login }}")
+        );
+    }
+
+    #[test]
+    fn the_poster_reads_the_pull_request_and_comment_from_the_runs_title() {
+        let bot = read(".github/workflows/bot.yml");
+        let title = bot.yaml.get("run-name").and_then(Yaml::str).unwrap();
+        let rendered = title
+            .replace("${{ github.event.comment.id }}", "77")
+            .replace("${{ github.event.issue.number }}", "5");
+        assert_eq!(rendered, crate::answer::run_title(5, 77));
+        let post = read(".github/workflows/bot-post.yml");
+        let steps = post
+            .yaml
+            .get("jobs")
             .unwrap()
-            .str()
+            .get("post")
             .unwrap()
-            .contains("--event \"$GITHUB_EVENT_PATH\""));
+            .get("steps")
+            .unwrap()
+            .items();
+        let step = |id: &str| {
+            steps
+                .iter()
+                .find(|s| s.get("id").and_then(Yaml::str) == Some(id))
+                .unwrap_or_else(|| panic!("no step {id}"))
+        };
+        for id in ["select", "post"] {
+            let s = step(id);
+            assert_eq!(
+                s.get("env")
+                    .and_then(|e| e.get("TITLE"))
+                    .and_then(Yaml::str),
+                Some("${{ github.event.workflow_run.display_title }}"),
+                "{id}"
+            );
+            assert!(
+                s.get("run")
+                    .unwrap()
+                    .str()
+                    .unwrap()
+                    .contains("--title \"$TITLE\""),
+                "{id}"
+            );
+        }
+        let run = step("post").get("run").unwrap().str().unwrap();
+        for arg in [
+            "--commits ",
+            "--allowlist .github/bot-allowlist.txt",
+            "--jobs ",
+        ] {
+            assert!(run.contains(arg), "{arg}: {run}");
+        }
+        // The comment fetched is the one the title names, never one an artifact names.
+        let fetch = steps
+            .iter()
+            .find(|s| {
+                s.get("run")
+                    .and_then(Yaml::str)
+                    .is_some_and(|r| r.contains("issues/comments/"))
+            })
+            .unwrap();
+        assert_eq!(
+            fetch
+                .get("env")
+                .and_then(|e| e.get("COMMENT_ID"))
+                .and_then(Yaml::str),
+            Some("${{ steps.select.outputs.comment-id }}")
+        );
+        assert!(!post.raw.contains("post-request"));
+        // A request artifact that is not there to trust is not downloaded; `post` answers.
+        let request = steps
+            .iter()
+            .find(|s| with(s, "artifact-ids") == Some("${{ steps.select.outputs.request-id }}"))
+            .unwrap();
+        assert_eq!(
+            request.get("if").and_then(Yaml::str),
+            Some("steps.select.outputs.request-id != ''")
+        );
     }
 }

@@ -220,6 +220,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
         cargo(
             &[
                 "clippy",
+                "--locked",
                 "--workspace",
                 "--all-targets",
                 "--all-features",
