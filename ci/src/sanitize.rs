@@ -407,7 +407,7 @@ mod tests {
         assert!(!s.contains('$'), "{s}");
         assert_eq!(
             s,
-            "all ＄\\color{green}passed＄ and ＄＄\\text{ok}＄＄ and ＄`x`＄\n"
+            "all ＄\\\\color{green}passed＄ and ＄＄\\\\text{ok}＄＄ and ＄`x`＄\n"
         );
         // In a block, a dollar is plain code and stays.
         assert_eq!(sanitize("```\n$x$\n```\n"), "\n```\n$x$\n```\n");

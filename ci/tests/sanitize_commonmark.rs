@@ -6,7 +6,7 @@
 //! the text is checked for what would trigger one).
 
 use attn_ci::sanitize::{sanitize, wrap};
-use pulldown_cmark::{Event, Options, Parser, Tag};
+use pulldown_cmark::{Event, Options, Parser, Tag, TagEnd};
 
 const KEPT_TAGS: [&str; 4] = ["<details>", "</details>", "<summary>", "</summary>"];
 
@@ -47,8 +47,12 @@ fn live(md: &str) -> Vec<String> {
         }
         None
     };
+    // Text in a code block is shown as it is: nothing in it is live.
+    let mut in_code_block = false;
     for event in Parser::new_ext(md, Options::all()) {
         match &event {
+            Event::Start(Tag::CodeBlock(_)) => in_code_block = true,
+            Event::End(TagEnd::CodeBlock) => in_code_block = false,
             Event::Start(Tag::Link { .. } | Tag::Image { .. } | Tag::FootnoteDefinition(_))
             | Event::FootnoteReference(_)
             | Event::InlineMath(_)
@@ -66,7 +70,7 @@ fn live(md: &str) -> Vec<String> {
                     found.push(format!("{what} in HTML {h:?}"));
                 }
             }
-            Event::Text(t) => {
+            Event::Text(t) if !in_code_block => {
                 if let Some(what) = text_is_live(t) {
                     found.push(format!("{what} in {t:?}"));
                 }
@@ -117,7 +121,7 @@ const LIVE: &[&str] = &[
     "&lt;a href=x&gt;",
     "&#60;img src=x&#62;",
     "&#x3c;img&#x3e; &#64;alice &commat;bob",
-    "<details><summary>[x](//evil.example)</summary>\n\\[y](//evil.example)\n</details>",
+    "<details><summary>[x](//evil.example)</summary>\n\n[y](//evil.example)\n</details>",
     "<details>\n<img src=x>\n\n[z](//evil.example)",
     "[^1]\n\n[^1]: [x](//evil.example)",
     "> [!NOTE]\n> all passed",
@@ -171,8 +175,17 @@ fn the_parser_in_this_test_finds_the_live_markup() {
             // Entities render as characters, not tags; the alert is checked below.
             continue;
         }
-        if piece.starts_with("\\") && !piece.starts_with("\\\\") {
-            continue; // escaped in the input already: inert as it is
+        // Escaped in the input already (an odd run of backslashes before its first character,
+        // or before every `[`): inert as it is.
+        let odd_before =
+            |i: usize| (piece[..i].len() - piece[..i].trim_end_matches('\\').len()) % 2 == 1;
+        let lead = piece.trim_start_matches('\\');
+        let leading_escaped = odd_before(piece.len() - lead.len());
+        let brackets_escaped = piece.contains('[')
+            && !piece.contains('<')
+            && piece.match_indices('[').all(|(i, _)| odd_before(i));
+        if leading_escaped || brackets_escaped {
+            continue;
         }
         let found = live(piece);
         assert!(!found.is_empty(), "not live before sanitising: {piece:?}");
