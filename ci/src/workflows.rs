@@ -893,15 +893,17 @@ mod tests {
             .replace("${{ github.event.issue.number }}", "5");
         assert_eq!(rendered, crate::answer::run_title(5, 77));
         let post = read(".github/workflows/bot-post.yml");
-        let steps = post
-            .yaml
-            .get("jobs")
-            .unwrap()
-            .get("post")
-            .unwrap()
-            .get("steps")
-            .unwrap()
-            .items();
+        let job = post.yaml.get("jobs").unwrap().get("post").unwrap();
+        // Only a run of the comment workflow: `issue_comment` runs use the default branch's
+        // workflows, so its title is bot.yml's; a fork's own `pull_request` workflow named
+        // `bot` could title its run anything.
+        let only = job.get("if").and_then(Yaml::str).unwrap();
+        assert!(
+            only.starts_with("github.event.workflow_run.event == 'issue_comment' &&")
+                && !only.contains("||"),
+            "{only}"
+        );
+        let steps = job.get("steps").unwrap().items();
         let step = |id: &str| {
             steps
                 .iter()
