@@ -22,7 +22,8 @@ class NumpyReference(Adapter):
     name = "numpy-reference"
     description = "paged attention in numpy (float64), every feature"
     # Every established feature, padded requests and local chunks (no FP8 cache, no
-    # cross-attention).
+    # cross-attention). A subclass with its own forward should declare its own capabilities:
+    # it otherwise receives every feature this class learns (the handshake says so).
     capabilities = {
         "features": [
             "sliding_window",
@@ -31,6 +32,8 @@ class NumpyReference(Adapter):
             "sinks",
             "padded_requests",
             "chunked_local_attention",
+            "chunk_lookback",
+            "non_causal",
         ]
     }
 
@@ -45,24 +48,29 @@ class NumpyReference(Adapter):
         cache["k"][blocks, offsets] = key[keep]
         cache["v"][blocks, offsets] = value[keep]
 
-    def visible(self, config, rel):
-        """Mask of keys a query sees, from rel = key position - query position."""
+    def visible(self, config, rel, causal=True):
+        """Mask of keys a query sees, from rel = key position - query position; a
+        non-causal decoder request sees its whole sequence, its window both ways."""
         mask = np.ones(rel.shape, dtype=bool)
-        if config.kind == "decoder":
+        if config.kind == "decoder" and causal:
             mask &= rel <= 0
         lr = config.window_left_right()
         if lr is not None:
             left, right = lr
+            if not causal:
+                right = left
             mask &= (rel >= -left) & (rel <= right)
         return mask
 
     def in_chunk(self, config, rel, qpos):
-        """Mask of keys in each query's local chunk (all keys without chunks), from rel
-        [n, L] and the queries' positions qpos [n]: none before qpos - qpos % chunk."""
+        """Mask of keys in each query's local chunk and the `chunk_lookback` chunks before
+        it (all keys without chunks), from rel [n, L] and the queries' positions qpos [n]:
+        none before (qpos // chunk - lookback) * chunk."""
         chunk = config.attention_chunk_size
         if chunk is None or config.kind != "decoder":
             return np.ones(rel.shape, dtype=bool)
-        return rel >= -(qpos % chunk)[:, None]
+        start = np.maximum(qpos // chunk - (config.chunk_lookback or 0), 0) * chunk
+        return rel >= (start - qpos)[:, None]
 
     def expand_kv(self, config, x):
         """K or V rows [L, num_kv_heads, D] per query head: [L, num_heads, D]."""
@@ -90,7 +98,8 @@ class NumpyReference(Adapter):
             rel = pos[None, :] - qpos[:, None]  # [n, L]
             if config.alibi_slopes is not None:
                 logits += np.asarray(config.alibi_slopes)[:, None, None] * rel[None]
-            logits = np.where((self.visible(config, rel) & self.in_chunk(config, rel, qpos))[None], logits, -np.inf)
+            seen = self.visible(config, rel, step.is_causal(s)) & self.in_chunk(config, rel, qpos)
+            logits = np.where(seen[None], logits, -np.inf)
             peak = logits.max(axis=2, keepdims=True)
             if config.sinks is not None:
                 sinks = np.asarray(config.sinks, dtype=np.float64)[:, None, None]

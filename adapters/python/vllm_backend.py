@@ -277,6 +277,9 @@ class Session:
 
 class VllmBackend(Adapter):
     """attn-diff adapter around a vLLM v1 AttentionBackend class."""
+    #: What changes the run: this adapter's settings, and vLLM's own (it reads VLLM_* at
+    #: import and at construction).
+    environment = ("ATTN_DIFF_VLLM_FEATURES", "ATTN_DIFF_MAX_CACHE_GIB", "VLLM_*")
 
     def __init__(
         self,

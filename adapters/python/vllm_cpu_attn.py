@@ -88,6 +88,7 @@ def attn_isa(dtype, block_size, head_size) -> str:
 
 
 class VllmCpuAttn(Adapter):
+    environment = ("ATTN_DIFF_VLLM_BLOCK_MULTIPLE", "ATTN_DIFF_VLLM_FEATURES", "VLLM_*")
     name = "vllm-cpu-attn"
     capabilities = {
         "head_sizes": HEAD_SIZES,

@@ -270,6 +270,8 @@ class ModelConfigStandIn:
 
 
 class SpyrePaged(Adapter):
+    environment = ("ATTN_DIFF_SPYRE_DTYPES", "ATTN_DIFF_MAX_CACHE_GIB", "VLLM_*")
+
     def __init__(self, module, stand_ins, mode, construct, padding, reference):
         from vllm.v1.attention.backend import AttentionType
         from vllm.v1.kv_cache_interface import FullAttentionSpec

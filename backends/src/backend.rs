@@ -14,6 +14,7 @@
 use attn_reference::{AttentionConfig, AttentionKind, Case, Feature, Space};
 use attn_results::{BackendId, BackendRole};
 use std::any::Any;
+use std::collections::BTreeMap;
 use std::time::Duration;
 use thiserror::Error;
 
@@ -81,6 +82,17 @@ pub struct StepInputs<'a> {
     pub block_table: &'a [Vec<u32>],
     /// All tokens of the step (real + padding).
     pub num_tokens: usize,
+    /// `[num_seqs]`: whether each request is causal; None: every one is. Only a backend
+    /// that implements [`Feature::NonCausal`] is sent a step with a non-causal request.
+    pub causal: Option<&'a [bool]>,
+}
+
+impl StepInputs<'_> {
+    /// Whether sequence `seq` is causal.
+    pub fn is_causal(&self, seq: usize) -> bool {
+        self.causal
+            .is_none_or(|c| c.get(seq).copied().unwrap_or(true))
+    }
 }
 
 pub trait Backend: Send + Sync {
@@ -172,6 +184,18 @@ pub trait Backend: Send + Sync {
     fn reported_kernel_time(&self) -> Option<Duration> {
         None
     }
+
+    /// Environment variables that change what this backend runs (an adapter's plugin path,
+    /// say), with their values: replay files and replay lines carry them.
+    fn environment(&self) -> BTreeMap<String, String> {
+        BTreeMap::new()
+    }
+
+    /// What a person should know about a failure of this backend on `config` that the
+    /// numbers cannot say (capabilities it inherited rather than declared, say).
+    fn failure_caveat(&self, _config: &AttentionConfig) -> Option<String> {
+        None
+    }
 }
 
 /// The whole space `backend` declares: [`Backend::space`] with the optional features it does
@@ -233,21 +257,20 @@ pub fn declines(backend: &dyn Backend, config: &AttentionConfig) -> Result<(), U
 /// (sequences, query and sequence lengths, tokens per step).
 pub fn declines_case(backend: &dyn Backend, case: &Case) -> Result<(), Unsupported> {
     declines(backend, &case.config)?;
-    declines_lens(backend, &case.batch.query_lens)?;
-    backend.space().admits_batch(
-        &case.batch.seq_lens,
-        &case.batch.query_lens,
-        case.num_tokens(),
-    )
+    declines_batch(backend, &case.batch)?;
+    backend.space().admits_batch(&case.batch)
 }
 
-/// Whether `backend` declines a batch of these query lengths for a feature of the batch
+/// Whether `backend` declines `batch` for a feature of the batch
 /// ([`Feature::OF_THE_BATCH`]) it does not implement.
-pub fn declines_lens(backend: &dyn Backend, query_lens: &[usize]) -> Result<(), Unsupported> {
+pub fn declines_batch(
+    backend: &dyn Backend,
+    batch: &attn_reference::Batch,
+) -> Result<(), Unsupported> {
     let implemented = backend.optional_features();
     match Feature::OF_THE_BATCH
         .into_iter()
-        .find(|f| f.used_by_lens(query_lens) && !implemented.contains(f))
+        .find(|f| f.used_by_batch(batch) && !implemented.contains(f))
     {
         Some(f) => Err(Unsupported::new(f, "not implemented")),
         None => Ok(()),

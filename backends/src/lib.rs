@@ -19,7 +19,7 @@ pub mod threads;
 pub mod trace;
 
 pub use backend::{
-    cache_as, cache_as_mut, declared_space, declines, declines_case, declines_lens, Backend,
+    cache_as, cache_as_mut, declared_space, declines, declines_batch, declines_case, Backend,
     BackendError, CacheLayout, KvCache, KvWrite, StepInputs, Unsupported,
 };
 pub use registry::{all_backends, all_thresholds, backend_by_name, backend_names, uses_libtorch};

@@ -225,6 +225,7 @@ pub fn step_inputs<'a>(case: &'a Case, query_start_loc: &'a [usize]) -> StepInpu
         seq_lens: &case.batch.seq_lens,
         block_table: &case.layout.block_table,
         num_tokens: case.num_tokens(),
+        causal: case.batch.causal.as_deref(),
     }
 }
 

@@ -33,6 +33,12 @@ impl StepInputs<'_> {
                 self.num_tokens
             ));
         }
+        if let Some(causal) = self.causal.filter(|c| c.len() != seqs) {
+            return Err(format!(
+                "causal has {} flags for {seqs} sequences",
+                causal.len()
+            ));
+        }
         if self.block_table.len() < seqs {
             return Err(format!(
                 "block_table has {} rows for {seqs} sequences",
@@ -85,6 +91,7 @@ mod tests {
             seq_lens: lens,
             block_table: t,
             num_tokens: qsl.last().copied().unwrap_or(0),
+            causal: None,
         }
     }
 

@@ -243,6 +243,7 @@ fn bad_inputs_are_errors_not_panics() {
         seq_lens: &[1],
         block_table: &table,
         num_tokens: 1,
+        causal: None,
     };
     assert!(
         b.forward(&cfg, &cache, &step).is_err(),
@@ -255,6 +256,7 @@ fn bad_inputs_are_errors_not_panics() {
         seq_lens: &[1],
         block_table: &table,
         num_tokens: 1,
+        causal: None,
     };
     assert!(
         b.forward(&cfg, &cache, &step).is_err(),
@@ -266,6 +268,7 @@ fn bad_inputs_are_errors_not_panics() {
         seq_lens: &[5],
         block_table: &table,
         num_tokens: 1,
+        causal: None,
     };
     assert!(
         b.forward(&cfg, &cache, &step).is_err(),

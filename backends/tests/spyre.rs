@@ -209,6 +209,7 @@ fn malformed_steps_are_errors_not_panics() {
         seq_lens: &c.batch.seq_lens,
         block_table: &short_table,
         num_tokens: c.num_tokens(),
+        causal: None,
     };
     assert!(matches!(
         b.forward(&c.config, &cache, &step),

@@ -319,6 +319,7 @@ pub fn case_from_safetensors(bytes: &[u8]) -> Result<(Case, Option<Vec<f64>>), T
             seq_lens,
             query_lens,
             num_padding_tokens,
+            causal: None,
         },
         layout: PagedLayout {
             num_blocks,

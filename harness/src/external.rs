@@ -321,7 +321,16 @@ pub fn start_backend(name: &str, args: &ExternalArgs) -> anyhow::Result<Arc<dyn 
         "starting adapter {name} and waiting for its handshake (up to {:.0} s)",
         spec.startup_timeout.as_secs_f64()
     ));
-    Ok(Arc::new(ExternalBackend::start(spec)?))
+    let backend = ExternalBackend::start(spec)?;
+    if let Some(from) = &backend.hello().inherited_capabilities {
+        // Said at once: every failure in a feature it inherited would otherwise look like a bug.
+        eprintln!(
+            "warning: adapter {name}: its class declares no capabilities of its own and \
+             inherits those of {from}, so it is sent every feature {from} runs; declare \
+             `capabilities` on the class if its forward implements fewer"
+        );
+    }
+    Ok(Arc::new(backend))
 }
 
 #[cfg(test)]

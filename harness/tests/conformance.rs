@@ -234,6 +234,63 @@ mod topics {
         topic(b, Some(Feature::ChunkedLocalAttention), recipes);
     }
 
+    pub fn chunk_lookback(b: &dyn Backend) {
+        // One and two chunks back, inside a block and across blocks, back past the first
+        // chunk; decodes and prefills crossing a chunk start; with a window as well.
+        let recipes = [(1, 3), (3, 1), (4, 2), (5, 1), (2, 9)]
+            .iter()
+            .map(|&(chunk, back)| {
+                with(|r| {
+                    r.chunk = Some(chunk);
+                    r.lookback = Some(back);
+                })
+            })
+            .chain([
+                with(|r| {
+                    r.chunk = Some(3);
+                    r.lookback = Some(1);
+                    r.window = Some(5);
+                }),
+                with(|r| {
+                    r.chunk = Some(4);
+                    r.lookback = Some(1);
+                    r.seqs = vec![(15, 1), (7, 9), (0, 17)];
+                    r.alibi = true;
+                }),
+            ])
+            .collect();
+        topic(b, Some(Feature::ChunkLookback), recipes);
+    }
+
+    pub fn non_causal(b: &dyn Backend) {
+        // Every request non-causal, one of three, with a window (both ways), with ALiBi
+        // (positive offsets for later keys), with local chunks, beside padded requests.
+        let mixed = vec![(15, 1), (7, 9), (0, 17)];
+        let recipes = vec![
+            with(|r| r.non_causal = Some(u64::MAX)),
+            with(|r| {
+                r.seqs = mixed.clone();
+                r.non_causal = Some(0b010);
+            }),
+            with(|r| {
+                r.seqs = mixed.clone();
+                r.non_causal = Some(0b101);
+                r.window = Some(3);
+            }),
+            with(|r| {
+                r.seqs = mixed.clone();
+                r.non_causal = Some(0b110);
+                r.alibi = true;
+                r.sinks = true;
+            }),
+            with(|r| {
+                r.non_causal = Some(u64::MAX);
+                r.chunk = Some(4);
+            }),
+        ];
+        topic(b, Some(Feature::NonCausal), recipes);
+    }
+
     pub fn soft_cap(b: &dyn Backend) {
         let recipes = [1.0, 5.0, 30.0]
             .iter()
@@ -432,6 +489,8 @@ macro_rules! every_topic {
             shared_prefix_blocks,
             sliding_windows,
             local_chunks,
+            chunk_lookback,
+            non_causal,
             soft_cap,
             alibi,
             sinks,

@@ -168,6 +168,7 @@ pub fn build_case(
             seq_lens: seq_lens.to_vec(),
             query_lens: query_lens.to_vec(),
             num_padding_tokens: opts.padding_tokens,
+            causal: None,
         },
         layout: PagedLayout {
             num_blocks,

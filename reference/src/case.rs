@@ -31,6 +31,25 @@ pub struct Batch {
     /// outputs ignored, and they must never disturb real rows.
     #[serde(default)]
     pub num_padding_tokens: usize,
+    /// Per sequence, whether it is causal (vLLM 0.33's `causal` tensor); absent: every one
+    /// is. A non-causal decoder request sees every key of its sequence, and a window around
+    /// it reaches both ways (DFlash, diffusion-style decoding). Left out of JSON when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub causal: Option<Vec<bool>>,
+}
+
+impl Batch {
+    /// Whether sequence `seq` is causal.
+    pub fn is_causal(&self, seq: usize) -> bool {
+        self.causal
+            .as_ref()
+            .is_none_or(|c| c.get(seq).copied().unwrap_or(true))
+    }
+
+    /// Whether a real request (one with new tokens) is non-causal.
+    pub fn has_non_causal(&self) -> bool {
+        (0..self.seq_lens.len()).any(|s| !self.is_causal(s) && self.query_lens[s] > 0)
+    }
 }
 
 /// Where the KV of every token lives in the paged cache.

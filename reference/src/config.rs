@@ -96,6 +96,12 @@ pub struct AttentionConfig {
     /// too, if there is one). Left out of JSON when `None`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attention_chunk_size: Option<usize>,
+    /// Chunked attention with look-back (vLLM 0.33's `CHUNK_LOOKBACK`): a decoder query in
+    /// chunk `p / c` also sees the `k` chunks before its own, keys from `(p / c - k) * c`.
+    /// Needs `attention_chunk_size`; at least 1 (look-back 0 is Llama 4's local chunks, the
+    /// field left out). Left out of JSON when `None`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chunk_lookback: Option<usize>,
 }
 
 impl AttentionConfig {
@@ -122,6 +128,7 @@ impl AttentionConfig {
             kv_cache: None,
             mla: None,
             attention_chunk_size: None,
+            chunk_lookback: None,
         }
     }
 
@@ -171,6 +178,9 @@ impl AttentionConfig {
         }
         if let Some(c) = self.attention_chunk_size {
             f.push(format!("chunk={c}"));
+        }
+        if let Some(k) = self.chunk_lookback {
+            f.push(format!("lookback={k}"));
         }
         if let Some(c) = self.logits_soft_cap {
             f.push(format!("soft_cap={c}"));

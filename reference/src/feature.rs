@@ -26,7 +26,7 @@ pub enum Feature {
     Fp8KvCache,
     /// Requests with no new token in the step (query_len 0, seq_len 0) after the real ones:
     /// vLLM pads a batch's request count with them for CUDA graphs. A property of the batch,
-    /// not of the config ([`Feature::used_by_lens`]).
+    /// not of the config ([`Feature::used_by_batch`]).
     PaddedRequests,
     /// Multi-head latent attention: one latent KV head whose first `head_size_v` dims are V
     /// ([`crate::Mla`]).
@@ -34,6 +34,13 @@ pub enum Feature {
     /// Chunked local attention (Llama 4's `attention_chunk_size`): a query sees only the keys
     /// of its own chunk of positions.
     ChunkedLocalAttention,
+    /// Non-causal decoder requests (vLLM 0.33's per-request `causal`, `supports_non_causal`):
+    /// a request that sees every key of its sequence. A property of the batch
+    /// ([`crate::Batch::causal`]).
+    NonCausal,
+    /// Chunked attention with look-back (vLLM 0.33's `CHUNK_LOOKBACK`): a query also sees
+    /// the `k` chunks before its own ([`AttentionConfig::chunk_lookback`]).
+    ChunkLookback,
     /// An FP8 query (vLLM's `query_quant` with `_q_scale`): the query quantized to E4M3
     /// before the kernel, read back with its scale ([`crate::Fp8KvCache::q_scale`]; only
     /// with an FP8 KV cache).
@@ -58,7 +65,7 @@ pub enum Feature {
 }
 
 impl Feature {
-    pub const ALL: [Feature; 20] = [
+    pub const ALL: [Feature; 22] = [
         Feature::Dtype,
         Feature::EncoderOnly,
         Feature::CrossAttention,
@@ -70,6 +77,8 @@ impl Feature {
         Feature::PaddedRequests,
         Feature::Mla,
         Feature::ChunkedLocalAttention,
+        Feature::ChunkLookback,
+        Feature::NonCausal,
         Feature::Fp8Query,
         Feature::HeadSize,
         Feature::BlockSize,
@@ -83,7 +92,7 @@ impl Feature {
 
     /// The optional attention features: on or off in a config, listed in an external
     /// adapter's capabilities.
-    pub const OPTIONAL: [Feature; 11] = [
+    pub const OPTIONAL: [Feature; 13] = [
         Feature::EncoderOnly,
         Feature::CrossAttention,
         Feature::SlidingWindow,
@@ -95,19 +104,22 @@ impl Feature {
         Feature::Mla,
         Feature::ChunkedLocalAttention,
         Feature::Fp8Query,
+        Feature::ChunkLookback,
+        Feature::NonCausal,
     ];
 
     /// The optional features a batch uses rather than a config.
-    pub const OF_THE_BATCH: [Feature; 1] = [Feature::PaddedRequests];
+    pub const OF_THE_BATCH: [Feature; 2] = [Feature::PaddedRequests, Feature::NonCausal];
 
     /// The optional features no MLA model has: the case model refuses them beside MLA, and
     /// coverage counts no pair of them with it.
-    pub const NOT_WITH_MLA: [Feature; 5] = [
+    pub const NOT_WITH_MLA: [Feature; 6] = [
         Feature::SlidingWindow,
         Feature::LogitsSoftCap,
         Feature::Alibi,
         Feature::Sinks,
         Feature::ChunkedLocalAttention,
+        Feature::ChunkLookback,
     ];
 
     /// The optional features every backend of this project implemented when the list was
@@ -136,6 +148,8 @@ impl Feature {
             Feature::PaddedRequests => "padded_requests",
             Feature::Mla => "mla",
             Feature::ChunkedLocalAttention => "chunked_local_attention",
+            Feature::ChunkLookback => "chunk_lookback",
+            Feature::NonCausal => "non_causal",
             Feature::Fp8Query => "fp8_query",
             Feature::HeadSize => "head_size",
             Feature::BlockSize => "block_size",
@@ -162,6 +176,8 @@ impl Feature {
             Feature::PaddedRequests => "padded requests (query length 0)",
             Feature::Mla => "multi-head latent attention (MLA)",
             Feature::ChunkedLocalAttention => "chunked local attention",
+            Feature::ChunkLookback => "chunk look-back",
+            Feature::NonCausal => "non-causal requests",
             Feature::Fp8Query => "FP8 query",
             Feature::HeadSize => "head size",
             Feature::BlockSize => "block size",
@@ -187,15 +203,17 @@ impl Feature {
             Feature::Fp8KvCache => config.kv_cache.is_some(),
             Feature::Mla => config.mla.is_some(),
             Feature::ChunkedLocalAttention => config.attention_chunk_size.is_some(),
+            Feature::ChunkLookback => config.chunk_lookback.is_some(),
             Feature::Fp8Query => config.kv_cache.is_some_and(|k| k.q_scale.is_some()),
             _ => false,
         }
     }
 
-    /// Whether a batch of these lengths uses this feature (the features of the batch).
-    pub fn used_by_lens(self, query_lens: &[usize]) -> bool {
+    /// Whether `batch` uses this feature (the features of the batch).
+    pub fn used_by_batch(self, batch: &crate::Batch) -> bool {
         match self {
-            Feature::PaddedRequests => query_lens.contains(&0),
+            Feature::PaddedRequests => batch.query_lens.contains(&0),
+            Feature::NonCausal => batch.has_non_causal(),
             _ => false,
         }
     }
@@ -210,8 +228,10 @@ impl Feature {
             Feature::Sinks => "config.sinks",
             Feature::Fp8KvCache => "config.kv_cache",
             Feature::PaddedRequests => "batch.query_lens",
+            Feature::NonCausal => "batch.causal",
             Feature::Mla => "config.mla",
             Feature::ChunkedLocalAttention => "config.attention_chunk_size",
+            Feature::ChunkLookback => "config.chunk_lookback",
             Feature::Fp8Query => "config.kv_cache.q_scale",
             _ => "config",
         }
@@ -224,9 +244,11 @@ impl Feature {
     pub fn allows_kind(self, kind: AttentionKind) -> bool {
         match self {
             Feature::SlidingWindow | Feature::Alibi => kind != AttentionKind::EncoderDecoder,
-            Feature::Mla | Feature::ChunkedLocalAttention | Feature::PaddedRequests => {
-                kind == AttentionKind::Decoder
-            }
+            Feature::Mla
+            | Feature::ChunkedLocalAttention
+            | Feature::ChunkLookback
+            | Feature::PaddedRequests
+            | Feature::NonCausal => kind == AttentionKind::Decoder,
             _ => true,
         }
     }
@@ -245,7 +267,12 @@ impl Feature {
             Feature::Sinks => config.sinks = None,
             Feature::Fp8KvCache => config.kv_cache = None,
             Feature::Mla => config.mla = None,
-            Feature::ChunkedLocalAttention => config.attention_chunk_size = None,
+            // Look-back is a kind of local chunks: both go.
+            Feature::ChunkedLocalAttention => {
+                config.attention_chunk_size = None;
+                config.chunk_lookback = None;
+            }
+            Feature::ChunkLookback => config.chunk_lookback = None,
             Feature::Fp8Query => {
                 if let Some(k) = &mut config.kv_cache {
                     k.q_scale = None;
@@ -267,6 +294,10 @@ impl Feature {
             Feature::Alibi => config.alibi_slopes = Some(vec![0.5; config.num_heads]),
             Feature::Sinks => config.sinks = Some(vec![0.0; config.num_heads]),
             Feature::ChunkedLocalAttention => config.attention_chunk_size = Some(64),
+            Feature::ChunkLookback => {
+                config.attention_chunk_size = config.attention_chunk_size.or(Some(64));
+                config.chunk_lookback = Some(1);
+            }
             Feature::Fp8KvCache => {
                 // One scale for both: MLA's K and V are one cache entry.
                 let v_scale = if config.mla.is_some() { 0.5 } else { 0.25 };
@@ -478,6 +509,10 @@ mod tests {
             if f == Feature::Fp8Query {
                 // Off, the query is read as it is; the cache it came with stays FP8.
                 assert!(Feature::Fp8KvCache.turn_off(&mut c), "{f}");
+            }
+            if f == Feature::ChunkLookback {
+                // Off, the query sees its own chunk only; the chunks it came with stay.
+                assert!(Feature::ChunkedLocalAttention.turn_off(&mut c), "{f}");
             }
             if f == Feature::Mla {
                 // MLA brings its own head layout and scale; off, it leaves them, valid.

@@ -35,6 +35,10 @@ pub struct Visibility {
     pub kind: AttentionKind,
     pub window: Option<usize>,
     pub chunk: Option<usize>,
+    /// Chunks before the query's own that it also sees (0: its own chunk only).
+    pub lookback: usize,
+    /// A decoder request that is causal (false: it sees the whole sequence).
+    pub causal: bool,
 }
 
 impl Visibility {
@@ -43,6 +47,16 @@ impl Visibility {
             kind: c.kind,
             window: c.sliding_window,
             chunk: c.attention_chunk_size,
+            lookback: c.chunk_lookback.unwrap_or(0),
+            causal: true,
+        }
+    }
+
+    /// The visibility of sequence `seq` of `case` (its own causality).
+    pub fn of_seq(case: &Case, seq: usize) -> Self {
+        Visibility {
+            causal: case.batch.is_causal(seq),
+            ..Visibility::of(&case.config)
         }
     }
 
@@ -52,9 +66,20 @@ impl Visibility {
         match self.kind {
             AttentionKind::Decoder => {
                 let lo = self.window.map_or(0, |w| (p + 1).saturating_sub(w));
-                // Validation keeps local chunks to decoders.
-                let chunk_start = self.chunk.map_or(0, |c| p - p % c.max(1));
-                (lo.max(chunk_start), p)
+                // Validation keeps local chunks to decoders. Upstream's rule: key k is
+                // seen when p / c - k / c <= lookback (every later key passes it).
+                let chunk_start = self.chunk.map_or(0, |c| {
+                    let c = c.max(1);
+                    (p / c).saturating_sub(self.lookback) * c
+                });
+                // A non-causal request sees the whole sequence, a window both ways
+                // (vLLM 0.33: |p - k| < w).
+                let hi = match (self.causal, self.window) {
+                    (true, _) => p,
+                    (false, None) => seq_len - 1,
+                    (false, Some(w)) => (p + w - 1).min(seq_len - 1),
+                };
+                (lo.max(chunk_start), hi)
             }
             // The whole encoder, whatever the decoder position (validation rejects a window).
             AttentionKind::EncoderDecoder => (0, seq_len - 1),
@@ -90,11 +115,11 @@ pub fn reference_output(case: &Case) -> Vec<f64> {
     let (hq, hkv, d, dv) = (c.num_heads, c.num_kv_heads, c.head_size, c.head_size_v());
     let scale = c.effective_scale();
     let group = hq / hkv;
-    let visible = Visibility::of(c);
     let starts = case.query_start_loc();
     let mut out = vec![0.0f64; case.num_real_tokens() * hq * dv];
 
     for s in 0..case.num_seqs() {
+        let visible = Visibility::of_seq(case, s);
         let seq_len = case.batch.seq_lens[s];
         let ctx = case.context_len(s);
         let (k32, v32) = case.contiguous_kv(s);

@@ -16,6 +16,10 @@ pub struct Recorded {
     /// itself: a replay file is data, and its command is shown for a person to run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub external: Option<String>,
+    /// Environment variables the backend declared as changing what it runs, with the
+    /// values the failing run had: replay warns where this environment differs.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub environment: std::collections::BTreeMap<String, String>,
     /// Which case of the run it was: `property case 3 (seed 1)`, `trace 2 (seed 1)`, or an
     /// upstream case's label.
     pub origin: String,

@@ -443,20 +443,17 @@ impl Space {
         Ok(())
     }
 
-    /// `Err` naming the first batch limit a step of these lengths breaks: `seq_lens` and
-    /// `query_lens` per sequence, `num_tokens` with padding.
-    pub fn admits_batch(
-        &self,
-        seq_lens: &[usize],
-        query_lens: &[usize],
-        num_tokens: usize,
-    ) -> Result<(), Unsupported> {
+    /// `Err` naming the first feature of the batch not declared or the first batch limit
+    /// `batch` breaks.
+    pub fn admits_batch(&self, batch: &crate::Batch) -> Result<(), Unsupported> {
+        let (seq_lens, query_lens) = (&batch.seq_lens, &batch.query_lens);
+        let num_tokens = query_lens.iter().sum::<usize>() + batch.num_padding_tokens;
         let over = |what: &str, limit: usize, value: usize| {
             Unsupported::new(Feature::BatchShape, format!("{what} above {limit}")).value(value)
         };
         if let Some(f) = Feature::OF_THE_BATCH
             .into_iter()
-            .find(|&f| f.used_by_lens(query_lens) && !self.allows_feature(f))
+            .find(|&f| f.used_by_batch(batch) && !self.allows_feature(f))
         {
             return Err(Unsupported::new(f, "not declared"));
         }
@@ -486,11 +483,7 @@ impl Space {
     /// Whether `case` is inside: its config, then its batch.
     pub fn admits(&self, case: &Case) -> Result<(), Unsupported> {
         self.admits_config(&case.config)?;
-        self.admits_batch(
-            &case.batch.seq_lens,
-            &case.batch.query_lens,
-            case.num_tokens(),
-        )
+        self.admits_batch(&case.batch)
     }
 
     /// `config` moved inside the space, deterministically and changing only what is
@@ -961,12 +954,13 @@ mod tests {
                 })
                 .collect();
             let q: Vec<usize> = seqs.iter().map(|s| s.1).collect();
-            let tokens = q.iter().sum::<usize>() + padding;
-            assert_eq!(
-                s.admits_batch(&lens, &q, tokens),
-                Ok(()),
-                "{kind}: {seqs:?}"
-            );
+            let batch = crate::Batch {
+                seq_lens: lens,
+                query_lens: q.clone(),
+                num_padding_tokens: padding,
+                causal: None,
+            };
+            assert_eq!(s.admits_batch(&batch), Ok(()), "{kind}: {seqs:?}");
             assert!(q.iter().all(|&q| q >= 1));
         }
         let mut seqs = vec![(3, 1)];
@@ -978,7 +972,13 @@ mod tests {
     #[test]
     fn batch_limits_name_the_limit() {
         let s = spyre();
-        let e = s.admits_batch(&[3, 4], &[1, 1], 2).unwrap_err();
+        let batch = crate::Batch {
+            seq_lens: vec![3, 4],
+            query_lens: vec![1, 1],
+            num_padding_tokens: 0,
+            causal: None,
+        };
+        let e = s.admits_batch(&batch).unwrap_err();
         assert_eq!(e.to_string(), "batch shape 2: sequences per step above 1");
         assert_eq!(e.feature, Feature::BatchShape);
     }

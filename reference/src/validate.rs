@@ -229,6 +229,23 @@ impl crate::AttentionConfig {
         if let Some(chunk) = c.attention_chunk_size {
             nonzero(chunk, "config.attention_chunk_size")?;
         }
+        if let Some(k) = c.chunk_lookback {
+            let reason = if c.attention_chunk_size.is_none() {
+                Some(format!(
+                    "a look-back of {k} chunks needs config.attention_chunk_size"
+                ))
+            } else if k == 0 {
+                Some("look-back 0 is plain local chunks: leave chunk_lookback out".to_string())
+            } else {
+                None
+            };
+            if let Some(reason) = reason {
+                return Err(CaseError::InvalidParam {
+                    field: "config.chunk_lookback".into(),
+                    reason,
+                });
+            }
+        }
         if let Some(s) = c.scale {
             finite_param(s, "config.scale".into(), true)?;
         }
@@ -350,6 +367,20 @@ impl Case {
         }
         let n = b.seq_lens.len();
         expect_len("batch.query_lens", Some(n), b.query_lens.len())?;
+        if let Some(causal) = &b.causal {
+            expect_len("batch.causal", Some(n), causal.len())?;
+            if c.kind != AttentionKind::Decoder {
+                if let Some(s) = causal.iter().position(|&x| !x) {
+                    return Err(CaseError::InvalidParam {
+                        field: format!("batch.causal[{s}]"),
+                        reason: format!(
+                            "a non-causal request in an {} case: only decoder requests have a causality to turn off",
+                            c.kind
+                        ),
+                    });
+                }
+            }
+        }
         let mut padded_from = None;
         for (s, (&q, &l)) in b.query_lens.iter().zip(&b.seq_lens).enumerate() {
             if q == 0 {

@@ -154,6 +154,83 @@ fn local_chunks_see_only_their_own_chunk() {
 }
 
 #[test]
+fn chunk_look_back_sees_whole_chunks_before_the_query_s_own() {
+    // Identical keys: a query averages the values from the start of the chunk `k` before
+    // its own up to itself (vLLM 0.33's rule: p / c - key / c <= k).
+    let mut config = cfg(1, 1, 2, 4);
+    config.attention_chunk_size = Some(3);
+    config.chunk_lookback = Some(1);
+    let mut c = case(&[11], &[5], config, 6);
+    same_keys(&mut c, 0..6, 0..5);
+    let out = reference_output(&c);
+    // Positions 6..11 are in chunks 2 and 3: chunk 2 looks back to key 3, chunk 3 to 6.
+    for (j, p) in (6..11).enumerate() {
+        let from = [0, 0, 3, 6][p / 3];
+        let mean = mean_value(&c, from..p + 1);
+        assert_close(&out_row(&c, &out, j, 0), &mean, 1e-14);
+    }
+    // A look-back past the first chunk sees everything: plain causal attention.
+    let mut far = c.clone();
+    far.config.chunk_lookback = Some(4);
+    let mut causal = c.clone();
+    causal.config.attention_chunk_size = None;
+    causal.config.chunk_lookback = None;
+    assert_eq!(reference_output(&far), reference_output(&causal));
+}
+
+#[test]
+fn a_non_causal_request_sees_its_whole_sequence_and_a_window_both_ways() {
+    // Identical keys: each query averages the values it sees. A non-causal request (vLLM
+    // 0.33's per-request `causal`) sees every key of its sequence; its window, |p - k| < w.
+    let config = cfg(1, 1, 2, 4);
+    let mut c = case(&[8], &[3], config, 7);
+    same_keys(&mut c, 0..5, 0..3);
+    c.batch.causal = Some(vec![false]);
+    assert_eq!(c.validate(), Ok(()));
+    let out = reference_output(&c);
+    let all = mean_value(&c, 0..8);
+    for j in 0..3 {
+        assert_close(&out_row(&c, &out, j, 0), &all, 1e-14);
+    }
+    let mut windowed = c.clone();
+    windowed.config.sliding_window = Some(2);
+    let out = reference_output(&windowed);
+    // Positions 5, 6, 7: keys 4..=6, 5..=7, 6..=7.
+    for (j, keys) in [4..7, 5..8, 6..8].into_iter().enumerate() {
+        assert_close(
+            &out_row(&windowed, &out, j, 0),
+            &mean_value(&windowed, keys),
+            1e-14,
+        );
+    }
+    // Marked causal, it is the plain case.
+    let mut causal = c.clone();
+    causal.batch.causal = Some(vec![true]);
+    let mut plain = c.clone();
+    plain.batch.causal = None;
+    assert_eq!(reference_output(&causal), reference_output(&plain));
+}
+
+#[test]
+fn causality_is_per_request() {
+    // Two requests, the second non-causal: only its rows change.
+    let config = cfg(2, 1, 4, 4);
+    let plain = case(&[6, 7], &[2, 3], config, 9);
+    let mut mixed = plain.clone();
+    mixed.batch.causal = Some(vec![true, false]);
+    let (a, b) = (reference_output(&plain), reference_output(&mixed));
+    let row = 2 * 4;
+    assert_eq!(
+        a[..2 * row],
+        b[..2 * row],
+        "the causal request is untouched"
+    );
+    // The non-causal request's last query already sees every key: it is the same.
+    assert_eq!(a[4 * row..], b[4 * row..]);
+    assert_ne!(a[2 * row..4 * row], b[2 * row..4 * row]);
+}
+
+#[test]
 fn encoder_window_is_symmetric() {
     let mut config = cfg(1, 1, 2, 4);
     config.kind = AttentionKind::EncoderOnly;

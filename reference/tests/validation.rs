@@ -145,6 +145,42 @@ fn local_chunks_need_a_size_and_a_decoder() {
 }
 
 #[test]
+fn a_chunk_look_back_needs_chunks_and_at_least_one_chunk() {
+    for edit in [
+        (|c: &mut Case| c.config.chunk_lookback = Some(1)) as fn(&mut Case),
+        |c: &mut Case| {
+            c.config.attention_chunk_size = Some(4);
+            c.config.chunk_lookback = Some(0);
+        },
+    ] {
+        let e = err(edit);
+        assert!(
+            matches!(&e, CaseError::InvalidParam { field, .. } if field == "config.chunk_lookback"),
+            "{e}"
+        );
+    }
+}
+
+#[test]
+fn causal_flags_are_one_per_request_and_only_for_decoders() {
+    let e = err(|c| c.batch.causal = Some(vec![false]));
+    assert!(
+        matches!(&e, CaseError::LengthMismatch { field, .. } if field == "batch.causal"),
+        "{e}"
+    );
+    let e = err(|c| {
+        let n = c.batch.seq_lens.len();
+        c.batch.causal = Some(vec![false; n]);
+        c.config.kind = AttentionKind::EncoderOnly;
+        c.batch.seq_lens = c.batch.query_lens.clone();
+    });
+    assert!(
+        matches!(&e, CaseError::InvalidParam { field, .. } if field == "batch.causal[0]"),
+        "{e}"
+    );
+}
+
+#[test]
 fn block_id_past_the_cache() {
     let e = err(|c| c.layout.block_table[1][1] = 99);
     assert_eq!(

@@ -583,6 +583,13 @@ pub struct FailureRecord {
     /// the command line: the replay command needs it too.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub external: Option<String>,
+    /// Environment variables the backend declared as changing what it runs, with their
+    /// values: the replay command sets them.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub environment: std::collections::BTreeMap<String, String>,
+    /// What the backend says a person should know about this failure beyond the numbers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub caveat: Option<String>,
     /// The failures of the run that fell in this failure's class (this one included).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub class: Option<FailureClass>,

@@ -199,6 +199,8 @@ mod tests {
     #[test]
     fn a_failure_report_cannot_close_its_block_or_its_section() {
         let f = FailureRecord {
+            environment: Default::default(),
+            caveat: None,
             backend: "cpu".into(),
             origin: crate::Origin::Property { seed: 1, index: 0 },
             kind: crate::DivergenceKind::Mismatch,

@@ -24,6 +24,10 @@ pub struct MutantRow {
     pub traces_to_kill: Option<usize>,
     pub seconds: f64,
     pub shrunk: Option<CaseSize>,
+    /// The hint of the first failure's report (of the shrunk case): what a person is told
+    /// to check.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hint: Option<String>,
     /// Killed by the upstream suite alone (its specs, its 1e-2 tolerance).
     pub killed_by_upstream: bool,
     /// The first upstream case that killed it.

@@ -79,7 +79,9 @@ __all__ = [
     "Step",
     "Unsupported",
     "answer",
+    "capabilities_inherited_from",
     "decline_reason",
+    "environment_of",
     "round_to_dtype",
     "protect_stdout",
     "run_case",
@@ -105,6 +107,8 @@ FEATURES = (
     "mla",
     "chunked_local_attention",
     "fp8_query",
+    "chunk_lookback",
+    "non_causal",
 )
 #: The features every adapter was assumed to have before ``features`` could be omitted: a
 #: later one (an FP8 cache, MLA, local chunks) is run only by an adapter that lists it.
@@ -139,7 +143,11 @@ class Capabilities(TypedDict, total=False):
       ``config.head_size_v`` dims of each key row, writes carry no V) only when listed.
       ``"chunked_local_attention"`` (``config.attention_chunk_size``); ``"fp8_query"``
       (``config.kv_cache["q_scale"]``: the query quantized to E4M3 with that scale before
-      the kernel, saturating, and read back as ``fp8 * q_scale``, as vLLM's ``query_quant``).
+      the kernel, saturating, and read back as ``fp8 * q_scale``, as vLLM's ``query_quant``);
+      ``"chunk_lookback"`` (``config.chunk_lookback``: a query also sees the k chunks before
+      its own, vLLM 0.33's ``CHUNK_LOOKBACK``); ``"non_causal"`` (``step.causal``: per
+      request, whether it is causal; a non-causal decoder request sees every key of its
+      sequence, a window reaching both ways, as vLLM 0.33's per-request ``causal``).
     - ``max_seqs``: sequences per step; ``max_query_len``: new tokens of one sequence in a
       step; ``max_seq_len``: context plus new tokens of one sequence (for cross-attention,
       the encoder's keys); ``max_tokens``: tokens per step, padding tokens included;
@@ -266,6 +274,10 @@ class Config:
     #: position p sees keys from ``p - p % attention_chunk_size`` (and within the window, if
     #: any). None: no chunks.
     attention_chunk_size: Optional[int] = None
+    #: Chunked attention with look-back (vLLM 0.33's ``CHUNK_LOOKBACK``): with
+    #: ``attention_chunk_size`` c, a query at p sees keys from ``(p // c - k) * c``. None:
+    #: its own chunk only.
+    chunk_lookback: Optional[int] = None
 
     @staticmethod
     def from_json(text: str) -> "Config":
@@ -286,6 +298,7 @@ class Config:
             kv_cache=c.get("kv_cache"),
             mla=c.get("mla"),
             attention_chunk_size=c.get("attention_chunk_size"),
+            chunk_lookback=c.get("chunk_lookback"),
         )
 
     @property
@@ -327,6 +340,7 @@ class Config:
             ("mla", self.mla),
             ("chunked_local_attention", self.attention_chunk_size),
             ("fp8_query", (self.kv_cache or {}).get("q_scale")),
+            ("chunk_lookback", self.chunk_lookback),
         ]
         return [name for name, value in used if value is not None]
 
@@ -342,6 +356,12 @@ class Step:
     block_table: np.ndarray  # [num_seqs, max_blocks], padded with the null block 0
     slot_mapping: np.ndarray  # [num_tokens], the new tokens' slots (-1: do not write)
     num_tokens: int
+    #: [num_seqs] bool: whether each request is causal; None: every one is (sent only to an
+    #: adapter that lists the ``non_causal`` feature).
+    causal: Optional[np.ndarray] = None
+
+    def is_causal(self, seq: int) -> bool:
+        return self.causal is None or bool(self.causal[seq])
 
 
 class Adapter:
@@ -372,6 +392,11 @@ class Adapter:
     capabilities: Capabilities = {}
     #: Whether to offer protocol version 2 (sessions: one cache across a trace's steps).
     sessions: bool = True
+    #: Environment variables that change what the adapter runs (a plugin's path, a library's
+    #: settings); a name ending in ``*`` stands for every variable with that prefix. The
+    #: handshake sends those that are set, with their values: replay files record them and
+    #: replay lines set them.
+    environment: Sequence[str] = ()
 
     def check(self, config: Config) -> None:
         """Raise Unsupported for configs the capabilities cannot express."""
@@ -462,6 +487,7 @@ def decline_reason(
     seq_lens: Optional[Sequence[int]] = None,
     query_lens: Optional[Sequence[int]] = None,
     num_tokens: Optional[int] = None,
+    causal: Optional[Sequence[bool]] = None,
 ) -> Optional[str]:
     """Why a case lies outside `capabilities` (validated), or None when it is inside.
 
@@ -503,6 +529,8 @@ def decline_reason(
             return f"{f} not implemented"
     if query_lens is not None and 0 in list(query_lens) and "padded_requests" not in (features or []):
         return "padded requests (query length 0) not implemented"
+    if causal is not None and not all(causal) and "non_causal" not in (features or []):
+        return "non-causal requests not implemented (not listed in the capabilities' features)"
     if not listed("kv_layouts", config.kv_layout):
         return f"KV layout {config.kv_layout}: other than {', '.join(caps['kv_layouts'])}"
     if config.kv_cache is None and not listed("kv_cache_dtypes", "auto"):
@@ -544,6 +572,7 @@ def run_case(
         [int(x) for x in tensors["seq_lens"]],
         [int(x) for x in tensors["query_lens"]],
         num_tokens,
+        [bool(x) for x in tensors["causal"]] if "causal" in tensors else None,
     )
     if reason is not None:
         raise Unsupported(reason)
@@ -575,6 +604,7 @@ def run_case(
         block_table=as64("block_table"),
         slot_mapping=last_slots,
         num_tokens=num_tokens,
+        causal=tensors["causal"].astype(bool) if "causal" in tensors else None,
     )
     t0 = time.perf_counter()
     result = adapter.forward(config, cache, step)
@@ -609,6 +639,12 @@ def answer(adapter: Adapter, payload: bytes) -> bytes:
         }
         if adapter.description:
             reply["description"] = adapter.description
+        seen = environment_of(adapter.environment)
+        if seen:
+            reply["environment"] = json.dumps(seen)
+        inherited = capabilities_inherited_from(adapter)
+        if inherited:
+            reply["inherited_capabilities"] = inherited
         return message(reply)
     case_id = meta.get("case_id", "")
     if kind not in ("case", "step"):
@@ -626,6 +662,41 @@ def answer(adapter: Adapter, payload: bytes) -> bytes:
         {"message": "output", "case_id": case_id, "kernel_seconds": repr(seconds)},
         {"output": out},
     )
+
+
+def environment_of(names: Sequence[str], env: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
+    """The variables of `names` (``PREFIX*`` for a prefix) that are set in `env` (the
+    process's environment), with their values."""
+    env = os.environ if env is None else env
+    out: Dict[str, str] = {}
+    for name in names:
+        if name.endswith("*"):
+            out.update({k: v for k, v in env.items() if k.startswith(name[:-1])})
+        elif name in env:
+            out[name] = env[name]
+    return dict(sorted(out.items()))
+
+
+def capabilities_inherited_from(adapter: "Adapter") -> Optional[str]:
+    """The class whose ``capabilities`` `adapter` uses, when a class below it (the adapter's
+    own, say) overrides how it computes (``forward``, ``new_cache``, ``write_kv``) without
+    declaring capabilities of its own: it is then sent every feature the other class runs.
+    None when the capabilities are the adapter's own (or set on the instance), or
+    :class:`Adapter`'s defaults."""
+    if "capabilities" in vars(adapter):
+        return None
+    mro = type(adapter).__mro__
+
+    def owner(attr: str) -> Optional[type]:
+        return next((c for c in mro if attr in vars(c)), None)
+
+    declared = owner("capabilities")
+    if declared is None or declared is Adapter:
+        return None
+    below = [c for c in (owner(a) for a in ("forward", "new_cache", "write_kv")) if c is not None]
+    if any(mro.index(c) < mro.index(declared) for c in below):
+        return f"{declared.__module__}.{declared.__qualname__}"
+    return None
 
 
 _PROTOCOL_OUT: Optional[IO[bytes]] = None
@@ -656,6 +727,14 @@ def serve(adapter: Adapter) -> None:
         sys.stderr.write(f"attn-diff adapter {adapter.name!r}: capabilities: {bad}\n")
         sys.stderr.flush()
         sys.exit(2)
+    inherited = capabilities_inherited_from(adapter)
+    if inherited:
+        sys.stderr.write(
+            f"attn-diff adapter {adapter.name!r}: {type(adapter).__name__} overrides how it computes "
+            f"but inherits its capabilities from {inherited}: declare `capabilities` on "
+            f"{type(adapter).__name__} to say what its own forward runs\n"
+        )
+        sys.stderr.flush()
     stdin = sys.stdin.buffer
     out = protect_stdout()
     while True:

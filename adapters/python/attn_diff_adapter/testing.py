@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -255,9 +256,8 @@ class CheckResult:
     def _runnable(self, text: str) -> str:
         if not self.replay_prefix:
             return text
-        marker = "replay:  attn-diff "
         return "\n".join(
-            line.replace(marker, "replay:  " + self.replay_prefix + " ", 1) if line.startswith(marker) else line
+            _REPLAY_LINE.sub(lambda m: "replay:  " + m.group(1) + self.replay_prefix + " ", line, count=1)
             for line in text.split("\n")
         )
 
@@ -367,6 +367,11 @@ def run_check(
     result = CheckResult(argv, proc.returncode, proc.stdout, proc.stderr, summary, out)
     result.replay_prefix = _replay_prefix(exe, env)
     return result
+
+
+#: A report's replay line: the environment the backend declared (``NAME=value`` words,
+#: shell-quoted), then the bare binary name.
+_REPLAY_LINE = re.compile(r"^replay:  ((?:[A-Za-z_][A-Za-z0-9_]*=(?:'[^']*'|\S+) )*)attn-diff ")
 
 
 def _replay_prefix(exe: str, env: Optional[Mapping[str, str]]) -> str:

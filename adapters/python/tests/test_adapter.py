@@ -157,6 +157,10 @@ def test_local_chunks_are_declined_unless_listed():
     # does not get it either.
     assert "chunked_local_attention" in decline_reason({}, chunked)
     assert decline_reason(validate_capabilities({"features": ["chunked_local_attention"]}), chunked) is None
+    back = config(attention_chunk_size=8, chunk_lookback=1)
+    assert back.features() == ["chunked_local_attention", "chunk_lookback"]
+    listed = validate_capabilities({"features": ["chunked_local_attention"]})
+    assert "chunk_lookback" in decline_reason(listed, back)
 
 
 def test_an_fp8_query_is_declined_unless_listed():
@@ -185,3 +189,46 @@ def test_mla_is_declined_unless_listed_and_reads_its_latent_width():
     assert "KV layout mha" in decline_reason(declared, config())
     with pytest.raises(CapabilityError, match="kv_layouts"):
         validate_capabilities({"kv_layouts": ["gqa"]})
+
+
+def test_the_handshake_sends_the_declared_environment_that_is_set(monkeypatch):
+    hello = ada.message({"message": "hello", "protocol": ada.PROTOCOL, "version": 1, "versions": "1,2"})
+
+    class Plugin(Echo):
+        environment = ("PLUGIN_FILE", "UNSET_ONE", "VLLM_*")
+
+    monkeypatch.setenv("PLUGIN_FILE", "/src/attn.py")
+    monkeypatch.delenv("UNSET_ONE", raising=False)
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "4")
+    meta = ada.metadata_of(ada.answer(Plugin(), hello))
+    env = json.loads(meta["environment"])
+    assert env["PLUGIN_FILE"] == "/src/attn.py" and env["VLLM_CPU_KVCACHE_SPACE"] == "4"
+    assert "UNSET_ONE" not in env
+    assert "environment" not in ada.metadata_of(ada.answer(Echo(), hello))
+    assert ada.environment_of(["A*", "B"], {"A1": "x", "A2": "y", "C": "z"}) == {"A1": "x", "A2": "y"}
+
+
+def test_a_subclass_that_computes_its_own_way_on_inherited_capabilities_is_named():
+    import numpy_reference
+
+    class OwnForward(numpy_reference.NumpyReference):
+        def forward(self, config, cache, step):  # pragma: no cover - never run
+            raise NotImplementedError
+
+    class Declared(OwnForward):
+        capabilities = {"features": ["sliding_window"]}
+
+    class SameMaths(numpy_reference.NumpyReference):
+        name = "renamed"
+
+    assert ada.capabilities_inherited_from(OwnForward()) == "numpy_reference.NumpyReference"
+    assert ada.capabilities_inherited_from(Declared()) is None
+    assert ada.capabilities_inherited_from(SameMaths()) is None
+    # Adapter's own default ({}: the established features) is not an inheritance to warn of.
+    assert ada.capabilities_inherited_from(Echo()) is None
+    instance = OwnForward()
+    instance.capabilities = {}
+    assert ada.capabilities_inherited_from(instance) is None
+    hello = ada.message({"message": "hello", "protocol": ada.PROTOCOL, "version": 1, "versions": "1,2"})
+    meta = ada.metadata_of(ada.answer(OwnForward(), hello))
+    assert meta["inherited_capabilities"] == "numpy_reference.NumpyReference"

@@ -127,3 +127,21 @@ def test_a_vllm_backend_class_is_checked_when_vllm_is_installed(attn_diff_binary
         binary=attn_diff_binary,
     )
     assert result.reached > 0
+
+
+def test_replay_lines_keep_the_declared_environment_before_the_binary():
+    result = testing.CheckResult.__new__(testing.CheckResult)
+    result.replay_prefix = "env A=1 /opt/bin/attn-diff"
+    text = "\n".join(
+        [
+            "replay:  PLUGIN='/a b/x.py' VLLM_X=1 attn-diff replay f.json --backend external:p",
+            "replay:  attn-diff replay g.json --backend cpu",
+            "what:    attn-diff replay is not a replay line",
+        ]
+    )
+    lines = result._runnable(text).split("\n")
+    assert lines[0] == (
+        "replay:  PLUGIN='/a b/x.py' VLLM_X=1 env A=1 /opt/bin/attn-diff replay f.json --backend external:p"
+    )
+    assert lines[1] == "replay:  env A=1 /opt/bin/attn-diff replay g.json --backend cpu"
+    assert lines[2].startswith("what:    attn-diff")

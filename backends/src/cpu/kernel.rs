@@ -100,10 +100,19 @@ pub struct Problem<'a, T> {
     pub cache: &'a [T],
     pub query: &'a [f32],
     pub seq_lens: &'a [usize],
+    /// Per sequence, whether it is causal (None: all are).
+    pub causal: Option<&'a [bool]>,
     pub block_table: &'a [Vec<u32>],
     pub ops: &'a Ops<T>,
     /// Chooses the decode tile width and whether the next blocks are prefetched.
     pub kv_source: KvSource,
+}
+
+impl<T> Problem<'_, T> {
+    fn causal(&self, seq: usize) -> bool {
+        self.causal
+            .is_none_or(|c| c.get(seq).copied().unwrap_or(true))
+    }
 }
 
 /// Per-thread buffers, grown on demand and reused across items and calls.
@@ -183,7 +192,7 @@ pub fn run_item<T: KvElem>(pb: &Problem<'_, T>, task: &Task, keys: Range<usize>,
         }
         sc.vis[r] = visible_keys(
             pb.cfg.kind,
-            (pb.cfg.sliding_window, pb.cfg.attention_chunk_size),
+            super::mask::KeyLimits::of(pb.cfg).causal(pb.causal(task.seq)),
             task.pos0 + t,
             seq_len,
         );

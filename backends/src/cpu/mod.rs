@@ -213,6 +213,7 @@ impl CpuBackend {
             config,
             step.query_start_loc,
             step.seq_lens,
+            step.causal,
             self.threads,
             self.settings.split_kv,
         );
@@ -245,6 +246,7 @@ impl CpuBackend {
             cache,
             query: fp8_query.as_deref().unwrap_or(step.query),
             seq_lens: step.seq_lens,
+            causal: step.causal,
             block_table: step.block_table,
             ops: &ops,
             kv_source,
@@ -412,6 +414,8 @@ impl Backend for CpuBackend {
             Feature::PaddedRequests,
             Feature::Mla,
             Feature::ChunkedLocalAttention,
+            Feature::ChunkLookback,
+            Feature::NonCausal,
             Feature::Fp8Query,
         ]);
         f

@@ -87,14 +87,16 @@ pub fn plan(
     cfg: &AttentionConfig,
     query_start_loc: &[usize],
     seq_lens: &[usize],
+    causal: Option<&[bool]>,
     threads: usize,
     split: SplitKv,
 ) -> Schedule {
     let group = cfg.num_heads / cfg.num_kv_heads;
     let tile_tokens = (MAX_ROWS_PER_TASK / group).max(1);
     let mut tasks = Vec::new();
-    let limits = (cfg.sliding_window, cfg.attention_chunk_size);
+    let limits = super::mask::KeyLimits::of(cfg);
     for (seq, &seq_len) in seq_lens.iter().enumerate() {
+        let limits = limits.causal(causal.is_none_or(|c| c.get(seq).copied().unwrap_or(true)));
         let (start, end) = (query_start_loc[seq], query_start_loc[seq + 1]);
         // Cross-attention queries may outnumber the encoder's keys and have no position
         // among them (every key is visible): any position will do.
@@ -174,7 +176,14 @@ mod tests {
 
     #[test]
     fn tasks_cover_every_token_and_kv_head_once() {
-        let s = plan(&cfg(), &[0, 1, 40, 41], &[10, 39, 5], 2, SplitKv::Never);
+        let s = plan(
+            &cfg(),
+            &[0, 1, 40, 41],
+            &[10, 39, 5],
+            None,
+            2,
+            SplitKv::Never,
+        );
         let mut seen = vec![0; 41 * 2];
         for t in &s.tasks {
             for tok in t.token0..t.token0 + t.ntok {
@@ -186,7 +195,7 @@ mod tests {
 
     #[test]
     fn splits_partition_the_keys() {
-        let s = plan(&cfg(), &[0, 1], &[1000], 4, SplitKv::Always);
+        let s = plan(&cfg(), &[0, 1], &[1000], None, 4, SplitKv::Always);
         for t in &s.tasks {
             assert!(t.splits >= 2);
             let parts: Vec<_> = (0..t.splits).map(|i| t.split_keys(i)).collect();
@@ -194,20 +203,27 @@ mod tests {
             assert_eq!(parts.last().map(|r| r.end), Some(1000));
             assert!(parts.windows(2).all(|w| w[0].end == w[1].start));
         }
-        let never = plan(&cfg(), &[0, 1], &[1000], 4, SplitKv::Never);
+        let never = plan(&cfg(), &[0, 1], &[1000], None, 4, SplitKv::Never);
         assert!(never.tasks.iter().all(|t| t.splits == 1));
-        let auto_one_thread = plan(&cfg(), &[0, 1], &[1000], 1, SplitKv::Auto);
+        let auto_one_thread = plan(&cfg(), &[0, 1], &[1000], None, 1, SplitKv::Auto);
         assert!(auto_one_thread.tasks.iter().all(|t| t.splits == 1));
     }
 
     #[test]
     fn lists_hold_every_item_once() {
-        let s = plan(&cfg(), &[0, 1, 2, 3], &[10, 1000, 100], 2, SplitKv::Auto);
+        let s = plan(
+            &cfg(),
+            &[0, 1, 2, 3],
+            &[10, 1000, 100],
+            None,
+            2,
+            SplitKv::Auto,
+        );
         assert_eq!(s.lists.len(), 2);
         let mut all = s.lists.concat();
         all.sort();
         assert_eq!(all, (0..s.items.len()).collect::<Vec<_>>());
-        let split = plan(&cfg(), &[0, 1, 2], &[1000, 700], 4, SplitKv::Always);
+        let split = plan(&cfg(), &[0, 1, 2], &[1000, 700], None, 4, SplitKv::Always);
         for (t, task) in split.tasks.iter().enumerate() {
             for k in 0..task.splits {
                 let item = &split.items[task.first_item + k];

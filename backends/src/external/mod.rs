@@ -344,6 +344,31 @@ impl Backend for ExternalBackend {
         self.hello.capabilities.clone()
     }
 
+    fn environment(&self) -> std::collections::BTreeMap<String, String> {
+        self.hello.environment.clone()
+    }
+
+    /// An adapter whose class computes its own way but inherited its capabilities: the
+    /// features of a failing case that it was declared to run are the first suspects.
+    fn failure_caveat(&self, config: &AttentionConfig) -> Option<String> {
+        let from = self.hello.inherited_capabilities.as_ref()?;
+        let used: Vec<&str> = attn_reference::Feature::OPTIONAL
+            .into_iter()
+            .filter(|f| f.used_by(config))
+            .map(attn_reference::Feature::label)
+            .collect();
+        let features = if used.is_empty() {
+            String::new()
+        } else {
+            format!(" (this case uses {})", used.join(", "))
+        };
+        Some(format!(
+            "the adapter's class declares no capabilities of its own: it inherits those of \
+             {from}, so it is sent every feature {from} runs{features}; if its own forward \
+             does not implement them, declare `capabilities` on the class"
+        ))
+    }
+
     /// Version 2 keeps a session's cache in the adapter across `step` messages. Version 1
     /// sends each forward with every write since the cache was made: the adapter rebuilds
     /// its cache per call, so a trace would test the replay, not its cache across steps.

@@ -21,7 +21,7 @@ use super::ExternalCache;
 use crate::StepInputs;
 use attn_reference::AttentionConfig;
 use safetensors::tensor::{Dtype, SafeTensors, TensorView};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use thiserror::Error;
 
 pub const PROTOCOL: &str = "attn-diff-external";
@@ -69,6 +69,12 @@ pub struct Hello {
     pub name: String,
     pub description: Option<String>,
     pub capabilities: Capabilities,
+    /// Environment variables that change what the adapter runs (a plugin's path, a vLLM
+    /// setting), as the adapter saw them: replay files record them.
+    pub environment: BTreeMap<String, String>,
+    /// The class the adapter's capabilities come from, when its own class declares none
+    /// but overrides how it computes (a subclass of a shipped reference, say).
+    pub inherited_capabilities: Option<String>,
 }
 
 /// The adapter's answer to one case.
@@ -135,6 +141,15 @@ fn get<'a>(
         .ok_or(ProtocolError::MissingMetadata { what, key })
 }
 
+/// A name a shell can assign (`NAME=value command`): replay lines print it so.
+fn is_variable_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
 pub fn parse_hello(bytes: &[u8]) -> Result<Hello, ProtocolError> {
     const WHAT: &str = "handshake reply";
     let m = read_meta(bytes, WHAT)?;
@@ -167,11 +182,34 @@ pub fn parse_hello(bytes: &[u8]) -> Result<Hello, ProtocolError> {
     let caps_text = m.get("capabilities").map(String::as_str).unwrap_or("{}");
     let capabilities: Capabilities = serde_json::from_str(caps_text)
         .map_err(|e| bad("capabilities", caps_text, e.to_string()))?;
+    let environment = match m.get("environment") {
+        None => BTreeMap::new(),
+        Some(text) => serde_json::from_str::<BTreeMap<String, String>>(text).map_err(|e| {
+            bad(
+                "environment",
+                text,
+                format!("expected a JSON object of variable names to string values: {e}"),
+            )
+        })?,
+    };
+    if let Some(name) = environment.keys().find(|n| !is_variable_name(n)) {
+        return Err(bad(
+            "environment",
+            name,
+            "not an environment variable name (letters, digits and `_`, not starting with a digit)"
+                .into(),
+        ));
+    }
     Ok(Hello {
         version,
         name,
         description: m.get("description").cloned(),
         capabilities,
+        environment,
+        inherited_capabilities: m
+            .get("inherited_capabilities")
+            .filter(|c| !c.trim().is_empty())
+            .cloned(),
     })
 }
 
@@ -282,6 +320,15 @@ fn request(
         vec![b],
         i32_bytes(step.seq_lens.iter().copied()),
     ));
+    // Sent only when a request is non-causal (only to adapters that list `non_causal`).
+    if let Some(causal) = step.causal {
+        tensors.push((
+            "causal".into(),
+            Dtype::I32,
+            vec![b],
+            i32_bytes(causal.iter().map(|&c| usize::from(c))),
+        ));
+    }
     tensors.push((
         "block_table".into(),
         Dtype::I32,
@@ -471,5 +518,44 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("version 1"));
+    }
+
+    #[test]
+    fn the_handshake_may_name_environment_and_inherited_capabilities() {
+        let hello = |extra: &[(&str, &str)]| {
+            let mut m = vec![
+                ("message", "hello"),
+                ("protocol", PROTOCOL),
+                ("version", "2"),
+                ("name", "x"),
+            ];
+            m.extend_from_slice(extra);
+            parse_hello(&reply(&m, None))
+        };
+        let h = hello(&[]).unwrap();
+        assert!(h.environment.is_empty() && h.inherited_capabilities.is_none());
+        let h = hello(&[
+            ("environment", r#"{"PLUGIN_FILE": "/src/attn.py"}"#),
+            ("inherited_capabilities", "numpy_reference.NumpyReference"),
+        ])
+        .unwrap();
+        assert_eq!(h.environment["PLUGIN_FILE"], "/src/attn.py");
+        assert_eq!(
+            h.inherited_capabilities.as_deref(),
+            Some("numpy_reference.NumpyReference")
+        );
+        for text in [r#"{"N": 3}"#, r#"{"A B": "x"}"#, r#"{"1X": "x"}"#, "[]"] {
+            let bad = hello(&[("environment", text)]).unwrap_err();
+            assert!(
+                matches!(
+                    bad,
+                    ProtocolError::BadMetadata {
+                        key: "environment",
+                        ..
+                    }
+                ),
+                "{text}: {bad}"
+            );
+        }
     }
 }

@@ -28,6 +28,9 @@ pub enum Bug {
     LastPartialBlockIgnored,
     SharedBlockGatheredOnce,
     LocalChunkByWholeBlocks,
+    LookbackInBlocks,
+    CausalFlagOfFirstRequest,
+    NonCausalWindowOneSided,
     // Public bugs (see the catalogue in `mutants/mod.rs` for the issue each reproduces).
     WindowOneShort,
     WindowByWholeBlocks,
@@ -193,6 +196,8 @@ impl Backend for PlainBackend {
             Feature::CrossAttention,
             Feature::PaddedRequests,
             Feature::ChunkedLocalAttention,
+            Feature::ChunkLookback,
+            Feature::NonCausal,
         ]);
         f
     }
@@ -389,16 +394,35 @@ impl Backend for PlainBackend {
                     }
                     (_, w) => w,
                 };
+                let causal = match self.bug {
+                    Bug::CausalFlagOfFirstRequest => step.is_causal(0),
+                    _ => step.is_causal(s),
+                };
                 let (mut lo, mut hi) = Visibility {
                     window,
+                    causal,
                     ..Visibility::of(c)
                 }
                 .keys(p_mask, seq_len);
+                if self.bug == Bug::NonCausalWindowOneSided && !causal && window.is_some() {
+                    // The window's right edge as a causal kernel draws it, whatever the request.
+                    hi = hi.min(p_mask);
+                }
                 if self.bug == Bug::WindowByWholeBlocks && c.sliding_window.is_some() {
                     lo = lo / bs * bs;
                 }
                 if self.bug == Bug::LocalChunkByWholeBlocks && c.attention_chunk_size.is_some() {
                     lo = lo / bs * bs;
+                }
+                if let (Bug::LookbackInBlocks, Some(chunk), Some(back)) =
+                    (self.bug, c.attention_chunk_size, c.chunk_lookback)
+                {
+                    // The look-back counted in cache blocks, not chunks.
+                    let own = p_mask - p_mask % chunk;
+                    let window_lo = c
+                        .sliding_window
+                        .map_or(0, |w| (p_mask + 1).saturating_sub(w));
+                    lo = own.saturating_sub(back * bs).max(window_lo);
                 }
                 if self.bug == Bug::DecoderWindowEncoderConvention
                     && c.kind == AttentionKind::Decoder
@@ -517,6 +541,7 @@ impl Backend for PlainBackend {
                         let q0r = &step.query[(t0 * hq + h) * d..][..d];
                         let (lo0, hi0) = Visibility {
                             window,
+                            causal: step.is_causal(s),
                             ..Visibility::of(c)
                         }
                         .keys(p0, seq_len);

@@ -70,6 +70,8 @@ pub fn run(args: HandshakeArgs) -> anyhow::Result<bool> {
             "version": hello.version,
             "description": hello.description,
             "capabilities": capabilities,
+            "environment": hello.environment,
+            "inherited_capabilities": hello.inherited_capabilities,
         }))?,
         Format::Text | Format::Markdown => {
             let sessions = if hello.version >= 2 {
@@ -95,6 +97,26 @@ pub fn run(args: HandshakeArgs) -> anyhow::Result<bool> {
                 ),
                 ("capabilities", capabilities.to_string()),
                 ("case space", hello.capabilities.to_string()),
+                (
+                    "environment",
+                    if hello.environment.is_empty() {
+                        "-".into()
+                    } else {
+                        hello
+                            .environment
+                            .iter()
+                            .map(|(k, v)| format!("{k}={v}"))
+                            .collect::<Vec<_>>()
+                            .join(" ")
+                    },
+                ),
+                (
+                    "inherited",
+                    hello.inherited_capabilities.as_ref().map_or_else(
+                        || "-".into(),
+                        |c| format!("capabilities of {c} (the class declares none of its own)"),
+                    ),
+                ),
             ];
             rows.iter()
                 .map(|(k, v)| format!("{:<13} {v}", format!("{k}:")))

@@ -4,7 +4,7 @@
 use super::usage;
 use crate::cli::ListArgs;
 use crate::render::{table, Format};
-use attn_backends::{all_backends, declines, declines_lens, Backend};
+use attn_backends::{all_backends, declines, declines_batch, Backend};
 use attn_reference::{AttentionConfig, DType, Feature};
 use attn_results::list::Declined;
 use attn_results::{AdapterEntry, BackendEntry, ListDocument, SpecEntry};
@@ -58,11 +58,21 @@ fn entry(backend: &dyn Backend) -> BackendEntry {
     let batch_probes: Vec<(String, Result<(), _>)> = Feature::OF_THE_BATCH
         .into_iter()
         .map(|f| {
-            let lens: &[usize] = match f {
-                Feature::PaddedRequests => &[1, 0],
-                _ => &[1],
+            let mut batch = attn_reference::Batch {
+                seq_lens: vec![1],
+                query_lens: vec![1],
+                num_padding_tokens: 0,
+                causal: None,
             };
-            (f.label().to_string(), declines_lens(backend, lens))
+            match f {
+                Feature::PaddedRequests => {
+                    batch.seq_lens.push(0);
+                    batch.query_lens.push(0);
+                }
+                Feature::NonCausal => batch.causal = Some(vec![false]),
+                _ => {}
+            }
+            (f.label().to_string(), declines_batch(backend, &batch))
         })
         .collect();
     let runs = Feature::OPTIONAL

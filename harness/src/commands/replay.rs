@@ -30,6 +30,9 @@ fn backends_for(
                 .as_ref()
                 .map_or(String::new(), |o| format!(", aimed with --only {o}"))
         );
+        for line in environment_differences(&r.environment, |k| std::env::var(k).ok()) {
+            eprintln!("warning: {line}");
+        }
     }
     match recorded {
         Some(r) if args.backend.is_empty() => {
@@ -57,6 +60,26 @@ fn backends_for(
         }
         _ => select_backends_with(&args.backend, &args.external),
     }
+}
+
+/// Where this environment (`current`) differs from the one the failing run's backend
+/// declared: an adapter started here inherits it, and may run something else.
+fn environment_differences(
+    recorded: &std::collections::BTreeMap<String, String>,
+    current: impl Fn(&str) -> Option<String>,
+) -> Vec<String> {
+    recorded
+        .iter()
+        .filter_map(|(k, v)| match current(k) {
+            Some(here) if here == *v => None,
+            Some(here) => Some(format!(
+                "the failing run had {k}={v:?}, here {k}={here:?}: the adapter may run something else"
+            )),
+            None => Some(format!(
+                "the failing run had {k}={v:?}, here {k} is unset: set it to replay what failed"
+            )),
+        })
+        .collect()
 }
 
 /// A trace file through every backend, one cache across its steps.
@@ -93,7 +116,14 @@ fn run_trace(args: ReplayArgs) -> anyhow::Result<bool> {
                     &origin,
                     judged.diverged_at(step),
                     &divergence,
-                    (Some(name.clone()), None),
+                    crate::failure::report::FailureContext {
+                        replay: Some(name.clone()),
+                        ..crate::failure::report::FailureContext::of_backend(
+                            b.as_ref(),
+                            &[],
+                            &judged.steps[step].config,
+                        )
+                    },
                     None,
                 );
                 println!("{}", r.text);
@@ -141,4 +171,25 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<bool> {
         return Ok(false);
     }
     Ok(ok)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::environment_differences;
+
+    #[test]
+    fn a_recorded_environment_that_differs_is_named() {
+        let recorded = [("A", "1"), ("B", "2"), ("C", "3")]
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .into();
+        let here = |k: &str| match k {
+            "A" => Some("1".to_string()),
+            "B" => Some("9".to_string()),
+            _ => None,
+        };
+        let lines = environment_differences(&recorded, here);
+        assert_eq!(lines.len(), 2, "{lines:?}");
+        assert!(lines[0].contains("B=\"9\""), "{}", lines[0]);
+        assert!(lines[1].contains("C is unset"), "{}", lines[1]);
+    }
 }

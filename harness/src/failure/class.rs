@@ -150,11 +150,18 @@ impl Signature {
 
     /// The signature of a shrunk case: as [`Signature::of`], with the features it still has.
     pub fn shrunk(case: &Case, d: &Divergence) -> Signature {
+        // The config's, then the batch's (padded requests, non-causal requests).
         let features = case
             .config
             .features()
             .iter()
             .map(|f| f.split('=').next().unwrap_or(f).to_string())
+            .chain(
+                attn_reference::Feature::OF_THE_BATCH
+                    .into_iter()
+                    .filter(|f| f.used_by_batch(&case.batch))
+                    .map(|f| f.name().to_string()),
+            )
             .collect();
         Signature {
             features: Some(features),

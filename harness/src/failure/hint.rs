@@ -45,6 +45,8 @@ pub enum Pattern {
     KvHeadData,
     PerHeadParams,
     WindowEdge,
+    ChunkEdge,
+    PerRequestCausality,
     ChunkedPrefill,
     DecodeOnly,
     PrefillOnly,
@@ -67,6 +69,8 @@ impl Pattern {
             Pattern::KvHeadData => "whole kv groups",
             Pattern::PerHeadParams => "some heads",
             Pattern::WindowEdge => "tokens the window cuts",
+            Pattern::ChunkEdge => "tokens their local chunk cuts",
+            Pattern::PerRequestCausality => "requests of one causality",
             Pattern::ChunkedPrefill => "chunked-prefill tokens",
             Pattern::DecodeOnly => "decode tokens",
             Pattern::PrefillOnly => "prefill tokens",
@@ -98,11 +102,10 @@ fn reads_padding_slot(case: &Case, bad: &BTreeSet<usize>) -> bool {
     if bad.is_empty() || c.kind == AttentionKind::EncoderDecoder {
         return false;
     }
-    let vis = Visibility::of(c);
     bad.iter().all(|&t| {
         let (seq, pos) = case.locate_token(t);
         let len = case.batch.seq_lens[seq];
-        let (lo, hi) = vis.keys(pos, len);
+        let (lo, hi) = Visibility::of_seq(case, seq).keys(pos, len);
         let table = &case.layout.block_table[seq];
         (lo..=hi.min(len.saturating_sub(1))).any(|k| {
             table
@@ -264,6 +267,28 @@ pub fn finding(case: &Case, c: &Comparison) -> Option<Finding> {
             ));
         }
     }
+    // Per-request causality: the errors keep to the non-causal requests, or to the causal
+    // ones beside them.
+    if case.batch.has_non_causal() {
+        let causal = |f: &&TokenFacts| case.batch.is_causal(f.seq);
+        // Keys after the query: what only a non-causal request sees.
+        let sees_later = |f: &&TokenFacts| f.pos + 1 < f.seq_len && c_cfg.sliding_window != Some(1);
+        if bad.iter().all(|f| !causal(f) && sees_later(f)) {
+            return found(Pattern::PerRequestCausality, "only tokens of non-causal requests diverge: check that such a request sees every key of its sequence, and a window both ways (|p - k| < w)".into());
+        }
+        if bad.iter().all(causal) {
+            return found(Pattern::PerRequestCausality, "only causal requests diverge, in a batch with non-causal ones: check that causality is read per request (batch.causal[seq]), not once per batch".into());
+        }
+    }
+    if let (AttentionKind::Decoder, Some(chunk)) = (c_cfg.kind, c_cfg.attention_chunk_size) {
+        let back = c_cfg.chunk_lookback.unwrap_or(0);
+        let start = |f: &TokenFacts| (f.pos / chunk).saturating_sub(back) * chunk;
+        if bad.iter().all(|f| start(f) > 0) && !good.iter().all(|f| start(f) > 0) {
+            return found(Pattern::ChunkEdge, format!(
+                "only tokens whose local chunk cuts off earlier keys diverge: check the chunk's first key, (p / {chunk} - {back}) * {chunk} (the chunk size {chunk}, a look-back of {back} chunks, not blocks)"
+            ));
+        }
+    }
     if only(&|f| f.context_len > 0 && f.query_len > 1) {
         return found(Pattern::ChunkedPrefill, "only tokens of chunked prefills (context before several new tokens) diverge: check the causal offset (position = context_len + j)".into());
     }
@@ -306,8 +331,18 @@ pub fn finding(case: &Case, c: &Comparison) -> Option<Finding> {
             ),
         );
     }
+    let features: Vec<String> = c_cfg
+        .features()
+        .into_iter()
+        .chain(
+            attn_reference::Feature::OF_THE_BATCH
+                .into_iter()
+                .filter(|f| f.used_by_batch(&case.batch))
+                .map(|f| f.label().to_string()),
+        )
+        .collect();
     found(Pattern::Everywhere, format!(
         "every token and head diverges: check the scale, the softmax, value gathering, or a feature applied wrongly ({})",
-        c_cfg.features().join(", ")
+        features.join(", ")
     ))
 }

@@ -3,32 +3,56 @@
 //! error's pattern, and the replay file that reproduces it.
 
 use super::hint::hint;
-use attn_reference::Case;
+use attn_backends::Backend;
+use attn_reference::{AttentionConfig, Case};
 use attn_results::compare::{Comparison, Divergence};
 use attn_results::{CaseSize, FailureRecord, Mismatch, Origin, ShrinkInfo};
+use std::collections::BTreeMap;
 use std::fmt::Write;
 
-/// Where a failure's files go; they are written afterwards (see [`crate::artifacts`]), so the
-/// report can name them without doing I/O.
+/// What a report needs besides its case and divergence: where its files go (written
+/// afterwards, see [`crate::artifacts`], so the report names them without doing I/O) and
+/// what the backend adds (its replay line's flag and environment, a caveat).
 #[derive(Clone, Debug, Default)]
-pub struct FailureFiles {
+pub struct FailureContext {
     pub replay: Option<String>,
     /// Only drawn for divergences that have values to draw.
     pub heatmap: Option<String>,
     /// The `--external` flag of an adapter given on the command line, for the replay line.
     pub external: Option<String>,
+    /// The environment variables the backend declared, for the replay line.
+    pub environment: BTreeMap<String, String>,
+    pub caveat: Option<String>,
 }
 
-/// The command that replays `r`, ready to paste: its file, its backend, and the `--external`
-/// flag of an adapter given on the command line.
+impl FailureContext {
+    /// The backend's part of a report on `config`: its `--external` flag among `flags`, its
+    /// declared environment and its caveat.
+    pub fn of_backend(backend: &dyn Backend, flags: &[String], config: &AttentionConfig) -> Self {
+        FailureContext {
+            external: crate::external::flag_for(backend.name(), flags),
+            environment: backend.environment(),
+            caveat: backend.failure_caveat(config),
+            ..FailureContext::default()
+        }
+    }
+}
+
+/// The command that replays `r`, ready to paste: the environment its backend declared, its
+/// file, its backend, and the `--external` flag of an adapter given on the command line.
 pub fn replay_command(r: &FailureRecord) -> Option<String> {
     let p = r.replay.as_ref()?;
     let quote = |s: &str| shlex::try_quote(s).map_or_else(|_| s.to_string(), |q| q.into_owned());
-    let mut cmd = format!(
+    let mut cmd: String = r
+        .environment
+        .iter()
+        .map(|(k, v)| format!("{k}={} ", quote(v)))
+        .collect();
+    cmd.push_str(&format!(
         "attn-diff replay {} --backend {}",
         quote(p),
         quote(&r.backend)
-    );
+    ));
     if let Some(flag) = &r.external {
         cmd.push_str(&format!(" --external {}", quote(flag)));
     }
@@ -42,7 +66,7 @@ pub fn failure_record(
     case: &Case,
     expected: &[f64],
     d: &Divergence,
-    files: FailureFiles,
+    files: FailureContext,
     shrink: Option<ShrinkInfo>,
 ) -> FailureRecord {
     let comparison = d.comparison.as_ref();
@@ -62,6 +86,8 @@ pub fn failure_record(
         hint_unshrunk: None,
         also: Vec::new(),
         external: files.external,
+        environment: files.environment,
+        caveat: files.caveat,
         class: None,
         text: String::new(),
     };
@@ -138,6 +164,9 @@ pub(crate) fn body(r: &FailureRecord, case: &Case, expected: &[f64], d: &Diverge
     }
     if let Some(h) = &r.hint {
         let _ = writeln!(s, "hint:    {h}");
+    }
+    if let Some(c) = &r.caveat {
+        let _ = writeln!(s, "note:    {c}");
     }
     if let (Some(c), Some(out)) = (&d.comparison, &d.output) {
         let diff = row_diff(case, expected, out, c);

@@ -2,7 +2,7 @@
 //! phase and table), the step's report as for a case, and the history of the blocks the
 //! diverging sequence reads (who wrote them, when they were freed and reused).
 
-use super::report::{failure_record, FailureFiles};
+use super::report::{failure_record, FailureContext};
 use attn_reference::trace::block_history;
 use attn_reference::{Case, Trace};
 use attn_results::compare::Divergence;
@@ -24,15 +24,10 @@ pub fn trace_failure_record(
     origin: &Origin,
     at: DivergedStep<'_>,
     d: &Divergence,
-    (replay, external): (Option<String>, Option<String>),
+    files: FailureContext,
     shrink: Option<ShrinkInfo>,
 ) -> FailureRecord {
     let (case, step) = (at.case, at.step);
-    let files = FailureFiles {
-        replay,
-        heatmap: None,
-        external,
-    };
     let mut r = failure_record(backend, origin, case, at.expected, d, files, shrink);
     let mut s = String::new();
     let _ = writeln!(s, "{}", super::report::headline(&r));

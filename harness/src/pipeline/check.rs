@@ -206,12 +206,37 @@ pub fn recorded(
     Recorded {
         backend: backend.to_string(),
         external: crate::external::flag_for(backend, &opts.external_flags),
+        environment: opts
+            .backends
+            .iter()
+            .find(|b| b.name() == backend)
+            .map(|b| b.environment())
+            .unwrap_or_default(),
         origin: origin.to_string(),
         seed: Some(opts.seed),
         only: Some(opts.only.clone()).filter(|s| !s.is_full()),
         atol: tol.atol,
         rtol: tol.rtol,
         outcome: d.kind.to_string(),
+    }
+}
+
+/// The backend part of a report of `backend` (one of the run's) on `config`.
+pub fn context_of(
+    opts: &CheckOptions,
+    backend: &str,
+    config: &attn_reference::AttentionConfig,
+) -> crate::failure::report::FailureContext {
+    match opts.backends.iter().find(|b| b.name() == backend) {
+        Some(b) => crate::failure::report::FailureContext::of_backend(
+            b.as_ref(),
+            &opts.external_flags,
+            config,
+        ),
+        None => crate::failure::report::FailureContext {
+            external: crate::external::flag_for(backend, &opts.external_flags),
+            ..Default::default()
+        },
     }
 }
 

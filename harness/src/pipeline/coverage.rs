@@ -112,9 +112,20 @@ pub fn not_declared(space: &Space) -> Vec<(&'static str, &'static str)> {
         .into_iter()
         .filter(|f| !space.allows_feature(*f))
     {
+        // Traces draw their features from the same space as single cases.
         out.push(("features", f.label()));
+        out.push(("trace features", f.label()));
     }
     out.extend(mla_not_declared(space));
+    if !crate::pipeline::trace::draws_traces(space) {
+        // A space with no trace to draw (MLA alone, encoders alone): every trace bucket.
+        for (dim, buckets) in dimensions()
+            .into_iter()
+            .filter(|(d, _)| d.starts_with("trace "))
+        {
+            out.extend(buckets.into_iter().map(|b| (dim, b)));
+        }
+    }
     if let Some(m) = space.max_seq_len {
         out.extend(
             above_limit(LONGEST_SEQUENCE_EDGES, LONGEST_SEQUENCE_ABOVE, m)
@@ -256,7 +267,7 @@ pub fn buckets(case: &Case) -> Vec<(&'static str, &'static str)> {
     ];
     let mut features: Vec<&'static str> = Feature::OPTIONAL
         .into_iter()
-        .filter(|f| f.used_by(c) || f.used_by_lens(&case.batch.query_lens))
+        .filter(|f| f.used_by(c) || f.used_by_batch(&case.batch))
         .map(Feature::label)
         .collect();
     if features.is_empty() {
@@ -413,6 +424,26 @@ mod tests {
     use super::*;
 
     use attn_results::coverage::dimensions;
+
+    #[test]
+    fn features_outside_the_space_are_not_declared_for_traces_either() {
+        let plain = attn_reference::Space::parse_only("features=none").unwrap();
+        let out = not_declared(&plain);
+        for f in Feature::OPTIONAL {
+            assert!(out.contains(&("features", f.label())), "{}", f.label());
+            assert!(
+                out.contains(&("trace features", f.label())),
+                "{}",
+                f.label()
+            );
+        }
+        assert!(!out.contains(&("trace features", "none")));
+        assert!(!out.iter().any(|(d, _)| *d == "trace steps"));
+        let mla = attn_reference::Space::parse_only("kv_layouts=mla").unwrap();
+        let out = not_declared(&mla);
+        assert!(out.contains(&("trace steps", "1-8")), "{out:?}");
+        assert!(out.contains(&("trace events", "prefix hit")), "{out:?}");
+    }
 
     #[test]
     fn every_bucket_a_case_falls_in_is_declared() {

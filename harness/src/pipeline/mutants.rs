@@ -50,6 +50,7 @@ pub fn run_mutants(
             traces_to_kill: b.first_failing_trace.map(|i| i + 1),
             seconds: start.elapsed().as_secs_f64(),
             shrunk: b.failures.first().map(|f| f.size.clone()),
+            hint: b.failures.first().and_then(|f| f.hint.clone()),
             killed_by_upstream: false,
             upstream_killer: None,
         };

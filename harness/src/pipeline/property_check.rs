@@ -6,7 +6,7 @@ use crate::artifacts::{Artifact, HeatMap};
 use crate::check::{case_tree, sanitize, CheckOptions, Cohort, Event, RunState};
 use crate::compare::Tolerance;
 use crate::failure::class::{Signature, Symptom};
-use crate::failure::report::{failure_record, FailureFiles};
+use crate::failure::report::{failure_record, FailureContext};
 use crate::pipeline::control::RunControl;
 use crate::pipeline::drive::{per_cohort, Item, Member, PerCohort, Ran, Subjects};
 use crate::pipeline::failure_classes::{count_in, Member as ClassMember, Placed, CLASS_SHRINKS};
@@ -264,10 +264,10 @@ pub fn report(
         .comparison
         .as_ref()
         .map(|c| HeatMap::of(dir.join(format!("{stem}.png")), backend, case, c));
-    let files = FailureFiles {
+    let files = FailureContext {
         replay: Some(replay.display().to_string()),
         heatmap: heatmap.as_ref().map(|h| h.path.display().to_string()),
-        external: crate::external::flag_for(backend, &opts.external_flags),
+        ..crate::check::context_of(opts, backend, &case.config)
     };
     let record = failure_record(
         backend,

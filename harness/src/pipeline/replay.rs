@@ -1,7 +1,7 @@
 //! `attn-diff replay FILE`: run one saved case (a replay file) through backends again.
 
 use crate::compare::Tolerance;
-use crate::failure::report::{failure_record, FailureFiles};
+use crate::failure::report::{failure_record, FailureContext};
 use crate::runner::{evaluate, Outcome};
 use attn_backends::Backend;
 use attn_reference::{reference_output, Case};
@@ -31,10 +31,9 @@ pub fn replay_case(case: &Case, origin: &str, backends: &[Arc<dyn Backend>]) -> 
                     case,
                     &expected,
                     d,
-                    FailureFiles {
+                    FailureContext {
                         replay: Some(origin.to_string()),
-                        heatmap: None,
-                        external: None,
+                        ..FailureContext::of_backend(b.as_ref(), &[], &case.config)
                     },
                     None,
                 )),

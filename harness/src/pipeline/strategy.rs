@@ -100,6 +100,13 @@ pub struct CaseRecipe {
     /// Chunked local attention: positions in chunks of this many (decoder only).
     #[serde(default)]
     pub chunk: Option<usize>,
+    /// Chunks before its own a query also sees (only with `chunk`; None: its own only).
+    #[serde(default)]
+    pub lookback: Option<usize>,
+    /// Non-causal requests: bit `s` makes sequence `s` non-causal (decoder only). A mask
+    /// rather than a list, so dropping a sequence while shrinking leaves it valid.
+    #[serde(default)]
+    pub non_causal: Option<u64>,
 }
 
 /// An MLA recipe's latent: the entry's dims past V and the model's scale (which `scale` does
@@ -267,6 +274,8 @@ impl CaseRecipe {
             logits: None,
             mla: None,
             chunk: None,
+            lookback: None,
+            non_causal: None,
         }
     }
 
@@ -287,6 +296,7 @@ impl CaseRecipe {
         c.scale = self.scale;
         c.sliding_window = self.window;
         c.attention_chunk_size = self.chunk;
+        c.chunk_lookback = self.lookback.filter(|&k| k > 0 && self.chunk.is_some());
         c.logits_soft_cap = self.soft_cap;
         c.kv_cache = self.kv_cache;
         if let Some(m) = self.mla {
@@ -321,6 +331,10 @@ impl CaseRecipe {
                 c.padded_requests = 0;
                 self.padded() > 0
             }
+            Feature::NonCausal => {
+                c.non_causal = None;
+                self.causal_flags().is_some()
+            }
             Feature::Mla => match c.mla.take() {
                 // Ordinary attention with the model's scale: `AttentionConfig`'s turn_off.
                 Some(m) => {
@@ -346,6 +360,7 @@ impl CaseRecipe {
         self.kind = c.kind;
         self.window = c.sliding_window;
         self.chunk = c.attention_chunk_size;
+        self.lookback = c.chunk_lookback;
         self.soft_cap = c.logits_soft_cap;
         self.alibi = c.alibi_slopes.is_some();
         self.sinks = c.sinks.is_some();
@@ -379,7 +394,31 @@ impl CaseRecipe {
 
     /// Whether the case uses optional feature `f` (of its config or of its batch).
     pub fn uses(&self, f: Feature) -> bool {
-        f.used_by(&self.config()) || f.used_by_lens(&self.lens().1)
+        f.used_by(&self.config()) || f.used_by_batch(&self.batch_shape())
+    }
+
+    /// Per sequence, whether it is causal; None when every request is (a non-decoder kind,
+    /// or no real sequence's bit set).
+    pub fn causal_flags(&self) -> Option<Vec<bool>> {
+        let bits = self
+            .non_causal
+            .filter(|_| self.kind == AttentionKind::Decoder)?;
+        let real = self.seqs.len();
+        let flags: Vec<bool> = (0..real + self.padded())
+            .map(|s| s >= real.min(64) || bits >> s & 1 == 0)
+            .collect();
+        flags.contains(&false).then_some(flags)
+    }
+
+    /// The batch's shape without its data.
+    pub fn batch_shape(&self) -> attn_reference::Batch {
+        let (seq_lens, query_lens) = self.lens();
+        attn_reference::Batch {
+            seq_lens,
+            query_lens,
+            num_padding_tokens: self.padding_tokens,
+            causal: self.causal_flags(),
+        }
     }
 
     /// The padded requests the batch really has (decoder steps only).
@@ -428,6 +467,7 @@ impl CaseRecipe {
             shared_prefixes: self.sharing().into_iter().collect(),
         };
         let mut case = build_case(&seq_lens, &query_lens, self.config(), seed, &opts);
+        case.batch.causal = self.causal_flags();
         case.poison = self.poison;
         if let Values::Simple(seed) = self.values {
             simplify_values(&mut case, seed, self.sharing().as_ref());
@@ -739,6 +779,9 @@ pub fn fit_space(mut r: CaseRecipe, space: &Space, budget: usize) -> CaseRecipe 
     if !space.allows_feature(Feature::PaddedRequests) {
         r.padded_requests = 0;
     }
+    if !space.allows_feature(Feature::NonCausal) {
+        r.non_causal = None;
+    }
     if let Some(m) = space.max_seqs {
         r.padded_requests = r.padded_requests.min(m.saturating_sub(r.seqs.len()));
     }
@@ -863,6 +906,11 @@ pub fn recipe(limits: StrategyLimits) -> impl Strategy<Value = CaseRecipe> {
         0.1,
         prop_oneof![2 => 1usize..=8, 1 => near_threshold(longest), 1 => 1usize..=longest + 2],
     );
+    // Look-back (it means something only with chunks), then non-causal requests (one case
+    // in eight: every request, or some of them), drawn after everything else.
+    let lookback = prop::option::weighted(0.4, 1usize..=3);
+    let non_causal =
+        prop::option::weighted(0.12, prop_oneof![1 => Just(u64::MAX), 2 => 1u64..=u64::MAX]);
     (
         heads,
         shape,
@@ -871,7 +919,7 @@ pub fn recipe(limits: StrategyLimits) -> impl Strategy<Value = CaseRecipe> {
         layout,
         values(),
         kv_cache(),
-        (extremes, chunk),
+        (extremes, chunk, lookback, non_causal),
     )
         .prop_map(
             |(
@@ -882,7 +930,7 @@ pub fn recipe(limits: StrategyLimits) -> impl Strategy<Value = CaseRecipe> {
                 (padding_tokens, spare_blocks, table, share),
                 values,
                 kv_cache,
-                (extremes, chunk),
+                (extremes, chunk, lookback, non_causal),
             )| {
                 let r = CaseRecipe {
                     num_kv_heads,
@@ -894,6 +942,8 @@ pub fn recipe(limits: StrategyLimits) -> impl Strategy<Value = CaseRecipe> {
                     seqs,
                     window,
                     chunk,
+                    lookback: lookback.filter(|_| chunk.is_some()),
+                    non_causal,
                     soft_cap,
                     alibi,
                     sinks,

@@ -202,6 +202,10 @@ pub fn trace_recipe_with(seed: u64, index: usize, shapes: &TraceShapes) -> Trace
     // from one step to the next.
     if pick(0, 5) == 0 {
         c.attention_chunk_size = Some(pick(1, 3 * c.block_size));
+        // Half of them look back a chunk or two (drawn after, so the chunk is as before).
+        if pick(0, 1) == 0 {
+            c.chunk_lookback = Some(pick(1, 2));
+        }
     }
     recipe
 }

@@ -5,6 +5,7 @@
 use crate::artifacts::Artifact;
 use crate::check::{sanitize, CheckOptions, Cohort, Event, RunState};
 use crate::failure::class::{Signature, Symptom};
+use crate::failure::report::FailureContext;
 use crate::failure::trace::trace_failure_record;
 use crate::pipeline::control::RunControl;
 use crate::pipeline::drive::{per_cohort, Item, Member, PerCohort, Ran, Subjects};
@@ -241,13 +242,15 @@ fn shrink_and_report(
             shrunk.work,
         )
     });
-    let external = crate::external::flag_for(backend.name(), &opts.external_flags);
     let record = trace_failure_record(
         backend.name(),
         &trace_origin(opts, index, judged, step),
         judged.diverged_at(step),
         &divergence,
-        (Some(path.display().to_string()), external),
+        FailureContext {
+            replay: Some(path.display().to_string()),
+            ..crate::check::context_of(opts, backend.name(), &judged.steps[step].config)
+        },
         info,
     );
     let artifact = trace_file(opts, backend.name(), index, judged, (step, &divergence));

@@ -184,6 +184,7 @@ impl Trace {
                 seq_lens: st.seqs.iter().map(ScheduledSeq::seq_len).collect(),
                 query_lens: st.seqs.iter().map(|s| s.query_len).collect(),
                 num_padding_tokens: 0,
+                causal: None,
             },
             layout: PagedLayout {
                 num_blocks: self.num_blocks,
