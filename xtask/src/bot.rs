@@ -12,6 +12,7 @@ fn attn_bot(args: &[&str]) -> Result<i32, String> {
     let status = cargo_command()
         .args([
             "run",
+            "--locked",
             "--quiet",
             "--package",
             "attn-ci",

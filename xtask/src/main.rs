@@ -85,6 +85,7 @@ fn run() -> Result<(), String> {
             cargo_with_path(
                 &[
                     "run",
+                    "--locked",
                     "--package",
                     "attn-harness",
                     "--bin",
@@ -99,7 +100,7 @@ fn run() -> Result<(), String> {
         "test" => {
             let path = setup()?;
             cargo_with_path(
-                &["test", "--workspace", "--all-features"],
+                &["test", "--locked", "--workspace", "--all-features"],
                 rest,
                 Some(&path),
             )
@@ -111,7 +112,7 @@ fn run() -> Result<(), String> {
                 return Err("refusing to rewrite fixtures under CI; run `cargo xtask fixtures` locally and review `git diff fixtures/`".into());
             }
             let status = cargo_command()
-                .args(["test", "--package", "attn-reference", "--test", "golden"])
+                .args(["test", "--locked", "--package", "attn-reference", "--test", "golden"])
                 .env("UPDATE_GOLDEN", "1")
                 .current_dir(libtorch::repo_root())
                 .status()
