@@ -202,6 +202,11 @@ def capabilities_of(backend: type) -> Capabilities:
         features.append("sliding_window")
     if backend.supports_sink():
         features.append("sinks")
+    # vLLM 0.33: per-request causality in the paged decoder path (older releases have no
+    # such method and run every decoder request causally).
+    supports_non_causal = getattr(backend, "supports_non_causal", None)
+    if callable(supports_non_causal) and supports_non_causal():
+        features.append("non_causal")
     kv = [k for k, v in VLLM_KV_CACHE_DTYPE.items() if backend.supports_kv_cache_dtype(v)]
     if "fp8_e4m3" not in kv and backend.supports_kv_cache_dtype("fp8"):
         kv.append("fp8_e4m3")
@@ -216,6 +221,19 @@ def capabilities_of(backend: type) -> Capabilities:
             caps["kv_cache_dtypes"] = [k for k in kv if k == "auto"]
     caps["features"] = features
     return caps
+
+
+def causal_of(config: Config, step: Step) -> Any:
+    """`CommonAttentionMetadata.causal` as vLLM 0.33's runner sets it: a bool for the whole
+    batch (False when every real request is non-causal), else one flag per request."""
+    if config.kind != "decoder":
+        return False
+    if step.causal is None or step.causal.all():
+        return True
+    real = step.query_lens > 0
+    if not step.causal[real].any():
+        return False
+    return torch.from_numpy(step.causal.astype(bool))
 
 
 def describe(backend: type) -> str:
@@ -645,7 +663,7 @@ class VllmBackend(Adapter):
             max_seq_len=int(seq_lens.max()),
             block_table_tensor=i32(step.block_table),
             slot_mapping=torch.from_numpy(np.ascontiguousarray(slots)).to(torch.int64),
-            causal=config.kind == "decoder",
+            causal=causal_of(config, step),
             positions=torch.from_numpy(positions),
             **extra,
         )
