@@ -225,7 +225,7 @@ def capabilities_of(backend: type) -> Capabilities:
 
 def causal_of(config: Config, step: Step) -> Any:
     """`CommonAttentionMetadata.causal` as vLLM 0.33's runner sets it: a bool for the whole
-    batch (False when every real request is non-causal), else one flag per request."""
+    batch (False when every real request is non-causal), else one int32 flag per request."""
     if config.kind != "decoder":
         return False
     if step.causal is None or step.causal.all():
@@ -233,7 +233,8 @@ def causal_of(config: Config, step: Step) -> Any:
     real = step.query_lens > 0
     if not step.causal[real].any():
         return False
-    return torch.from_numpy(step.causal.astype(bool))
+    # One int32 flag per request, as the kernels read it (vLLM 0.33's per-seq causal).
+    return torch.from_numpy(step.causal.astype("int32"))
 
 
 def describe(backend: type) -> str:
