@@ -112,7 +112,14 @@ fn run() -> Result<(), String> {
                 return Err("refusing to rewrite fixtures under CI; run `cargo xtask fixtures` locally and review `git diff fixtures/`".into());
             }
             let status = cargo_command()
-                .args(["test", "--locked", "--package", "attn-reference", "--test", "golden"])
+                .args([
+                    "test",
+                    "--locked",
+                    "--package",
+                    "attn-reference",
+                    "--test",
+                    "golden",
+                ])
                 .env("UPDATE_GOLDEN", "1")
                 .current_dir(libtorch::repo_root())
                 .status()
