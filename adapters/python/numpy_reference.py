@@ -48,18 +48,24 @@ class NumpyReference(Adapter):
         cache["k"][blocks, offsets] = key[keep]
         cache["v"][blocks, offsets] = value[keep]
 
-    def visible(self, config, rel, causal=True):
-        """Mask of keys a query sees, from rel = key position - query position; a
-        non-causal decoder request sees its whole sequence, its window both ways."""
+    def visible(self, config, rel):
+        """Mask of keys a query sees, from rel = key position - query position."""
         mask = np.ones(rel.shape, dtype=bool)
-        if config.kind == "decoder" and causal:
+        if config.kind == "decoder":
             mask &= rel <= 0
         lr = config.window_left_right()
         if lr is not None:
             left, right = lr
-            if not causal:
-                right = left
             mask &= (rel >= -left) & (rel <= right)
+        return mask
+
+    def visible_both_ways(self, config, rel):
+        """The mask of a non-causal decoder request: its whole sequence, a window of w
+        reaching w - 1 keys each way."""
+        mask = np.ones(rel.shape, dtype=bool)
+        if config.sliding_window is not None:
+            w = config.sliding_window - 1
+            mask &= (rel >= -w) & (rel <= w)
         return mask
 
     def in_chunk(self, config, rel, qpos):
@@ -98,7 +104,9 @@ class NumpyReference(Adapter):
             rel = pos[None, :] - qpos[:, None]  # [n, L]
             if config.alibi_slopes is not None:
                 logits += np.asarray(config.alibi_slopes)[:, None, None] * rel[None]
-            seen = self.visible(config, rel, step.is_causal(s)) & self.in_chunk(config, rel, qpos)
+            # Subclasses override visible(config, rel): a non-causal request has its own.
+            visible = self.visible(config, rel) if step.is_causal(s) else self.visible_both_ways(config, rel)
+            seen = visible & self.in_chunk(config, rel, qpos)
             logits = np.where(seen[None], logits, -np.inf)
             peak = logits.max(axis=2, keepdims=True)
             if config.sinks is not None:

@@ -113,13 +113,14 @@ impl Feature {
 
     /// The optional features no MLA model has: the case model refuses them beside MLA, and
     /// coverage counts no pair of them with it.
-    pub const NOT_WITH_MLA: [Feature; 6] = [
+    pub const NOT_WITH_MLA: [Feature; 7] = [
         Feature::SlidingWindow,
         Feature::LogitsSoftCap,
         Feature::Alibi,
         Feature::Sinks,
         Feature::ChunkedLocalAttention,
         Feature::ChunkLookback,
+        Feature::NonCausal,
     ];
 
     /// The optional features every backend of this project implemented when the list was
