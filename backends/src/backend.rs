@@ -90,8 +90,7 @@ pub struct StepInputs<'a> {
 impl StepInputs<'_> {
     /// Whether sequence `seq` is causal.
     pub fn is_causal(&self, seq: usize) -> bool {
-        self.causal
-            .is_none_or(|c| c.get(seq).copied().unwrap_or(true))
+        attn_reference::is_causal(self.causal, seq)
     }
 }
 

@@ -38,12 +38,16 @@ pub struct Batch {
     pub causal: Option<Vec<bool>>,
 }
 
+/// Whether sequence `seq` is causal under per-request flags `causal` (None, or a sequence
+/// past the flags: causal). Cases, steps and kernels all read the flags through this.
+pub fn is_causal(causal: Option<&[bool]>, seq: usize) -> bool {
+    causal.is_none_or(|c| c.get(seq).copied().unwrap_or(true))
+}
+
 impl Batch {
     /// Whether sequence `seq` is causal.
     pub fn is_causal(&self, seq: usize) -> bool {
-        self.causal
-            .as_ref()
-            .is_none_or(|c| c.get(seq).copied().unwrap_or(true))
+        is_causal(self.causal.as_deref(), seq)
     }
 
     /// Whether a real request (one with new tokens) is non-causal.

@@ -210,6 +210,13 @@ impl Feature {
         }
     }
 
+    /// The features of the batch that `batch` uses.
+    pub fn of_batch(batch: &crate::Batch) -> impl Iterator<Item = Feature> + '_ {
+        Feature::OF_THE_BATCH
+            .into_iter()
+            .filter(move |f| f.used_by_batch(batch))
+    }
+
     /// Whether `batch` uses this feature (the features of the batch).
     pub fn used_by_batch(self, batch: &crate::Batch) -> bool {
         match self {

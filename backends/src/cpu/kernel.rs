@@ -110,8 +110,7 @@ pub struct Problem<'a, T> {
 
 impl<T> Problem<'_, T> {
     fn causal(&self, seq: usize) -> bool {
-        self.causal
-            .is_none_or(|c| c.get(seq).copied().unwrap_or(true))
+        attn_reference::is_causal(self.causal, seq)
     }
 }
 

@@ -96,7 +96,7 @@ pub fn plan(
     let mut tasks = Vec::new();
     let limits = super::mask::KeyLimits::of(cfg);
     for (seq, &seq_len) in seq_lens.iter().enumerate() {
-        let limits = limits.causal(causal.is_none_or(|c| c.get(seq).copied().unwrap_or(true)));
+        let limits = limits.causal(attn_reference::is_causal(causal, seq));
         let (start, end) = (query_start_loc[seq], query_start_loc[seq + 1]);
         // Cross-attention queries may outnumber the encoder's keys and have no position
         // among them (every key is visible): any position will do.

@@ -156,12 +156,7 @@ impl Signature {
             .features()
             .iter()
             .map(|f| f.split('=').next().unwrap_or(f).to_string())
-            .chain(
-                attn_reference::Feature::OF_THE_BATCH
-                    .into_iter()
-                    .filter(|f| f.used_by_batch(&case.batch))
-                    .map(|f| f.name().to_string()),
-            )
+            .chain(attn_reference::Feature::of_batch(&case.batch).map(|f| f.name().to_string()))
             .collect();
         Signature {
             features: Some(features),

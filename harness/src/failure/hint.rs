@@ -334,12 +334,7 @@ pub fn finding(case: &Case, c: &Comparison) -> Option<Finding> {
     let features: Vec<String> = c_cfg
         .features()
         .into_iter()
-        .chain(
-            attn_reference::Feature::OF_THE_BATCH
-                .into_iter()
-                .filter(|f| f.used_by_batch(&case.batch))
-                .map(|f| f.label().to_string()),
-        )
+        .chain(attn_reference::Feature::of_batch(&case.batch).map(|f| f.label().to_string()))
         .collect();
     found(Pattern::Everywhere, format!(
         "every token and head diverges: check the scale, the softmax, value gathering, or a feature applied wrongly ({})",

@@ -206,10 +206,7 @@ pub fn recorded(
     Recorded {
         backend: backend.to_string(),
         external: crate::external::flag_for(backend, &opts.external_flags),
-        environment: opts
-            .backends
-            .iter()
-            .find(|b| b.name() == backend)
+        environment: backend_named(opts, backend)
             .map(|b| b.environment())
             .unwrap_or_default(),
         origin: origin.to_string(),
@@ -221,18 +218,24 @@ pub fn recorded(
     }
 }
 
+/// The run's backend called `name`.
+fn backend_named<'a>(opts: &'a CheckOptions, name: &str) -> Option<&'a dyn Backend> {
+    opts.backends
+        .iter()
+        .find(|b| b.name() == name)
+        .map(|b| b.as_ref())
+}
+
 /// The backend part of a report of `backend` (one of the run's) on `config`.
 pub fn context_of(
     opts: &CheckOptions,
     backend: &str,
     config: &attn_reference::AttentionConfig,
 ) -> crate::failure::report::FailureContext {
-    match opts.backends.iter().find(|b| b.name() == backend) {
-        Some(b) => crate::failure::report::FailureContext::of_backend(
-            b.as_ref(),
-            &opts.external_flags,
-            config,
-        ),
+    match backend_named(opts, backend) {
+        Some(b) => {
+            crate::failure::report::FailureContext::of_backend(b, &opts.external_flags, config)
+        }
         None => crate::failure::report::FailureContext {
             external: crate::external::flag_for(backend, &opts.external_flags),
             ..Default::default()
