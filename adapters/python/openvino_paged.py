@@ -1,0 +1,360 @@
+"""OpenVINO's PagedAttentionExtension (CPU plugin) as an attn-diff adapter.
+
+Builds a one-operation OpenVINO model around ``openvino.op._PagedAttentionExtension`` (the op
+OpenVINO GenAI's continuous-batching pipeline runs, 28 inputs in openvino 2026.4) and
+compiles it for ``CPU`` once per configuration (query heads, kv heads, head size, compute
+dtype, cache precision), then feeds each step as GenAI's model runner does:
+
+- ``query``/``key``/``value``: the step's real tokens, ``[tokens, heads * head_size]`` in the
+  case dtype (padding tokens are not passed; their output rows are zero);
+- ``key_cache``/``value_cache``: the session's cache tensors, ``[num_blocks, kv_heads,
+  block_size, head_size]`` in the precision the plugin reports for the compiled model's
+  inputs, bound with shared memory so the op's in-place writes persist across a trace;
+- ``past_lens`` (context length per sequence), ``subsequence_begins`` (``query_start_loc``),
+  ``block_indices`` and ``block_indices_begins`` (each sequence's first ``ceil(seq_len /
+  block_size)`` blocks of the block table, flattened), ``scale``, ``sliding_window`` (``w``,
+  0 for none), ``alibi_slopes`` (``[num_heads]`` or empty), ``max_context_len`` (the longest
+  ``seq_len`` of the step), ``sinks`` (``[1, num_heads, 1, 1]`` or empty); the others
+  (score aggregation, RoPE re-rotation, xattention, adaptive RKV, token type ids, qq bias)
+  empty or zero, as GenAI passes them when those features are off.
+
+The op writes the step's K/V itself, at each sequence's ``past_len + i`` through its block
+table. So the case's last write (the step's new tokens, whose slot mapping is the step's) is
+not applied by the adapter: its rows become the op's ``key``/``value`` inputs, after checking
+that every real token's slot is the one the op derives from its position
+(``block_indices[pos // block_size] * block_size + pos % block_size``). Every other write
+(stale data in unowned slots, each sequence's context, a trace's writes since its last step)
+is stored straight into the cache tensors, as an earlier step of the op would have left it.
+
+KV-cache precision is set explicitly with ``KV_CACHE_PRECISION``. ``--kv-cache float`` (the
+default, adapter ``openvino-paged``): the cache holds the compute dtype (f32, f16; bf16 where
+the plugin takes a bf16 cache, else f32, which holds every bf16 value exactly: on an x86 host
+without AVX512-BF16 the plugin refuses a bf16 cache at compile time, "expect kvcache type
+f32"). ``--kv-cache u8`` (adapter ``openvino-paged-u8``): the plugin's default cache on x86 (u8,
+per-channel key quantization); attn-diff's oracle compares at the compute dtype's tolerance
+and the protocol carries no quantization tolerance, so every case is declined by feature with
+that reason; ``tests/test_openvino_paged.py`` checks the u8 cache against a bound derived from
+its quantization instead (docs/findings-openvino.md).
+
+Declared space (from the op spec and the CPU plugin): dtypes f32, bf16, f16; block size 32
+(the x86 CPU plugin fixes the cache's block dimension to 32 whatever the model says);
+decoder (causal) only; GQA; sliding window; ALiBi; sinks; no soft-cap (the op has no such
+input); no encoder-only, cross-attention, local chunks, FP8 cache or MLA. ALiBi together with
+a window is declined: the spec calls them mutually exclusive in the CPU implementation.
+
+    python openvino_paged.py --probe             # compile and run one small step
+    attn-diff check --backend external:openvino-paged
+"""
+
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from attn_diff_adapter import Adapter, Unsupported, serve  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+BLOCK_SIZE = 32
+HEAD_SIZES = [int(x) for x in os.environ.get("ATTN_DIFF_OV_HEAD_SIZES", "").split(",") if x]
+MAX_CACHE_GIB = float(os.environ.get("ATTN_DIFF_MAX_CACHE_GIB", "4"))
+THREADS = os.environ.get("ATTN_DIFF_THREADS")
+
+
+def _bf16_bits(x):
+    """float32 values (already bf16-representable, or to round) as bf16 bit patterns."""
+    a = np.ascontiguousarray(x, dtype=np.float32)
+    bits = a.view(np.uint32).astype(np.uint64)
+    rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+    nan = np.isnan(a)
+    if nan.any():
+        rounded[nan] = 0x7FC0
+    return rounded
+
+
+class OpenVinoPaged(Adapter):
+    name = "openvino-paged"
+    sessions = True
+    environment = ("ATTN_DIFF_OV_*", "ATTN_DIFF_THREADS", "ATTN_DIFF_MAX_CACHE_GIB")
+
+    def __init__(self, kv_cache="float"):
+        import openvino as ov
+        from openvino import op as ov_op
+        import openvino.opset13 as ops
+
+        if not hasattr(ov_op, "_PagedAttentionExtension"):
+            raise RuntimeError(f"openvino {ov.get_version()} has no op._PagedAttentionExtension")
+        self.ov, self.ops, self.PA = ov, ops, ov_op._PagedAttentionExtension
+        self.core = ov.Core()
+        self.kv_mode = kv_cache
+        self.version = ov.get_version()
+        self.compiled = {}
+        self.bf16_cache = None  # whether the plugin takes a bf16 cache (found on first need)
+        self.name = "openvino-paged" if kv_cache == "float" else "openvino-paged-u8"
+        caps = {
+            "dtypes": ["f32", "bf16", "f16"],
+            "block_sizes": [BLOCK_SIZE],
+            "kinds": ["decoder"],
+            "features": ["sliding_window", "alibi", "sinks"],
+            "kv_cache_dtypes": ["auto"],
+            "kv_layouts": ["mha"],
+        }
+        if HEAD_SIZES:
+            caps["head_sizes"] = HEAD_SIZES
+        self.capabilities = caps
+        self.description = (
+            f"OpenVINO {self.version} PagedAttentionExtension on CPU, "
+            f"{'compute-dtype' if kv_cache == 'float' else 'u8'} KV cache, block size {BLOCK_SIZE}"
+        )
+
+    # ---- the model ------------------------------------------------------------------
+
+    def _et(self, dtype):
+        ov = self.ov
+        return {"f32": ov.Type.f32, "f16": ov.Type.f16, "bf16": ov.Type.bf16}[dtype]
+
+    def cache_precision(self, config):
+        if self.kv_mode == "u8":
+            return "u8"
+        if config.dtype == "bf16":
+            if self.bf16_cache is None:
+                try:
+                    self._compile(config.num_heads, config.num_kv_heads, config.head_size, "bf16", "bf16")
+                    self.bf16_cache = True
+                except RuntimeError as e:
+                    if "expect kvcache type f32" not in str(e):
+                        raise
+                    self.bf16_cache = False
+                    sys.stderr.write(
+                        "openvino-paged: this CPU plugin refuses a bf16 KV cache (runtime precision f32, "
+                        "'expect kvcache type f32'); bf16 cases use an f32 cache, which holds bf16 exactly\n"
+                    )
+            return "bf16" if self.bf16_cache else "f32"
+        return config.dtype
+
+    def _compile(self, hq, hkv, s, dtype, prec):
+        key = (hq, hkv, s, dtype, prec)
+        got = self.compiled.get(key)
+        if got is not None:
+            return got
+        ov, ops = self.ov, self.ops
+        f32, i32 = ov.Type.f32, ov.Type.i32
+        et = self._et(dtype)
+        params = []
+
+        def par(t, shape, name):
+            p = ops.parameter(ov.PartialShape(shape), t, name=name)
+            params.append(p)
+            return p.output(0)
+
+        def const(v, dt):
+            return ops.constant(np.array(v, dtype=dt)).output(0)
+
+        inputs = [
+            par(et, [-1, hq * s], "query"),
+            par(et, [-1, hkv * s], "key"),
+            par(et, [-1, hkv * s], "value"),
+            par(ov.Type.dynamic, [-1, hkv, -1, s], "key_cache"),
+            par(ov.Type.dynamic, [-1, hkv, -1, s], "value_cache"),
+            par(i32, [-1], "past_lens"),
+            par(i32, [-1], "subsequence_begins"),
+            par(i32, [-1], "block_indices"),
+            par(i32, [-1], "block_indices_begins"),
+            par(f32, [], "scale"),
+            par(i32, [], "sliding_window"),
+            par(f32, [-1], "alibi_slopes"),
+            par(i32, [], "max_context_len"),
+            par(i32, [-1], "score_aggregation_window"),  # [B_seq] zeros: off
+            const(np.zeros(0), np.int32),  # rotated_block_indices
+            const(np.zeros((0, 1)), np.int32),  # rotation_deltas
+            const(np.zeros((0, s)), np.float32),  # rotation_trig_lut
+            const(np.zeros(0), np.float32),  # xattention_threshold: dense
+            const(0, np.int32),  # xattention_block_size
+            const(0, np.int32),  # xattention_stride
+            par(et, [-1, hq, 1, 1], "sinks"),
+            const(0, np.int32),  # adaptive_rkv_start_size
+            const(np.zeros(0), np.int32),  # adaptive_rkv_evictable_sizes
+            const(np.zeros(0), np.int32),  # adaptive_rkv_diversity_block_set_indices
+            const(np.zeros(0), np.int32),  # ..._begins
+            const(np.zeros(0), np.int32),  # token_type_ids
+            ops.constant(np.zeros(0, np.uint8)).output(0),  # qq_bias
+            const(np.zeros(0), np.int32),  # qq_bias_begins
+        ]
+        node = self.PA(inputs)
+        # What OpenVINO's SDPAToPagedAttention sets and the CPU plugin requires.
+        for k, v in {"k_head_size": s, "num_k_heads": hkv, "v_head_size": s, "num_v_heads": hkv}.items():
+            node.get_rt_info()[k] = v
+        out = ops.convert(node.output(0), f32)
+        model = ov.Model([ops.result(out)], params, "paged_attention")
+        cfg = {"KV_CACHE_PRECISION": prec}
+        if THREADS:
+            cfg["INFERENCE_NUM_THREADS"] = int(THREADS)
+        cm = self.core.compile_model(model, "CPU", cfg)
+        shapes = {}
+        for i in cm.inputs:
+            name = i.get_any_name()
+            if name in ("key_cache", "value_cache"):
+                ps = i.get_partial_shape()
+                shapes[name] = (i.get_element_type(), [d.get_length() for d in list(ps)[1:]])
+        got = {"model": cm, "request": cm.create_infer_request(), "cache": shapes}
+        self.compiled[key] = got
+        return got
+
+    # ---- the adapter ----------------------------------------------------------------
+
+    def check(self, config):
+        if self.kv_mode == "u8":
+            raise Unsupported(
+                "u8 KV cache: attn-diff's oracle compares at the compute dtype's tolerance and the "
+                "protocol carries no quantized-cache tolerance (see docs/findings-openvino.md; the u8 "
+                "cache is checked against its quantization bound by tests/test_openvino_paged.py)"
+            )
+        if config.alibi_slopes is not None and config.sliding_window is not None:
+            raise Unsupported(
+                "ALiBi with a sliding window: the op spec calls them mutually exclusive in the CPU plugin"
+            )
+        if config.block_size != BLOCK_SIZE:
+            raise Unsupported(f"block size {config.block_size}: the CPU plugin's cache blocks are {BLOCK_SIZE}")
+
+    def new_cache(self, config, num_blocks):
+        prec = self.cache_precision(config)
+        got = self._compile(config.num_heads, config.num_kv_heads, config.head_size, config.dtype, prec)
+        (ket, kshape), (vet, vshape) = got["cache"]["key_cache"], got["cache"]["value_cache"]
+        if kshape[1] != config.block_size or vshape[1] != config.block_size:
+            raise Unsupported(f"block size {config.block_size}: the compiled cache's blocks are {kshape[1]}")
+        np_dt = {"f32": np.float32, "f16": np.float16, "bf16": np.uint16, "u8": np.uint8}[prec]
+        nbytes = num_blocks * (int(np.prod(kshape)) + int(np.prod(vshape))) * np.dtype(np_dt).itemsize
+        if nbytes > MAX_CACHE_GIB * 2**30:
+            raise Unsupported(f"cache of {nbytes / 2**30:.1f} GiB above ATTN_DIFF_MAX_CACHE_GIB={MAX_CACHE_GIB:g}")
+        k = np.zeros([num_blocks] + kshape, np_dt)
+        v = np.zeros([num_blocks] + vshape, np_dt)
+        ov = self.ov
+        return {
+            "k": k,
+            "v": v,
+            "prec": prec,
+            "kt": ov.Tensor(k, [num_blocks] + kshape, ket) if prec == "bf16" else ov.Tensor(k, shared_memory=True),
+            "vt": ov.Tensor(v, [num_blocks] + vshape, vet) if prec == "bf16" else ov.Tensor(v, shared_memory=True),
+            "pending": [],
+        }
+
+    def write_kv(self, config, cache, key, value, slot_mapping):
+        cache["pending"].append((key, value, slot_mapping))
+
+    def _store(self, config, cache, key, value, slots):
+        keep = slots >= 0
+        if not keep.any():
+            return
+        s = slots[keep]
+        blocks, offsets = s // config.block_size, s % config.block_size
+        k, v = key[keep], value[keep]  # [n, Hkv, S]
+        prec = cache["prec"]
+        if prec == "f16":
+            k, v = k.astype(np.float16), v.astype(np.float16)
+        elif prec == "bf16":
+            k, v = _bf16_bits(k), _bf16_bits(v)
+        elif prec != "f32":
+            raise Unsupported(f"writing rows into a {prec} cache")
+        cache["k"][blocks, :, offsets] = k
+        cache["v"][blocks, :, offsets] = v
+
+    def _tensor(self, x, dtype):
+        ov = self.ov
+        x = np.ascontiguousarray(x, dtype=np.float32)
+        if dtype == "f32":
+            return ov.Tensor(x)
+        if dtype == "f16":
+            return ov.Tensor(x.astype(np.float16))
+        return ov.Tensor(_bf16_bits(x), list(x.shape), ov.Type.bf16)
+
+    def forward(self, config, cache, step):
+        pending, cache["pending"] = cache["pending"], []
+        bs = config.block_size
+        qsl = step.query_start_loc
+        n_real = int(qsl[-1])
+        query_lens = step.query_lens
+        seq_lens = step.seq_lens
+        past = seq_lens - query_lens
+        if (query_lens <= 0).any():
+            raise Unsupported("a request with no new tokens (the op has no empty subsequence)")
+        # The step's K/V: the last write, whose slots are the step's.
+        if not pending or len(pending[-1][2]) != step.num_tokens:
+            raise Unsupported("no write of the step's new tokens (the op takes them as its key/value)")
+        step_k, step_v, step_slots = pending[-1]
+        nb = (seq_lens + bs - 1) // bs
+        for s in range(len(seq_lens)):
+            pos = past[s] + np.arange(query_lens[s])
+            want = step.block_table[s][pos // bs] * bs + pos % bs
+            got = step_slots[qsl[s] : qsl[s + 1]]
+            if not np.array_equal(want, got):
+                raise Unsupported(
+                    "a new token's slot is not the block-table slot of its position "
+                    "(the op derives where it writes from past_lens and block_indices)"
+                )
+        for key, value, slots in pending[:-1]:
+            self._store(config, cache, key, value, slots)
+        prec = cache["prec"]
+        got = self._compile(config.num_heads, config.num_kv_heads, config.head_size, config.dtype, prec)
+        req = got["request"]
+        hq, hkv, d = config.num_heads, config.num_kv_heads, config.head_size
+        block_indices = np.concatenate([step.block_table[s][: nb[s]] for s in range(len(seq_lens))]).astype(np.int32)
+        begins = np.concatenate([[0], np.cumsum(nb)]).astype(np.int32)
+        et = config.dtype
+        feed = {
+            "query": self._tensor(step.query[:n_real].reshape(n_real, hq * d), et),
+            "key": self._tensor(step_k[:n_real].reshape(n_real, hkv * d), et),
+            "value": self._tensor(step_v[:n_real].reshape(n_real, hkv * d), et),
+            "past_lens": self.ov.Tensor(past.astype(np.int32)),
+            "subsequence_begins": self.ov.Tensor(qsl.astype(np.int32)),
+            "block_indices": self.ov.Tensor(block_indices),
+            "block_indices_begins": self.ov.Tensor(begins),
+            "scale": self.ov.Tensor(np.array(config.scale, np.float32)),
+            "sliding_window": self.ov.Tensor(np.array(config.sliding_window or 0, np.int32)),
+            "alibi_slopes": self.ov.Tensor(np.asarray(config.alibi_slopes or [], np.float32)),
+            "max_context_len": self.ov.Tensor(np.array(int(seq_lens.max()), np.int32)),
+            "score_aggregation_window": self.ov.Tensor(np.zeros(len(seq_lens), np.int32)),
+            "sinks": self._tensor(
+                np.asarray(config.sinks, np.float32).reshape(1, hq, 1, 1)
+                if config.sinks is not None
+                else np.zeros((0, hq, 1, 1), np.float32),
+                et,
+            ),
+        }
+        for name, t in feed.items():
+            req.set_tensor(name, t)
+        req.set_tensor("key_cache", cache["kt"])
+        req.set_tensor("value_cache", cache["vt"])
+        t0 = time.perf_counter()
+        req.infer()
+        elapsed = time.perf_counter() - t0
+        res = req.get_output_tensor(0).data
+        out = np.zeros((step.num_tokens, hq, d), np.float32)
+        out[:n_real] = res.reshape(n_real, hq, d)
+        return out, elapsed
+
+
+def probe(kv_cache):
+    a = OpenVinoPaged(kv_cache)
+    print(a.description)
+    for name in ("f32", "f16", "bf16", "u8"):
+        try:
+            a._compile(4, 2, 64, "f32", name)
+            print(f"KV_CACHE_PRECISION={name}: compiles", a.compiled[(4, 2, 64, "f32", name)]["cache"])
+        except Exception as e:  # noqa: BLE001 - a probe reports what the plugin says
+            print(f"KV_CACHE_PRECISION={name}: refused: {str(e).strip().splitlines()[-1]}")
+
+
+def main(argv):
+    kv = "float"
+    if "--kv-cache" in argv:
+        kv = argv[argv.index("--kv-cache") + 1]
+        if kv not in ("float", "u8"):
+            sys.exit(f"openvino_paged.py: --kv-cache {kv!r}: expected float or u8")
+    if "--probe" in argv:
+        probe(kv)
+        return
+    serve(OpenVinoPaged(kv))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
