@@ -50,6 +50,29 @@ import os
 import sys
 import time
 
+
+def _reexec_under_openvino_venv():
+    """Run this script under the venv tools/peers/openvino_env.sh makes when this Python has
+    no openvino (attn-diff.toml's bare `python3` is the checkout's .python-env)."""
+    import importlib.util
+
+    if importlib.util.find_spec("openvino") is not None:
+        return
+    python = os.environ.get("ATTN_DIFF_OPENVINO_PYTHON") or os.path.expanduser(
+        "~/.cache/attn-diff/venv-openvino/bin/python"
+    )
+    if os.environ.get("_ATTN_DIFF_OPENVINO_REEXEC") == "1" or not os.path.exists(python):
+        sys.exit(
+            f"openvino_paged.py: openvino is not importable from {sys.executable} and there is no "
+            f"{python}: run `sh tools/peers/openvino_env.sh` (or set ATTN_DIFF_OPENVINO_PYTHON)"
+        )
+    os.environ["_ATTN_DIFF_OPENVINO_REEXEC"] = "1"
+    os.execv(python, [python, os.path.abspath(__file__)] + sys.argv[1:])
+
+
+if __name__ == "__main__":
+    _reexec_under_openvino_venv()
+
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from attn_diff_adapter import Adapter, Unsupported, serve  # noqa: E402
 
@@ -59,6 +82,8 @@ BLOCK_SIZE = 32
 HEAD_SIZES = [int(x) for x in os.environ.get("ATTN_DIFF_OV_HEAD_SIZES", "").split(",") if x]
 MAX_CACHE_GIB = float(os.environ.get("ATTN_DIFF_MAX_CACHE_GIB", "4"))
 THREADS = os.environ.get("ATTN_DIFF_THREADS")
+# Run ALiBi with a window anyway (the spec calls the pair mutually exclusive on CPU).
+ALIBI_WITH_WINDOW = os.environ.get("ATTN_DIFF_OV_ALIBI_WITH_WINDOW") == "1"
 
 
 def _bf16_bits(x):
@@ -209,7 +234,7 @@ class OpenVinoPaged(Adapter):
                 "protocol carries no quantized-cache tolerance (see docs/findings-openvino.md; the u8 "
                 "cache is checked against its quantization bound by tests/test_openvino_paged.py)"
             )
-        if config.alibi_slopes is not None and config.sliding_window is not None:
+        if config.alibi_slopes is not None and config.sliding_window is not None and not ALIBI_WITH_WINDOW:
             raise Unsupported(
                 "ALiBi with a sliding window: the op spec calls them mutually exclusive in the CPU plugin"
             )
