@@ -84,6 +84,13 @@ MAX_CACHE_GIB = float(os.environ.get("ATTN_DIFF_MAX_CACHE_GIB", "4"))
 THREADS = os.environ.get("ATTN_DIFF_THREADS")
 # Run ALiBi with a window anyway (the spec calls the pair mutually exclusive on CPU).
 ALIBI_WITH_WINDOW = os.environ.get("ATTN_DIFF_OV_ALIBI_WITH_WINDOW") == "1"
+# --kv-cache u8 answers FP8-cache cases with its u8 cache (bench's FP8 slot; never `check`).
+U8_AS_FP8 = os.environ.get("ATTN_DIFF_OV_U8_AS_FP8") == "1"
+# kernel_seconds: "node" (the op's time from the plugin's profiler, PERF_COUNT) or "infer"
+# (the whole infer request, wall clock).
+CLOCK = os.environ.get("ATTN_DIFF_OV_CLOCK", "node")
+if CLOCK not in ("node", "infer"):
+    sys.exit(f"openvino_paged.py: ATTN_DIFF_OV_CLOCK={CLOCK!r}: expected node or infer")
 
 
 def _bf16_bits(x):
@@ -126,6 +133,11 @@ class OpenVinoPaged(Adapter):
         }
         if HEAD_SIZES:
             caps["head_sizes"] = HEAD_SIZES
+        if kv_cache == "u8" and U8_AS_FP8:
+            # For `attn-diff bench --kv-cache auto,fp8_e4m3` only: the u8 cache timed in the
+            # FP8 slot, beside cpu's FP8 cache (its warm-up is checked against the FP8 oracle).
+            caps["kv_cache_dtypes"] = ["fp8_e4m3"]
+            caps["features"] = caps["features"] + ["fp8_kv_cache"]
         self.capabilities = caps
         self.description = (
             f"OpenVINO {self.version} PagedAttentionExtension on CPU, "
@@ -211,7 +223,7 @@ class OpenVinoPaged(Adapter):
             node.get_rt_info()[k] = v
         out = ops.convert(node.output(0), f32)
         model = ov.Model([ops.result(out)], params, "paged_attention")
-        cfg = {"KV_CACHE_PRECISION": prec}
+        cfg = {"KV_CACHE_PRECISION": prec, "PERF_COUNT": CLOCK == "node"}
         if THREADS:
             cfg["INFERENCE_NUM_THREADS"] = int(THREADS)
         cm = self.core.compile_model(model, "CPU", cfg)
@@ -228,7 +240,7 @@ class OpenVinoPaged(Adapter):
     # ---- the adapter ----------------------------------------------------------------
 
     def check(self, config):
-        if self.kv_mode == "u8":
+        if self.kv_mode == "u8" and not U8_AS_FP8:
             raise Unsupported(
                 "u8 KV cache: attn-diff's oracle compares at the compute dtype's tolerance and the "
                 "protocol carries no quantized-cache tolerance (see docs/findings-openvino.md; the u8 "
@@ -245,8 +257,9 @@ class OpenVinoPaged(Adapter):
         prec = self.cache_precision(config)
         got = self._compile(config.num_heads, config.num_kv_heads, config.head_size, config.dtype, prec)
         (ket, kshape), (vet, vshape) = got["cache"]["key_cache"], got["cache"]["value_cache"]
-        if kshape[1] != config.block_size or vshape[1] != config.block_size:
-            raise Unsupported(f"block size {config.block_size}: the compiled cache's blocks are {kshape[1]}")
+        # u8: the key cache's block carries its per-channel scales and zero points in extra rows.
+        if vshape[1] != config.block_size or (prec != "u8" and kshape[1] != config.block_size):
+            raise Unsupported(f"block size {config.block_size}: the compiled cache's blocks are {vshape[1]}")
         np_dt = {"f32": np.float32, "f16": np.float16, "bf16": np.uint16, "u8": np.uint8}[prec]
         nbytes = num_blocks * (int(np.prod(kshape)) + int(np.prod(vshape))) * np.dtype(np_dt).itemsize
         if nbytes > MAX_CACHE_GIB * 2**30:
@@ -283,6 +296,51 @@ class OpenVinoPaged(Adapter):
         cache["k"][blocks, :, offsets] = k
         cache["v"][blocks, :, offsets] = v
 
+    def _prefill_context_u8(self, config, cache, req, writes, step, past, block_indices, begins):
+        if not writes or not (past > 0).any():
+            return
+        bs, hq, hkv, d = config.block_size, config.num_heads, config.num_kv_heads, config.head_size
+        rows = {}
+        for key, value, slots in writes:
+            for i in np.nonzero(slots >= 0)[0]:
+                rows[int(slots[i])] = (key[i], value[i])
+        seqs = [s for s in range(len(past)) if past[s] > 0]
+        ks, vs = [], []
+        for s in seqs:
+            pos = np.arange(past[s])
+            want = step.block_table[s][pos // bs] * bs + pos % bs
+            missing = [int(x) for x in want if int(x) not in rows]
+            if missing:
+                raise Unsupported("u8 cache: a context token's K/V was written in an earlier step (the session's own cache)")
+            ks.append(np.stack([rows[int(x)][0] for x in want]))
+            vs.append(np.stack([rows[int(x)][1] for x in want]))
+        k = np.concatenate(ks)
+        v = np.concatenate(vs)
+        n = len(k)
+        nbs = np.array([(past[s] + bs - 1) // bs for s in seqs])
+        bi = np.concatenate([step.block_table[s][: nbs[j]] for j, s in enumerate(seqs)]).astype(np.int32)
+        et = config.dtype
+        feed = {
+            "query": self._tensor(np.zeros((n, hq * d), np.float32), et),
+            "key": self._tensor(k.reshape(n, hkv * d), et),
+            "value": self._tensor(v.reshape(n, hkv * d), et),
+            "past_lens": self.ov.Tensor(np.zeros(len(seqs), np.int32)),
+            "subsequence_begins": self.ov.Tensor(np.concatenate([[0], np.cumsum(past[seqs])]).astype(np.int32)),
+            "block_indices": self.ov.Tensor(bi),
+            "block_indices_begins": self.ov.Tensor(np.concatenate([[0], np.cumsum(nbs)]).astype(np.int32)),
+            "scale": self.ov.Tensor(np.array(config.scale, np.float32)),
+            "sliding_window": self.ov.Tensor(np.array(0, np.int32)),
+            "alibi_slopes": self.ov.Tensor(np.zeros(0, np.float32)),
+            "max_context_len": self.ov.Tensor(np.array(int(past.max()), np.int32)),
+            "score_aggregation_window": self.ov.Tensor(np.zeros(len(seqs), np.int32)),
+            "sinks": self._tensor(np.zeros((0, hq, 1, 1), np.float32), et),
+        }
+        for name, t in feed.items():
+            req.set_tensor(name, t)
+        req.set_tensor("key_cache", cache["kt"])
+        req.set_tensor("value_cache", cache["vt"])
+        req.infer()
+
     def _tensor(self, x, dtype):
         ov = self.ov
         x = np.ascontiguousarray(x, dtype=np.float32)
@@ -316,14 +374,21 @@ class OpenVinoPaged(Adapter):
                     "a new token's slot is not the block-table slot of its position "
                     "(the op derives where it writes from past_lens and block_indices)"
                 )
-        for key, value, slots in pending[:-1]:
-            self._store(config, cache, key, value, slots)
         prec = cache["prec"]
         got = self._compile(config.num_heads, config.num_kv_heads, config.head_size, config.dtype, prec)
         req = got["request"]
         hq, hkv, d = config.num_heads, config.num_kv_heads, config.head_size
         block_indices = np.concatenate([step.block_table[s][: nb[s]] for s in range(len(seq_lens))]).astype(np.int32)
         begins = np.concatenate([[0], np.cumsum(nb)]).astype(np.int32)
+        if prec == "u8":
+            # The plugin's u8 layout (per-channel key scales in extra rows of each block) is
+            # its own: earlier tokens are written by the op itself, one prefill call over
+            # each sequence's context, as the engine's earlier steps would have. Stale rows
+            # in slots no sequence owns are not written (nothing reads them).
+            self._prefill_context_u8(config, cache, req, pending[:-1], step, past, block_indices, begins)
+        else:
+            for key, value, slots in pending[:-1]:
+                self._store(config, cache, key, value, slots)
         et = config.dtype
         feed = {
             "query": self._tensor(step.query[:n_real].reshape(n_real, hq * d), et),
@@ -352,6 +417,16 @@ class OpenVinoPaged(Adapter):
         t0 = time.perf_counter()
         req.infer()
         elapsed = time.perf_counter() - t0
+        if CLOCK == "node":
+            # The op's own execution time, as the plugin's profiler counts it (without the
+            # infer request's shape inference, allocation and input checks).
+            node_times = [
+                p.real_time.total_seconds()
+                for p in req.get_profiling_info()
+                if p.node_type == "PagedAttentionExtension" or "PagedAttention" in p.node_name
+            ]
+            if node_times:
+                elapsed = sum(node_times)
         res = req.get_output_tensor(0).data
         out = np.zeros((step.num_tokens, hq, d), np.float32)
         out[:n_real] = res.reshape(n_real, hq, d)
