@@ -1,0 +1,195 @@
+"""OpenVINO's PagedAttentionExtension (adapters/python/openvino_paged.py): the findings of
+docs/findings-openvino.md, the u8 cache against its quantization bound, and a short
+`attn-diff check` of the float-cache adapter.
+
+Skipped, saying why, where openvino is not importable (it is not in `.python-env`); run it
+with the venv `tools/peers/openvino_env.sh` makes:
+
+    ATTN_DIFF=target/release/attn-diff ~/.cache/attn-diff/venv-openvino/bin/python \\
+        -m pytest -q adapters/python/tests/test_openvino_paged.py
+"""
+
+import os
+import sys
+
+import pytest
+
+ov = pytest.importorskip(
+    "openvino",
+    reason="openvino is not importable here: `sh tools/peers/openvino_env.sh` makes "
+    "~/.cache/attn-diff/venv-openvino; run pytest with its python",
+)
+np = pytest.importorskip("numpy")
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ADAPTERS = os.path.dirname(HERE)
+REPO = os.path.dirname(os.path.dirname(ADAPTERS))
+sys.path.insert(0, ADAPTERS)
+sys.path.insert(0, os.path.join(REPO, "docs", "findings"))
+
+import openvino_paged  # noqa: E402
+
+BS = openvino_paged.BLOCK_SIZE
+
+
+def _feed(req, feed, kc, vc):
+    for name, x in feed.items():
+        req.set_tensor(name, ov.Tensor(x if x.ndim == 0 else np.ascontiguousarray(x)))
+    req.set_tensor("key_cache", ov.Tensor(kc, shared_memory=True))
+    req.set_tensor("value_cache", ov.Tensor(vc, shared_memory=True))
+    req.infer()
+    return req.get_output_tensor(0).data.copy()
+
+
+def _exact(q, k, v, past, scale):
+    """float64 causal attention of q [n, Hq, S] at positions past.. over k/v [L, Hkv, S]."""
+    n, hq, _ = q.shape
+    g = hq // k.shape[1]
+    out = np.zeros(q.shape)
+    for i in range(n):
+        p = past + i
+        for h in range(hq):
+            logits = k[: p + 1, h // g] @ q[i, h] * scale
+            w = np.exp(logits - logits.max())
+            out[i, h] = (w / w.sum()) @ v[: p + 1, h // g]
+    return out
+
+
+def _u8_bound(q, k, v, past, scale, writes_per_block):
+    """A sound bound on |out(u8 cache) - out(exact)|.
+
+    Keys: asymmetric u8 per channel over each block (255 steps of the channel's range r_c in
+    the block), so one quantization is off by at most r_c / 510; a block the op writes again
+    in a later call is re-quantized from its dequantized rows, each pass adding at most that
+    (the range only grows), so m writes: m * r_c / 510. Values: u8 per token over the head,
+    at most r_t / 510. A logit moves by delta <= scale * sum_c |q_c| e_c; the softmax weights
+    then move by at most p_j (e^{2 delta_max} - 1), so the output moves by at most
+    (e^{2 delta_max} - 1) max|v| + max e_v."""
+    n, hq, _ = q.shape
+    g = hq // k.shape[1]
+    ek = np.zeros_like(k)
+    for b in range((len(k) + BS - 1) // BS):
+        blk = k[b * BS : (b + 1) * BS]
+        ek[b * BS : (b + 1) * BS] = writes_per_block[b] * (blk.max(axis=0) - blk.min(axis=0)) / 510.0
+    ev = (v.max(axis=2) - v.min(axis=2)) / 510.0  # [L, Hkv]
+    out = np.zeros(q.shape)
+    for i in range(n):
+        p = past + i
+        for h in range(hq):
+            delta = scale * (np.abs(q[i, h])[None] * ek[: p + 1, h // g]).sum(axis=1).max()
+            out[i, h] = (np.exp(2 * delta) - 1) * np.abs(v[: p + 1, h // g]).max() + ev[: p + 1, h // g].max()
+    return out
+
+
+def _run_steps(hq, hkv, s, steps, seed, prec):
+    """One sequence through the op, call by call (`steps` new tokens each), on a cache of
+    precision `prec`; the worst |error| / bound over every call (bound: exact for float)."""
+    rng = np.random.default_rng(seed)
+    a = openvino_paged.OpenVinoPaged("u8" if prec == "u8" else "float")
+    got = a._compile(hq, hkv, s, "f32", prec)
+    (_, kshape), (_, vshape) = got["cache"]["key_cache"], got["cache"]["value_cache"]
+    total = sum(steps)
+    nblk = (total + BS - 1) // BS
+    table = rng.permutation(np.arange(1, nblk + 2))[:nblk].astype(np.int32)
+    dt = np.uint8 if prec == "u8" else np.float32
+    kc = np.zeros([nblk + 2] + kshape, dt)
+    vc = np.zeros([nblk + 2] + vshape, dt)
+    k = (rng.standard_normal((total, hkv, s)) * rng.uniform(0.5, 3)).astype(np.float32)
+    v = rng.standard_normal((total, hkv, s)).astype(np.float32)
+    scale = s**-0.5
+    past, worst, writes = 0, 0.0, np.zeros(nblk, int)
+    for n in steps:
+        q = (rng.standard_normal((n, hq, s)) * 2).astype(np.float32)
+        end = past + n
+        nb = (end + BS - 1) // BS
+        writes[past // BS : nb] += 1
+        feed = {
+            "query": q.reshape(n, -1), "key": k[past:end].reshape(n, -1), "value": v[past:end].reshape(n, -1),
+            "past_lens": np.array([past], np.int32), "subsequence_begins": np.array([0, n], np.int32),
+            "block_indices": table[:nb], "block_indices_begins": np.array([0, nb], np.int32),
+            "scale": np.array(scale, np.float32), "sliding_window": np.array(0, np.int32),
+            "alibi_slopes": np.zeros(0, np.float32), "max_context_len": np.array(end, np.int32),
+            "score_aggregation_window": np.zeros(1, np.int32), "sinks": np.zeros((0, hq, 1, 1), np.float32),
+        }
+        out = _feed(got["request"], feed, kc, vc).reshape(n, hq, s)
+        q64, k64, v64 = q.astype(np.float64), k[:end].astype(np.float64), v[:end].astype(np.float64)
+        want = _exact(q64, k64, v64, past, scale)
+        if prec == "u8":
+            bound = _u8_bound(q64, k64, v64, past, scale, writes) * 1.01 + 1e-5
+        else:
+            bound = 1e-5 + 1e-5 * np.abs(want)
+        worst = max(worst, float((np.abs(out - want) / bound).max()))
+        past = end
+    return worst
+
+
+@pytest.mark.parametrize(
+    "hq,hkv,s,steps",
+    [
+        (4, 2, 64, [70]),  # one prefill over three blocks
+        (4, 2, 64, [40, 1, 1, 1, 30, 1]),  # partial blocks re-quantized by later calls
+        (8, 1, 128, [5] + [1] * 40),  # decode across a block boundary, group 8
+        (2, 2, 16, [33, 1, 1]),
+        (4, 4, 80, [100, 1, 1]),
+    ],
+)
+def test_u8_cache_is_within_its_quantization_bound(hq, hkv, s, steps):
+    worst = _run_steps(hq, hkv, s, steps, seed=1, prec="u8")
+    assert worst <= 1.0, f"u8 cache error {worst:.3f}x its quantization bound"
+
+
+def test_f32_cache_matches_float64_through_the_ops_own_writes():
+    assert _run_steps(4, 2, 64, [40, 1, 1, 30, 1], seed=2, prec="f32") <= 1.0
+
+
+def test_finding_alibi_is_dropped_when_a_window_is_set():
+    """Finding 1 of docs/findings-openvino.md: with a sliding window, the CPU plugin ignores
+    the ALiBi slopes, silently (the spec's implementation notes call the two mutually
+    exclusive on CPU; nothing refuses the model)."""
+    import openvino_alibi_window
+
+    readings, got = openvino_alibi_window.main()
+    err = {name: float(np.abs(got - want).max()) for name, want in readings.items()}
+    assert err["window only (ALiBi dropped)"] < 1e-5, err
+    assert err["window and ALiBi (what the inputs say)"] > 1e-2, err
+
+
+def test_finding_no_bf16_cache_without_bf16_hardware():
+    """Finding 2: on an x86 CPU without AVX512-BF16/AMX the plugin refuses KV_CACHE_PRECISION
+    bf16 at compile time (runtime precision f32, 'expect kvcache type f32')."""
+    caps = ov.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")
+    a = openvino_paged.OpenVinoPaged("float")
+    if "BF16" in caps:
+        a._compile(4, 2, 64, "bf16", "bf16")  # compiles where the hardware has bf16
+        return
+    with pytest.raises(RuntimeError, match="expect kvcache type f32"):
+        a._compile(4, 2, 64, "bf16", "bf16")
+
+
+def test_float_cache_adapter_passes_a_short_check(attn_diff_binary):
+    from attn_diff_adapter.testing import check_adapter
+
+    result = check_adapter(
+        [sys.executable, os.path.join(ADAPTERS, "openvino_paged.py")],
+        cases=150,
+        traces=10,
+        binary=attn_diff_binary,
+        env={"ATTN_DIFF_THREADS": "1"},
+        min_reached=120,
+        args=["--jobs", "1"],
+    )
+    assert result.reached >= 120
+
+
+def test_u8_adapter_declines_by_feature(attn_diff_binary):
+    from attn_diff_adapter.testing import check_adapter
+
+    result = check_adapter(
+        [sys.executable, os.path.join(ADAPTERS, "openvino_paged.py"), "--kv-cache", "u8"],
+        cases=5,
+        traces=0,
+        binary=attn_diff_binary,
+        fail=False,
+        args=["--no-upstream", "--jobs", "1"],
+    )
+    assert result.reached == 0 and result.declined == result.drawn > 0, result.summary
