@@ -19,7 +19,8 @@ pub struct MutantRow {
     pub killed: bool,
     /// Property cases run up to the first divergence.
     pub cases_to_kill: Option<usize>,
-    /// Traces run up to the first diverging one (after all property cases).
+    /// Traces run up to the first diverging one (after all property cases; a mutant a
+    /// property case killed runs none).
     #[serde(default)]
     pub traces_to_kill: Option<usize>,
     pub seconds: f64,
@@ -40,7 +41,7 @@ pub struct MutantsSummary {
     #[serde(default = "schema_version")]
     pub schema_version: u32,
     pub cases: u32,
-    /// Traces each mutant ran after its property cases.
+    /// Traces each mutant runs after its property cases, when none of them killed it.
     #[serde(default)]
     pub traces: u32,
     pub seed: u64,

@@ -41,7 +41,7 @@ fn kill_rate(s: &MutantsSummary) -> String {
     let k = s.rows.iter().filter(|r| r.killed).count();
     let u = s.rows.iter().filter(|r| r.killed_by_upstream).count();
     format!(
-        "kill rate: attn-diff {k}/{n} ({:.0}%) with {} property cases and {} traces (cases: the first diverging property case, - when no single-step case did; traces: the first diverging trace); upstream suite alone {u}/{n} ({:.0}%) over {} cases",
+        "kill rate: attn-diff {k}/{n} ({:.0}%) with {} property cases and {} traces (cases: the first diverging property case, - when no single-step case did; traces: the first diverging trace, run only when no property case killed it); upstream suite alone {u}/{n} ({:.0}%) over {} cases",
         100.0 * k as f64 / n as f64,
         s.cases,
         s.traces,
