@@ -329,7 +329,9 @@ class OpenVinoPaged(Adapter):
             "block_indices": self.ov.Tensor(bi),
             "block_indices_begins": self.ov.Tensor(np.concatenate([[0], np.cumsum(nbs)]).astype(np.int32)),
             "scale": self.ov.Tensor(np.array(config.scale, np.float32)),
-            "sliding_window": self.ov.Tensor(np.array(0, np.int32)),
+            # A window of 1: each (discarded) query sees only its own key, so writing a long
+            # context costs a pass over it, not a prefill's n^2 attention.
+            "sliding_window": self.ov.Tensor(np.array(1, np.int32)),
             "alibi_slopes": self.ov.Tensor(np.zeros(0, np.float32)),
             "max_context_len": self.ov.Tensor(np.array(int(past.max()), np.int32)),
             "score_aggregation_window": self.ov.Tensor(np.zeros(len(seqs), np.int32)),
