@@ -86,6 +86,12 @@ THREADS = os.environ.get("ATTN_DIFF_THREADS")
 ALIBI_WITH_WINDOW = os.environ.get("ATTN_DIFF_OV_ALIBI_WITH_WINDOW") == "1"
 # --kv-cache u8 answers FP8-cache cases with its u8 cache (bench's FP8 slot; never `check`).
 U8_AS_FP8 = os.environ.get("ATTN_DIFF_OV_U8_AS_FP8") == "1"
+# Run bidirectional requests with ALiBi and sinks anyway (finding 3).
+SPAN_ALIBI_SINKS = os.environ.get("ATTN_DIFF_OV_SPAN_ALIBI_SINKS") == "1"
+NON_CAUSAL_WINDOW = (
+    "a bidirectional request with a window: the op's token_type_ids spans see their whole span "
+    "whatever the window (Gemma 3's masks OR'ed), not attn-diff's window both ways"
+)
 # kernel_seconds: "node" (the op's time from the plugin's profiler, PERF_COUNT) or "infer"
 # (the whole infer request, wall clock).
 CLOCK = os.environ.get("ATTN_DIFF_OV_CLOCK", "node")
@@ -126,8 +132,8 @@ class OpenVinoPaged(Adapter):
         caps = {
             "dtypes": ["f32", "bf16", "f16"],
             "block_sizes": [BLOCK_SIZE],
-            "kinds": ["decoder"],
-            "features": ["sliding_window", "alibi", "sinks"],
+            "kinds": ["decoder", "encoder_only"],
+            "features": ["sliding_window", "alibi", "sinks", "non_causal"],
             "kv_cache_dtypes": ["auto"],
             "kv_layouts": ["mha"],
         }
@@ -213,7 +219,7 @@ class OpenVinoPaged(Adapter):
             const(np.zeros(0), np.int32),  # adaptive_rkv_evictable_sizes
             const(np.zeros(0), np.int32),  # adaptive_rkv_diversity_block_set_indices
             const(np.zeros(0), np.int32),  # ..._begins
-            const(np.zeros(0), np.int32),  # token_type_ids
+            par(i32, [-1], "token_type_ids"),  # empty: causal; 1 over a non-causal request's tokens
             ops.constant(np.zeros(0, np.uint8)).output(0),  # qq_bias
             const(np.zeros(0), np.int32),  # qq_bias_begins
         ]
@@ -250,6 +256,8 @@ class OpenVinoPaged(Adapter):
             raise Unsupported(
                 "ALiBi with a sliding window: the op spec calls them mutually exclusive in the CPU plugin"
             )
+        if config.kind == "encoder_only" and config.sliding_window is not None:
+            raise Unsupported(NON_CAUSAL_WINDOW)
         if config.block_size != BLOCK_SIZE:
             raise Unsupported(f"block size {config.block_size}: the CPU plugin's cache blocks are {BLOCK_SIZE}")
 
@@ -335,6 +343,7 @@ class OpenVinoPaged(Adapter):
             "alibi_slopes": self.ov.Tensor(np.zeros(0, np.float32)),
             "max_context_len": self.ov.Tensor(np.array(int(past.max()), np.int32)),
             "score_aggregation_window": self.ov.Tensor(np.zeros(len(seqs), np.int32)),
+            "token_type_ids": self.ov.Tensor(np.zeros(0, np.int32)),
             "sinks": self._tensor(np.zeros((0, hq, 1, 1), np.float32), et),
         }
         for name, t in feed.items():
@@ -362,6 +371,20 @@ class OpenVinoPaged(Adapter):
         past = seq_lens - query_lens
         if (query_lens <= 0).any():
             raise Unsupported("a request with no new tokens (the op has no empty subsequence)")
+        # Bidirectional requests (encoder-only, or non-causal decoder requests): the op's
+        # token_type_ids, one span of 1s over each such request's new tokens (a span sees
+        # itself both ways, as Gemma 3's image tokens; spans do not cross sequences).
+        bidirectional = [config.kind == "encoder_only" or not step.is_causal(s) for s in range(len(seq_lens))]
+        if any(bidirectional) and config.sliding_window is not None:
+            raise Unsupported(NON_CAUSAL_WINDOW)
+        if any(bidirectional) and config.alibi_slopes is not None and config.sinks is not None and not SPAN_ALIBI_SINKS:
+            raise Unsupported(
+                "a bidirectional request with ALiBi and sinks: the CPU plugin gets the rows of its tokens wrong "
+                "(docs/findings-openvino.md, finding 3)"
+            )
+        token_types = np.zeros(0, np.int32)
+        if any(bidirectional):
+            token_types = np.repeat(np.array(bidirectional, np.int32), query_lens.astype(np.int64))
         # The step's K/V: the last write, whose slots are the step's.
         if not pending or len(pending[-1][2]) != step.num_tokens:
             raise Unsupported("no write of the step's new tokens (the op takes them as its key/value)")
@@ -405,6 +428,7 @@ class OpenVinoPaged(Adapter):
             "alibi_slopes": self.ov.Tensor(np.asarray(config.alibi_slopes or [], np.float32)),
             "max_context_len": self.ov.Tensor(np.array(int(seq_lens.max()), np.int32)),
             "score_aggregation_window": self.ov.Tensor(np.zeros(len(seq_lens), np.int32)),
+            "token_type_ids": self.ov.Tensor(token_types),
             "sinks": self._tensor(
                 np.asarray(config.sinks, np.float32).reshape(1, hq, 1, 1)
                 if config.sinks is not None

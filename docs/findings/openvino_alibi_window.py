@@ -82,7 +82,7 @@ def main():
     req.set_tensor("key_cache", ov.Tensor(kc, shared_memory=True))
     req.set_tensor("value_cache", ov.Tensor(vc, shared_memory=True))
     req.infer()
-    got = req.get_output_tensor(0).data.reshape(n, HQ, S)
+    got = req.get_output_tensor(0).data.reshape(n, HQ, S).copy()
     readings = {
         "window and ALiBi (what the inputs say)": numpy_attention(q, k, v, window, slopes),
         "window only (ALiBi dropped)": numpy_attention(q, k, v, window, None),

@@ -154,6 +154,53 @@ def test_finding_alibi_is_dropped_when_a_window_is_set():
     assert err["window and ALiBi (what the inputs say)"] > 1e-2, err
 
 
+def test_finding_span_with_alibi_and_sinks_is_wrong():
+    """Finding 3: a bidirectional token_type_ids span with ALiBi and sinks together is wrong
+    (each alone, and both on a causal sequence, agree with numpy)."""
+    import openvino_span_alibi_sinks
+
+    results = openvino_span_alibi_sinks.main()
+    err = {name: float(np.abs(got - want).max()) for name, (got, want) in results.items()}
+    for name, e in err.items():
+        if name.startswith("span") and "alibi=True" in name and "sinks=True" in name:
+            assert e > 1e-2, err
+        else:
+            assert e < 1e-5, (name, err)
+
+
+def test_span_semantics_are_gemma3s():
+    """token_type_ids spans (what the adapter maps non-causal and encoder-only requests onto)
+    see their whole span, inside a sequence and across the window, as Gemma 3's OR'ed masks:
+    the reason a bidirectional request with a window is declined."""
+    import openvino_span_alibi_sinks as m
+
+    req = m.build().create_infer_request()
+    rng = np.random.default_rng(3)
+    n, window = 10, 3
+    types = np.array([0, 0, 0, 1, 1, 1, 1, 1, 0, 0], np.int32)
+    q = rng.standard_normal((n, m.HQ, m.S)).astype(np.float32)
+    k = rng.standard_normal((n, m.HKV, m.S)).astype(np.float32)
+    v = rng.standard_normal((n, m.HKV, m.S)).astype(np.float32)
+    kc = np.zeros((2, m.HKV, m.BS, m.S), np.float32)
+    vc = np.zeros_like(kc)
+    feed = {"query": q.reshape(n, -1), "key": k.reshape(n, -1), "value": v.reshape(n, -1),
+            "past_lens": np.array([0], np.int32), "subsequence_begins": np.array([0, n], np.int32),
+            "block_indices": np.array([1], np.int32), "block_indices_begins": np.array([0, 1], np.int32),
+            "scale": np.array(m.S**-0.5, np.float32), "sliding_window": np.array(window, np.int32),
+            "alibi_slopes": np.zeros(0, np.float32), "max_context_len": np.array(n, np.int32),
+            "score_aggregation_window": np.zeros(1, np.int32), "sinks": np.zeros((0, m.HQ, 1, 1), np.float32),
+            "token_type_ids": types}
+    got = _feed(req, feed, kc, vc).reshape(n, m.HQ, m.S)
+    want = np.zeros(got.shape)
+    for p in range(n):
+        seen = np.array([(j <= p and p - j < window) or (types[p] and types[j] and 3 <= j <= 7) for j in range(n)])
+        for h in range(m.HQ):
+            logits = np.where(seen, (k[:, 0] @ q[p, h]) * m.S**-0.5, -np.inf)
+            w = np.exp(logits - logits.max())
+            want[p, h] = (w / w.sum()) @ v[:, 0]
+    assert np.abs(got - want).max() < 1e-5
+
+
 def test_finding_no_bf16_cache_without_bf16_hardware():
     """Finding 2: on an x86 CPU without AVX512-BF16/AMX the plugin refuses KV_CACHE_PRECISION
     bf16 at compile time (runtime precision f32, 'expect kvcache type f32')."""
