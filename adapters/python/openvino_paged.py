@@ -14,9 +14,10 @@ dtype, cache precision), then feeds each step as GenAI's model runner does:
   ``block_indices`` and ``block_indices_begins`` (each sequence's first ``ceil(seq_len /
   block_size)`` blocks of the block table, flattened), ``scale``, ``sliding_window`` (``w``,
   0 for none), ``alibi_slopes`` (``[num_heads]`` or empty), ``max_context_len`` (the longest
-  ``seq_len`` of the step), ``sinks`` (``[1, num_heads, 1, 1]`` or empty); the others
-  (score aggregation, RoPE re-rotation, xattention, adaptive RKV, token type ids, qq bias)
-  empty or zero, as GenAI passes them when those features are off.
+  ``seq_len`` of the step), ``sinks`` (``[1, num_heads, 1, 1]`` or empty), ``token_type_ids``
+  (empty, or 1 over the new tokens of each bidirectional request: see below); the others
+  (score aggregation, RoPE re-rotation, xattention, adaptive RKV, qq bias) empty or zero, as
+  GenAI passes them when those features are off.
 
 The op writes the step's K/V itself, at each sequence's ``past_len + i`` through its block
 table. So the case's last write (the step's new tokens, whose slot mapping is the step's) is
@@ -38,9 +39,15 @@ its quantization instead (docs/findings-openvino.md).
 
 Declared space (from the op spec and the CPU plugin): dtypes f32, bf16, f16; block size 32
 (the x86 CPU plugin fixes the cache's block dimension to 32 whatever the model says);
-decoder (causal) only; GQA; sliding window; ALiBi; sinks; no soft-cap (the op has no such
-input); no encoder-only, cross-attention, local chunks, FP8 cache or MLA. ALiBi together with
-a window is declined: the spec calls them mutually exclusive in the CPU implementation.
+decoder and encoder-only; GQA; sliding window; ALiBi; sinks; non-causal requests; no
+soft-cap (the op has no such input); no cross-attention, local chunks, FP8 cache or MLA.
+Bidirectional attention (encoder-only cases, non-causal requests) is the op's
+``token_type_ids``: a run of nonzero ids within a sequence sees itself both ways (Gemma 3's
+image spans), so such a request is a span of 1s over its new tokens. Declined per case:
+ALiBi with a window (the plugin drops the slopes; the spec calls the two mutually exclusive
+on CPU), a bidirectional request with a window (a span ignores the window: Gemma 3's masks
+are OR'ed, attn-diff's window reaches both ways), a bidirectional request with ALiBi and
+sinks together (the plugin gets it wrong). docs/findings-openvino.md has the findings.
 
     python openvino_paged.py --probe             # compile and run one small step
     attn-diff check --backend external:openvino-paged
