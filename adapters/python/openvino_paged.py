@@ -38,16 +38,17 @@ that reason; ``tests/test_openvino_paged.py`` checks the u8 cache against a boun
 its quantization instead (docs/findings-openvino.md).
 
 Declared space (from the op spec and the CPU plugin): dtypes f32, bf16, f16; block size 32
-(the x86 CPU plugin fixes the cache's block dimension to 32 whatever the model says);
-decoder and encoder-only; GQA; sliding window; ALiBi; sinks; non-causal requests; no
-soft-cap (the op has no such input); no cross-attention, local chunks, FP8 cache or MLA.
-Bidirectional attention (encoder-only cases, non-causal requests) is the op's
-``token_type_ids``: a run of nonzero ids within a sequence sees itself both ways (Gemma 3's
-image spans), so such a request is a span of 1s over its new tokens. Declined per case:
-ALiBi with a window (the plugin drops the slopes; the spec calls the two mutually exclusive
-on CPU), a bidirectional request with a window (a span ignores the window: Gemma 3's masks
-are OR'ed, attn-diff's window reaches both ways), a bidirectional request with ALiBi and
-sinks together (the plugin gets it wrong). docs/findings-openvino.md has the findings.
+(the x86 CPU plugin fixes the cache's block dimension to 32 whatever the model says); a
+causal decoder; GQA; sliding window; ALiBi; sinks; no soft-cap (the op has no such input); no
+cross-attention, local chunks, FP8 cache or MLA. ALiBi with a window is declined per case
+(the plugin drops the slopes; the spec calls the two mutually exclusive on CPU).
+
+``--spans`` (adapter ``openvino-paged-spans``) adds encoder-only cases and non-causal
+requests through the op's ``token_type_ids``: a run of nonzero ids within a sequence sees
+itself both ways (Gemma 3's image spans), so such a request is a span of 1s over its new
+tokens. Declined per case there: a bidirectional request with a window (a span ignores the
+window: Gemma 3's masks are OR'ed, attn-diff's window reaches both ways) and one with ALiBi
+and sinks together (the plugin gets it wrong). docs/findings-openvino.md has the findings.
 
     python openvino_paged.py --probe             # compile and run one small step
     attn-diff check --backend external:openvino-paged
@@ -122,7 +123,7 @@ class OpenVinoPaged(Adapter):
     sessions = True
     environment = ("ATTN_DIFF_OV_*", "ATTN_DIFF_THREADS", "ATTN_DIFF_MAX_CACHE_GIB")
 
-    def __init__(self, kv_cache="float"):
+    def __init__(self, kv_cache="float", spans=False):
         import openvino as ov
         from openvino import op as ov_op
         import openvino.opset13 as ops
@@ -135,12 +136,13 @@ class OpenVinoPaged(Adapter):
         self.version = ov.get_version()
         self.compiled = {}
         self.bf16_cache = None  # whether the plugin takes a bf16 cache (found on first need)
-        self.name = "openvino-paged" if kv_cache == "float" else "openvino-paged-u8"
+        self.spans = spans
+        self.name = ("openvino-paged" if kv_cache == "float" else "openvino-paged-u8") + ("-spans" if spans else "")
         caps = {
             "dtypes": ["f32", "bf16", "f16"],
             "block_sizes": [BLOCK_SIZE],
-            "kinds": ["decoder", "encoder_only"],
-            "features": ["sliding_window", "alibi", "sinks", "non_causal"],
+            "kinds": ["decoder", "encoder_only"] if spans else ["decoder"],
+            "features": ["sliding_window", "alibi", "sinks"] + (["non_causal"] if spans else []),
             "kv_cache_dtypes": ["auto"],
             "kv_layouts": ["mha"],
         }
@@ -486,15 +488,24 @@ def probe(kv_cache):
 
 
 def main(argv):
-    kv = "float"
-    if "--kv-cache" in argv:
-        kv = argv[argv.index("--kv-cache") + 1]
-        if kv not in ("float", "u8"):
-            sys.exit(f"openvino_paged.py: --kv-cache {kv!r}: expected float or u8")
-    if "--probe" in argv:
+    kv, spans, probe_only = "float", False, False
+    args = list(argv)
+    while args:
+        arg = args.pop(0)
+        if arg == "--kv-cache" and args:
+            kv = args.pop(0)
+            if kv not in ("float", "u8"):
+                sys.exit(f"openvino_paged.py: --kv-cache {kv!r}: expected float or u8")
+        elif arg == "--spans":
+            spans = True
+        elif arg == "--probe":
+            probe_only = True
+        else:
+            sys.exit(f"openvino_paged.py: unknown argument {arg!r} (known: --kv-cache float|u8, --spans, --probe)")
+    if probe_only:
         probe(kv)
         return
-    serve(OpenVinoPaged(kv))
+    serve(OpenVinoPaged(kv, spans))
 
 
 if __name__ == "__main__":
