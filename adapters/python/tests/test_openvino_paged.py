@@ -240,3 +240,20 @@ def test_u8_adapter_declines_by_feature(attn_diff_binary):
         args=["--no-upstream", "--jobs", "1"],
     )
     assert result.reached == 0 and result.declined == result.drawn > 0, result.summary
+
+
+def test_spans_adapter_passes_a_short_check(attn_diff_binary):
+    """`--spans`: encoder-only cases and non-causal requests through token_type_ids."""
+    from attn_diff_adapter.testing import check_adapter
+
+    result = check_adapter(
+        [sys.executable, os.path.join(ADAPTERS, "openvino_paged.py"), "--spans"],
+        cases=100,
+        traces=0,
+        only=["kinds=encoder_only"],
+        binary=attn_diff_binary,
+        env={"ATTN_DIFF_THREADS": "1"},
+        min_reached=60,
+        args=["--jobs", "1", "--no-upstream"],
+    )
+    assert result.reached >= 60
