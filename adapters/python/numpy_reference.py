@@ -34,6 +34,8 @@ class NumpyReference(Adapter):
             "chunked_local_attention",
             "chunk_lookback",
             "non_causal",
+            "prefix_lm",
+            "rswa",
         ]
     }
 
@@ -78,6 +80,22 @@ class NumpyReference(Adapter):
         start = np.maximum(qpos // chunk - (config.chunk_lookback or 0), 0) * chunk
         return rel >= (start - qpos)[:, None]
 
+    def request_masks(self, config, step, s, seen, pos, qpos):
+        """vLLM 0.33's per-request masks on top of `seen` [n, L]: R-SWA keeps keys below the
+        request's prefix or with p - k < w; a PrefixLM range [a, b] (ends inclusive) adds all
+        of itself for its queries, (causal and window) or in-range, within the window when
+        clamped (Gemma 4)."""
+        rel = qpos[:, None] - pos[None, :]
+        if step.rswa_window is not None:
+            prefix = int(step.rswa_prefix_lens[s])
+            seen = seen & ((pos[None, :] < prefix) | (rel < step.rswa_window))
+        for a, b in step.ranges_of(s):
+            both = ((qpos >= a) & (qpos <= b))[:, None] & ((pos >= a) & (pos <= b))[None, :]
+            if step.prefix_lm_clamp and config.sliding_window is not None:
+                both &= rel < config.sliding_window
+            seen = seen | both
+        return seen
+
     def expand_kv(self, config, x):
         """K or V rows [L, num_kv_heads, D] per query head: [L, num_heads, D]."""
         return np.repeat(x, config.group_size, axis=1)
@@ -107,6 +125,7 @@ class NumpyReference(Adapter):
             # Subclasses override visible(config, rel): a non-causal request has its own.
             visible = self.visible(config, rel) if step.is_causal(s) else self.visible_both_ways(config, rel)
             seen = visible & self.in_chunk(config, rel, qpos)
+            seen = self.request_masks(config, step, s, seen, pos, qpos)
             logits = np.where(seen[None], logits, -np.inf)
             peak = logits.max(axis=2, keepdims=True)
             if config.sinks is not None:

@@ -207,6 +207,11 @@ def capabilities_of(backend: type) -> Capabilities:
     supports_non_causal = getattr(backend, "supports_non_causal", None)
     if callable(supports_non_causal) and supports_non_causal():
         features.append("non_causal")
+    # vLLM 0.33: PrefixLM ranges (`mm_req_doc_ranges`) and R-SWA (`rswa_prefix_lens`).
+    for method, feature in (("supports_mm_prefix", "prefix_lm"), ("supports_rswa", "rswa")):
+        supports = getattr(backend, method, None)
+        if callable(supports) and supports():
+            features.append(feature)
     kv = [k for k, v in VLLM_KV_CACHE_DTYPE.items() if backend.supports_kv_cache_dtype(v)]
     if "fp8_e4m3" not in kv and backend.supports_kv_cache_dtype("fp8"):
         kv.append("fp8_e4m3")
@@ -235,6 +240,21 @@ def causal_of(config: Config, step: Step) -> Any:
         return False
     # One int32 flag per request, as the kernels read it (vLLM 0.33's per-seq causal).
     return torch.from_numpy(step.causal.astype("int32"))
+
+
+def request_masks(cache: Session, step: Step) -> Dict[str, Any]:
+    """vLLM 0.33's PrefixLM ranges and R-SWA prefixes as `CommonAttentionMetadata` holds
+    them (`mm_req_doc_ranges`: request -> [(start, end)], ends inclusive; `rswa_prefix_lens`:
+    int32 per request), and Gemma 4's clamp as the layer attribute kernels read."""
+    out: Dict[str, Any] = {}
+    if step.prefix_lm_ranges is not None and len(step.prefix_lm_ranges):
+        out["mm_req_doc_ranges"] = {
+            s: step.ranges_of(s) for s in range(len(step.seq_lens)) if step.ranges_of(s)
+        }
+        setattr(cache.layer, "mm_prefix_clamp_sliding_window", step.prefix_lm_clamp)
+    if step.rswa_prefix_lens is not None:
+        out["rswa_prefix_lens"] = torch.from_numpy(step.rswa_prefix_lens.astype("int32"))
+    return out
 
 
 def describe(backend: type) -> str:
@@ -291,6 +311,8 @@ class Session:
         self.backend = backend
         self.builder: Any = None
         self.builder_limits: Tuple[int, int] = (0, 0)
+        #: The R-SWA window the builder was made with (builders read it at construction).
+        self.builder_rswa: Optional[int] = None
         self.pending: Optional[Tuple[Any, Any, Any]] = None
 
 
@@ -615,7 +637,13 @@ class VllmBackend(Adapter):
         from vllm.config import set_current_vllm_config
 
         limits = cache.builder_limits
-        if cache.builder is None or num_seqs > limits[0] or num_tokens > limits[1]:
+        rswa = self.vllm_config.model_config.rswa_window
+        if (
+            cache.builder is None
+            or num_seqs > limits[0]
+            or num_tokens > limits[1]
+            or rswa != cache.builder_rswa
+        ):
             sc = self.vllm_config.scheduler_config
             seqs = max(num_seqs, limits[0], 256)
             tokens = max(num_tokens, limits[1], 8192)
@@ -625,6 +653,7 @@ class VllmBackend(Adapter):
                     cache.spec, [LAYER_NAME], self.vllm_config, torch.device("cpu")
                 )
             cache.builder_limits = (seqs, tokens)
+            cache.builder_rswa = rswa
         return cache.builder
 
     def metadata(self, config: Config, cache: Session, step: Step, n: int, slots: Any) -> Any:
@@ -667,7 +696,15 @@ class VllmBackend(Adapter):
             causal=causal_of(config, step),
             positions=torch.from_numpy(positions),
             **extra,
+            **request_masks(cache, step),
         )
+        if "mm_req_doc_ranges" in fields or "rswa_prefix_lens" in fields:
+            # A field this vLLM's metadata lacks would be dropped, and the mask with it.
+            masks = {k: v for k, v in fields.items() if k in ("mm_req_doc_ranges", "rswa_prefix_lens")}
+            missing = vllm_compat.missing_fields(CommonAttentionMetadata, masks)
+            if missing:
+                raise Unsupported(f"this vLLM's CommonAttentionMetadata has no {', '.join(missing)}")
+        self.vllm_config.model_config.rswa_window = step.rswa_window
         try:
             common = CommonAttentionMetadata(**vllm_compat.dataclass_kwargs(CommonAttentionMetadata, fields))
         except MissingInterface as missing:

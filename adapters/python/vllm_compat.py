@@ -160,6 +160,15 @@ def dataclass_kwargs(cls: type, wanted: Dict[str, Any], aliases: Dict[str, Seque
     return out
 
 
+def missing_fields(cls: type, wanted: Dict[str, Any]) -> List[str]:
+    """The keywords of `wanted` the dataclass `cls` has no init field for (none when `cls`
+    is no dataclass)."""
+    if not dataclasses.is_dataclass(cls):
+        return []
+    fields = {f.name for f in dataclasses.fields(cls) if f.init}
+    return [name for name in wanted if name not in fields]
+
+
 def forward_includes_kv_cache_update(backend: type) -> bool:
     """Whether `forward` writes the step's K/V itself (every release's default: True)."""
     return bool(getattr(backend, "forward_includes_kv_cache_update", True))

@@ -85,12 +85,23 @@ pub struct StepInputs<'a> {
     /// `[num_seqs]`: whether each request is causal; None: every one is. Only a backend
     /// that implements [`Feature::NonCausal`] is sent a step with a non-causal request.
     pub causal: Option<&'a [bool]>,
+    /// PrefixLM ranges per request; only a backend that implements [`Feature::PrefixLm`]
+    /// is sent a step with one.
+    pub prefix_lm: Option<&'a attn_reference::PrefixLm>,
+    /// R-SWA's window and prefix lengths; only for a backend that implements
+    /// [`Feature::Rswa`].
+    pub rswa: Option<&'a attn_reference::Rswa>,
 }
 
-impl StepInputs<'_> {
+impl<'a> StepInputs<'a> {
     /// Whether sequence `seq` is causal.
     pub fn is_causal(&self, seq: usize) -> bool {
         attn_reference::is_causal(self.causal, seq)
+    }
+
+    /// What bounds sequence `seq`'s keys besides the config.
+    pub fn request_mask(&self, seq: usize) -> attn_reference::RequestMask<'a> {
+        attn_reference::request_mask(self.causal, self.prefix_lm, self.rswa, seq)
     }
 }
 

@@ -226,6 +226,8 @@ pub fn step_inputs<'a>(case: &'a Case, query_start_loc: &'a [usize]) -> StepInpu
         block_table: &case.layout.block_table,
         num_tokens: case.num_tokens(),
         causal: case.batch.causal.as_deref(),
+        prefix_lm: case.batch.prefix_lm.as_ref(),
+        rswa: case.batch.rswa.as_ref(),
     }
 }
 

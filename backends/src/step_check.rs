@@ -39,6 +39,18 @@ impl StepInputs<'_> {
                 causal.len()
             ));
         }
+        if let Some(p) = self.prefix_lm.filter(|p| p.ranges.len() != seqs) {
+            return Err(format!(
+                "prefix_lm has range lists for {} sequences, not {seqs}",
+                p.ranges.len()
+            ));
+        }
+        if let Some(r) = self.rswa.filter(|r| r.prefix_lens.len() != seqs) {
+            return Err(format!(
+                "rswa has {} prefix lengths for {seqs} sequences",
+                r.prefix_lens.len()
+            ));
+        }
         if self.block_table.len() < seqs {
             return Err(format!(
                 "block_table has {} rows for {seqs} sequences",
@@ -92,6 +104,8 @@ mod tests {
             block_table: t,
             num_tokens: qsl.last().copied().unwrap_or(0),
             causal: None,
+            prefix_lm: None,
+            rswa: None,
         }
     }
 

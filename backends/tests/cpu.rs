@@ -244,6 +244,8 @@ fn bad_inputs_are_errors_not_panics() {
         block_table: &table,
         num_tokens: 1,
         causal: None,
+        prefix_lm: None,
+        rswa: None,
     };
     assert!(
         b.forward(&cfg, &cache, &step).is_err(),
@@ -257,6 +259,8 @@ fn bad_inputs_are_errors_not_panics() {
         block_table: &table,
         num_tokens: 1,
         causal: None,
+        prefix_lm: None,
+        rswa: None,
     };
     assert!(
         b.forward(&cfg, &cache, &step).is_err(),
@@ -269,6 +273,8 @@ fn bad_inputs_are_errors_not_panics() {
         block_table: &table,
         num_tokens: 1,
         causal: None,
+        prefix_lm: None,
+        rswa: None,
     };
     assert!(
         b.forward(&cfg, &cache, &step).is_err(),

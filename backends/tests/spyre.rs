@@ -210,6 +210,8 @@ fn malformed_steps_are_errors_not_panics() {
         block_table: &short_table,
         num_tokens: c.num_tokens(),
         causal: None,
+        prefix_lm: None,
+        rswa: None,
     };
     assert!(matches!(
         b.forward(&c.config, &cache, &step),

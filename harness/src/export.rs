@@ -320,6 +320,8 @@ pub fn case_from_safetensors(bytes: &[u8]) -> Result<(Case, Option<Vec<f64>>), T
             query_lens,
             num_padding_tokens,
             causal: None,
+            prefix_lm: None,
+            rswa: None,
         },
         layout: PagedLayout {
             num_blocks,

@@ -66,6 +66,13 @@ const CAUSES: &[(&str, &[&str])] = &[
     ("lookback-in-blocks", &["lookback", "look-back", "chunk"]),
     ("causal-flag-of-first-request", &["causal"]),
     ("non-causal-window-one-sided", &["non-causal", "window"]),
+    ("prefix-lm-range-end-exclusive", &["prefixlm", "range"]),
+    (
+        "prefix-lm-ranges-of-first-request",
+        &["prefixlm", "own ranges"],
+    ),
+    ("prefix-lm-clamp-ignored", &["clamp"]),
+    ("rswa-prefix-from-step-start", &["r-swa", "prefix"]),
     ("window-one-short", &["window"]),
     ("window-by-whole-blocks", &["window"]),
     ("decode-ignores-window", &["window", "decode"]),

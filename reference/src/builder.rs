@@ -169,6 +169,8 @@ pub fn build_case(
             query_lens: query_lens.to_vec(),
             num_padding_tokens: opts.padding_tokens,
             causal: None,
+            prefix_lm: None,
+            rswa: None,
         },
         layout: PagedLayout {
             num_blocks,

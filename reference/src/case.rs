@@ -36,6 +36,88 @@ pub struct Batch {
     /// it reaches both ways (DFlash, diffusion-style decoding). Left out of JSON when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub causal: Option<Vec<bool>>,
+    /// PrefixLM's bidirectional ranges (vLLM 0.33's `mm_req_doc_ranges`): image or document
+    /// tokens of a request that see each other both ways. Left out of JSON when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefix_lm: Option<PrefixLm>,
+    /// R-SWA (vLLM 0.33's `rswa_prefix_lens` and `rswa_window`): a request's prefix stays
+    /// visible to every later token, later keys only within a window. Left out of JSON when
+    /// absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rswa: Option<Rswa>,
+}
+
+/// PrefixLM ranges of a batch. A decoder query at `p` inside a range `[start, end]` of its
+/// request (ends inclusive, as upstream's `extract_embeds_range` gives them) also sees every
+/// key of that range: `(causal ∧ window) ∨ in-range`, upstream's order.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PrefixLm {
+    /// Per sequence, its ranges `[start, end]` of positions, sorted and disjoint.
+    pub ranges: Vec<Vec<(usize, usize)>>,
+    /// Gemma 4's `MM_PREFIX_CLAMP_SW`: a range's keys are seen only within the sliding
+    /// window (`p - k < w`; inert without a window). Left out of JSON when false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub clamp_to_window: bool,
+}
+
+/// R-SWA of a batch: a decoder query at `p` of a request with prefix length `P` sees, of
+/// the keys its causality gives it, those with `k < P` or `p - k < window`. It replaces the
+/// sliding window (validation refuses both).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Rswa {
+    /// The model's `rswa_window`, at least 1.
+    pub window: usize,
+    /// Per sequence, its prefix length, at most its `seq_len`.
+    pub prefix_lens: Vec<usize>,
+}
+
+/// What bounds the keys of one request besides the config: its causality, its PrefixLM
+/// ranges and its R-SWA prefix. Cases, steps and kernels all read a request's mask through
+/// this.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RequestMask<'a> {
+    pub causal: bool,
+    /// Its PrefixLM ranges (empty: none).
+    pub ranges: &'a [(usize, usize)],
+    /// The ranges' keys only within the sliding window (Gemma 4).
+    pub clamp_to_window: bool,
+    /// R-SWA's `(window, prefix length)`.
+    pub rswa: Option<(usize, usize)>,
+}
+
+impl RequestMask<'_> {
+    /// A causal request with no ranges and no R-SWA.
+    pub const CAUSAL: RequestMask<'static> = RequestMask {
+        causal: true,
+        ranges: &[],
+        clamp_to_window: false,
+        rswa: None,
+    };
+
+    /// The range holding position `p`, if any.
+    pub fn range_of(&self, p: usize) -> Option<(usize, usize)> {
+        self.ranges.iter().copied().find(|&(a, b)| a <= p && p <= b)
+    }
+}
+
+/// The mask of sequence `seq` under per-request causal flags, PrefixLM ranges and R-SWA,
+/// each optional (a sequence past the data: causal, no range, prefix 0).
+pub fn request_mask<'a>(
+    causal: Option<&[bool]>,
+    prefix_lm: Option<&'a PrefixLm>,
+    rswa: Option<&Rswa>,
+    seq: usize,
+) -> RequestMask<'a> {
+    RequestMask {
+        causal: is_causal(causal, seq),
+        ranges: prefix_lm
+            .and_then(|p| p.ranges.get(seq))
+            .map_or(&[], Vec::as_slice),
+        clamp_to_window: prefix_lm.is_some_and(|p| p.clamp_to_window),
+        rswa: rswa.map(|r| (r.window, r.prefix_lens.get(seq).copied().unwrap_or(0))),
+    }
 }
 
 /// Whether sequence `seq` is causal under per-request flags `causal` (None, or a sequence
@@ -53,6 +135,52 @@ impl Batch {
     /// Whether a real request (one with new tokens) is non-causal.
     pub fn has_non_causal(&self) -> bool {
         (0..self.seq_lens.len()).any(|s| !self.is_causal(s) && self.query_lens[s] > 0)
+    }
+
+    /// Whether a real request has a PrefixLM range.
+    pub fn has_prefix_lm(&self) -> bool {
+        self.prefix_lm.as_ref().is_some_and(|p| {
+            p.ranges
+                .iter()
+                .zip(&self.query_lens)
+                .any(|(r, &q)| !r.is_empty() && q > 0)
+        })
+    }
+
+    /// The per-request masks in words (empty when there are none), for a case's summary.
+    pub fn masks_summary(&self) -> String {
+        let mut out = String::new();
+        if let Some(c) = self.causal.as_ref().filter(|c| c.contains(&false)) {
+            out += &format!(", causal {c:?}");
+        }
+        if let Some(p) = &self.prefix_lm {
+            out += &format!(
+                ", PrefixLM ranges {:?}{}",
+                p.ranges,
+                if p.clamp_to_window {
+                    " clamped to the window"
+                } else {
+                    ""
+                }
+            );
+        }
+        if let Some(r) = &self.rswa {
+            out += &format!(
+                ", R-SWA window {} prefix_lens {:?}",
+                r.window, r.prefix_lens
+            );
+        }
+        out
+    }
+
+    /// The mask of sequence `seq` besides the config.
+    pub fn request_mask(&self, seq: usize) -> RequestMask<'_> {
+        request_mask(
+            self.causal.as_deref(),
+            self.prefix_lm.as_ref(),
+            self.rswa.as_ref(),
+            seq,
+        )
     }
 }
 
@@ -267,7 +395,7 @@ impl Case {
     /// One-line summary of the case's shape.
     pub fn shape_summary(&self) -> String {
         format!(
-            "{} seq(s), seq_lens {:?}, query_lens {:?}{}, {}{}",
+            "{} seq(s), seq_lens {:?}, query_lens {:?}{}, {}{}{}",
             self.num_seqs(),
             self.batch.seq_lens,
             self.batch.query_lens,
@@ -277,6 +405,7 @@ impl Case {
                 String::new()
             },
             self.config,
+            self.batch.masks_summary(),
             self.poison.map_or(String::new(), |p| format!(
                 ", poison {p} in unwritten slots and padding rows"
             ))

@@ -38,6 +38,13 @@ pub enum Feature {
     /// a request that sees every key of its sequence. A property of the batch
     /// ([`crate::Batch::causal`]).
     NonCausal,
+    /// PrefixLM's bidirectional ranges (vLLM 0.33's `mm_req_doc_ranges`): image or document
+    /// tokens of a request that see each other both ways. A property of the batch
+    /// ([`crate::Batch::prefix_lm`]).
+    PrefixLm,
+    /// R-SWA (vLLM 0.33's `rswa_prefix_lens`): a request's prefix stays visible past the
+    /// window. A property of the batch ([`crate::Batch::rswa`]).
+    Rswa,
     /// Chunked attention with look-back (vLLM 0.33's `CHUNK_LOOKBACK`): a query also sees
     /// the `k` chunks before its own ([`AttentionConfig::chunk_lookback`]).
     ChunkLookback,
@@ -65,7 +72,7 @@ pub enum Feature {
 }
 
 impl Feature {
-    pub const ALL: [Feature; 22] = [
+    pub const ALL: [Feature; 24] = [
         Feature::Dtype,
         Feature::EncoderOnly,
         Feature::CrossAttention,
@@ -79,6 +86,8 @@ impl Feature {
         Feature::ChunkedLocalAttention,
         Feature::ChunkLookback,
         Feature::NonCausal,
+        Feature::PrefixLm,
+        Feature::Rswa,
         Feature::Fp8Query,
         Feature::HeadSize,
         Feature::BlockSize,
@@ -92,7 +101,7 @@ impl Feature {
 
     /// The optional attention features: on or off in a config, listed in an external
     /// adapter's capabilities.
-    pub const OPTIONAL: [Feature; 13] = [
+    pub const OPTIONAL: [Feature; 15] = [
         Feature::EncoderOnly,
         Feature::CrossAttention,
         Feature::SlidingWindow,
@@ -106,14 +115,21 @@ impl Feature {
         Feature::Fp8Query,
         Feature::ChunkLookback,
         Feature::NonCausal,
+        Feature::PrefixLm,
+        Feature::Rswa,
     ];
 
     /// The optional features a batch uses rather than a config.
-    pub const OF_THE_BATCH: [Feature; 2] = [Feature::PaddedRequests, Feature::NonCausal];
+    pub const OF_THE_BATCH: [Feature; 4] = [
+        Feature::PaddedRequests,
+        Feature::NonCausal,
+        Feature::PrefixLm,
+        Feature::Rswa,
+    ];
 
     /// The optional features no MLA model has: the case model refuses them beside MLA, and
     /// coverage counts no pair of them with it.
-    pub const NOT_WITH_MLA: [Feature; 7] = [
+    pub const NOT_WITH_MLA: [Feature; 9] = [
         Feature::SlidingWindow,
         Feature::LogitsSoftCap,
         Feature::Alibi,
@@ -121,6 +137,8 @@ impl Feature {
         Feature::ChunkedLocalAttention,
         Feature::ChunkLookback,
         Feature::NonCausal,
+        Feature::PrefixLm,
+        Feature::Rswa,
     ];
 
     /// The optional features every backend of this project implemented when the list was
@@ -151,6 +169,8 @@ impl Feature {
             Feature::ChunkedLocalAttention => "chunked_local_attention",
             Feature::ChunkLookback => "chunk_lookback",
             Feature::NonCausal => "non_causal",
+            Feature::PrefixLm => "prefix_lm",
+            Feature::Rswa => "rswa",
             Feature::Fp8Query => "fp8_query",
             Feature::HeadSize => "head_size",
             Feature::BlockSize => "block_size",
@@ -179,6 +199,8 @@ impl Feature {
             Feature::ChunkedLocalAttention => "chunked local attention",
             Feature::ChunkLookback => "chunk look-back",
             Feature::NonCausal => "non-causal requests",
+            Feature::PrefixLm => "PrefixLM ranges",
+            Feature::Rswa => "R-SWA prefixes",
             Feature::Fp8Query => "FP8 query",
             Feature::HeadSize => "head size",
             Feature::BlockSize => "block size",
@@ -222,6 +244,8 @@ impl Feature {
         match self {
             Feature::PaddedRequests => batch.query_lens.contains(&0),
             Feature::NonCausal => batch.has_non_causal(),
+            Feature::PrefixLm => batch.has_prefix_lm(),
+            Feature::Rswa => batch.rswa.is_some(),
             _ => false,
         }
     }
@@ -237,6 +261,8 @@ impl Feature {
             Feature::Fp8KvCache => "config.kv_cache",
             Feature::PaddedRequests => "batch.query_lens",
             Feature::NonCausal => "batch.causal",
+            Feature::PrefixLm => "batch.prefix_lm",
+            Feature::Rswa => "batch.rswa",
             Feature::Mla => "config.mla",
             Feature::ChunkedLocalAttention => "config.attention_chunk_size",
             Feature::ChunkLookback => "config.chunk_lookback",
@@ -256,7 +282,9 @@ impl Feature {
             | Feature::ChunkedLocalAttention
             | Feature::ChunkLookback
             | Feature::PaddedRequests
-            | Feature::NonCausal => kind == AttentionKind::Decoder,
+            | Feature::NonCausal
+            | Feature::PrefixLm
+            | Feature::Rswa => kind == AttentionKind::Decoder,
             _ => true,
         }
     }

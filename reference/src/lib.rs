@@ -31,7 +31,9 @@ pub mod trace;
 mod validate;
 
 pub use builder::{build_case, build_spec_case, BuildOptions, SharedPrefix};
-pub use case::{is_causal, Batch, Case, PagedLayout, Tensors};
+pub use case::{
+    is_causal, request_mask, Batch, Case, PagedLayout, PrefixLm, RequestMask, Rswa, Tensors,
+};
 pub use config::{AttentionConfig, AttentionKind};
 pub use dtype::DType;
 pub use error::CaseError;

@@ -8,6 +8,9 @@
 //! key of the encoder; logits are `scale * q·k`, then soft-capped, then ALiBi
 //! `slope_h * (k - p)`;
 //! a sink joins the softmax denominator only; query head `h` reads kv head `h / (Hq / Hkv)`.
+//! vLLM 0.33's per-request masks: a non-causal request sees its whole sequence (a window both
+//! ways); R-SWA keeps keys below a request's prefix (`k < P ∨ p - k < w`); a query inside a
+//! PrefixLM range `[a, b]` also sees all of it (`(causal ∧ window) ∨ in-range`).
 //! With an FP8 KV cache every key and value is what the cache gives back, `fp8(x / scale) *
 //! scale` ([`crate::fp8`]): the oracle checks a kernel's attention on the stored values; the
 //! quantizer itself is checked against the reference one on its own.
@@ -15,7 +18,7 @@
 //! `head_size_v` dims, read from the same (read-back) entry; the output has `head_size_v`
 //! dims per head.
 
-use crate::{AttentionConfig, AttentionKind, Case};
+use crate::{AttentionConfig, AttentionKind, Case, RequestMask};
 use rayon::prelude::*;
 
 /// Run the oracle on `n` threads from now on (each output row is summed on one thread, so the
@@ -28,41 +31,126 @@ pub fn use_threads(n: usize) {
 }
 
 /// What decides which keys a query sees: the attention kind's rule, narrowed by the
-/// config's window and local chunk. Every reader of a mask (the oracle, the logit statistics, the mutants)
-/// goes through [`Visibility::keys`], so a new way of hiding keys is added here once.
+/// config's window and local chunk, and the request's own mask (causality, PrefixLM ranges,
+/// R-SWA). Every reader of a mask (the oracle, the logit statistics, the mutants) goes
+/// through [`Visibility::keys`], so a new way of hiding keys is added here once.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Visibility {
+pub struct Visibility<'a> {
     pub kind: AttentionKind,
     pub window: Option<usize>,
     pub chunk: Option<usize>,
     /// Chunks before the query's own that it also sees (0: its own chunk only).
     pub lookback: usize,
-    /// A decoder request that is causal (false: it sees the whole sequence).
-    pub causal: bool,
+    /// The request's causality, PrefixLM ranges and R-SWA prefix.
+    pub request: RequestMask<'a>,
 }
 
-impl Visibility {
+/// The keys one query sees: up to three disjoint half-open spans of positions, in order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Keys {
+    spans: [(usize, usize); 3],
+    len: usize,
+}
+
+impl Keys {
+    /// The keys of `spans` (half-open; empty ones dropped, overlapping ones merged).
+    pub fn of(spans: &[(usize, usize)]) -> Keys {
+        let mut sorted: Vec<(usize, usize)> =
+            spans.iter().copied().filter(|&(a, b)| a < b).collect();
+        sorted.sort_unstable();
+        let mut out = Keys {
+            spans: [(0, 0); 3],
+            len: 0,
+        };
+        for (a, b) in sorted {
+            match out.len.checked_sub(1).map(|i| &mut out.spans[i]) {
+                Some(last) if a <= last.1 => last.1 = last.1.max(b),
+                _ => {
+                    assert!(out.len < 3, "a query's keys form at most three spans");
+                    out.spans[out.len] = (a, b);
+                    out.len += 1;
+                }
+            }
+        }
+        out
+    }
+
+    /// The spans, half-open and in order.
+    pub fn spans(&self) -> &[(usize, usize)] {
+        &self.spans[..self.len]
+    }
+
+    /// Every visible key, in order.
+    pub fn iter(&self) -> impl Iterator<Item = usize> + '_ {
+        self.spans().iter().flat_map(|&(a, b)| a..b)
+    }
+
+    pub fn count(&self) -> usize {
+        self.spans().iter().map(|&(a, b)| b - a).sum()
+    }
+
+    pub fn contains(&self, k: usize) -> bool {
+        self.spans().iter().any(|&(a, b)| a <= k && k < b)
+    }
+
+    /// The first and last visible key (`None`: no key).
+    pub fn bounds(&self) -> Option<(usize, usize)> {
+        let s = self.spans();
+        Some((s.first()?.0, s.last()?.1 - 1))
+    }
+}
+
+impl Visibility<'static> {
+    /// The config's rule for a causal request with no ranges and no R-SWA.
     pub fn of(c: &AttentionConfig) -> Self {
         Visibility {
             kind: c.kind,
             window: c.sliding_window,
             chunk: c.attention_chunk_size,
             lookback: c.chunk_lookback.unwrap_or(0),
-            causal: true,
+            request: RequestMask::CAUSAL,
         }
     }
+}
 
-    /// The visibility of sequence `seq` of `case` (its own causality).
-    pub fn of_seq(case: &Case, seq: usize) -> Self {
+impl<'a> Visibility<'a> {
+    /// The visibility of sequence `seq` of `case` (its own mask).
+    pub fn of_seq(case: &'a Case, seq: usize) -> Self {
         Visibility {
-            causal: case.batch.is_causal(seq),
+            request: case.batch.request_mask(seq),
             ..Visibility::of(&case.config)
         }
     }
 
-    /// The visible key range `lo..=hi` of the query at position `p` in a sequence of
-    /// `seq_len`.
-    pub fn keys(self, p: usize, seq_len: usize) -> (usize, usize) {
+    /// The visible keys of the query at position `p` in a sequence of `seq_len`.
+    pub fn keys(self, p: usize, seq_len: usize) -> Keys {
+        let (lo, hi) = self.base(p, seq_len);
+        if self.kind != AttentionKind::Decoder {
+            return Keys::of(&[(lo, hi + 1)]);
+        }
+        let r = self.request;
+        // R-SWA (upstream: mask &= k < prefix ∨ p - k < w): the prefix, and the window.
+        let mut spans = match r.rswa {
+            Some((w, prefix)) => vec![
+                (lo, (hi + 1).min(prefix)),
+                (lo.max((p + 1).saturating_sub(w)), hi + 1),
+            ],
+            None => vec![(lo, hi + 1)],
+        };
+        // PrefixLM (upstream: (causal ∧ window) ∨ in-range): the query's whole range,
+        // within the window when the ranges are clamped to it (Gemma 4).
+        if let Some((a, b)) = r.range_of(p) {
+            let a = match (r.clamp_to_window, self.window) {
+                (true, Some(w)) => a.max((p + 1).saturating_sub(w)),
+                _ => a,
+            };
+            spans.push((a, b + 1));
+        }
+        Keys::of(&spans)
+    }
+
+    /// The config's and the causality's key range `lo..=hi` (before R-SWA and ranges).
+    fn base(self, p: usize, seq_len: usize) -> (usize, usize) {
         match self.kind {
             AttentionKind::Decoder => {
                 let lo = self.window.map_or(0, |w| (p + 1).saturating_sub(w));
@@ -74,7 +162,7 @@ impl Visibility {
                 });
                 // A non-causal request sees the whole sequence, a window both ways
                 // (vLLM 0.33: |p - k| < w).
-                let hi = match (self.causal, self.window) {
+                let hi = match (self.request.causal, self.window) {
                     (true, _) => p,
                     (false, None) => seq_len - 1,
                     (false, Some(w)) => (p + w - 1).min(seq_len - 1),
@@ -152,14 +240,15 @@ pub fn reference_output(case: &Case) -> Vec<f64> {
                 let (j, h) = (r / hq, r % hq);
                 let token = starts[s] + j;
                 let p = ctx + j;
-                let (lo, hi) = visible.keys(p, seq_len);
+                let keys = visible.keys(p, seq_len);
                 let kvh = h / group;
                 let q_row = &case.tensors.query[(token * hq + h) * d..(token * hq + h + 1) * d];
                 let q: Vec<f64> = match &c.kv_cache {
                     Some(cache) => cache.read_back_q(q_row),
                     None => q_row.iter().map(|&x| x as f64).collect(),
                 };
-                let logits: Vec<f64> = (lo..=hi)
+                let logits: Vec<f64> = keys
+                    .iter()
                     .map(|key| {
                         let krow = &k[(key * hkv + kvh) * d..(key * hkv + kvh + 1) * d];
                         let mut l = scale * dot(&q, krow);
@@ -181,7 +270,7 @@ pub fn reference_output(case: &Case) -> Vec<f64> {
                     .fold(f64::NEG_INFINITY, f64::max);
                 let mut denom = sink.map_or(0.0, |s| (s - m).exp());
                 o.fill(0.0);
-                for (i, key) in (lo..=hi).enumerate() {
+                for (i, key) in keys.iter().enumerate() {
                     let w = (logits[i] - m).exp();
                     denom += w;
                     let vrow = &v[(key * hkv + kvh) * dv..(key * hkv + kvh + 1) * dv];

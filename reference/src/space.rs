@@ -959,6 +959,8 @@ mod tests {
                 query_lens: q.clone(),
                 num_padding_tokens: padding,
                 causal: None,
+                prefix_lm: None,
+                rswa: None,
             };
             assert_eq!(s.admits_batch(&batch), Ok(()), "{kind}: {seqs:?}");
             assert!(q.iter().all(|&q| q >= 1));
@@ -977,6 +979,8 @@ mod tests {
             query_lens: vec![1, 1],
             num_padding_tokens: 0,
             causal: None,
+            prefix_lm: None,
+            rswa: None,
         };
         let e = s.admits_batch(&batch).unwrap_err();
         assert_eq!(e.to_string(), "batch shape 2: sequences per step above 1");

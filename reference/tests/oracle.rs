@@ -427,11 +427,11 @@ proptest! {
             let (_, v) = c.contiguous_kv(s);
             for j in 0..c.batch.query_lens[s] {
                 let p = c.context_len(s) + j;
-                let (lo, hi) = attn_reference::oracle::Visibility::of(&c.config).keys(p, c.batch.seq_lens[s]);
+                let keys = attn_reference::oracle::Visibility::of_seq(&c, s).keys(p, c.batch.seq_lens[s]);
                 for h in 0..hq {
                     let kvh = c.config.kv_head_of(h);
                     for i in 0..d {
-                        let vals = (lo..=hi).map(|k| v[(k * c.config.num_kv_heads + kvh) * d + i] as f64);
+                        let vals = keys.iter().map(|k| v[(k * c.config.num_kv_heads + kvh) * d + i] as f64);
                         let (mut mn, mut mx) = vals.fold((f64::MAX, f64::MIN), |(a, b), x| (a.min(x), b.max(x)));
                         if has_sinks { mn = mn.min(0.0); mx = mx.max(0.0); }
                         let o = out[((starts[s] + j) * hq + h) * d + i];
@@ -574,4 +574,98 @@ fn cross_attention_sees_the_whole_encoder_from_every_query() {
     let ln3 = ln3 as f64;
     let seven = (4.0 + ln3.exp() * 8.0) / (1.0 + ln3.exp());
     assert_close(&out, &[seven, 6.0, seven], 1e-12);
+}
+
+/// The mean of sequence 0's values at `positions`: what a query with identical keys outputs.
+fn mean_at(case: &Case, positions: &[usize]) -> Vec<f64> {
+    let mut mean = vec![0.0; case.config.head_size];
+    for &p in positions {
+        let (_, v) = kv_row(case, 0, p, 0);
+        for (m, x) in mean.iter_mut().zip(v) {
+            *m += x / positions.len() as f64;
+        }
+    }
+    mean
+}
+
+fn each_row_averages(c: &Case, rows: &[Vec<usize>]) {
+    assert_eq!(c.validate(), Ok(()));
+    let out = reference_output(c);
+    for (j, keys) in rows.iter().enumerate() {
+        assert_close(&out_row(c, &out, j, 0), &mean_at(c, keys), 1e-14);
+    }
+}
+
+#[test]
+fn a_query_in_a_prefix_lm_range_sees_the_whole_range() {
+    // Identical keys: each query averages the values it sees. Positions 6..=9 are the
+    // step's; the ranges [2, 3] and [7, 9] (ends inclusive, vLLM 0.33's mm_req_doc_ranges).
+    let mut c = case(&[10], &[4], cfg(1, 1, 2, 4), 11);
+    same_keys(&mut c, 0..6, 0..4);
+    c.batch.prefix_lm = Some(attn_reference::PrefixLm {
+        ranges: vec![vec![(2, 3), (7, 9)]],
+        clamp_to_window: false,
+    });
+    let upto = |hi: usize| (0..=hi).collect::<Vec<_>>();
+    each_row_averages(&c, &[upto(6), upto(9), upto(9), upto(9)]);
+    // A window of 2: (causal ∧ window) ∨ in-range. Position 6 sees 5, 6; 7 sees 6..=9.
+    let mut w = c.clone();
+    w.config.sliding_window = Some(2);
+    each_row_averages(
+        &w,
+        &[vec![5, 6], vec![6, 7, 8, 9], vec![7, 8, 9], vec![7, 8, 9]],
+    );
+    // Clamped to the window (Gemma 4): position 9 sees only 8 and 9 of its range.
+    let mut clamped = w.clone();
+    clamped.batch.prefix_lm.as_mut().unwrap().clamp_to_window = true;
+    each_row_averages(
+        &clamped,
+        &[vec![5, 6], vec![6, 7, 8, 9], vec![7, 8, 9], vec![8, 9]],
+    );
+    // A range across the context and the step: position 6 sees key 7, after it.
+    let mut across = c.clone();
+    across.batch.prefix_lm.as_mut().unwrap().ranges = vec![vec![(4, 7)]];
+    each_row_averages(&across, &[upto(7), upto(7), upto(8), upto(9)]);
+    // A one-token range changes nothing; nor do another request's ranges.
+    let mut single = c.clone();
+    single.batch.prefix_lm.as_mut().unwrap().ranges = vec![vec![(8, 8)]];
+    let mut plain = c.clone();
+    plain.batch.prefix_lm = None;
+    assert_eq!(reference_output(&single), reference_output(&plain));
+}
+
+#[test]
+fn r_swa_keeps_the_prefix_visible_past_the_window() {
+    // Identical keys; positions 6..=9 are the step's. R-SWA with a window of 2 and a
+    // prefix of 3: keys 0, 1, 2 and the two last.
+    let mut c = case(&[10], &[4], cfg(1, 1, 2, 4), 12);
+    same_keys(&mut c, 0..6, 0..4);
+    let rswa = |prefix| {
+        Some(attn_reference::Rswa {
+            window: 2,
+            prefix_lens: vec![prefix],
+        })
+    };
+    c.batch.rswa = rswa(3);
+    each_row_averages(
+        &c,
+        &[
+            vec![0, 1, 2, 5, 6],
+            vec![0, 1, 2, 6, 7],
+            vec![0, 1, 2, 7, 8],
+            vec![0, 1, 2, 8, 9],
+        ],
+    );
+    // Prefix 0 is a plain window of 2; a prefix of the whole sequence, plain causal.
+    let mut none = c.clone();
+    none.batch.rswa = rswa(0);
+    let mut window = c.clone();
+    window.batch.rswa = None;
+    window.config.sliding_window = Some(2);
+    assert_eq!(reference_output(&none), reference_output(&window));
+    let mut all = c.clone();
+    all.batch.rswa = rswa(10);
+    let mut causal = c.clone();
+    causal.batch.rswa = None;
+    assert_eq!(reference_output(&all), reference_output(&causal));
 }

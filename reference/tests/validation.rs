@@ -180,6 +180,80 @@ fn causal_flags_are_one_per_request_and_only_for_decoders() {
     );
 }
 
+fn prefix_lm(ranges: Vec<Vec<(usize, usize)>>) -> Option<attn_reference::PrefixLm> {
+    Some(attn_reference::PrefixLm {
+        ranges,
+        clamp_to_window: false,
+    })
+}
+
+fn invalid_field(e: &CaseError) -> &str {
+    match e {
+        CaseError::InvalidParam { field, .. } | CaseError::LengthMismatch { field, .. } => field,
+        CaseError::Zero { field } => field,
+        _ => "",
+    }
+}
+
+#[test]
+fn prefix_lm_ranges_are_sorted_disjoint_and_inside_their_sequence() {
+    // seq_lens [5, 3]; ends inclusive.
+    let mut ok = base();
+    ok.batch.prefix_lm = prefix_lm(vec![vec![(0, 1), (3, 4)], vec![(2, 2)]]);
+    assert_eq!(ok.validate(), Ok(()));
+    for (ranges, field) in [
+        (vec![vec![(0, 1)]], "batch.prefix_lm.ranges"),
+        (vec![vec![(2, 1)], vec![]], "batch.prefix_lm.ranges[0][0]"),
+        (vec![vec![], vec![(1, 3)]], "batch.prefix_lm.ranges[1][0]"),
+        (
+            vec![vec![(0, 2), (2, 3)], vec![]],
+            "batch.prefix_lm.ranges[0][1]",
+        ),
+        (
+            vec![vec![(3, 4), (0, 1)], vec![]],
+            "batch.prefix_lm.ranges[0][1]",
+        ),
+    ] {
+        let e = err(|c| c.batch.prefix_lm = prefix_lm(ranges.clone()));
+        assert_eq!(invalid_field(&e), field, "{ranges:?}: {e}");
+    }
+    let e = err(|c| {
+        c.batch.prefix_lm = prefix_lm(vec![vec![(0, 1)], vec![]]);
+        c.config.kind = AttentionKind::EncoderOnly;
+        c.batch.seq_lens = c.batch.query_lens.clone();
+    });
+    assert_eq!(invalid_field(&e), "batch.prefix_lm", "{e}");
+}
+
+#[test]
+fn an_r_swa_prefix_lies_in_its_sequence_and_replaces_the_window() {
+    let rswa = |window, prefix_lens| {
+        Some(attn_reference::Rswa {
+            window,
+            prefix_lens,
+        })
+    };
+    let mut ok = base();
+    ok.batch.rswa = rswa(2, vec![5, 0]);
+    assert_eq!(ok.validate(), Ok(()));
+    let e = err(|c| c.batch.rswa = rswa(0, vec![1, 1]));
+    assert_eq!(invalid_field(&e), "batch.rswa.window", "{e}");
+    let e = err(|c| c.batch.rswa = rswa(2, vec![1]));
+    assert_eq!(invalid_field(&e), "batch.rswa.prefix_lens", "{e}");
+    let e = err(|c| c.batch.rswa = rswa(2, vec![1, 4]));
+    assert_eq!(invalid_field(&e), "batch.rswa.prefix_lens[1]", "{e}");
+    let e = err(|c| {
+        c.batch.rswa = rswa(2, vec![1, 1]);
+        c.config.sliding_window = Some(4);
+    });
+    assert_eq!(invalid_field(&e), "batch.rswa", "{e}");
+    let e = err(|c| {
+        c.batch.rswa = rswa(2, vec![1, 1]);
+        c.batch.prefix_lm = prefix_lm(vec![vec![(0, 1)], vec![]]);
+    });
+    assert_eq!(invalid_field(&e), "batch.rswa", "{e}");
+}
+
 #[test]
 fn block_id_past_the_cache() {
     let e = err(|c| c.layout.block_table[1][1] = 99);

@@ -109,6 +109,8 @@ FEATURES = (
     "fp8_query",
     "chunk_lookback",
     "non_causal",
+    "prefix_lm",
+    "rswa",
 )
 #: The features every adapter was assumed to have before ``features`` could be omitted: a
 #: later one (an FP8 cache, MLA, local chunks) is run only by an adapter that lists it.
@@ -147,7 +149,13 @@ class Capabilities(TypedDict, total=False):
       ``"chunk_lookback"`` (``config.chunk_lookback``: a query also sees the k chunks before
       its own, vLLM 0.33's ``CHUNK_LOOKBACK``); ``"non_causal"`` (``step.causal``: per
       request, whether it is causal; a non-causal decoder request sees every key of its
-      sequence, a window reaching both ways, as vLLM 0.33's per-request ``causal``).
+      sequence, a window reaching both ways, as vLLM 0.33's per-request ``causal``);
+      ``"prefix_lm"`` (``step.prefix_lm_ranges``: vLLM 0.33's ``mm_req_doc_ranges``, a query
+      inside a range ``[start, end]`` of its request, ends inclusive, also sees the whole
+      range; with ``step.prefix_lm_clamp`` only within the sliding window, Gemma 4's
+      ``MM_PREFIX_CLAMP_SW``); ``"rswa"`` (``step.rswa_window`` and
+      ``step.rswa_prefix_lens``: vLLM 0.33's R-SWA, keys below a request's prefix length
+      stay visible, later ones only when ``p - k < rswa_window``).
     - ``max_seqs``: sequences per step; ``max_query_len``: new tokens of one sequence in a
       step; ``max_seq_len``: context plus new tokens of one sequence (for cross-attention,
       the encoder's keys); ``max_tokens``: tokens per step, padding tokens included;
@@ -359,9 +367,24 @@ class Step:
     #: [num_seqs] bool: whether each request is causal; None: every one is (sent only to an
     #: adapter that lists the ``non_causal`` feature).
     causal: Optional[np.ndarray] = None
+    #: [num_ranges, 3] rows (seq, start, end), ends inclusive: PrefixLM's bidirectional
+    #: ranges; None: none (sent only to an adapter that lists ``prefix_lm``).
+    prefix_lm_ranges: Optional[np.ndarray] = None
+    #: Whether a range's keys are seen only within the sliding window (Gemma 4).
+    prefix_lm_clamp: bool = False
+    #: R-SWA's window and [num_seqs] prefix lengths; None: no R-SWA (sent only to an
+    #: adapter that lists ``rswa``).
+    rswa_window: Optional[int] = None
+    rswa_prefix_lens: Optional[np.ndarray] = None
 
     def is_causal(self, seq: int) -> bool:
         return self.causal is None or bool(self.causal[seq])
+
+    def ranges_of(self, seq: int) -> List[Tuple[int, int]]:
+        """Sequence `seq`'s PrefixLM ranges (start, end), ends inclusive."""
+        if self.prefix_lm_ranges is None:
+            return []
+        return [(int(a), int(b)) for s, a, b in self.prefix_lm_ranges if int(s) == seq]
 
 
 class Adapter:
@@ -488,6 +511,8 @@ def decline_reason(
     query_lens: Optional[Sequence[int]] = None,
     num_tokens: Optional[int] = None,
     causal: Optional[Sequence[bool]] = None,
+    prefix_lm: bool = False,
+    rswa: bool = False,
 ) -> Optional[str]:
     """Why a case lies outside `capabilities` (validated), or None when it is inside.
 
@@ -531,6 +556,10 @@ def decline_reason(
         return "padded requests (query length 0) not implemented"
     if causal is not None and not all(causal) and "non_causal" not in (features or []):
         return "non-causal requests not implemented (not listed in the capabilities' features)"
+    if prefix_lm and "prefix_lm" not in (features or []):
+        return "PrefixLM ranges not implemented (not listed in the capabilities' features)"
+    if rswa and "rswa" not in (features or []):
+        return "R-SWA prefixes not implemented (not listed in the capabilities' features)"
     if not listed("kv_layouts", config.kv_layout):
         return f"KV layout {config.kv_layout}: other than {', '.join(caps['kv_layouts'])}"
     if config.kv_cache is None and not listed("kv_cache_dtypes", "auto"):
@@ -573,6 +602,8 @@ def run_case(
         [int(x) for x in tensors["query_lens"]],
         num_tokens,
         [bool(x) for x in tensors["causal"]] if "causal" in tensors else None,
+        prefix_lm="prefix_lm_ranges" in tensors and len(tensors["prefix_lm_ranges"]) > 0,
+        rswa="rswa_prefix_lens" in tensors,
     )
     if reason is not None:
         raise Unsupported(reason)
@@ -605,6 +636,10 @@ def run_case(
         slot_mapping=last_slots,
         num_tokens=num_tokens,
         causal=tensors["causal"].astype(bool) if "causal" in tensors else None,
+        prefix_lm_ranges=as64("prefix_lm_ranges").reshape(-1, 3) if "prefix_lm_ranges" in tensors else None,
+        prefix_lm_clamp="prefix_lm_clamp" in tensors and bool(tensors["prefix_lm_clamp"][0]),
+        rswa_window=int(tensors["rswa_window"][0]) if "rswa_window" in tensors else None,
+        rswa_prefix_lens=as64("rswa_prefix_lens") if "rswa_prefix_lens" in tensors else None,
     )
     t0 = time.perf_counter()
     result = adapter.forward(config, cache, step)

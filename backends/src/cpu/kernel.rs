@@ -11,7 +11,7 @@
 
 use super::elem::KvElem;
 use super::layout::Geometry;
-use super::mask::visible_keys;
+use super::mask::{visible_keys, KeySpans};
 use super::partial::Partial;
 use super::rounding::{bf16_bits, round_to};
 use super::scheduler::Task;
@@ -102,15 +102,18 @@ pub struct Problem<'a, T> {
     pub seq_lens: &'a [usize],
     /// Per sequence, whether it is causal (None: all are).
     pub causal: Option<&'a [bool]>,
+    /// Per sequence, PrefixLM ranges and R-SWA prefixes (None: none).
+    pub prefix_lm: Option<&'a attn_reference::PrefixLm>,
+    pub rswa: Option<&'a attn_reference::Rswa>,
     pub block_table: &'a [Vec<u32>],
     pub ops: &'a Ops<T>,
     /// Chooses the decode tile width and whether the next blocks are prefetched.
     pub kv_source: KvSource,
 }
 
-impl<T> Problem<'_, T> {
-    fn causal(&self, seq: usize) -> bool {
-        attn_reference::is_causal(self.causal, seq)
+impl<'a, T> Problem<'a, T> {
+    fn request(&self, seq: usize) -> attn_reference::RequestMask<'a> {
+        attn_reference::request_mask(self.causal, self.prefix_lm, self.rswa, seq)
     }
 }
 
@@ -122,7 +125,7 @@ pub struct Scratch {
     o: Vec<f32>,
     m: Vec<f32>,
     l: Vec<f32>,
-    vis: Vec<Range<usize>>,
+    vis: Vec<KeySpans>,
     /// Query rows as bf16 pairs, for `qk_bf16`.
     q2: Vec<u32>,
 }
@@ -169,7 +172,7 @@ pub fn run_item<T: KvElem>(pb: &Problem<'_, T>, task: &Task, keys: Range<usize>,
     grow(&mut sc.o, rows * dv, 0.0);
     grow(&mut sc.m, rows, 0.0);
     grow(&mut sc.l, rows, 0.0);
-    grow(&mut sc.vis, rows, 0..0);
+    grow(&mut sc.vis, rows, KeySpans::default());
 
     // The bf16 pair-dot kernel reads the query as bf16 pairs (scaled afterwards), the other
     // kernels as f32 rows pre-scaled so scores come out of `qk` final (before soft-cap).
@@ -191,7 +194,7 @@ pub fn run_item<T: KvElem>(pb: &Problem<'_, T>, task: &Task, keys: Range<usize>,
         }
         sc.vis[r] = visible_keys(
             pb.cfg.kind,
-            super::mask::KeyLimits::of(pb.cfg).causal(pb.causal(task.seq)),
+            super::mask::KeyLimits::of(pb.cfg).request(pb.request(task.seq)),
             task.pos0 + t,
             seq_len,
         );
@@ -277,9 +280,17 @@ pub fn run_item<T: KvElem>(pb: &Problem<'_, T>, task: &Task, keys: Range<usize>,
                 }
             }
             let vis = &sc.vis[r];
-            let (lo, hi) = (vis.start.clamp(a, b) - a, vis.end.clamp(a, b) - a);
+            let clip = |k: &Range<usize>| (k.start.clamp(a, b) - a, k.end.clamp(a, b) - a);
+            let (lo, hi) = clip(&vis.first);
             s[..lo].fill(f32::NEG_INFINITY);
-            s[hi.max(lo)..].fill(f32::NEG_INFINITY);
+            if vis.second.is_empty() {
+                s[hi.max(lo)..].fill(f32::NEG_INFINITY);
+            } else {
+                // Two spans (R-SWA, a PrefixLM range): the gap between them is masked too.
+                let (lo2, hi2) = clip(&vis.second);
+                s[hi.max(lo)..lo2].fill(f32::NEG_INFINITY);
+                s[hi2.max(lo2)..].fill(f32::NEG_INFINITY);
+            }
 
             let m_old = sc.m[r];
             let m_new = m_old.max((pb.ops.max)(s));

@@ -213,7 +213,7 @@ impl CpuBackend {
             config,
             step.query_start_loc,
             step.seq_lens,
-            step.causal,
+            |seq| step.request_mask(seq),
             self.threads,
             self.settings.split_kv,
         );
@@ -247,6 +247,8 @@ impl CpuBackend {
             query: fp8_query.as_deref().unwrap_or(step.query),
             seq_lens: step.seq_lens,
             causal: step.causal,
+            prefix_lm: step.prefix_lm,
+            rswa: step.rswa,
             block_table: step.block_table,
             ops: &ops,
             kv_source,
@@ -416,6 +418,8 @@ impl Backend for CpuBackend {
             Feature::ChunkedLocalAttention,
             Feature::ChunkLookback,
             Feature::NonCausal,
+            Feature::PrefixLm,
+            Feature::Rswa,
             Feature::Fp8Query,
         ]);
         f

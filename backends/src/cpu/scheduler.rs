@@ -83,11 +83,11 @@ pub struct Schedule {
 }
 
 /// Plan the step; `query_start_loc` and `seq_lens` must already be validated.
-pub fn plan(
+pub fn plan<'m>(
     cfg: &AttentionConfig,
     query_start_loc: &[usize],
     seq_lens: &[usize],
-    causal: Option<&[bool]>,
+    masks: impl Fn(usize) -> attn_reference::RequestMask<'m>,
     threads: usize,
     split: SplitKv,
 ) -> Schedule {
@@ -96,7 +96,7 @@ pub fn plan(
     let mut tasks = Vec::new();
     let limits = super::mask::KeyLimits::of(cfg);
     for (seq, &seq_len) in seq_lens.iter().enumerate() {
-        let limits = limits.causal(attn_reference::is_causal(causal, seq));
+        let limits = limits.request(masks(seq));
         let (start, end) = (query_start_loc[seq], query_start_loc[seq + 1]);
         // Cross-attention queries may outnumber the encoder's keys and have no position
         // among them (every key is visible): any position will do.
@@ -105,9 +105,12 @@ pub fn plan(
         while t < end {
             let ntok = tile_tokens.min(end - t);
             let pos0 = ctx + (t - start);
-            let first = visible_keys(cfg.kind, limits, pos0, seq_len);
-            let last = visible_keys(cfg.kind, limits, pos0 + ntok - 1, seq_len);
-            let keys = first.start.min(last.start)..first.end.max(last.end);
+            // Every token's keys: a PrefixLM range or R-SWA's prefix can reach past the
+            // first's and the last's.
+            let keys = (pos0..pos0 + ntok)
+                .map(|p| visible_keys(cfg.kind, limits, p, seq_len).hull())
+                .reduce(|a, b| a.start.min(b.start)..a.end.max(b.end))
+                .unwrap_or(0..0);
             for kv_head in 0..cfg.num_kv_heads {
                 tasks.push(Task {
                     seq,
@@ -180,7 +183,7 @@ mod tests {
             &cfg(),
             &[0, 1, 40, 41],
             &[10, 39, 5],
-            None,
+            |_| attn_reference::RequestMask::CAUSAL,
             2,
             SplitKv::Never,
         );
@@ -195,7 +198,14 @@ mod tests {
 
     #[test]
     fn splits_partition_the_keys() {
-        let s = plan(&cfg(), &[0, 1], &[1000], None, 4, SplitKv::Always);
+        let s = plan(
+            &cfg(),
+            &[0, 1],
+            &[1000],
+            |_| attn_reference::RequestMask::CAUSAL,
+            4,
+            SplitKv::Always,
+        );
         for t in &s.tasks {
             assert!(t.splits >= 2);
             let parts: Vec<_> = (0..t.splits).map(|i| t.split_keys(i)).collect();
@@ -203,9 +213,23 @@ mod tests {
             assert_eq!(parts.last().map(|r| r.end), Some(1000));
             assert!(parts.windows(2).all(|w| w[0].end == w[1].start));
         }
-        let never = plan(&cfg(), &[0, 1], &[1000], None, 4, SplitKv::Never);
+        let never = plan(
+            &cfg(),
+            &[0, 1],
+            &[1000],
+            |_| attn_reference::RequestMask::CAUSAL,
+            4,
+            SplitKv::Never,
+        );
         assert!(never.tasks.iter().all(|t| t.splits == 1));
-        let auto_one_thread = plan(&cfg(), &[0, 1], &[1000], None, 1, SplitKv::Auto);
+        let auto_one_thread = plan(
+            &cfg(),
+            &[0, 1],
+            &[1000],
+            |_| attn_reference::RequestMask::CAUSAL,
+            1,
+            SplitKv::Auto,
+        );
         assert!(auto_one_thread.tasks.iter().all(|t| t.splits == 1));
     }
 
@@ -215,7 +239,7 @@ mod tests {
             &cfg(),
             &[0, 1, 2, 3],
             &[10, 1000, 100],
-            None,
+            |_| attn_reference::RequestMask::CAUSAL,
             2,
             SplitKv::Auto,
         );
@@ -223,7 +247,14 @@ mod tests {
         let mut all = s.lists.concat();
         all.sort();
         assert_eq!(all, (0..s.items.len()).collect::<Vec<_>>());
-        let split = plan(&cfg(), &[0, 1, 2], &[1000, 700], None, 4, SplitKv::Always);
+        let split = plan(
+            &cfg(),
+            &[0, 1, 2],
+            &[1000, 700],
+            |_| attn_reference::RequestMask::CAUSAL,
+            4,
+            SplitKv::Always,
+        );
         for (t, task) in split.tasks.iter().enumerate() {
             for k in 0..task.splits {
                 let item = &split.items[task.first_item + k];

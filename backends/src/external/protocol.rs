@@ -329,6 +329,43 @@ fn request(
             i32_bytes(causal.iter().map(|&c| usize::from(c))),
         ));
     }
+    // PrefixLM ranges as rows (seq, start, end), ends inclusive, and whether they are
+    // clamped to the window; R-SWA's prefix lengths and window. Each sent only when the
+    // step has it (only to adapters that list `prefix_lm` or `rswa`).
+    if let Some(p) = step.prefix_lm {
+        let rows: Vec<usize> = p
+            .ranges
+            .iter()
+            .enumerate()
+            .flat_map(|(s, r)| r.iter().flat_map(move |&(a, e)| [s, a, e]))
+            .collect();
+        tensors.push((
+            "prefix_lm_ranges".into(),
+            Dtype::I32,
+            vec![rows.len() / 3, 3],
+            i32_bytes(rows.into_iter()),
+        ));
+        tensors.push((
+            "prefix_lm_clamp".into(),
+            Dtype::I32,
+            vec![1],
+            i32_bytes([usize::from(p.clamp_to_window)].into_iter()),
+        ));
+    }
+    if let Some(r) = step.rswa {
+        tensors.push((
+            "rswa_prefix_lens".into(),
+            Dtype::I32,
+            vec![b],
+            i32_bytes(r.prefix_lens.iter().copied()),
+        ));
+        tensors.push((
+            "rswa_window".into(),
+            Dtype::I32,
+            vec![1],
+            i32_bytes([r.window].into_iter()),
+        ));
+    }
     tensors.push((
         "block_table".into(),
         Dtype::I32,

@@ -31,6 +31,10 @@ pub enum Bug {
     LookbackInBlocks,
     CausalFlagOfFirstRequest,
     NonCausalWindowOneSided,
+    PrefixLmRangeEndExclusive,
+    PrefixLmRangesOfFirstRequest,
+    PrefixLmClampIgnored,
+    RswaPrefixFromStepStart,
     // Public bugs (see the catalogue in `mutants/mod.rs` for the issue each reproduces).
     WindowOneShort,
     WindowByWholeBlocks,
@@ -198,6 +202,8 @@ impl Backend for PlainBackend {
             Feature::ChunkedLocalAttention,
             Feature::ChunkLookback,
             Feature::NonCausal,
+            Feature::PrefixLm,
+            Feature::Rswa,
         ]);
         f
     }
@@ -394,16 +400,38 @@ impl Backend for PlainBackend {
                     }
                     (_, w) => w,
                 };
-                let causal = match self.bug {
-                    Bug::CausalFlagOfFirstRequest => step.is_causal(0),
-                    _ => step.is_causal(s),
-                };
-                let (mut lo, mut hi) = Visibility {
+                let mut request = step.request_mask(s);
+                let shortened: Vec<(usize, usize)>;
+                match self.bug {
+                    Bug::CausalFlagOfFirstRequest => request.causal = step.is_causal(0),
+                    Bug::PrefixLmRangesOfFirstRequest => {
+                        request.ranges = step.request_mask(0).ranges
+                    }
+                    Bug::PrefixLmRangeEndExclusive => {
+                        // `[a, b)` read where upstream means `[a, b]`.
+                        shortened = request
+                            .ranges
+                            .iter()
+                            .filter(|r| r.0 < r.1)
+                            .map(|&(a, b)| (a, b - 1))
+                            .collect();
+                        request.ranges = &shortened;
+                    }
+                    Bug::PrefixLmClampIgnored => request.clamp_to_window = false,
+                    Bug::RswaPrefixFromStepStart => {
+                        request.rswa = request.rswa.map(|(w, n)| (w, (ctx + n).min(seq_len)))
+                    }
+                    _ => {}
+                }
+                let causal = request.causal;
+                let visible = Visibility {
                     window,
-                    causal,
+                    request,
                     ..Visibility::of(c)
                 }
                 .keys(p_mask, seq_len);
+                let (base_lo, base_hi) = visible.bounds().expect("a query sees itself");
+                let (mut lo, mut hi) = (base_lo, base_hi);
                 if self.bug == Bug::NonCausalWindowOneSided && !causal && window.is_some() {
                     // The window's right edge as a causal kernel draws it, whatever the request.
                     hi = hi.min(p_mask);
@@ -432,7 +460,12 @@ impl Backend for PlainBackend {
                         hi = (p + w - 1).min(seq_len - 1);
                     }
                 }
-                let mut keys: Vec<usize> = (lo..=hi).collect();
+                // The bugs above move the edges; the gaps R-SWA and PrefixLM ranges leave
+                // between them stay (a range of another request may reach past this one).
+                let mut keys: Vec<usize> = (lo..=hi)
+                    .filter(|&k| !(base_lo..=base_hi).contains(&k) || visible.contains(k))
+                    .filter(|&k| k < seq_len)
+                    .collect();
                 if cross && self.bug == Bug::CrossCausal {
                     // Causal, aligned bottom-right as a causal kernel aligns it: decoder
                     // token j sees keys up to seq_len - query_len + j.
@@ -539,15 +572,15 @@ impl Backend for PlainBackend {
                         let t0 = q0 + (t - q0) / QUERY_TILE * QUERY_TILE;
                         let p0 = ctx + t0 - q0;
                         let q0r = &step.query[(t0 * hq + h) * d..][..d];
-                        let (lo0, hi0) = Visibility {
+                        Visibility {
                             window,
-                            causal: step.is_causal(s),
+                            request: step.request_mask(s),
                             ..Visibility::of(c)
                         }
-                        .keys(p0, seq_len);
-                        (lo0..=hi0)
-                            .map(|k| logit_of(q0r, p0, k))
-                            .fold(f32::NEG_INFINITY, f32::max)
+                        .keys(p0, seq_len)
+                        .iter()
+                        .map(|k| logit_of(q0r, p0, k))
+                        .fold(f32::NEG_INFINITY, f32::max)
                     });
                     // Two splits over the visible keys, each an online softmax; the partition
                     // bug splits at 256 keys, as a partitioned decode kernel does.

@@ -63,6 +63,8 @@ fn entry(backend: &dyn Backend) -> BackendEntry {
                 query_lens: vec![1],
                 num_padding_tokens: 0,
                 causal: None,
+                prefix_lm: None,
+                rswa: None,
             };
             match f {
                 Feature::PaddedRequests => {
@@ -70,6 +72,18 @@ fn entry(backend: &dyn Backend) -> BackendEntry {
                     batch.query_lens.push(0);
                 }
                 Feature::NonCausal => batch.causal = Some(vec![false]),
+                Feature::PrefixLm => {
+                    batch.prefix_lm = Some(attn_reference::PrefixLm {
+                        ranges: vec![vec![(0, 0)]],
+                        clamp_to_window: false,
+                    })
+                }
+                Feature::Rswa => {
+                    batch.rswa = Some(attn_reference::Rswa {
+                        window: 1,
+                        prefix_lens: vec![1],
+                    })
+                }
                 _ => {}
             }
             (f.label().to_string(), declines_batch(backend, &batch))

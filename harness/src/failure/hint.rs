@@ -47,6 +47,8 @@ pub enum Pattern {
     WindowEdge,
     ChunkEdge,
     PerRequestCausality,
+    PrefixLmRange,
+    RswaPrefix,
     ChunkedPrefill,
     DecodeOnly,
     PrefillOnly,
@@ -71,6 +73,8 @@ impl Pattern {
             Pattern::WindowEdge => "tokens the window cuts",
             Pattern::ChunkEdge => "tokens their local chunk cuts",
             Pattern::PerRequestCausality => "requests of one causality",
+            Pattern::PrefixLmRange => "tokens at PrefixLM ranges",
+            Pattern::RswaPrefix => "tokens R-SWA cuts",
             Pattern::ChunkedPrefill => "chunked-prefill tokens",
             Pattern::DecodeOnly => "decode tokens",
             Pattern::PrefillOnly => "prefill tokens",
@@ -105,13 +109,15 @@ fn reads_padding_slot(case: &Case, bad: &BTreeSet<usize>) -> bool {
     bad.iter().all(|&t| {
         let (seq, pos) = case.locate_token(t);
         let len = case.batch.seq_lens[seq];
-        let (lo, hi) = Visibility::of_seq(case, seq).keys(pos, len);
         let table = &case.layout.block_table[seq];
-        (lo..=hi.min(len.saturating_sub(1))).any(|k| {
-            table
-                .get(k / bs)
-                .is_some_and(|&b| b as usize * bs + k % bs == last)
-        })
+        Visibility::of_seq(case, seq)
+            .keys(pos, len)
+            .iter()
+            .any(|k| {
+                table
+                    .get(k / bs)
+                    .is_some_and(|&b| b as usize * bs + k % bs == last)
+            })
     })
 }
 
@@ -248,6 +254,33 @@ pub fn finding(case: &Case, c: &Comparison) -> Option<Finding> {
         bad.iter().all(|f| pred(f)) && !good.iter().all(|f| pred(f))
     };
 
+    // PrefixLM before the window: a range clamped to the window, or not, errs where the
+    // window cuts. The errors keep to positions inside a range, of the token's own request
+    // or of another's (ranges read through the wrong row).
+    if let Some(p) = &case.batch.prefix_lm {
+        let in_a_range = |f: &&TokenFacts| {
+            p.ranges
+                .iter()
+                .flatten()
+                .any(|&(a, b)| a <= f.pos && f.pos <= b)
+        };
+        if bad.iter().all(in_a_range) {
+            return found(Pattern::PrefixLmRange, format!(
+                "only tokens at positions of PrefixLM ranges diverge: check a range's end (inclusive: [a, b] holds b - a + 1 tokens), that each request reads its own ranges (batch.prefix_lm.ranges[seq]){}",
+                if p.clamp_to_window { ", and that the window clamps a range's keys (p - k < w, Gemma 4)" } else { "" }
+            ));
+        }
+    }
+    // R-SWA: the errors keep to tokens whose window leaves a gap after the prefix.
+    if let Some(r) = &case.batch.rswa {
+        let gap = |f: &&TokenFacts| f.pos + 1 > r.window + r.prefix_lens[f.seq];
+        if bad.iter().all(gap) {
+            return found(Pattern::RswaPrefix, format!(
+                "only tokens past their R-SWA prefix and window of {} diverge: check that keys below the request's prefix length (batch.rswa.prefix_lens[seq], counted from the sequence's first token, not the step's) stay visible, the rest only within the window",
+                r.window
+            ));
+        }
+    }
     if let Some(w) = c_cfg.sliding_window {
         let cut = |f: &TokenFacts| match c_cfg.kind {
             AttentionKind::Decoder => f.pos + 1 > w,

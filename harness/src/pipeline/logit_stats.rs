@@ -112,10 +112,11 @@ pub fn row_logits(case: &Case) -> Option<Vec<f64>> {
         let (seq_len, ctx) = (case.batch.seq_lens[s], case.context_len(s));
         for j in 0..case.batch.query_lens[s] {
             let t = start + j;
-            let (lo, hi) = Visibility::of_seq(case, s).keys(ctx + j, seq_len);
+            let keys = Visibility::of_seq(case, s).keys(ctx + j, seq_len);
             for h in 0..hq {
                 let qr = &q[(t * hq + h) * d..][..d];
-                out[t * hq + h] = (lo..=hi.min(seq_len.saturating_sub(1)))
+                out[t * hq + h] = keys
+                    .iter()
                     .map(|key| {
                         let kr = &k[(key * hkv + h / group) * d..][..d];
                         (scale * qr.iter().zip(kr).map(|(a, b)| a * b).sum::<f64>()).abs()
@@ -161,9 +162,9 @@ fn exact(case: &Case, q: &[f64], keys: &[Vec<f64>]) -> LogitStats {
             for j in (0..case.batch.query_lens[s]).step_by(stride) {
                 let t = starts[s] + j;
                 let qr = &q[(t * hq + h) * d..][..d];
-                let (lo, hi) = Visibility::of_seq(case, s).keys(ctx + j, seq_len);
+                let keys = Visibility::of_seq(case, s).keys(ctx + j, seq_len);
                 let mut row_max = f64::NEG_INFINITY;
-                for key in (lo..=hi).step_by(stride) {
+                for key in keys.iter().step_by(stride) {
                     let kr = &k[(key * hkv + kvh) * d..][..d];
                     let dot: f64 = qr.iter().zip(kr).map(|(a, b)| a * b).sum();
                     out.max_dot = out.max_dot.max(dot.abs());

@@ -311,6 +311,36 @@ fn candidates(r: &CaseRecipe, fit: &dyn Fn(CaseRecipe) -> CaseRecipe) -> Vec<Cas
             push(&|c| c.chunk = Some(new_n.max(1)));
         }
     }
+    // PrefixLM: one range at a time gone, the ranges on the first request only, no clamp.
+    if let Some(p) = &r.prefix_lm {
+        for i in 0..p.spans.len() {
+            push(&|c| {
+                if let Some(p) = &mut c.prefix_lm {
+                    p.spans.remove(i);
+                }
+            });
+        }
+        push(&|c| {
+            if let Some(p) = &mut c.prefix_lm {
+                p.seqs &= 1;
+            }
+        });
+        push(&|c| {
+            if let Some(p) = &mut c.prefix_lm {
+                p.clamp = false;
+            }
+        });
+    }
+    if let Some(rs) = r.rswa {
+        for new_w in [1, rs.window / 2, rs.window - 1] {
+            push(&|c| {
+                c.rswa = Some(crate::strategy::RswaRecipe {
+                    window: new_w.max(1),
+                    ..rs
+                })
+            });
+        }
+    }
     push(&|c| c.scale = None);
     push(&|c| c.poison = None);
     if let Some(total) = r.cache_blocks {

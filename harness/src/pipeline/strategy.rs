@@ -107,6 +107,58 @@ pub struct CaseRecipe {
     /// rather than a list, so dropping a sequence while shrinking leaves it valid.
     #[serde(default)]
     pub non_causal: Option<u64>,
+    /// PrefixLM ranges (decoder only).
+    #[serde(default)]
+    pub prefix_lm: Option<RangesRecipe>,
+    /// R-SWA (decoder only; validation refuses it beside a window or PrefixLM ranges).
+    #[serde(default)]
+    pub rswa: Option<RswaRecipe>,
+}
+
+/// PrefixLM ranges as thousandths of each sequence's length, so shrinking a length keeps
+/// them valid: they land at the start, the middle or the end, across the context and the
+/// step's tokens, over block and query-chunk edges, one token long where a range is narrow.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RangesRecipe {
+    /// `[start, end]` in thousandths of a sequence's length (ends inclusive), sorted; one
+    /// that lands on or before the previous one's end is dropped.
+    pub spans: Vec<(u16, u16)>,
+    /// Bit `s`: sequence `s` has the ranges (others have none).
+    pub seqs: u64,
+    /// Gemma 4's clamp: a range's keys only within the sliding window.
+    pub clamp: bool,
+}
+
+impl RangesRecipe {
+    /// Sequence `s`'s ranges at length `seq_len`.
+    pub fn ranges(&self, s: usize, seq_len: usize) -> Vec<(usize, usize)> {
+        let mut out: Vec<(usize, usize)> = Vec::new();
+        if seq_len == 0 || s >= 64 || self.seqs >> s & 1 == 0 {
+            return out;
+        }
+        let at = |m: u16| (seq_len * m as usize / 1000).min(seq_len - 1);
+        for &(a, b) in &self.spans {
+            let (a, b) = (at(a), at(b.max(a)));
+            if out.last().is_none_or(|&(_, end)| a > end) {
+                out.push((a, b));
+            }
+        }
+        out
+    }
+}
+
+/// R-SWA's window, and each sequence's prefix as thousandths of its length (sequence `s`
+/// shifted by `s * 379`, so the requests of a batch differ).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RswaRecipe {
+    pub window: usize,
+    pub prefix: u16,
+}
+
+impl RswaRecipe {
+    pub fn prefix_len(&self, s: usize, seq_len: usize) -> usize {
+        seq_len * ((self.prefix as usize + 379 * s) % 1001) / 1000
+    }
 }
 
 /// An MLA recipe's latent: the entry's dims past V and the model's scale (which `scale` does
@@ -276,6 +328,8 @@ impl CaseRecipe {
             chunk: None,
             lookback: None,
             non_causal: None,
+            prefix_lm: None,
+            rswa: None,
         }
     }
 
@@ -334,6 +388,14 @@ impl CaseRecipe {
             Feature::NonCausal => {
                 c.non_causal = None;
                 self.causal_flags().is_some()
+            }
+            Feature::PrefixLm => {
+                c.prefix_lm = None;
+                self.batch_shape().has_prefix_lm()
+            }
+            Feature::Rswa => {
+                c.rswa = None;
+                self.rswa_of(&self.lens().0).is_some()
             }
             Feature::Mla => match c.mla.take() {
                 // Ordinary attention with the model's scale: `AttentionConfig`'s turn_off.
@@ -410,10 +472,52 @@ impl CaseRecipe {
         flags.contains(&false).then_some(flags)
     }
 
+    /// The batch's PrefixLM ranges at lengths `seq_lens`; None when no sequence has one (or
+    /// not a decoder).
+    pub fn prefix_lm_of(&self, seq_lens: &[usize]) -> Option<attn_reference::PrefixLm> {
+        let r = self
+            .prefix_lm
+            .as_ref()
+            .filter(|_| self.kind == AttentionKind::Decoder && self.mla.is_none())?;
+        let ranges: Vec<Vec<(usize, usize)>> = seq_lens
+            .iter()
+            .enumerate()
+            .map(|(s, &len)| r.ranges(s, len))
+            .collect();
+        ranges
+            .iter()
+            .any(|r| !r.is_empty())
+            .then(|| attn_reference::PrefixLm {
+                ranges,
+                clamp_to_window: r.clamp,
+            })
+    }
+
+    /// The batch's R-SWA at lengths `seq_lens` (decoder only, and never beside a window or
+    /// PrefixLM ranges: validation refuses those).
+    pub fn rswa_of(&self, seq_lens: &[usize]) -> Option<attn_reference::Rswa> {
+        let r = self.rswa.filter(|_| {
+            self.kind == AttentionKind::Decoder
+                && self.mla.is_none()
+                && self.window.is_none()
+                && self.prefix_lm_of(seq_lens).is_none()
+        })?;
+        Some(attn_reference::Rswa {
+            window: r.window.max(1),
+            prefix_lens: seq_lens
+                .iter()
+                .enumerate()
+                .map(|(s, &len)| r.prefix_len(s, len))
+                .collect(),
+        })
+    }
+
     /// The batch's shape without its data.
     pub fn batch_shape(&self) -> attn_reference::Batch {
         let (seq_lens, query_lens) = self.lens();
         attn_reference::Batch {
+            prefix_lm: self.prefix_lm_of(&seq_lens),
+            rswa: self.rswa_of(&seq_lens),
             seq_lens,
             query_lens,
             num_padding_tokens: self.padding_tokens,
@@ -468,6 +572,8 @@ impl CaseRecipe {
         };
         let mut case = build_case(&seq_lens, &query_lens, self.config(), seed, &opts);
         case.batch.causal = self.causal_flags();
+        case.batch.prefix_lm = self.prefix_lm_of(&seq_lens);
+        case.batch.rswa = self.rswa_of(&seq_lens);
         case.poison = self.poison;
         if let Values::Simple(seed) = self.values {
             simplify_values(&mut case, seed, self.sharing().as_ref());
@@ -782,6 +888,12 @@ pub fn fit_space(mut r: CaseRecipe, space: &Space, budget: usize) -> CaseRecipe 
     if !space.allows_feature(Feature::NonCausal) {
         r.non_causal = None;
     }
+    if !space.allows_feature(Feature::PrefixLm) {
+        r.prefix_lm = None;
+    }
+    if !space.allows_feature(Feature::Rswa) {
+        r.rswa = None;
+    }
     if let Some(m) = space.max_seqs {
         r.padded_requests = r.padded_requests.min(m.saturating_sub(r.seqs.len()));
     }
@@ -911,6 +1023,11 @@ pub fn recipe(limits: StrategyLimits) -> impl Strategy<Value = CaseRecipe> {
     let lookback = prop::option::weighted(0.4, 1usize..=3);
     let non_causal =
         prop::option::weighted(0.12, prop_oneof![1 => Just(u64::MAX), 2 => 1u64..=u64::MAX]);
+    // vLLM 0.33's PrefixLM ranges and R-SWA, drawn after everything else.
+    let masks = (
+        prop::option::weighted(0.12, prefix_lm_ranges()),
+        prop::option::weighted(0.1, rswa(longest)),
+    );
     (
         heads,
         shape,
@@ -920,6 +1037,7 @@ pub fn recipe(limits: StrategyLimits) -> impl Strategy<Value = CaseRecipe> {
         values(),
         kv_cache(),
         (extremes, chunk, lookback, non_causal),
+        masks,
     )
         .prop_map(
             |(
@@ -931,6 +1049,7 @@ pub fn recipe(limits: StrategyLimits) -> impl Strategy<Value = CaseRecipe> {
                 values,
                 kv_cache,
                 (extremes, chunk, lookback, non_causal),
+                (prefix_lm, rswa),
             )| {
                 let r = CaseRecipe {
                     num_kv_heads,
@@ -944,6 +1063,8 @@ pub fn recipe(limits: StrategyLimits) -> impl Strategy<Value = CaseRecipe> {
                     chunk,
                     lookback: lookback.filter(|_| chunk.is_some()),
                     non_causal,
+                    prefix_lm,
+                    rswa,
                     soft_cap,
                     alibi,
                     sinks,
@@ -1068,6 +1189,33 @@ pub fn huge_cache() -> impl Strategy<Value = CaseRecipe> {
 
 /// Blocks of the huge-cache tier: 140,000 × 16 slots × 8 × 128 = 2.3·10^9 elements.
 pub const HUGE_CACHE_BLOCKS: usize = 140_000;
+
+/// PrefixLM ranges: one to three, for every request or some, clamped to the window in one
+/// case in three (Gemma 4).
+pub fn prefix_lm_ranges() -> impl Strategy<Value = RangesRecipe> {
+    (
+        prop::collection::vec(0u16..=1000, 2..=6),
+        prop_oneof![1 => Just(u64::MAX), 2 => 1u64..=u64::MAX],
+        prop::bool::weighted(0.33),
+    )
+        .prop_map(|(mut points, seqs, clamp)| {
+            points.sort_unstable();
+            RangesRecipe {
+                spans: points.chunks_exact(2).map(|p| (p[0], p[1])).collect(),
+                seqs,
+                clamp,
+            }
+        })
+}
+
+/// R-SWA: a window of a few keys or up to the longest sequence, and any prefix.
+pub fn rswa(longest: usize) -> impl Strategy<Value = RswaRecipe> {
+    (
+        prop_oneof![2 => 1usize..=8, 1 => 1usize..=longest + 2],
+        0u16..=1000,
+    )
+        .prop_map(|(window, prefix)| RswaRecipe { window, prefix })
+}
 
 #[cfg(test)]
 mod tests {

@@ -136,7 +136,10 @@ impl Backend for Naive {
             let ctx = len - (q1 - q0);
             for t in q0..q1 {
                 let p = ctx + t - q0;
-                let (mut lo, mut hi) = attn_reference::oracle::Visibility::of(c).keys(p, len);
+                let (mut lo, mut hi) = attn_reference::oracle::Visibility::of(c)
+                    .keys(p, len)
+                    .bounds()
+                    .expect("a query sees itself");
                 if self.plant.window_off_by_one
                     && c.sliding_window.is_some()
                     && c.kind == AttentionKind::Decoder

@@ -185,6 +185,8 @@ impl Trace {
                 query_lens: st.seqs.iter().map(|s| s.query_len).collect(),
                 num_padding_tokens: 0,
                 causal: None,
+                prefix_lm: None,
+                rswa: None,
             },
             layout: PagedLayout {
                 num_blocks: self.num_blocks,
