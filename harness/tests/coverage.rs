@@ -6,6 +6,7 @@
 //! classes.
 
 use attn_harness::check::{run_check, CheckOptions, DEFAULT_CASES};
+use attn_reference::Feature;
 
 #[test]
 fn the_default_run_covers_every_bucket_for_cpu() {
@@ -26,10 +27,28 @@ fn the_default_run_covers_every_bucket_for_cpu() {
         println!("{l}");
     }
     let pairs = attn_results::coverage::pair_summary(report, "cpu");
-    // 93, not 95, while chunk look-back and non-causal requests are drawn in the small tier
-    // only: their pairs with the long-context, big-step and large-batch tiers are the gaps.
+    // vLLM 0.33's masks are drawn in every tier: none of their pairs is empty.
+    let masks = [
+        Feature::ChunkLookback,
+        Feature::NonCausal,
+        Feature::PrefixLm,
+        Feature::Rswa,
+    ]
+    .map(Feature::label);
+    let empty: Vec<&str> = pairs
+        .missing()
+        .into_iter()
+        .filter(|p| masks.iter().any(|m| p.contains(m)))
+        .collect();
+    assert_eq!(
+        empty,
+        Vec::<&str>::new(),
+        "empty pairs of vLLM 0.33's masks"
+    );
+    // vLLM 0.33's masks meet the long shapes by plan (`pipeline::long_masks`); what is left
+    // empty is a few pairs of two random long-tier draws.
     assert!(
-        pairs.percent() >= 93.0,
+        pairs.percent() >= 95.0,
         "pairs covered: {:.1}%, empty: {:?}",
         pairs.percent(),
         pairs.missing()

@@ -51,6 +51,16 @@ const CLASSES: &[(&str, &[(&str, &str)])] = &[
 /// Pairs no case can hold, with the reason: not gaps.
 pub const INVALID_PAIRS: &[(&str, &str, &str)] = &[
     (
+        "sliding window",
+        "R-SWA prefixes",
+        "R-SWA replaces the sliding window (the case model refuses both: vLLM's kernels disagree)",
+    ),
+    (
+        "PrefixLM ranges",
+        "R-SWA prefixes",
+        "the case model refuses both (vLLM's Triton and FlexAttention kernels order them differently)",
+    ),
+    (
         "encoder-only attention",
         "cross-attention",
         "one attention kind per case",

@@ -232,3 +232,41 @@ def test_a_subclass_that_computes_its_own_way_on_inherited_capabilities_is_named
     hello = ada.message({"message": "hello", "protocol": ada.PROTOCOL, "version": 1, "versions": "1,2"})
     meta = ada.metadata_of(ada.answer(OwnForward(), hello))
     assert meta["inherited_capabilities"] == "numpy_reference.NumpyReference"
+
+
+def test_prefix_lm_ranges_and_r_swa_are_declined_unless_listed_and_masked_as_upstream():
+    c = config()
+    assert "PrefixLM" in decline_reason({}, c, prefix_lm=True)
+    assert decline_reason({"features": ["prefix_lm"]}, c, prefix_lm=True) is None
+    assert "R-SWA" in decline_reason({"features": ["prefix_lm"]}, c, rswa=True)
+    assert decline_reason({"features": ["rswa"]}, c, rswa=True) is None
+
+    import numpy_reference
+
+    ref = numpy_reference.NumpyReference()
+    empty = np.zeros(0, np.int64)
+    step = ada.Step(
+        query=np.zeros((3, 4, 64), np.float32), query_start_loc=np.array([0, 3]),
+        query_lens=np.array([3]), seq_lens=np.array([6]), block_table=np.zeros((1, 1), np.int64),
+        slot_mapping=empty, num_tokens=3,
+        prefix_lm_ranges=np.array([[0, 1, 4], [1, 0, 0]]),
+    )
+    assert step.ranges_of(0) == [(1, 4)] and step.ranges_of(1) == [(0, 0)]
+    pos, qpos = np.arange(6), np.array([3, 4, 5])
+    causal = pos[None, :] <= qpos[:, None]
+    # Positions 3 and 4 lie in [1, 4] (ends inclusive): 3 also sees key 4; 5 is outside.
+    seen = ref.request_masks(c, step, 0, causal, pos, qpos)
+    assert seen.tolist() == [
+        [True, True, True, True, True, False],
+        [True, True, True, True, True, False],
+        [True, True, True, True, True, True],
+    ]
+    # R-SWA, window 2 and prefix 2: keys 0, 1 and the last two.
+    step = ada.Step(**{**step.__dict__, "prefix_lm_ranges": None, "rswa_window": 2,
+                       "rswa_prefix_lens": np.array([2])})
+    seen = ref.request_masks(c, step, 0, causal, pos, qpos)
+    assert seen.tolist() == [
+        [True, True, True, True, False, False],
+        [True, True, False, True, True, False],
+        [True, True, False, False, True, True],
+    ]

@@ -4,6 +4,7 @@
 //! (so pairs such as sinks × window × a context past a split-KV boundary are reached by
 //! design, not by luck).
 
+use crate::pipeline::long_masks::{mask_plan, MaskPlan};
 use crate::strategy::{cost, fit_cost, long_shape, CaseRecipe, SMALL_COST};
 use attn_reference::{AttentionKind, Case, Fp8KvCache, Space};
 use proptest::prelude::*;
@@ -177,6 +178,7 @@ pub struct LongFeatures {
     logits: Option<LogitShift>,
     heads: Option<(usize, usize)>,
     chunk: Option<usize>,
+    masks: crate::pipeline::long_masks::LongMasks,
 }
 
 /// Each feature on about half the time, so each of a handful of long cases of a tier
@@ -195,17 +197,22 @@ pub fn long_features() -> impl Strategy<Value = LongFeatures> {
             0.25,
             prop::sample::select(vec![1usize, 63, 256, 1024, 8192]),
         ),
+        // Drawn after local chunks, so every feature above draws what it drew before.
+        crate::pipeline::long_masks::long_masks(),
     )
         .prop_map(
-            |(window, soft_cap, alibi, sinks, kv_cache, logits, heads, chunk)| LongFeatures {
-                window,
-                soft_cap,
-                alibi,
-                sinks,
-                kv_cache,
-                logits,
-                heads,
-                chunk,
+            |(window, soft_cap, alibi, sinks, kv_cache, logits, heads, chunk, masks)| {
+                LongFeatures {
+                    window,
+                    soft_cap,
+                    alibi,
+                    sinks,
+                    kv_cache,
+                    logits,
+                    heads,
+                    chunk,
+                    masks,
+                }
             },
         )
 }
@@ -228,6 +235,7 @@ impl LongFeatures {
         &self,
         mut r: CaseRecipe,
         kind: AttentionKind,
+        masks: MaskPlan,
         budget: usize,
         cost: fn(&CaseRecipe) -> usize,
     ) -> CaseRecipe {
@@ -249,6 +257,8 @@ impl LongFeatures {
             r.window = self.window;
         }
         r.chunk = self.chunk;
+        // After the window and chunk: R-SWA takes the window's place, look-back needs chunks.
+        r = self.masks.apply(r, masks);
         r.soft_cap = self.soft_cap;
         r.alibi = self.alibi;
         r.sinks = self.sinks;
@@ -281,19 +291,35 @@ pub const BIG_STEP_COST: usize = 20_000_000;
 /// it costs, and thousands of sequences draw them slowly.
 pub const BIG_BATCH_COST: usize = 20_000_000;
 
-/// [`cost`] counting only the keys a window lets a query see (a decoder query at most `w`, an
-/// encoder-only one at most `2w`): still an upper bound of the oracle's work.
+/// [`cost`] counting only the keys a window lets a query see (a decoder query at most `w`, a
+/// non-causal or encoder-only one at most `2w`, an R-SWA one its window and its prefix), plus
+/// each PrefixLM range's square (its queries see all of it): still an upper bound of the
+/// oracle's work.
 pub fn windowed_cost(r: &CaseRecipe) -> usize {
     let (seq_lens, query_lens) = r.lens();
-    let seen = |l: usize| match (r.kind, r.window) {
-        (AttentionKind::Decoder, Some(w)) => l.min(w),
-        (AttentionKind::EncoderOnly, Some(w)) => l.min(2 * w),
-        _ => l,
-    };
+    let batch = r.batch_shape();
     let pairs: usize = seq_lens
         .iter()
         .zip(&query_lens)
-        .map(|(&l, &q)| seen(l) * q)
+        .enumerate()
+        .map(|(s, (&l, &q))| {
+            let mask = batch.request_mask(s);
+            let causal = batch.is_causal(s);
+            let seen = match (r.kind, r.window, mask.rswa) {
+                (AttentionKind::Decoder, _, Some((w, prefix))) if causal => l.min(w + prefix),
+                (AttentionKind::Decoder, Some(w), None) if causal => l.min(w),
+                (AttentionKind::Decoder | AttentionKind::EncoderOnly, Some(w), None) => {
+                    l.min(2 * w)
+                }
+                _ => l,
+            };
+            let ranges: usize = mask
+                .ranges
+                .iter()
+                .map(|&(a, b)| (b - a + 1) * (b - a + 1).min(q))
+                .sum();
+            seen * q + ranges
+        })
         .sum();
     pairs * r.num_heads() * r.head_size
 }
@@ -330,6 +356,8 @@ pub fn fit_big_step(mut r: CaseRecipe, budget: usize) -> CaseRecipe {
     while windowed_cost(&r) > budget {
         if r.window.is_some_and(|w| w > 64) {
             r.window = r.window.map(|w| w / 2);
+        } else if let Some(rswa) = r.rswa.as_mut().filter(|x| x.window > 64) {
+            rswa.window /= 2;
         } else if r.num_kv_heads * r.group > 1 {
             (r.num_kv_heads, r.group) = (1, 1);
         } else if r.head_size > 1 {
@@ -343,7 +371,8 @@ pub fn fit_big_step(mut r: CaseRecipe, budget: usize) -> CaseRecipe {
             .max_by_key(|s| s.1)
         {
             q.1 = (q.1 * 3 / 4).max(8_193);
-        } else if r.window.is_none() && r.kind != AttentionKind::EncoderDecoder {
+        } else if r.window.is_none() && r.rswa.is_none() && r.kind != AttentionKind::EncoderDecoder
+        {
             r.window = Some(64);
         } else {
             break;
@@ -391,10 +420,23 @@ pub fn featured(
     (big, budget): (bool, usize),
 ) -> CaseRecipe {
     if big {
-        let r = features.apply(r, long_kind(ordinal), budget, windowed_cost);
-        fit_big_step(r, budget)
+        let r = features.apply(
+            r,
+            long_kind(ordinal),
+            mask_plan(ordinal),
+            budget,
+            windowed_cost,
+        );
+        let mut r = fit_big_step(r, budget);
+        if windowed_cost(&r) > budget {
+            // PrefixLM ranges see past the window, and fitting cuts neither them nor the
+            // chunk below 8,193 tokens: where they are still over the budget, they go.
+            r.prefix_lm = None;
+            r = fit_big_step(r, budget);
+        }
+        r
     } else {
-        let r = features.apply(r, long_kind(ordinal), budget, cost);
+        let r = features.apply(r, long_kind(ordinal), mask_plan(ordinal), budget, cost);
         fit_cost(r, budget, &Space::default())
     }
 }

@@ -10,6 +10,7 @@ pub mod drive;
 pub mod extremes;
 pub mod failure_classes;
 pub mod logit_stats;
+pub mod long_masks;
 #[cfg(feature = "mutants")]
 pub mod mutants;
 pub mod property_check;

@@ -159,6 +159,19 @@ impl RswaRecipe {
     pub fn prefix_len(&self, s: usize, seq_len: usize) -> usize {
         seq_len * ((self.prefix as usize + 379 * s) % 1001) / 1000
     }
+
+    /// R-SWA with `window` whose longest sequence of `seqs` (context, query) has a prefix of
+    /// `thousandths` of its length (the others' follow from the shift by `s * 379`).
+    pub fn with_longest_prefix(window: usize, seqs: &[(usize, usize)], thousandths: u16) -> Self {
+        let s = (0..seqs.len())
+            .max_by_key(|&s| seqs[s].0 + seqs[s].1)
+            .unwrap_or(0);
+        let prefix = (thousandths as usize % 1001 + 1001 - 379 * s % 1001) % 1001;
+        RswaRecipe {
+            window,
+            prefix: prefix as u16,
+        }
+    }
 }
 
 /// An MLA recipe's latent: the entry's dims past V and the model's scale (which `scale` does
@@ -962,7 +975,11 @@ fn tier_strategy(index: usize, limits: StrategyLimits) -> BoxedStrategy<CaseReci
                 false,
             )
         }
-        Tier::DecodeBatch => with_features(decode_batch().boxed(), false),
+        // A batch that carries masks is a large one (past 64 sequences), as the plan counts.
+        Tier::DecodeBatch => {
+            let large = crate::pipeline::long_masks::mask_plan(ordinal) != Default::default();
+            with_features(decode_batch(large).boxed(), false)
+        }
         Tier::HugeCache => huge_cache().boxed(),
         Tier::BigStep => with_features(big_step().boxed(), true),
         Tier::BigBatch => with_features(big_batch().boxed(), false),
@@ -1156,13 +1173,18 @@ pub fn long_context(min: usize, max: usize) -> impl Strategy<Value = CaseRecipe>
     })
 }
 
-/// Decode batches of 16 to 256 sequences (half of them past 64).
-pub fn decode_batch() -> impl Strategy<Value = CaseRecipe> {
+/// Decode batches of 16 to 256 sequences (half of them past 64; all of them when `large`).
+pub fn decode_batch(large: bool) -> impl Strategy<Value = CaseRecipe> {
     let context = || prop_oneof![2 => 0usize..=64, 1 => near_threshold(600)];
-    let seqs = prop_oneof![
-        prop::collection::vec((context(), Just(1usize)), 16..=64),
-        prop::collection::vec((context(), Just(1usize)), 65..=256),
-    ];
+    let seqs = if large {
+        prop::collection::vec((context(), Just(1usize)), 65..=256).boxed()
+    } else {
+        prop_oneof![
+            prop::collection::vec((context(), Just(1usize)), 16..=64),
+            prop::collection::vec((context(), Just(1usize)), 65..=256),
+        ]
+        .boxed()
+    };
     (long_shape(), seqs, any::<u64>()).prop_map(|(shape, seqs, seed)| {
         let mut r = long_base(shape, seqs, seed);
         r.padded_requests = padded_requests_in_batches(r.values);
