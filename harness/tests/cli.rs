@@ -405,6 +405,7 @@ fn trace_file() -> PathBuf {
         max_steps: 8,
         seed: 2,
         poison: None,
+        masks: None,
     });
     temp_file("a_trace.json", &serde_json::to_string(&trace).unwrap())
 }

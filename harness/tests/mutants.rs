@@ -107,6 +107,10 @@ const CAUSES: &[(&str, &[&str])] = &[
     ),
     ("trace-stale-block-snapshot", &["block", "value gathering"]),
     ("trace-chunk-off-by-one", &["chunk", "prefill", "causal"]),
+    (
+        "trace-stale-row-masks",
+        &["causal", "prefixlm", "r-swa", "own ranges"],
+    ),
     ("fp8-scale-applied-twice", &["fp8", "scale"]),
     ("fp8-scale-not-applied", &["fp8", "scale"]),
     ("fp8-e4m3fn-read-as-fnuz", &["fp8", "nan", "scale"]),

@@ -61,6 +61,26 @@ pub struct PrefixLm {
     pub clamp_to_window: bool,
 }
 
+impl PrefixLm {
+    /// Ranges from spans in thousandths of a length `len` (so shrinking a length keeps them
+    /// valid): `[start, end]` each, sorted by start; a span that lands on or before the
+    /// previous one's end is dropped.
+    pub fn ranges_at(spans: &[(u16, u16)], len: usize) -> Vec<(usize, usize)> {
+        let mut out: Vec<(usize, usize)> = Vec::new();
+        if len == 0 {
+            return out;
+        }
+        let at = |m: u16| (len * m as usize / 1000).min(len - 1);
+        for &(a, b) in spans {
+            let (a, b) = (at(a), at(b.max(a)));
+            if out.last().is_none_or(|&(_, end)| a > end) {
+                out.push((a, b));
+            }
+        }
+        out
+    }
+}
+
 /// R-SWA of a batch: a decoder query at `p` of a request with prefix length `P` sees, of
 /// the keys its causality gives it, those with `k < P` or `p - k < window`. It replaces the
 /// sliding window (validation refuses both).

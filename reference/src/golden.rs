@@ -34,6 +34,10 @@ pub struct GoldenFixture {
     /// The whole output, for small specs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output: Option<Vec<f64>>,
+    /// vLLM 0.33's per-request masks of the batch, where it has any
+    /// ([`crate::golden_masks`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub masks: Option<crate::trace::SequenceMasks>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -107,6 +111,7 @@ pub fn compute_fixture(spec: &BatchSpec) -> GoldenFixture {
         // digest only, so the fixtures stay under 5 MB.
         output: (out.len() <= FULL_OUTPUT_LIMIT && spec.kind != AttentionKind::EncoderDecoder)
             .then_some(out),
+        masks: None,
     }
 }
 
@@ -114,9 +119,13 @@ impl GoldenFixture {
     /// Compare a freshly computed fixture against this stored one; describes the first
     /// difference.
     pub fn check(&self, fresh: &GoldenFixture) -> Result<(), String> {
-        if self.spec != fresh.spec || self.seed != fresh.seed || self.config != fresh.config {
+        if self.spec != fresh.spec
+            || self.seed != fresh.seed
+            || self.config != fresh.config
+            || self.masks != fresh.masks
+        {
             return Err(format!(
-                "fixture {} describes a different case (spec, seed or config changed)",
+                "fixture {} describes a different case (spec, seed, config or masks changed)",
                 self.spec
             ));
         }
@@ -215,7 +224,12 @@ pub fn write_all_fixtures(dir: &Path) -> std::io::Result<Vec<String>> {
         .map(compute_fixture)
         .collect::<Vec<_>>()
         .into_iter()
-        .chain(MLA_GOLDENS.iter().map(MlaGolden::compute));
+        .chain(MLA_GOLDENS.iter().map(MlaGolden::compute))
+        .chain(
+            crate::golden_masks::MASK_GOLDENS
+                .iter()
+                .map(crate::golden_masks::MaskGolden::compute),
+        );
     for fx in fixtures {
         let json = serde_json::to_string_pretty(&fx).expect("fixture serializes");
         write_atomic(&fixture_path(dir, &fx.spec), json.as_bytes())?;
@@ -341,6 +355,7 @@ impl MlaGolden {
             output_len: out.len(),
             digest: Digest::of(&out),
             output: None,
+            masks: None,
         }
     }
 }

@@ -18,6 +18,7 @@ mod error;
 mod feature;
 pub mod fp8;
 pub mod golden;
+pub mod golden_masks;
 mod json;
 pub mod mla;
 pub mod oracle;
@@ -29,6 +30,7 @@ pub mod specs;
 mod tolerance;
 pub mod trace;
 mod validate;
+mod validate_masks;
 
 pub use builder::{build_case, build_spec_case, BuildOptions, SharedPrefix};
 pub use case::{

@@ -144,7 +144,9 @@ impl<'a> Visibility<'a> {
                 (true, Some(w)) => a.max((p + 1).saturating_sub(w)),
                 _ => a,
             };
-            spans.push((a, b + 1));
+            // A range may reach past the step's keys (an image chunked prefill has not
+            // finished): none past the last computed one.
+            spans.push((a, (b + 1).min(seq_len)));
         }
         Keys::of(&spans)
     }

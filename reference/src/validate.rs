@@ -29,7 +29,7 @@ pub const MAX_BLOCKS: usize = 1 << 26;
 /// machine's whole address space (a 633 TB cache) is rejected before any backend allocates.
 pub const MAX_ALLOC_BYTES: u64 = 64 << 30;
 
-fn nonzero(v: usize, field: &'static str) -> Result<(), CaseError> {
+pub(crate) fn nonzero(v: usize, field: &'static str) -> Result<(), CaseError> {
     if v == 0 {
         Err(CaseError::Zero { field })
     } else {
@@ -113,7 +113,7 @@ pub fn validate_cache_size(
     )
 }
 
-fn expect_len(
+pub(crate) fn expect_len(
     field: impl Into<String>,
     expected: Option<usize>,
     actual: usize,
@@ -367,34 +367,7 @@ impl Case {
         }
         let n = b.seq_lens.len();
         expect_len("batch.query_lens", Some(n), b.query_lens.len())?;
-        if let Some(causal) = &b.causal {
-            expect_len("batch.causal", Some(n), causal.len())?;
-            if c.kind != AttentionKind::Decoder {
-                if let Some(s) = causal.iter().position(|&x| !x) {
-                    return Err(CaseError::InvalidParam {
-                        field: format!("batch.causal[{s}]"),
-                        reason: format!(
-                            "a non-causal request in an {} case: only decoder requests have a causality to turn off",
-                            c.kind
-                        ),
-                    });
-                }
-            }
-        }
-        self.validate_prefix_lm()?;
-        self.validate_rswa()?;
-        if let Some(f) = Feature::of_batch(b).find(|f| {
-            !f.allows_kind(c.kind) || (c.mla.is_some() && Feature::NOT_WITH_MLA.contains(f))
-        }) {
-            return Err(CaseError::InvalidParam {
-                field: f.field().into(),
-                reason: if c.mla.is_some() {
-                    "no MLA model or backend has it (config.mla is set)".into()
-                } else {
-                    format!("{} is causal decoder attention, got {}", f.label(), c.kind)
-                },
-            });
-        }
+        crate::validate_masks::validate_masks(c, b, crate::validate_masks::MaskField::Batch)?;
         let mut padded_from = None;
         for (s, (&q, &l)) in b.query_lens.iter().zip(&b.seq_lens).enumerate() {
             if q == 0 {
@@ -489,86 +462,6 @@ impl Case {
             Some(tokens),
             self.layout.slot_mapping.len(),
         )?;
-        Ok(())
-    }
-
-    /// PrefixLM ranges: one list per sequence, each `[start, end]` inside the sequence, sorted
-    /// and disjoint (upstream: "a request's ranges must not overlap").
-    fn validate_prefix_lm(&self) -> Result<(), CaseError> {
-        let b = &self.batch;
-        let Some(p) = &b.prefix_lm else { return Ok(()) };
-        expect_len(
-            "batch.prefix_lm.ranges",
-            Some(b.seq_lens.len()),
-            p.ranges.len(),
-        )?;
-        for (s, ranges) in p.ranges.iter().enumerate() {
-            let mut prev: Option<(usize, usize)> = None;
-            for (i, &(start, end)) in ranges.iter().enumerate() {
-                let reason = if start > end {
-                    Some(format!(
-                        "start {start} after end {end} (ends are inclusive)"
-                    ))
-                } else if end >= b.seq_lens[s] {
-                    Some(format!(
-                        "ends at position {end}, past the sequence (seq_len {})",
-                        b.seq_lens[s]
-                    ))
-                } else if let Some((ps, pe)) = prev.filter(|&(_, pe)| start <= pe) {
-                    Some(format!(
-                        "[{start}, {end}] overlaps or precedes [{ps}, {pe}]: a request's ranges are sorted and must not overlap"
-                    ))
-                } else {
-                    None
-                };
-                if let Some(reason) = reason {
-                    return Err(CaseError::InvalidParam {
-                        field: format!("batch.prefix_lm.ranges[{s}][{i}]"),
-                        reason,
-                    });
-                }
-                prev = Some((start, end));
-            }
-        }
-        Ok(())
-    }
-
-    /// R-SWA: a window of at least 1, a prefix per sequence within it, and neither a sliding
-    /// window nor PrefixLM ranges beside it: upstream's kernels disagree on both mixes.
-    fn validate_rswa(&self) -> Result<(), CaseError> {
-        let b = &self.batch;
-        let Some(r) = &b.rswa else { return Ok(()) };
-        nonzero(r.window, "batch.rswa.window")?;
-        expect_len(
-            "batch.rswa.prefix_lens",
-            Some(b.seq_lens.len()),
-            r.prefix_lens.len(),
-        )?;
-        let invalid =
-            |field: String, reason: String| Err(CaseError::InvalidParam { field, reason });
-        if let Some((s, &p)) = r
-            .prefix_lens
-            .iter()
-            .enumerate()
-            .find(|&(s, &p)| p > b.seq_lens[s])
-        {
-            return invalid(
-                format!("batch.rswa.prefix_lens[{s}]"),
-                format!("{p} is past the sequence (seq_len {})", b.seq_lens[s]),
-            );
-        }
-        if self.config.sliding_window.is_some() {
-            return invalid(
-                "batch.rswa".into(),
-                "R-SWA replaces config.sliding_window: vLLM's Triton kernel drops the sliding window under R-SWA and FlexAttention applies both, so a case with both has no one answer".into(),
-            );
-        }
-        if b.prefix_lm.is_some() {
-            return invalid(
-                "batch.rswa".into(),
-                "R-SWA beside batch.prefix_lm: vLLM's Triton kernel ORs the ranges in after R-SWA and FlexAttention ANDs R-SWA after them, so a case with both has no one answer".into(),
-            );
-        }
         Ok(())
     }
 

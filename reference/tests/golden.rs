@@ -3,7 +3,8 @@
 //! rewrites them, never under CI.
 
 use attn_reference::golden::{
-    compute_fixture, fixture_path, update_requested, write_atomic, GoldenFixture, MLA_GOLDENS,
+    compute_fixture, fixture_path, update_requested, write_atomic, Digest, GoldenFixture,
+    MLA_GOLDENS,
 };
 use attn_reference::specs::all_specs;
 use std::path::PathBuf;
@@ -70,6 +71,48 @@ fn mla_oracle_matches_golden_fixtures() {
     assert!(
         failures.is_empty(),
         "MLA golden fixtures disagree with the oracle:\n{}",
+        failures.join("\n")
+    );
+}
+
+/// vLLM 0.33's masks at real model layouts: each case is valid, each mask changes the
+/// output (so the fixture pins it), and the oracle matches the fixtures.
+#[test]
+fn mask_oracle_matches_golden_fixtures() {
+    use attn_reference::golden_masks::MASK_GOLDENS;
+    let dir = golden_dir();
+    let update = update_requested();
+    let mut failures = Vec::new();
+    for golden in MASK_GOLDENS {
+        let case = golden.case();
+        assert_eq!(case.validate(), Ok(()), "{}", golden.name);
+        let fresh = golden.compute();
+        let mut plain = case.clone();
+        (plain.batch.causal, plain.batch.prefix_lm, plain.batch.rswa) = (None, None, None);
+        plain.config.chunk_lookback = None;
+        assert!(
+            Digest::of(&attn_reference::reference_output(&plain)) != fresh.digest,
+            "{}: the masks change nothing",
+            golden.name
+        );
+        let path = fixture_path(&dir, golden.name);
+        if update {
+            let json = serde_json::to_string_pretty(&fresh).unwrap();
+            write_atomic(&path, json.as_bytes()).unwrap();
+            continue;
+        }
+        match GoldenFixture::load(&path) {
+            Ok(stored) => {
+                if let Err(e) = stored.check(&fresh) {
+                    failures.push(e);
+                }
+            }
+            Err(e) => failures.push(format!("{e} (regenerate with `cargo xtask fixtures`)")),
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "mask golden fixtures disagree with the oracle:\n{}",
         failures.join("\n")
     );
 }

@@ -632,6 +632,11 @@ fn a_query_in_a_prefix_lm_range_sees_the_whole_range() {
     let mut plain = c.clone();
     plain.batch.prefix_lm = None;
     assert_eq!(reference_output(&single), reference_output(&plain));
+    // A range past the step's keys (an image chunked prefill has not finished, as vLLM
+    // passes it): its keys stop at the last computed one, 9; one wholly past changes nothing.
+    let mut past = c.clone();
+    past.batch.prefix_lm.as_mut().unwrap().ranges = vec![vec![(7, 30), (40, 50)]];
+    each_row_averages(&past, &[upto(6), upto(9), upto(9), upto(9)]);
 }
 
 #[test]
@@ -668,4 +673,9 @@ fn r_swa_keeps_the_prefix_visible_past_the_window() {
     let mut causal = c.clone();
     causal.batch.rswa = None;
     assert_eq!(reference_output(&all), reference_output(&causal));
+    // A prefix past the step's keys (vLLM passes the prompt's length while chunked prefill
+    // is inside it): every computed key is in it, plain causal too.
+    let mut past = c.clone();
+    past.batch.rswa = rswa(25);
+    assert_eq!(reference_output(&past), reference_output(&causal));
 }

@@ -1,8 +1,10 @@
 //! Traces: the block manager's traces are valid and exercise what serving does to a cache;
 //! every broken trace is a typed error naming the step and field.
 
-use attn_reference::trace::{generate, FreeReason, Phase, Trace, TraceError, TraceRecipe};
-use attn_reference::{AttentionConfig, CaseError, DType, InputRng};
+use attn_reference::trace::{
+    generate, FreeReason, MaskRecipe, Phase, SequenceMasks, Trace, TraceError, TraceRecipe,
+};
+use attn_reference::{reference_output, AttentionConfig, CaseError, DType, InputRng, Rswa};
 
 fn recipe(seed: u64) -> TraceRecipe {
     let mut rng = InputRng::new(seed);
@@ -22,6 +24,7 @@ fn recipe(seed: u64) -> TraceRecipe {
         max_steps: 40,
         seed,
         poison: None,
+        masks: None,
     }
 }
 
@@ -209,4 +212,153 @@ fn a_trace_cache_no_machine_holds_is_rejected() {
     );
     let text = serde_json::to_string(&t).unwrap();
     assert_eq!(Trace::from_json(&text), Err(e));
+}
+
+/// One sequence of a 10-token prompt with an image span at positions 3..=6, prefilled in
+/// chunks of 4, then decoded: the span is split across the first two steps.
+fn trace_with_a_split_range(non_causal: bool) -> Trace {
+    let r = TraceRecipe {
+        config: AttentionConfig::new(2, 1, 4, 2, DType::F32),
+        prompts: vec![10],
+        outputs: vec![2],
+        sharing: 0,
+        shared_prefix: 0,
+        chunk: 4,
+        token_budget: 8,
+        max_running: 1,
+        cache_blocks: 8,
+        max_steps: 8,
+        seed: 5,
+        poison: None,
+        masks: Some(MaskRecipe {
+            non_causal: u64::from(non_causal),
+            // Thousandths of the prompt: 300 and 600 of 10 tokens are positions 3 and 6.
+            ranges: vec![(300, 600)],
+            range_seqs: 1,
+            ..MaskRecipe::default()
+        }),
+    };
+    let t = generate(&r);
+    t.validate().unwrap();
+    t
+}
+
+#[test]
+fn a_requests_masks_go_whole_into_every_step_and_its_keys_stop_at_seq_len() {
+    let t = trace_with_a_split_range(false);
+    let ranges = |step: usize| {
+        t.step_case(step)
+            .batch
+            .prefix_lm
+            .map(|p| p.ranges[0].clone())
+    };
+    // Step 0 computes positions 0..4: the span [3, 6] goes whole, as vLLM passes an image's
+    // range while chunked prefill is inside it; the later steps and the decodes keep it.
+    assert_eq!(t.steps[0].seqs[0].seq_len(), 4);
+    for i in 0..t.steps.len() {
+        assert_eq!(ranges(i), Some(vec![(3, 6)]), "step {i}");
+        assert_eq!(t.step_case(i).validate(), Ok(()), "step {i}");
+        assert_eq!(t.step_case(i).batch.causal, None);
+    }
+    // Its keys stop at the last computed one: step 0 as if the range were [3, 3].
+    let step0 = t.step_case(0);
+    let mut cut = step0.clone();
+    cut.batch.prefix_lm.as_mut().unwrap().ranges[0] = vec![(3, 3)];
+    assert_eq!(reference_output(&step0), reference_output(&cut));
+    // In step 1 (positions 4..8) positions 4 and 5 see the range's keys after them.
+    let step1 = t.step_case(1);
+    let mut none = step1.clone();
+    none.batch.prefix_lm = None;
+    assert_ne!(reference_output(&step1), reference_output(&none));
+    // A non-causal request is non-causal in every step.
+    let t = trace_with_a_split_range(true);
+    for i in 0..t.steps.len() {
+        assert_eq!(t.step_case(i).batch.causal, Some(vec![false]), "step {i}");
+    }
+    // The masks survive JSON.
+    let back = Trace::from_json(&serde_json::to_string(&t).unwrap()).unwrap();
+    assert_eq!(back, t);
+}
+
+#[test]
+fn r_swa_prefixes_go_whole_into_every_step_and_are_left_out_beside_a_window() {
+    let mut r = recipe(3);
+    r.prompts = vec![9, 4];
+    r.outputs = vec![1, 1];
+    r.masks = Some(MaskRecipe {
+        rswa: Some((2, 500)),
+        ..MaskRecipe::default()
+    });
+    let t = generate(&r);
+    t.validate().unwrap();
+    let masks = t.masks.as_ref().expect("masks");
+    assert_eq!(masks.rswa.as_ref().unwrap().prefix_lens, vec![4, 2]);
+    for i in 0..t.steps.len() {
+        let case = t.step_case(i);
+        let rswa = case.batch.rswa.as_ref().expect("every step carries R-SWA");
+        let whole: Vec<usize> = t.steps[i].seqs.iter().map(|s| [4, 2][s.seq]).collect();
+        assert_eq!(rswa.prefix_lens, whole, "step {i}");
+        assert_eq!(case.validate(), Ok(()), "step {i}");
+    }
+    r.config.sliding_window = Some(3);
+    assert_eq!(generate(&r).masks, None);
+}
+
+#[test]
+fn broken_masks_are_typed_errors_naming_the_field() {
+    let base = trace_with_a_split_range(false);
+    let broken = |f: &dyn Fn(&mut SequenceMasks)| {
+        let mut t = base.clone();
+        f(t.masks.as_mut().unwrap());
+        t.validate().unwrap_err().to_string()
+    };
+    let e = broken(&|m| m.prefix_lm.as_mut().unwrap().ranges[0] = vec![(3, 6), (5, 8)]);
+    assert!(e.contains("masks.prefix_lm.ranges[0][1]"), "{e}");
+    let e = broken(&|m| m.prefix_lm.as_mut().unwrap().ranges[0] = vec![(6, 3)]);
+    assert!(e.contains("masks.prefix_lm.ranges[0][0]"), "{e}");
+    let e = broken(&|m| m.prefix_lm.as_mut().unwrap().ranges[0] = vec![(3, 1 << 40)]);
+    assert!(e.contains("masks.prefix_lm.ranges[0][0]") && e.contains("int32"), "{e}");
+    let e = broken(&|m| m.causal = Some(vec![true, false]));
+    assert!(e.contains("masks.causal"), "{e}");
+    let e = broken(&|m| {
+        m.prefix_lm = None;
+        m.rswa = Some(Rswa {
+            window: 2,
+            prefix_lens: vec![1 << 40],
+        });
+    });
+    assert!(e.contains("masks.rswa.prefix_lens[0]"), "{e}");
+    let e = broken(&|m| {
+        m.prefix_lm = None;
+        m.rswa = Some(Rswa {
+            window: 0,
+            prefix_lens: vec![1],
+        });
+    });
+    assert!(e.contains("masks.rswa.window"), "{e}");
+    let e = broken(&|m| {
+        m.rswa = Some(Rswa {
+            window: 2,
+            prefix_lens: vec![1],
+        })
+    });
+    assert!(e.contains("masks.rswa") && e.contains("prefix_lm"), "{e}");
+    // Unknown fields of a trace's masks are refused.
+    let mut json: serde_json::Value = serde_json::to_value(&base).unwrap();
+    json["masks"]["windows"] = serde_json::json!(3);
+    let e = Trace::from_json(&json.to_string()).unwrap_err().to_string();
+    assert!(e.contains("windows"), "{e}");
+}
+
+#[test]
+fn removing_a_sequence_keeps_the_others_masks() {
+    let mut m = MaskRecipe {
+        non_causal: 0b1011,
+        range_seqs: 0b0110,
+        ..MaskRecipe::default()
+    };
+    m.remove_seq(1);
+    assert_eq!((m.non_causal, m.range_seqs), (0b101, 0b010));
+    m.remove_seq(63);
+    assert_eq!((m.non_causal, m.range_seqs), (0b101, 0b010));
 }

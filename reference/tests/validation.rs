@@ -196,15 +196,18 @@ fn invalid_field(e: &CaseError) -> &str {
 }
 
 #[test]
-fn prefix_lm_ranges_are_sorted_disjoint_and_inside_their_sequence() {
+fn prefix_lm_ranges_are_sorted_and_disjoint_and_may_reach_past_their_sequence() {
     // seq_lens [5, 3]; ends inclusive.
     let mut ok = base();
     ok.batch.prefix_lm = prefix_lm(vec![vec![(0, 1), (3, 4)], vec![(2, 2)]]);
     assert_eq!(ok.validate(), Ok(()));
+    // Past the step's keys, as vLLM passes an image chunked prefill has not finished.
+    ok.batch.prefix_lm = prefix_lm(vec![vec![(3, 9), (12, 20)], vec![(1, 3)]]);
+    assert_eq!(ok.validate(), Ok(()));
     for (ranges, field) in [
         (vec![vec![(0, 1)]], "batch.prefix_lm.ranges"),
         (vec![vec![(2, 1)], vec![]], "batch.prefix_lm.ranges[0][0]"),
-        (vec![vec![], vec![(1, 3)]], "batch.prefix_lm.ranges[1][0]"),
+        (vec![vec![], vec![(1, 1 << 40)]], "batch.prefix_lm.ranges[1][0]"),
         (
             vec![vec![(0, 2), (2, 3)], vec![]],
             "batch.prefix_lm.ranges[0][1]",
@@ -226,7 +229,7 @@ fn prefix_lm_ranges_are_sorted_disjoint_and_inside_their_sequence() {
 }
 
 #[test]
-fn an_r_swa_prefix_lies_in_its_sequence_and_replaces_the_window() {
+fn an_r_swa_prefix_may_pass_its_sequence_and_replaces_the_window() {
     let rswa = |window, prefix_lens| {
         Some(attn_reference::Rswa {
             window,
@@ -240,7 +243,10 @@ fn an_r_swa_prefix_lies_in_its_sequence_and_replaces_the_window() {
     assert_eq!(invalid_field(&e), "batch.rswa.window", "{e}");
     let e = err(|c| c.batch.rswa = rswa(2, vec![1]));
     assert_eq!(invalid_field(&e), "batch.rswa.prefix_lens", "{e}");
-    let e = err(|c| c.batch.rswa = rswa(2, vec![1, 4]));
+    // The prompt's length while chunked prefill is still inside it, as vLLM passes it.
+    ok.batch.rswa = rswa(2, vec![9, 4]);
+    assert_eq!(ok.validate(), Ok(()));
+    let e = err(|c| c.batch.rswa = rswa(2, vec![1, 1 << 40]));
     assert_eq!(invalid_field(&e), "batch.rswa.prefix_lens[1]", "{e}");
     let e = err(|c| {
         c.batch.rswa = rswa(2, vec![1, 1]);

@@ -119,15 +119,20 @@ pub fn dimensions() -> Vec<(&'static str, Vec<&'static str>)> {
         .position(|(d, _)| *d == "window")
         .map_or(0, |i| i + 1);
     dims.insert(at, ("features", features));
-    // Traces are decoder steps of ordinary attention: their features are the config's, but
-    // no kind, batch feature or MLA.
+    // Traces are decoder steps of ordinary attention: their features are the config's and
+    // the requests' masks, but no kind, padded request or MLA.
     let trace_features = std::iter::once("none")
         .chain(
             Feature::OPTIONAL
                 .iter()
-                .filter(|f| !Feature::OF_THE_BATCH.contains(f))
                 .filter(|f| {
-                    ![Feature::EncoderOnly, Feature::CrossAttention, Feature::Mla].contains(f)
+                    ![
+                        Feature::EncoderOnly,
+                        Feature::CrossAttention,
+                        Feature::Mla,
+                        Feature::PaddedRequests,
+                    ]
+                    .contains(f)
                 })
                 .map(|f| f.label()),
         )

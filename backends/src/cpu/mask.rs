@@ -146,7 +146,9 @@ pub fn visible_keys(
                 (true, Some(w)) => a.max((p + 1).saturating_sub(w)),
                 _ => a,
             };
-            KeySpans::two(base, a..b + 1)
+            // A range may reach past the step's keys (vLLM passes an image's whole range
+            // while chunked prefill is inside it): none past the last computed one.
+            KeySpans::two(base, a..(b + 1).min(seq_len))
         }
         None => KeySpans::one(base),
     }
@@ -220,6 +222,9 @@ mod tests {
             ..KeyLimits::default()
         };
         assert_eq!(visible_keys(Decoder, chunked, 9, 12), two(8..10, 0..0));
+        // A range past the step's 10 keys (chunked prefill inside an image): up to key 9.
+        assert_eq!(one(Decoder, mm(None, false), 9, 10), 0..10);
+        assert_eq!(one(Decoder, mm(Some(1), false), 9, 10), 9..10);
     }
 
     /// The old tuple form, for the table below.

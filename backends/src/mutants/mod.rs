@@ -109,6 +109,7 @@ pub const CATALOGUE: &[MutantInfo] = &[
     across_steps("trace-prefix-hit-overwritten", "a sequence admitted with a prefix hit also writes its first tokens over the last hit block"),
     across_steps("trace-stale-block-snapshot", "full blocks kept converted across steps: a block reused by a shorter sequence reads the old contents"),
     across_steps("trace-chunk-off-by-one", "a continuing chunk of a chunked prefill is written one position early"),
+    across_steps("trace-stale-row-masks", "a batch row keeps the per-request masks (causal flag, PrefixLM ranges, R-SWA prefix) of the first request it held"),
     // FP8 KV caches.
     m("fp8-scale-applied-twice", "an FP8 cache read as fp8 * scale^2: the scale applied when dequantizing and again on the scores and output"),
     m("fp8-scale-not-applied", "an FP8 cache read without its scale: the stored fp8(x / scale) taken for x"),
@@ -206,6 +207,7 @@ pub fn mutant(name: &str) -> Option<Arc<dyn Backend>> {
         "trace-prefix-hit-overwritten" => step(StepBug::PrefixHitOverwritten),
         "trace-stale-block-snapshot" => step(StepBug::StaleBlockSnapshot),
         "trace-chunk-off-by-one" => step(StepBug::ChunkOffByOne),
+        "trace-stale-row-masks" => step(StepBug::StaleRowMasks),
         "fp8-scale-applied-twice" => plain(Bug::Fp8ScaleTwice),
         "fp8-scale-not-applied" => plain(Bug::Fp8ScaleMissing),
         "fp8-e4m3fn-read-as-fnuz" => plain(Bug::Fp8ReadAsFnuz),

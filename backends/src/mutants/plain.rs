@@ -466,6 +466,13 @@ impl Backend for PlainBackend {
                     .filter(|&k| !(base_lo..=base_hi).contains(&k) || visible.contains(k))
                     .filter(|&k| k < seq_len)
                     .collect();
+                // A PrefixLM range is no edge: the edge bugs above leave its keys as they were
+                // (a kernel ORs the range in after its window, causal and chunk bounds).
+                if let Some((a, b)) = request.range_of(p_mask) {
+                    keys.extend((a..=b.min(seq_len - 1)).filter(|&k| visible.contains(k)));
+                    keys.sort_unstable();
+                    keys.dedup();
+                }
                 if cross && self.bug == Bug::CrossCausal {
                     // Causal, aligned bottom-right as a causal kernel aligns it: decoder
                     // token j sees keys up to seq_len - query_len + j.

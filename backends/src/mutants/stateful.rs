@@ -13,7 +13,7 @@ use crate::{
     cache_as, cache_as_mut, Backend, BackendError, CacheLayout, KvCache, KvWrite, StepInputs,
     Unsupported,
 };
-use attn_reference::AttentionConfig;
+use attn_reference::{AttentionConfig, PrefixLm, Rswa};
 use std::collections::HashMap;
 use std::sync::Mutex;
 
@@ -35,6 +35,10 @@ pub enum StepBug {
     /// A continuing chunk of a chunked prefill is written one position early: its first
     /// token over the previous chunk's last, its last slot left unwritten.
     ChunkOffByOne,
+    /// Each batch row keeps the per-request masks (causal flag, PrefixLM ranges, R-SWA
+    /// prefix) of the first request it held, as a persistent batch whose mask columns are
+    /// filled once: a later request in that row runs under another's masks.
+    StaleRowMasks,
 }
 
 pub struct StatefulMutant {
@@ -80,6 +84,37 @@ struct Memory {
     shadow: HashMap<i64, (Vec<f32>, Vec<f32>)>,
     /// Contents of blocks as they were when last read full.
     snapshots: HashMap<u32, Vec<SlotRows>>,
+    /// Per batch row, the masks of the first request it held.
+    masks: Vec<RowMasks>,
+}
+
+/// One request's masks: causal, PrefixLM ranges, R-SWA prefix length.
+type RowMasks = (bool, Vec<(usize, usize)>, usize);
+
+/// `step`'s masks with each row's as `memory` first saw them there.
+fn stale_masks(
+    memory: &mut Memory,
+    step: &StepInputs<'_>,
+    rows: &[Row<'_>],
+) -> (Vec<bool>, PrefixLm, Rswa) {
+    while memory.masks.len() < rows.len() {
+        let r = memory.masks.len();
+        let mask = step.request_mask(r);
+        memory
+            .masks
+            .push((mask.causal, mask.ranges.to_vec(), mask.rswa.map_or(0, |x| x.1)));
+    }
+    let kept = &memory.masks[..rows.len()];
+    let causal = kept.iter().map(|m| m.0).collect();
+    let prefix_lm = PrefixLm {
+        ranges: kept.iter().map(|m| m.1.clone()).collect(),
+        clamp_to_window: step.prefix_lm.is_some_and(|p| p.clamp_to_window),
+    };
+    let rswa = Rswa {
+        window: step.rswa.map_or(1, |r| r.window),
+        prefix_lens: kept.iter().map(|m| m.2).collect(),
+    };
+    (causal, prefix_lm, rswa)
 }
 
 /// The cache sits behind a mutex (`Mutex<StatefulCache>` is the `KvCache`): `forward` applies
@@ -166,7 +201,7 @@ impl StatefulMutant {
                         }
                     }
                 }
-                StepBug::StaleRowTable | StepBug::StaleBlockSnapshot => {}
+                StepBug::StaleRowTable | StepBug::StaleBlockSnapshot | StepBug::StaleRowMasks => {}
             }
         }
         out
@@ -353,6 +388,20 @@ impl Backend for StatefulMutant {
                     }
                 }
                 out?
+            }
+            StepBug::StaleRowMasks => {
+                let (causal, prefix_lm, rswa) = stale_masks(memory, step, &rows);
+                let step = StepInputs {
+                    causal: causal.contains(&false).then_some(causal.as_slice()),
+                    prefix_lm: prefix_lm
+                        .ranges
+                        .iter()
+                        .any(|r| !r.is_empty())
+                        .then_some(&prefix_lm),
+                    rswa: step.rswa.map(|_| &rswa),
+                    ..*step
+                };
+                self.inner.forward(config, &c.inner, &step)?
             }
             _ => self.inner.forward(config, &c.inner, step)?,
         };

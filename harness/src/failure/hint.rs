@@ -264,6 +264,22 @@ pub fn finding(case: &Case, c: &Comparison) -> Option<Finding> {
                 .flatten()
                 .any(|&(a, b)| a <= f.pos && f.pos <= b)
         };
+        // A range that reaches past the step's keys: vLLM passes it whole while chunked
+        // prefill is inside it, and a kernel that reads its keys up to its end reads past
+        // the sequence.
+        let in_a_range_past_the_keys = |f: &&TokenFacts| {
+            p.ranges.get(f.seq).is_some_and(|r| {
+                r.iter().any(|&(a, b)| {
+                    a <= f.pos && f.pos <= b && b >= case.batch.seq_lens[f.seq]
+                })
+            })
+        };
+        if bad.iter().all(in_a_range_past_the_keys) {
+            return found(
+                Pattern::PrefixLmRange,
+                "only tokens in PrefixLM ranges that reach past the step's seq_len diverge: vLLM passes an image's whole range while chunked prefill is inside it; read a range's keys only up to seq_len - 1".into(),
+            );
+        }
         if bad.iter().all(in_a_range) {
             return found(Pattern::PrefixLmRange, format!(
                 "only tokens at positions of PrefixLM ranges diverge: check a range's end (inclusive: [a, b] holds b - a + 1 tokens), that each request reads its own ranges (batch.prefix_lm.ranges[seq]){}",

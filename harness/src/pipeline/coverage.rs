@@ -350,9 +350,10 @@ pub fn trace_buckets(trace: &attn_reference::Trace) -> Vec<(&'static str, &'stat
         ("trace steps", steps),
         ("trace poison", trace.poison.map_or("none", Poison::name)),
     ];
+    let requests = trace.whole_batch();
     let mut features: Vec<&'static str> = Feature::OPTIONAL
         .into_iter()
-        .filter(|f| f.used_by(&trace.config))
+        .filter(|f| f.used_by(&trace.config) || f.used_by_batch(&requests))
         .map(Feature::label)
         .collect();
     if features.is_empty() {

@@ -311,8 +311,22 @@ fn candidates(r: &CaseRecipe, fit: &dyn Fn(CaseRecipe) -> CaseRecipe) -> Vec<Cas
             push(&|c| c.chunk = Some(new_n.max(1)));
         }
     }
-    // PrefixLM: one range at a time gone, the ranges on the first request only, no clamp.
+    // PrefixLM: one range at a time gone, the ranges on the first request only, no clamp;
+    // then every sequence halved with its ranges kept where they are (the spans are
+    // thousandths of a length: halving it alone would shrink a narrow range to one token).
     if let Some(p) = &r.prefix_lm {
+        if r.seqs.iter().any(|&(ctx, q)| ctx + q > 1) {
+            push(&|c| {
+                for s in &mut c.seqs {
+                    *s = (s.0 / 2, (s.1 / 2).max(1));
+                }
+                if let Some(p) = &mut c.prefix_lm {
+                    for span in &mut p.spans {
+                        *span = ((span.0 * 2).min(1000), (span.1 * 2).min(1000));
+                    }
+                }
+            });
+        }
         for i in 0..p.spans.len() {
             push(&|c| {
                 if let Some(p) = &mut c.prefix_lm {

@@ -132,18 +132,10 @@ pub struct RangesRecipe {
 impl RangesRecipe {
     /// Sequence `s`'s ranges at length `seq_len`.
     pub fn ranges(&self, s: usize, seq_len: usize) -> Vec<(usize, usize)> {
-        let mut out: Vec<(usize, usize)> = Vec::new();
-        if seq_len == 0 || s >= 64 || self.seqs >> s & 1 == 0 {
-            return out;
+        if s >= 64 || self.seqs >> s & 1 == 0 {
+            return Vec::new();
         }
-        let at = |m: u16| (seq_len * m as usize / 1000).min(seq_len - 1);
-        for &(a, b) in &self.spans {
-            let (a, b) = (at(a), at(b.max(a)));
-            if out.last().is_none_or(|&(_, end)| a > end) {
-                out.push((a, b));
-            }
-        }
-        out
+        attn_reference::PrefixLm::ranges_at(&self.spans, seq_len)
     }
 }
 

@@ -5,7 +5,7 @@
 use crate::compare::Tolerance;
 use crate::runner::{catch_panic, judge, Divergence, Outcome};
 use attn_backends::{Backend, TraceSession, Unsupported};
-use attn_reference::trace::{generate, TraceRecipe};
+use attn_reference::trace::{generate, MaskRecipe, TraceRecipe};
 use attn_reference::{
     reference_output, AttentionConfig, Case, DType, InputRng, Poison, Space, Trace,
 };
@@ -182,6 +182,7 @@ pub fn trace_recipe_with(seed: u64, index: usize, shapes: &TraceShapes) -> Trace
         seed: rng_seed(seed, index),
         // One trace in four starts on a poisoned cache (drawn last: the rest is unchanged).
         poison: Poison::ALL.get(pick(0, 15)).copied(),
+        masks: None,
     };
     // The features of a step's config beyond window and soft-cap, drawn after everything
     // else so every earlier draw is what it was: ALiBi, sinks, an FP8 cache and local
@@ -207,6 +208,37 @@ pub fn trace_recipe_with(seed: u64, index: usize, shapes: &TraceShapes) -> Trace
             c.chunk_lookback = Some(pick(1, 2));
         }
     }
+    // vLLM 0.33's per-request masks in about one trace in five, drawn last (every draw above
+    // is as before): non-causal requests, PrefixLM ranges in the prompts (chunked prefill
+    // splits them across steps, blocks and query chunks; some one token long) and R-SWA,
+    // each kept by its request across steps.
+    if pick(0, 4) == 0 {
+        let block_size = recipe.config.block_size;
+        let mut m = MaskRecipe::default();
+        if pick(0, 2) == 0 {
+            m.non_causal = pick(1, 63) as u64;
+        }
+        if pick(0, 1) == 0 {
+            let mut points: Vec<u16> = (0..2 * pick(1, 3)).map(|_| pick(0, 1000) as u16).collect();
+            points.sort_unstable();
+            m.ranges = points
+                .chunks_exact(2)
+                .map(|p| if pick(0, 3) == 0 { (p[0], p[0]) } else { (p[0], p[1]) })
+                .collect();
+            m.range_seqs = if pick(0, 1) == 0 {
+                u64::MAX
+            } else {
+                pick(1, 63) as u64
+            };
+            m.clamp = pick(0, 2) == 0;
+        }
+        if pick(0, 1) == 0 {
+            // Half of them keep the whole prompt, as vLLM's runner sets the prefix.
+            let prefix = if pick(0, 1) == 0 { 1000 } else { pick(0, 1000) };
+            m.rswa = Some((pick(1, 2 * block_size + 2), prefix as u16));
+        }
+        recipe.masks = Some(m);
+    }
     recipe
 }
 
@@ -228,6 +260,19 @@ pub fn fit_trace(mut r: TraceRecipe, space: &Space) -> TraceRecipe {
     space.fit_config(&mut r.config);
     // Traces do not model MLA: a space with it draws traces of ordinary attention.
     attn_reference::Feature::Mla.turn_off(&mut r.config);
+    // The masks the space leaves out.
+    use attn_reference::Feature;
+    if let Some(m) = r.masks.as_mut() {
+        if !space.allows_feature(Feature::NonCausal) {
+            m.non_causal = 0;
+        }
+        if !space.allows_feature(Feature::PrefixLm) {
+            m.ranges.clear();
+        }
+        if !space.allows_feature(Feature::Rswa) {
+            m.rswa = None;
+        }
+    }
     // Traces are a decoder's life: a space without decoders runs none (`check` draws no
     // trace for it), and a trace never becomes anything else.
     r.config.kind = attn_reference::AttentionKind::Decoder;

@@ -8,7 +8,7 @@ use crate::failure::class::Symptom;
 use crate::pipeline::trace::{evaluate_trace, fit_trace, JudgedTrace, TraceOutcome};
 use crate::shrink::{greedy, AfterAccept, ShrinkBudget, Shrunk, Weigh, SEQ_WORK, TRY_WORK};
 use attn_backends::Backend;
-use attn_reference::trace::{generate, TraceRecipe};
+use attn_reference::trace::{generate, MaskRecipe, TraceRecipe};
 use attn_reference::{DType, Feature, Space};
 
 /// A shrunk trace: the same record as a shrunk case's.
@@ -104,6 +104,9 @@ fn candidates(r: &TraceRecipe, space: &Space) -> Vec<TraceRecipe> {
             if i < c.sharing {
                 c.sharing -= 1;
             }
+            if let Some(m) = c.masks.as_mut() {
+                m.remove_seq(i);
+            }
         });
     }
     push(&|c| c.sharing = 0);
@@ -152,6 +155,33 @@ fn candidates(r: &TraceRecipe, space: &Space) -> Vec<TraceRecipe> {
             f.turn_off(&mut c.config);
         });
     }
+    // vLLM 0.33's masks, as data: all off, each kind off, each request's off, each range.
+    if let Some(m) = &r.masks {
+        push(&|c| c.masks = None);
+        push(&|c| on_masks(c, |m| m.non_causal = 0));
+        push(&|c| on_masks(c, |m| m.ranges.clear()));
+        push(&|c| on_masks(c, |m| m.rswa = None));
+        push(&|c| on_masks(c, |m| m.clamp = false));
+        for i in 0..r.prompts.len().min(64) {
+            push(&|c| on_masks(c, |m| m.non_causal &= !(1 << i)));
+            push(&|c| on_masks(c, |m| m.range_seqs &= !(1 << i)));
+        }
+        for i in 0..m.ranges.len() {
+            push(&|c| {
+                on_masks(c, |m| {
+                    m.ranges.remove(i);
+                })
+            });
+            push(&|c| on_masks(c, |m| m.ranges[i].1 = m.ranges[i].0));
+        }
+    }
     push(&|c| c.poison = None);
     out
+}
+
+/// `f` on the masks of `c`, where it has any.
+fn on_masks(c: &mut TraceRecipe, f: impl Fn(&mut MaskRecipe)) {
+    if let Some(m) = c.masks.as_mut() {
+        f(m);
+    }
 }

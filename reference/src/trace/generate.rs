@@ -5,8 +5,10 @@
 //! smaller; the trace is a deterministic function of it.
 
 use super::manager::{BlockManager, PrefixKey};
-use super::{FreeReason, Freed, Phase, ScheduledSeq, Trace, TraceSequence, TraceStep};
-use crate::{AttentionConfig, InputRng};
+use super::{
+    FreeReason, Freed, Phase, ScheduledSeq, SequenceMasks, Trace, TraceSequence, TraceStep,
+};
+use crate::{AttentionConfig, InputRng, PrefixLm, Rswa};
 use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
 
@@ -37,6 +39,82 @@ pub struct TraceRecipe {
     /// What unwritten slots hold ([`crate::Poison`]; absent: large finite values).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub poison: Option<crate::Poison>,
+    /// vLLM 0.33's per-request masks (absent: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub masks: Option<MaskRecipe>,
+}
+
+/// vLLM 0.33's per-request masks of a trace recipe, as bits and thousandths, so that dropping
+/// a sequence or shortening a prompt keeps them valid.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MaskRecipe {
+    /// Bit `s`: sequence `s` is non-causal (sequences past 63 stay causal).
+    #[serde(default)]
+    pub non_causal: u64,
+    /// PrefixLM ranges inside each prompt (its image or document tokens, which chunked
+    /// prefill may split across steps), `[start, end]` in thousandths of the prompt, for the
+    /// sequences of bits `range_seqs`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ranges: Vec<(u16, u16)>,
+    #[serde(default)]
+    pub range_seqs: u64,
+    /// Gemma 4's clamp of the ranges to the sliding window.
+    #[serde(default)]
+    pub clamp: bool,
+    /// R-SWA: its window, and each prompt's prefix in thousandths (left out beside a sliding
+    /// window or PrefixLM ranges, which the case model refuses with it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rswa: Option<(usize, u16)>,
+}
+
+impl MaskRecipe {
+    /// The recipe once sequence `s` is gone: later sequences keep their own masks.
+    pub fn remove_seq(&mut self, s: usize) {
+        let without = |bits: u64| match s {
+            0..=63 => bits & ((1u64 << s) - 1) | (bits >> s >> 1) << s,
+            _ => bits,
+        };
+        self.non_causal = without(self.non_causal);
+        self.range_seqs = without(self.range_seqs);
+    }
+
+    /// The masks of sequences with `prompts` (at least 1 token each) and whole lengths
+    /// `lens` under `config`; None when no request has one.
+    pub fn masks(
+        &self,
+        config: &AttentionConfig,
+        prompts: &[usize],
+        lens: &[usize],
+    ) -> Option<SequenceMasks> {
+        let bit = |bits: u64, s: usize| s < 64 && bits >> s & 1 == 1;
+        let causal: Vec<bool> = (0..lens.len()).map(|s| !bit(self.non_causal, s)).collect();
+        let ranges: Vec<Vec<(usize, usize)>> = prompts
+            .iter()
+            .enumerate()
+            .map(|(s, &p)| match bit(self.range_seqs, s) {
+                true => PrefixLm::ranges_at(&self.ranges, p),
+                false => Vec::new(),
+            })
+            .collect();
+        let prefix_lm = ranges.iter().any(|r| !r.is_empty()).then(|| PrefixLm {
+            ranges,
+            clamp_to_window: self.clamp,
+        });
+        let rswa = self
+            .rswa
+            .filter(|_| config.sliding_window.is_none() && prefix_lm.is_none())
+            .map(|(window, t)| Rswa {
+                window: window.max(1),
+                prefix_lens: prompts.iter().map(|&p| p * t.min(1000) as usize / 1000).collect(),
+            });
+        let masks = SequenceMasks {
+            causal: causal.contains(&false).then_some(causal),
+            prefix_lm,
+            rswa,
+        };
+        (masks != SequenceMasks::default()).then_some(masks)
+    }
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -85,6 +163,11 @@ pub fn generate(r: &TraceRecipe) -> Trace {
             first_chunk: true,
         })
         .collect();
+    let masks = r.masks.as_ref().and_then(|m| {
+        let prompts: Vec<usize> = seqs.iter().map(|s| s.prompt).collect();
+        let lens: Vec<usize> = seqs.iter().map(|s| s.len).collect();
+        m.masks(&config, &prompts, &lens)
+    });
     let longest = seqs.iter().map(|s| s.len.div_ceil(bs)).max().unwrap_or(1);
     let num_blocks = 1 + r.cache_blocks.max(longest);
     let key = |s: usize, index: usize| {
@@ -222,6 +305,7 @@ pub fn generate(r: &TraceRecipe) -> Trace {
         steps,
         poison: r.poison,
         recorded: None,
+        masks,
     }
 }
 

@@ -19,12 +19,12 @@ mod manager;
 mod validate;
 
 pub use error::TraceError;
-pub use generate::{generate, TraceRecipe};
+pub use generate::{generate, MaskRecipe, TraceRecipe};
 pub use history::{block_history, BlockEvent, BlockEventKind};
 pub use manager::BlockManager;
 pub use validate::MAX_TRACE_STEPS;
 
-use crate::{AttentionConfig, Batch, Case, PagedLayout, Tensors};
+use crate::{AttentionConfig, Batch, Case, PagedLayout, PrefixLm, Rswa, Tensors};
 use serde::{Deserialize, Serialize};
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -43,6 +43,25 @@ pub struct Trace {
     /// Where a trace file came from (absent in traces that are not replay files).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub recorded: Option<crate::Recorded>,
+    /// vLLM 0.33's per-request masks (absent: every request causal, with none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub masks: Option<SequenceMasks>,
+}
+
+/// vLLM 0.33's per-request masks of a trace's sequences, one entry per logical sequence over
+/// its whole length, as a case's batch holds them per step: a request keeps its causality,
+/// its PrefixLM ranges and its R-SWA prefix across every step that runs it, whole, as vLLM
+/// passes them (a range or a prefix may reach past a step's `seq_len`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SequenceMasks {
+    /// Per sequence, whether it is causal.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub causal: Option<Vec<bool>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefix_lm: Option<PrefixLm>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rswa: Option<Rswa>,
 }
 
 /// Every token of one sequence, whichever step computes (or recomputes) it.
@@ -180,14 +199,7 @@ impl Trace {
         }
         Case {
             config: c.clone(),
-            batch: Batch {
-                seq_lens: st.seqs.iter().map(ScheduledSeq::seq_len).collect(),
-                query_lens: st.seqs.iter().map(|s| s.query_len).collect(),
-                num_padding_tokens: 0,
-                causal: None,
-                prefix_lm: None,
-                rswa: None,
-            },
+            batch: self.step_batch(st),
             layout: PagedLayout {
                 num_blocks: self.num_blocks,
                 block_table,
@@ -197,6 +209,65 @@ impl Trace {
             // A step's own tokens are all real; its cache is the trace's.
             poison: None,
             recorded: None,
+        }
+    }
+
+    /// A step's batch: its lengths, and each running request's masks whole, as vLLM passes
+    /// them while chunked prefill is still inside a range or a prefix (its keys stop at the
+    /// step's `seq_len`).
+    fn step_batch(&self, st: &TraceStep) -> Batch {
+        let masks = self.masks.as_ref();
+        let causal = masks
+            .and_then(|m| m.causal.as_ref())
+            .map(|c| -> Vec<bool> {
+                st.seqs
+                    .iter()
+                    .map(|s| c.get(s.seq).copied().unwrap_or(true))
+                    .collect()
+            })
+            .filter(|c| c.contains(&false));
+        let prefix_lm = masks
+            .and_then(|m| m.prefix_lm.as_ref())
+            .map(|p| PrefixLm {
+                ranges: st
+                    .seqs
+                    .iter()
+                    .map(|s| p.ranges.get(s.seq).cloned().unwrap_or_default())
+                    .collect(),
+                clamp_to_window: p.clamp_to_window,
+            })
+            .filter(|p| p.ranges.iter().any(|r| !r.is_empty()));
+        let rswa = masks.and_then(|m| m.rswa.as_ref()).map(|r| Rswa {
+            window: r.window,
+            prefix_lens: st
+                .seqs
+                .iter()
+                .map(|s| r.prefix_lens.get(s.seq).copied().unwrap_or(0))
+                .collect(),
+        });
+        Batch {
+            seq_lens: st.seqs.iter().map(ScheduledSeq::seq_len).collect(),
+            query_lens: st.seqs.iter().map(|s| s.query_len).collect(),
+            num_padding_tokens: 0,
+            causal,
+            prefix_lm,
+            rswa,
+        }
+    }
+
+    /// Every logical sequence at its whole length, with the trace's masks: what validation
+    /// checks the masks against, and what coverage reads their features from.
+    pub fn whole_batch(&self) -> Batch {
+        let qrow = (self.config.num_heads * self.config.head_size).max(1);
+        let lens: Vec<usize> = self.sequences.iter().map(|s| s.query.len() / qrow).collect();
+        let masks = self.masks.clone().unwrap_or_default();
+        Batch {
+            seq_lens: lens.clone(),
+            query_lens: lens,
+            num_padding_tokens: 0,
+            causal: masks.causal,
+            prefix_lm: masks.prefix_lm,
+            rswa: masks.rswa,
         }
     }
 

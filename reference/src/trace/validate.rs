@@ -27,6 +27,12 @@ impl Trace {
             });
         }
         self.validate_shapes()?;
+        // The masks over each sequence's whole length: a step sees them cut to its own.
+        if self.masks.is_some() {
+            use crate::validate_masks::{validate_masks, MaskField};
+            validate_masks(&self.config, &self.whole_batch(), MaskField::Masks)
+                .map_err(|error| TraceError::Case { step: None, error })?;
+        }
         self.validate_steps()
     }
 
