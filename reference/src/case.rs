@@ -53,7 +53,9 @@ pub struct Batch {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PrefixLm {
-    /// Per sequence, its ranges `[start, end]` of positions, sorted and disjoint.
+    /// Per sequence, its ranges `[start, end]` of positions, sorted and disjoint; one may
+    /// reach past `seq_len` (vLLM passes an image's whole range while chunked prefill is
+    /// inside it), its keys stopping at the last computed one.
     pub ranges: Vec<Vec<(usize, usize)>>,
     /// Gemma 4's `MM_PREFIX_CLAMP_SW`: a range's keys are seen only within the sliding
     /// window (`p - k < w`; inert without a window). Left out of JSON when false.
@@ -89,7 +91,8 @@ impl PrefixLm {
 pub struct Rswa {
     /// The model's `rswa_window`, at least 1.
     pub window: usize,
-    /// Per sequence, its prefix length, at most its `seq_len`.
+    /// Per sequence, its prefix length (past `seq_len` while chunked prefill is inside the
+    /// prompt, as vLLM passes the prompt's length: every key is then in it).
     pub prefix_lens: Vec<usize>,
 }
 

@@ -153,9 +153,11 @@ class Capabilities(TypedDict, total=False):
       ``"prefix_lm"`` (``step.prefix_lm_ranges``: vLLM 0.33's ``mm_req_doc_ranges``, a query
       inside a range ``[start, end]`` of its request, ends inclusive, also sees the whole
       range; with ``step.prefix_lm_clamp`` only within the sliding window, Gemma 4's
-      ``MM_PREFIX_CLAMP_SW``); ``"rswa"`` (``step.rswa_window`` and
-      ``step.rswa_prefix_lens``: vLLM 0.33's R-SWA, keys below a request's prefix length
-      stay visible, later ones only when ``p - k < rswa_window``).
+      ``MM_PREFIX_CLAMP_SW``; a range may reach past the request's ``seq_len``, as vLLM
+      passes an image's whole range in chunked prefill: its keys stop at ``seq_len - 1``);
+      ``"rswa"`` (``step.rswa_window`` and ``step.rswa_prefix_lens``: vLLM 0.33's R-SWA,
+      keys below a request's prefix length stay visible, later ones only when
+      ``p - k < rswa_window``; a prefix may pass ``seq_len``).
     - ``max_seqs``: sequences per step; ``max_query_len``: new tokens of one sequence in a
       step; ``max_seq_len``: context plus new tokens of one sequence (for cross-attention,
       the encoder's keys); ``max_tokens``: tokens per step, padding tokens included;
