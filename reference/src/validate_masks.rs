@@ -50,9 +50,9 @@ pub fn validate_masks(c: &AttentionConfig, b: &Batch, at: MaskField) -> Result<(
     }
     validate_prefix_lm(b, at)?;
     validate_rswa(c, b, at)?;
-    if let Some(f) = Feature::of_batch(b).find(|f| {
-        !f.allows_kind(c.kind) || (c.mla.is_some() && Feature::NOT_WITH_MLA.contains(f))
-    }) {
+    if let Some(f) = Feature::of_batch(b)
+        .find(|f| !f.allows_kind(c.kind) || (c.mla.is_some() && Feature::NOT_WITH_MLA.contains(f)))
+    {
         return Err(CaseError::InvalidParam {
             field: match at {
                 MaskField::Batch => f.field().into(),

@@ -317,7 +317,10 @@ fn broken_masks_are_typed_errors_naming_the_field() {
     let e = broken(&|m| m.prefix_lm.as_mut().unwrap().ranges[0] = vec![(6, 3)]);
     assert!(e.contains("masks.prefix_lm.ranges[0][0]"), "{e}");
     let e = broken(&|m| m.prefix_lm.as_mut().unwrap().ranges[0] = vec![(3, 1 << 40)]);
-    assert!(e.contains("masks.prefix_lm.ranges[0][0]") && e.contains("int32"), "{e}");
+    assert!(
+        e.contains("masks.prefix_lm.ranges[0][0]") && e.contains("int32"),
+        "{e}"
+    );
     let e = broken(&|m| m.causal = Some(vec![true, false]));
     assert!(e.contains("masks.causal"), "{e}");
     let e = broken(&|m| {

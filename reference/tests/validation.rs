@@ -207,7 +207,10 @@ fn prefix_lm_ranges_are_sorted_and_disjoint_and_may_reach_past_their_sequence() 
     for (ranges, field) in [
         (vec![vec![(0, 1)]], "batch.prefix_lm.ranges"),
         (vec![vec![(2, 1)], vec![]], "batch.prefix_lm.ranges[0][0]"),
-        (vec![vec![], vec![(1, 1 << 40)]], "batch.prefix_lm.ranges[1][0]"),
+        (
+            vec![vec![], vec![(1, 1 << 40)]],
+            "batch.prefix_lm.ranges[1][0]",
+        ),
         (
             vec![vec![(0, 2), (2, 3)], vec![]],
             "batch.prefix_lm.ranges[0][1]",

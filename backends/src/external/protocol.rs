@@ -343,13 +343,13 @@ fn request(
             "prefix_lm_ranges".into(),
             Dtype::I32,
             vec![rows.len() / 3, 3],
-            i32_bytes(rows.into_iter()),
+            i32_bytes(rows),
         ));
         tensors.push((
             "prefix_lm_clamp".into(),
             Dtype::I32,
             vec![1],
-            i32_bytes([usize::from(p.clamp_to_window)].into_iter()),
+            i32_bytes([usize::from(p.clamp_to_window)]),
         ));
     }
     if let Some(r) = step.rswa {
@@ -363,7 +363,7 @@ fn request(
             "rswa_window".into(),
             Dtype::I32,
             vec![1],
-            i32_bytes([r.window].into_iter()),
+            i32_bytes([r.window]),
         ));
     }
     tensors.push((

@@ -100,9 +100,11 @@ fn stale_masks(
     while memory.masks.len() < rows.len() {
         let r = memory.masks.len();
         let mask = step.request_mask(r);
-        memory
-            .masks
-            .push((mask.causal, mask.ranges.to_vec(), mask.rswa.map_or(0, |x| x.1)));
+        memory.masks.push((
+            mask.causal,
+            mask.ranges.to_vec(),
+            mask.rswa.map_or(0, |x| x.1),
+        ));
     }
     let kept = &memory.masks[..rows.len()];
     let causal = kept.iter().map(|m| m.0).collect();

@@ -269,9 +269,8 @@ pub fn finding(case: &Case, c: &Comparison) -> Option<Finding> {
         // the sequence.
         let in_a_range_past_the_keys = |f: &&TokenFacts| {
             p.ranges.get(f.seq).is_some_and(|r| {
-                r.iter().any(|&(a, b)| {
-                    a <= f.pos && f.pos <= b && b >= case.batch.seq_lens[f.seq]
-                })
+                r.iter()
+                    .any(|&(a, b)| a <= f.pos && f.pos <= b && b >= case.batch.seq_lens[f.seq])
             })
         };
         if bad.iter().all(in_a_range_past_the_keys) {

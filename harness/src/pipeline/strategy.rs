@@ -492,7 +492,7 @@ impl CaseRecipe {
         ranges
             .iter()
             .any(|r| !r.is_empty())
-            .then(|| attn_reference::PrefixLm {
+            .then_some(attn_reference::PrefixLm {
                 ranges,
                 clamp_to_window: r.clamp,
             })

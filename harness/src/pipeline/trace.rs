@@ -223,7 +223,13 @@ pub fn trace_recipe_with(seed: u64, index: usize, shapes: &TraceShapes) -> Trace
             points.sort_unstable();
             m.ranges = points
                 .chunks_exact(2)
-                .map(|p| if pick(0, 3) == 0 { (p[0], p[0]) } else { (p[0], p[1]) })
+                .map(|p| {
+                    if pick(0, 3) == 0 {
+                        (p[0], p[0])
+                    } else {
+                        (p[0], p[1])
+                    }
+                })
                 .collect();
             m.range_seqs = if pick(0, 1) == 0 {
                 u64::MAX

@@ -97,7 +97,7 @@ impl MaskRecipe {
                 false => Vec::new(),
             })
             .collect();
-        let prefix_lm = ranges.iter().any(|r| !r.is_empty()).then(|| PrefixLm {
+        let prefix_lm = ranges.iter().any(|r| !r.is_empty()).then_some(PrefixLm {
             ranges,
             clamp_to_window: self.clamp,
         });
@@ -106,7 +106,10 @@ impl MaskRecipe {
             .filter(|_| config.sliding_window.is_none() && prefix_lm.is_none())
             .map(|(window, t)| Rswa {
                 window: window.max(1),
-                prefix_lens: prompts.iter().map(|&p| p * t.min(1000) as usize / 1000).collect(),
+                prefix_lens: prompts
+                    .iter()
+                    .map(|&p| p * t.min(1000) as usize / 1000)
+                    .collect(),
             });
         let masks = SequenceMasks {
             causal: causal.contains(&false).then_some(causal),

@@ -259,7 +259,11 @@ impl Trace {
     /// checks the masks against, and what coverage reads their features from.
     pub fn whole_batch(&self) -> Batch {
         let qrow = (self.config.num_heads * self.config.head_size).max(1);
-        let lens: Vec<usize> = self.sequences.iter().map(|s| s.query.len() / qrow).collect();
+        let lens: Vec<usize> = self
+            .sequences
+            .iter()
+            .map(|s| s.query.len() / qrow)
+            .collect();
         let masks = self.masks.clone().unwrap_or_default();
         Batch {
             seq_lens: lens.clone(),
