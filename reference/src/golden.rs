@@ -345,17 +345,31 @@ impl MlaGolden {
 
     /// The fixture, computed from scratch (always a digest: outputs are large).
     pub fn compute(&self) -> GoldenFixture {
-        let out = reference_output(&self.case());
+        GoldenFixture::digest_of(self.name, &self.case())
+    }
+}
+
+impl GoldenFixture {
+    /// The fixture named `name` of `case` (built at [`GOLDEN_SEED`]) as a digest of the
+    /// oracle's output, with the case's masks.
+    pub fn digest_of(name: &str, case: &crate::Case) -> GoldenFixture {
+        let out = reference_output(case);
+        let b = &case.batch;
+        let masks = crate::trace::SequenceMasks {
+            causal: b.causal.clone(),
+            prefix_lm: b.prefix_lm.clone(),
+            rswa: b.rswa.clone(),
+        };
         GoldenFixture {
-            spec: self.name.to_string(),
+            spec: name.to_string(),
             seed: GOLDEN_SEED,
-            config: self.config(),
-            seq_lens: self.seq_lens.to_vec(),
-            query_lens: self.query_lens.to_vec(),
+            config: case.config.clone(),
+            seq_lens: b.seq_lens.clone(),
+            query_lens: b.query_lens.clone(),
             output_len: out.len(),
             digest: Digest::of(&out),
             output: None,
-            masks: None,
+            masks: (masks != crate::trace::SequenceMasks::default()).then_some(masks),
         }
     }
 }

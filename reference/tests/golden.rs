@@ -13,14 +13,14 @@ fn golden_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../fixtures/golden")
 }
 
-#[test]
-fn oracle_matches_golden_fixtures() {
+/// Each fresh fixture against the stored one of its name (rewritten instead under
+/// `UPDATE_GOLDEN=1`): the differences, one line each.
+fn differences(fresh: impl IntoIterator<Item = GoldenFixture>) -> String {
     let dir = golden_dir();
     let update = update_requested();
     let mut failures = Vec::new();
-    for spec in all_specs() {
-        let fresh = compute_fixture(&spec);
-        let path = fixture_path(&dir, spec.name);
+    for fresh in fresh {
+        let path = fixture_path(&dir, &fresh.spec);
         if update {
             let json = serde_json::to_string_pretty(&fresh).unwrap();
             write_atomic(&path, json.as_bytes()).unwrap();
@@ -35,43 +35,31 @@ fn oracle_matches_golden_fixtures() {
             Err(e) => failures.push(format!("{e} (regenerate with `cargo xtask fixtures`)")),
         }
     }
+    failures.join("\n")
+}
+
+#[test]
+fn oracle_matches_golden_fixtures() {
+    let failures = differences(all_specs().iter().map(compute_fixture));
     assert!(
         failures.is_empty(),
-        "golden fixtures disagree with the oracle:\n{}",
-        failures.join("\n")
+        "golden fixtures disagree with the oracle:\n{failures}"
     );
 }
 
 #[test]
 fn mla_oracle_matches_golden_fixtures() {
-    let dir = golden_dir();
-    let update = update_requested();
-    let mut failures = Vec::new();
-    for golden in MLA_GOLDENS {
+    let failures = differences(MLA_GOLDENS.iter().map(|golden| {
         let fresh = golden.compute();
         assert_eq!(
             fresh.output_len,
             golden.query_lens.iter().sum::<usize>() * golden.num_heads * 512
         );
-        let path = fixture_path(&dir, golden.name);
-        if update {
-            let json = serde_json::to_string_pretty(&fresh).unwrap();
-            write_atomic(&path, json.as_bytes()).unwrap();
-            continue;
-        }
-        match GoldenFixture::load(&path) {
-            Ok(stored) => {
-                if let Err(e) = stored.check(&fresh) {
-                    failures.push(e);
-                }
-            }
-            Err(e) => failures.push(format!("{e} (regenerate with `cargo xtask fixtures`)")),
-        }
-    }
+        fresh
+    }));
     assert!(
         failures.is_empty(),
-        "MLA golden fixtures disagree with the oracle:\n{}",
-        failures.join("\n")
+        "MLA golden fixtures disagree with the oracle:\n{failures}"
     );
 }
 
@@ -80,10 +68,7 @@ fn mla_oracle_matches_golden_fixtures() {
 #[test]
 fn mask_oracle_matches_golden_fixtures() {
     use attn_reference::golden_masks::MASK_GOLDENS;
-    let dir = golden_dir();
-    let update = update_requested();
-    let mut failures = Vec::new();
-    for golden in MASK_GOLDENS {
+    let failures = differences(MASK_GOLDENS.iter().map(|golden| {
         let case = golden.case();
         assert_eq!(case.validate(), Ok(()), "{}", golden.name);
         let fresh = golden.compute();
@@ -95,25 +80,11 @@ fn mask_oracle_matches_golden_fixtures() {
             "{}: the masks change nothing",
             golden.name
         );
-        let path = fixture_path(&dir, golden.name);
-        if update {
-            let json = serde_json::to_string_pretty(&fresh).unwrap();
-            write_atomic(&path, json.as_bytes()).unwrap();
-            continue;
-        }
-        match GoldenFixture::load(&path) {
-            Ok(stored) => {
-                if let Err(e) = stored.check(&fresh) {
-                    failures.push(e);
-                }
-            }
-            Err(e) => failures.push(format!("{e} (regenerate with `cargo xtask fixtures`)")),
-        }
-    }
+        fresh
+    }));
     assert!(
         failures.is_empty(),
-        "mask golden fixtures disagree with the oracle:\n{}",
-        failures.join("\n")
+        "mask golden fixtures disagree with the oracle:\n{failures}"
     );
 }
 
