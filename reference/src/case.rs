@@ -83,6 +83,21 @@ impl PrefixLm {
     }
 }
 
+/// vLLM 0.33's per-request masks apart from a batch's lengths: one entry per sequence, as
+/// [`Batch`] holds them (a trace keeps them per logical sequence, a golden fixture records
+/// them).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SequenceMasks {
+    /// Per sequence, whether it is causal.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub causal: Option<Vec<bool>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefix_lm: Option<PrefixLm>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rswa: Option<Rswa>,
+}
+
 /// R-SWA of a batch: a decoder query at `p` of a request with prefix length `P` sees, of
 /// the keys its causality gives it, those with `k < P` or `p - k < window`. It replaces the
 /// sliding window (validation refuses both).
@@ -150,6 +165,20 @@ pub fn is_causal(causal: Option<&[bool]>, seq: usize) -> bool {
 }
 
 impl Batch {
+    /// Its per-request masks.
+    pub fn masks(&self) -> SequenceMasks {
+        SequenceMasks {
+            causal: self.causal.clone(),
+            prefix_lm: self.prefix_lm.clone(),
+            rswa: self.rswa.clone(),
+        }
+    }
+
+    /// Replace its per-request masks with `m`.
+    pub fn set_masks(&mut self, m: SequenceMasks) {
+        (self.causal, self.prefix_lm, self.rswa) = (m.causal, m.prefix_lm, m.rswa);
+    }
+
     /// Whether sequence `seq` is causal.
     pub fn is_causal(&self, seq: usize) -> bool {
         is_causal(self.causal.as_deref(), seq)

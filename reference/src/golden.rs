@@ -37,7 +37,7 @@ pub struct GoldenFixture {
     /// vLLM 0.33's per-request masks of the batch, where it has any
     /// ([`crate::golden_masks`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub masks: Option<crate::trace::SequenceMasks>,
+    pub masks: Option<crate::SequenceMasks>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -355,11 +355,7 @@ impl GoldenFixture {
     pub fn digest_of(name: &str, case: &crate::Case) -> GoldenFixture {
         let out = reference_output(case);
         let b = &case.batch;
-        let masks = crate::trace::SequenceMasks {
-            causal: b.causal.clone(),
-            prefix_lm: b.prefix_lm.clone(),
-            rswa: b.rswa.clone(),
-        };
+        let masks = b.masks();
         GoldenFixture {
             spec: name.to_string(),
             seed: GOLDEN_SEED,
@@ -369,7 +365,7 @@ impl GoldenFixture {
             output_len: out.len(),
             digest: Digest::of(&out),
             output: None,
-            masks: (masks != crate::trace::SequenceMasks::default()).then_some(masks),
+            masks: (masks != crate::SequenceMasks::default()).then_some(masks),
         }
     }
 }

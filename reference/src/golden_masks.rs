@@ -4,8 +4,7 @@
 //! look-back. Their fixtures pin the oracle's masks the way `golden` pins vLLM's specs.
 
 use crate::golden::{GoldenFixture, GOLDEN_DTYPE, GOLDEN_SEED};
-use crate::trace::SequenceMasks;
-use crate::{AttentionConfig, Case, PrefixLm, Rswa};
+use crate::{AttentionConfig, Case, PrefixLm, Rswa, SequenceMasks};
 
 /// One golden batch with masks.
 #[derive(Clone, Copy, Debug)]
@@ -132,7 +131,7 @@ impl MaskGolden {
         c
     }
 
-    /// The masks as a trace's whole sequences hold them (here: the batch's).
+    /// The batch's masks.
     pub fn masks(&self) -> SequenceMasks {
         SequenceMasks {
             causal: self.causal.map(<[bool]>::to_vec),
@@ -156,10 +155,7 @@ impl MaskGolden {
             GOLDEN_SEED,
             &crate::BuildOptions::default(),
         );
-        let m = self.masks();
-        case.batch.causal = m.causal;
-        case.batch.prefix_lm = m.prefix_lm;
-        case.batch.rswa = m.rswa;
+        case.batch.set_masks(self.masks());
         case
     }
 

@@ -34,7 +34,8 @@ mod validate_masks;
 
 pub use builder::{build_case, build_spec_case, BuildOptions, SharedPrefix};
 pub use case::{
-    is_causal, request_mask, Batch, Case, PagedLayout, PrefixLm, RequestMask, Rswa, Tensors,
+    is_causal, request_mask, Batch, Case, PagedLayout, PrefixLm, RequestMask, Rswa, SequenceMasks,
+    Tensors,
 };
 pub use config::{AttentionConfig, AttentionKind};
 pub use dtype::DType;

@@ -304,7 +304,7 @@ pub fn windowed_cost(r: &CaseRecipe) -> usize {
         .enumerate()
         .map(|(s, (&l, &q))| {
             let mask = batch.request_mask(s);
-            let causal = batch.is_causal(s);
+            let causal = mask.causal;
             let seen = match (r.kind, r.window, mask.rswa) {
                 (AttentionKind::Decoder, _, Some((w, prefix))) if causal => l.min(w + prefix),
                 (AttentionKind::Decoder, Some(w), None) if causal => l.min(w),

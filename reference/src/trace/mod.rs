@@ -24,6 +24,7 @@ pub use history::{block_history, BlockEvent, BlockEventKind};
 pub use manager::BlockManager;
 pub use validate::MAX_TRACE_STEPS;
 
+pub use crate::SequenceMasks;
 use crate::{AttentionConfig, Batch, Case, PagedLayout, PrefixLm, Rswa, Tensors};
 use serde::{Deserialize, Serialize};
 
@@ -43,25 +44,12 @@ pub struct Trace {
     /// Where a trace file came from (absent in traces that are not replay files).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub recorded: Option<crate::Recorded>,
-    /// vLLM 0.33's per-request masks (absent: every request causal, with none).
+    /// vLLM 0.33's per-request masks, one entry per logical sequence over its whole length:
+    /// a request keeps them across every step that runs it, whole, as vLLM passes them (a
+    /// range or a prefix may reach past a step's `seq_len`). Absent: every request causal,
+    /// with none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub masks: Option<SequenceMasks>,
-}
-
-/// vLLM 0.33's per-request masks of a trace's sequences, one entry per logical sequence over
-/// its whole length, as a case's batch holds them per step: a request keeps its causality,
-/// its PrefixLM ranges and its R-SWA prefix across every step that runs it, whole, as vLLM
-/// passes them (a range or a prefix may reach past a step's `seq_len`).
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct SequenceMasks {
-    /// Per sequence, whether it is causal.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub causal: Option<Vec<bool>>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub prefix_lm: Option<PrefixLm>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rswa: Option<Rswa>,
 }
 
 /// Every token of one sequence, whichever step computes (or recomputes) it.
@@ -264,15 +252,16 @@ impl Trace {
             .iter()
             .map(|s| s.query.len() / qrow)
             .collect();
-        let masks = self.masks.clone().unwrap_or_default();
-        Batch {
+        let mut batch = Batch {
             seq_lens: lens.clone(),
             query_lens: lens,
             num_padding_tokens: 0,
-            causal: masks.causal,
-            prefix_lm: masks.prefix_lm,
-            rswa: masks.rswa,
-        }
+            causal: None,
+            prefix_lm: None,
+            rswa: None,
+        };
+        batch.set_masks(self.masks.clone().unwrap_or_default());
+        batch
     }
 
     /// Tokens computed over the whole trace.
