@@ -142,6 +142,15 @@ pub fn dimensions() -> Vec<(&'static str, Vec<&'static str>)> {
         .position(|(d, _)| *d == "trace poison")
         .map_or(dims.len(), |i| i + 1);
     dims.insert(at, ("trace features", trace_features));
+    // A half dtype with a positional feature past the length where its positions round.
+    let precision = std::iter::once("none")
+        .chain(crate::precision::buckets().iter().copied())
+        .collect();
+    let at = dims
+        .iter()
+        .position(|(d, _)| *d == "features")
+        .map_or(dims.len(), |i| i + 1);
+    dims.insert(at, ("precision", precision));
     dims
 }
 

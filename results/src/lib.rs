@@ -18,6 +18,7 @@ pub mod markdown;
 pub mod mutants;
 pub mod outcome;
 pub mod pairs;
+pub mod precision;
 
 pub use backend_id::{BackendId, BackendRole};
 pub use bench::{BenchRow, BenchStatus, BenchSummary};

@@ -46,6 +46,11 @@ const CLASSES: &[(&str, &[(&str, &str)])] = &[
             ("batch composition", "mixed, other order"),
         ],
     ),
+    // The compute dtype: a path written for one dtype (f16's range, bf16's rounding) meets
+    // every feature and shape class.
+    ("f32", &[("dtype", "f32")]),
+    ("bf16", &[("dtype", "bf16")]),
+    ("f16", &[("dtype", "f16")]),
 ];
 
 /// Pairs no case can hold, with the reason: not gaps.
@@ -80,6 +85,9 @@ pub const INVALID_PAIRS: &[(&str, &str, &str)] = &[
         "mixed batch",
         "a batch is all decodes or mixed",
     ),
+    ("f32", "bf16", "one compute dtype per case"),
+    ("f32", "f16", "one compute dtype per case"),
+    ("bf16", "f16", "one compute dtype per case"),
     (
         "big step",
         "all-decode batch",

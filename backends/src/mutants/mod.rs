@@ -131,6 +131,7 @@ pub const CATALOGUE: &[MutantInfo] = &[
     // Batch composition, in the scheduler's order.
     public("alibi-dropped-in-decode-batches", "HabanaAI/vllm-fork#437", "the decode path runs without ALiBi: a batch of decodes only attends without its bias"),
     m("alibi-positions-in-bf16", "with bf16 inputs ALiBi's positions are rounded to bf16 before the slope multiplies them: past 256 keys neighbours share a bias"),
+    public("alibi-positions-in-f16", "HabanaAI/vllm-fork#503", "with f16 inputs ALiBi's positions are built in f16 (an arange in the model's dtype): past 2,048 keys neighbours share a bias"),
     m("first-prefill-as-decode", "the decode/prefill split is off by one: the first prefill behind the decodes runs through the decode path, every row at the sequence's last position"),
     // Feature pairs.
     public("sink-twice-split-kv", "ROCm/rocm-libraries#12227", "with a sliding window, a KV split wholly before the window publishes the sink and the next split seeds it again: the sink counts twice once the window starts past 256 keys"),
@@ -223,6 +224,7 @@ pub fn mutant(name: &str) -> Option<Arc<dyn Backend>> {
         "tokens-past-8192-skipped" => plain(Bug::TokensPast8192Skipped),
         "alibi-dropped-in-decode-batches" => plain(Bug::AlibiDroppedInDecodeBatches),
         "alibi-positions-in-bf16" => plain(Bug::AlibiPositionsInBf16),
+        "alibi-positions-in-f16" => plain(Bug::AlibiPositionsInF16),
         "first-prefill-as-decode" => plain(Bug::FirstPrefillAsDecode),
         "sink-twice-split-kv" => plain(Bug::SinkTwiceSplitKv),
         "mla-v-rows-by-dk" => latent(MlaBug::VRowsByDk),

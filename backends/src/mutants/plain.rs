@@ -69,6 +69,7 @@ pub enum Bug {
     TokensPast8192Skipped,
     AlibiDroppedInDecodeBatches,
     AlibiPositionsInBf16,
+    AlibiPositionsInF16,
     FirstPrefillAsDecode,
     SinkTwiceSplitKv,
 }
@@ -541,16 +542,14 @@ impl Backend for PlainBackend {
                             dot = dot.signum() * f32::INFINITY;
                         }
                         let mut l = scale * dot;
-                        // Positions as ALiBi's bias sees them: bf16 positions when the bias
-                        // is built in the compute dtype.
-                        let position = |x: usize| {
-                            if self.bug == Bug::AlibiPositionsInBf16
-                                && c.dtype == attn_reference::DType::Bf16
-                            {
-                                attn_reference::DType::Bf16.round(x as f32)
-                            } else {
-                                x as f32
+                        // Positions as ALiBi's bias sees them: rounded to bf16 or f16 when
+                        // the bias is built in the compute dtype.
+                        let position = |x: usize| match (self.bug, c.dtype) {
+                            (Bug::AlibiPositionsInBf16, attn_reference::DType::Bf16)
+                            | (Bug::AlibiPositionsInF16, attn_reference::DType::F16) => {
+                                c.dtype.round(x as f32)
                             }
+                            _ => x as f32,
                         };
                         let alibi = match &c.alibi_slopes {
                             Some(_)

@@ -41,6 +41,7 @@ pub enum Pattern {
     NonFinite,
     PaddingSlot,
     Precision,
+    PositionPrecision,
     HeadMapping,
     KvHeadData,
     PerHeadParams,
@@ -67,6 +68,7 @@ impl Pattern {
             Pattern::NonFinite => "non-finite rows",
             Pattern::PaddingSlot => "tokens that read the cache's last slot",
             Pattern::Precision => "errors growing with |q.k| in a 16-bit dtype",
+            Pattern::PositionPrecision => "positions past a 16-bit dtype's integers",
             Pattern::HeadMapping => "some heads of a kv group",
             Pattern::KvHeadData => "whole kv groups",
             Pattern::PerHeadParams => "some heads",
@@ -158,6 +160,64 @@ fn precision(case: &Case, c: &Comparison, bad_cells: &[(usize, usize)]) -> Optio
     ))
 }
 
+/// In fp16 or bf16 with a positional feature on: whether every diverging token sits past, or
+/// sees a key past, the last position the dtype holds exactly (f16: 2,048, bf16: 256), with
+/// evidence that a
+/// rounded position is the cause. Under ALiBi a rounded position costs a head in proportion
+/// to its slope: the diverging heads are the steepest ones. Otherwise every
+/// diverging position is one the dtype cannot hold, while a token at or below the limit
+/// agrees.
+fn position_precision(
+    case: &Case,
+    bad_tokens: &BTreeSet<usize>,
+    bad_heads: &BTreeSet<usize>,
+) -> Option<String> {
+    let cfg = &case.config;
+    let exact = match cfg.dtype {
+        DType::F16 => 2048,
+        DType::Bf16 => 256,
+        DType::F32 => return None,
+    };
+    let positional: Vec<&str> = attn_results::precision::POSITIONAL_FEATURES
+        .into_iter()
+        .filter(|f| f.used_by(cfg) || f.used_by_batch(&case.batch))
+        .map(|f| f.label())
+        .collect();
+    let position = |t: usize| case.locate_token(t).1;
+    // The furthest position a token's logits use: its own, or a later key it sees (a
+    // non-causal request, a PrefixLM range).
+    let furthest = |t: usize| {
+        let (seq, pos) = case.locate_token(t);
+        let keys = Visibility::of_seq(case, seq).keys(pos, case.batch.seq_lens[seq]);
+        let last_key = keys.spans().last().map_or(0, |&(_, end)| end.saturating_sub(1));
+        pos.max(last_key)
+    };
+    if positional.is_empty() || !bad_tokens.iter().all(|&t| furthest(t) > exact) {
+        return None;
+    }
+    let evidence = match &cfg.alibi_slopes {
+        Some(slopes) => {
+            let steeper = |a: usize, b: usize| slopes[a].abs() > slopes[b].abs();
+            (0..cfg.num_heads).all(|h| {
+                bad_heads.contains(&h) || !bad_heads.iter().any(|&b| steeper(h, b))
+            })
+        }
+        None => {
+            let agrees_below = (0..case.num_real_tokens())
+                .any(|t| !bad_tokens.contains(&t) && furthest(t) <= exact);
+            agrees_below
+                && bad_tokens
+                    .iter()
+                    .all(|&t| !cfg.dtype.represents(position(t) as f32))
+        }
+    };
+    evidence.then(|| format!(
+        "only tokens at or reading positions past {exact} diverge, where {} stops holding every integer, with {} on: check that positions (ALiBi's k - p, window, chunk and range edges) are computed in int32 or fp32, not in the model's dtype",
+        cfg.dtype,
+        positional.join(", ")
+    ))
+}
+
 /// Spearman's rank correlation of `a` and `b` (ties by order).
 fn rank_correlation(a: &[f64], b: &[f64]) -> f64 {
     let n = a.len().min(b.len());
@@ -215,6 +275,10 @@ pub fn finding(case: &Case, c: &Comparison) -> Option<Finding> {
 
     if let Some(text) = precision(case, c, &bad_cells) {
         return found(Pattern::Precision, text);
+    }
+
+    if let Some(text) = position_precision(case, &bad_tokens, &bad_heads) {
+        return found(Pattern::PositionPrecision, text);
     }
 
     // Heads: a partial set points at the head mapping or at one kv head's data.

@@ -117,6 +117,7 @@ pub fn not_declared(space: &Space) -> Vec<(&'static str, &'static str)> {
         out.push(("trace features", f.label()));
     }
     out.extend(mla_not_declared(space));
+    out.extend(precision_not_declared(space));
     if !crate::pipeline::trace::draws_traces(space) {
         // A space with no trace to draw (MLA alone, encoders alone): every trace bucket.
         for (dim, buckets) in dimensions()
@@ -246,6 +247,44 @@ fn mla_buckets(case: &Case) -> [(&'static str, &'static str); 2] {
     [("mla", shape), ("mla heads", heads)]
 }
 
+/// The precision triples `case` holds (its dtype, each positional feature it uses, the
+/// greatest length its longest sequence passes), or `none`.
+fn precision(case: &Case) -> Vec<&'static str> {
+    use attn_results::precision::{bucket, length_class, POSITIONAL_FEATURES};
+    let longest = case.batch.seq_lens.iter().copied().max().unwrap_or(0);
+    let triples: Vec<&'static str> = length_class(longest)
+        .map(|length| {
+            POSITIONAL_FEATURES
+                .into_iter()
+                .filter(|f| f.used_by(&case.config) || f.used_by_batch(&case.batch))
+                .filter_map(|f| bucket(case.config.dtype, f, length))
+                .collect()
+        })
+        .unwrap_or_default();
+    if triples.is_empty() {
+        vec!["none"]
+    } else {
+        triples
+    }
+}
+
+/// The precision triples outside `space`: a dtype or feature it leaves out, or a length its
+/// sequences never pass.
+fn precision_not_declared(space: &Space) -> Vec<(&'static str, &'static str)> {
+    use attn_results::precision::{buckets, triple};
+    buckets()
+        .iter()
+        .enumerate()
+        .filter(|&(n, _)| {
+            let (dtype, feature, length) = triple(n);
+            !space.allows_dtype(dtype)
+                || !space.allows_feature(feature)
+                || space.max_seq_len.is_some_and(|m| m <= length)
+        })
+        .map(|(_, b)| ("precision", *b))
+        .collect()
+}
+
 /// The buckets `case` falls in, as (dimension, bucket).
 pub fn buckets(case: &Case) -> Vec<(&'static str, &'static str)> {
     let c = &case.config;
@@ -274,6 +313,7 @@ pub fn buckets(case: &Case) -> Vec<(&'static str, &'static str)> {
         features.push("none");
     }
     v.extend(features.into_iter().map(|f| ("features", f)));
+    v.extend(precision(case).into_iter().map(|b| ("precision", b)));
     v.extend([
         (
             "group size",

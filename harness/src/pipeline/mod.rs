@@ -13,6 +13,7 @@ pub mod logit_stats;
 pub mod long_masks;
 #[cfg(feature = "mutants")]
 pub mod mutants;
+pub mod precision;
 pub mod property_check;
 pub mod replay;
 pub mod runner;

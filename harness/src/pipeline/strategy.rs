@@ -275,12 +275,18 @@ pub enum Tier {
     BigStep,
     /// Decode batches of 512 to 2,048 sequences ([`crate::extremes::big_batch`]).
     BigBatch,
+    /// A half dtype with a positional feature just past where its positions round
+    /// ([`crate::pipeline::precision`]).
+    Precision,
 }
 
 impl Tier {
     pub fn of(index: usize, limits: StrategyLimits) -> Tier {
         let every = limits.long_every.max(1);
         if index % every != every / 2 {
+            if crate::pipeline::precision::is_precision(index) {
+                return Tier::Precision;
+            }
             return Tier::Small;
         }
         match (index / every) % 8 {
@@ -922,6 +928,7 @@ pub fn budget_of(index: usize, limits: StrategyLimits) -> usize {
         Tier::LongContext | Tier::DecodeBatch | Tier::HugeCache => LONG_COST,
         Tier::BigStep => crate::extremes::BIG_STEP_COST,
         Tier::BigBatch => crate::extremes::BIG_BATCH_COST,
+        Tier::Precision => crate::pipeline::precision::PRECISION_COST,
     }
 }
 
@@ -975,6 +982,10 @@ fn tier_strategy(index: usize, limits: StrategyLimits) -> BoxedStrategy<CaseReci
         Tier::HugeCache => huge_cache().boxed(),
         Tier::BigStep => with_features(big_step().boxed(), true),
         Tier::BigBatch => with_features(big_batch().boxed(), false),
+        Tier::Precision => {
+            use crate::pipeline::precision::{precision_case, PRECISION_EVERY};
+            precision_case(index / PRECISION_EVERY).boxed()
+        }
     }
 }
 
