@@ -132,8 +132,32 @@ pub fn prepare_cache(backend: &dyn Backend, case: &Case) -> Result<KvCache, Back
         write(&k, &v, &ctx_slots)?;
     }
     let t = &case.tensors;
-    write(&t.key, &t.value, &case.layout.slot_mapping)?;
+    match poisoned_step_kv(case) {
+        Some((k, v)) => write(&k, &v, &case.layout.slot_mapping)?,
+        None => write(&t.key, &t.value, &case.layout.slot_mapping)?,
+    }
     Ok(cache)
+}
+
+/// The step's K and V rows as a backend is given them on a poisoned case with padding
+/// tokens: the case's, with the poison in the padding tokens' rows (slot -1). An engine's
+/// buffer holds whatever it held there; a kernel that writes slot -1, or reads the step's
+/// rows past a sequence's last one (a ragged prefill tile), meets it. None: nothing to
+/// poison.
+fn poisoned_step_kv(case: &Case) -> Option<(Vec<f32>, Vec<f32>)> {
+    let p = case.poison?;
+    let (real, all) = (case.num_real_tokens(), case.num_tokens());
+    if real >= all {
+        return None;
+    }
+    let x = p.value(case.config.dtype);
+    let poisoned = |rows: &[f32]| {
+        let mut v = rows.to_vec();
+        let from = real * (v.len() / all);
+        v[from.min(rows.len())..].fill(x);
+        v
+    };
+    Some((poisoned(&case.tensors.key), poisoned(&case.tensors.value)))
 }
 
 /// Write stale data into `slots`, as earlier requests (or `torch.empty`) would have left:
@@ -249,4 +273,32 @@ pub fn run_case(backend: &dyn Backend, case: &Case) -> Result<CaseRun, BackendEr
         output,
         forward_time,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use attn_reference::{build_case, AttentionConfig, BuildOptions, DType};
+
+    #[test]
+    fn a_poisoned_case_hands_over_its_padding_tokens_kv_rows_poisoned() {
+        let opts = BuildOptions {
+            padding_tokens: 2,
+            ..BuildOptions::default()
+        };
+        let config = AttentionConfig::new(2, 1, 4, 2, DType::F32);
+        let mut case = build_case(&[5, 3], &[2, 1], config, 7, &opts);
+        assert_eq!(
+            poisoned_step_kv(&case),
+            None,
+            "no poison, nothing to change"
+        );
+        case.poison = Some(Poison::Nan);
+        let (k, v) = poisoned_step_kv(&case).expect("padding rows to poison");
+        let real = 3 * 4;
+        assert_eq!(k[..real], case.tensors.key[..real]);
+        assert_eq!(v[..real], case.tensors.value[..real]);
+        assert_eq!(k.len(), 5 * 4);
+        assert!(k[real..].iter().chain(&v[real..]).all(|x| x.is_nan()));
+    }
 }

@@ -1,4 +1,4 @@
-//! What unwritten cache slots and padding query rows hold. Real engines hand kernels
+//! What unwritten cache slots and padding tokens' rows (query, key and value) hold. Real engines hand kernels
 //! `torch.empty` memory: the tails of partial blocks, spare and freed blocks and the rows of
 //! padding tokens can hold NaN, infinities or huge values. A kernel that multiplies a masked
 //! value row by a probability of 0, loads a whole tile past a sequence's end, or lets padding

@@ -48,6 +48,18 @@ pub const DIMENSIONS: &[(&str, &[&str])] = &[
         "step tokens",
         &["1-64", "65-1024", "1025-8192", "above 8192"],
     ),
+    // Steps of decodes only, plain (one token each) or speculative (2 to 8), by their size:
+    // decode paths are launched on grids sized for a CUDA graph's batch.
+    (
+        "decode-only step",
+        &[
+            "has a prefill",
+            "plain, up to 8192 tokens",
+            "plain, above 8192 tokens",
+            "speculative, up to 8192 tokens",
+            "speculative, above 8192 tokens",
+        ],
+    ),
     // Decodes (query_len 1) and prefills of the batch, and whether decodes come first as
     // vLLM's scheduler orders them.
     (
@@ -93,6 +105,8 @@ pub const DIMENSIONS: &[(&str, &[&str])] = &[
     ("mla heads", &["none", "1-8", "9-64", "65-128"]),
     // Traces (counted per trace, not per case).
     ("trace steps", &["1-8", "9-24", "above 24"]),
+    // A model's attention layout on every step (heads, kv heads, head size), or drawn ones.
+    ("trace layout", &["drawn", "a model's"]),
     ("trace poison", &["none", "nan", "+inf", "-inf", "huge"]),
     (
         "trace events",

@@ -88,11 +88,6 @@ pub const INVALID_PAIRS: &[(&str, &str, &str)] = &[
     ("f32", "bf16", "one compute dtype per case"),
     ("f32", "f16", "one compute dtype per case"),
     ("bf16", "f16", "one compute dtype per case"),
-    (
-        "big step",
-        "all-decode batch",
-        "past 8,192 decodes in one step: engines cap a batch at max_num_seqs (decode batches here stop at 2,048)",
-    ),
 ];
 
 /// Every pair no case can hold: [`INVALID_PAIRS`], then each attention kind with the

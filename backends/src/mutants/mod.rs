@@ -109,6 +109,7 @@ pub const CATALOGUE: &[MutantInfo] = &[
     across_steps("trace-prefix-hit-overwritten", "a sequence admitted with a prefix hit also writes its first tokens over the last hit block"),
     across_steps("trace-stale-block-snapshot", "full blocks kept converted across steps: a block reused by a shorter sequence reads the old contents"),
     across_steps("trace-chunk-off-by-one", "a continuing chunk of a chunked prefill is written one position early"),
+    across_steps("trace-head-pack-accumulator", "query heads run in packs of 16 per kv head, and the accumulator of each pack past the first is scratch not zeroed between calls: with more than 16 query heads per kv head (MQA over 48 or 128 heads) those heads start from the previous call's values"),
     across_steps("trace-stale-row-masks", "a batch row keeps the per-request masks (causal flag, PrefixLM ranges, R-SWA prefix) of the first request it held"),
     // FP8 KV caches.
     m("fp8-scale-applied-twice", "an FP8 cache read as fp8 * scale^2: the scale applied when dequantizing and again on the scores and output"),
@@ -128,6 +129,7 @@ pub const CATALOGUE: &[MutantInfo] = &[
     public("block-q-zero-above-16", "vllm-project/vllm#23424", "BLOCK_Q = 16 // (query heads per kv head): more than 16 per kv head divides by zero"),
     // Big steps.
     m("tokens-past-8192-skipped", "a launch grid sized for 8,192 query tokens: rows past it are never computed and read as zeros"),
+    m("decode-grid-past-8192", "the decode path (plain or speculative decodes only) runs on a grid captured for 8,192 decode tokens: in an all-decode step past it the rest are never computed and read as zeros"),
     // Batch composition, in the scheduler's order.
     public("alibi-dropped-in-decode-batches", "HabanaAI/vllm-fork#437", "the decode path runs without ALiBi: a batch of decodes only attends without its bias"),
     m("alibi-positions-in-bf16", "with bf16 inputs ALiBi's positions are rounded to bf16 before the slope multiplies them: past 256 keys neighbours share a bias"),
@@ -209,6 +211,7 @@ pub fn mutant(name: &str) -> Option<Arc<dyn Backend>> {
         "trace-stale-block-snapshot" => step(StepBug::StaleBlockSnapshot),
         "trace-chunk-off-by-one" => step(StepBug::ChunkOffByOne),
         "trace-stale-row-masks" => step(StepBug::StaleRowMasks),
+        "trace-head-pack-accumulator" => step(StepBug::HeadPackAccumulator),
         "fp8-scale-applied-twice" => plain(Bug::Fp8ScaleTwice),
         "fp8-scale-not-applied" => plain(Bug::Fp8ScaleMissing),
         "fp8-e4m3fn-read-as-fnuz" => plain(Bug::Fp8ReadAsFnuz),
@@ -222,6 +225,7 @@ pub fn mutant(name: &str) -> Option<Arc<dyn Backend>> {
         "qk-overflows-f16" => plain(Bug::QkOverflowsF16),
         "block-q-zero-above-16" => plain(Bug::BlockQZeroAbove16),
         "tokens-past-8192-skipped" => plain(Bug::TokensPast8192Skipped),
+        "decode-grid-past-8192" => plain(Bug::DecodeGridPast8192),
         "alibi-dropped-in-decode-batches" => plain(Bug::AlibiDroppedInDecodeBatches),
         "alibi-positions-in-bf16" => plain(Bug::AlibiPositionsInBf16),
         "alibi-positions-in-f16" => plain(Bug::AlibiPositionsInF16),

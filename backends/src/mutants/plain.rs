@@ -67,6 +67,7 @@ pub enum Bug {
     QkOverflowsF16,
     BlockQZeroAbove16,
     TokensPast8192Skipped,
+    DecodeGridPast8192,
     AlibiDroppedInDecodeBatches,
     AlibiPositionsInBf16,
     AlibiPositionsInF16,
@@ -80,6 +81,8 @@ const FINITE_MAX_SENTINEL: f32 = -5e4;
 const QUERY_TILE: usize = 16;
 /// Rows a launch grid sized for 8,192 tokens reaches.
 const GRID_TOKENS: usize = 8192;
+/// Most tokens of one request in a speculative decode (1 + the drafts).
+const SPEC_DECODE_TOKENS: usize = 8;
 /// Keys per KV split of a split-KV kernel.
 const SPLIT_KEYS: usize = 256;
 
@@ -463,8 +466,15 @@ impl Backend for PlainBackend {
                 }
                 // The bugs above move the edges; the gaps R-SWA and PrefixLM ranges leave
                 // between them stay (a range of another request may reach past this one).
+                let rswa_keeps = |k: usize| {
+                    request
+                        .rswa
+                        .is_none_or(|(w, prefix)| k < prefix || p_mask < k + w)
+                };
                 let mut keys: Vec<usize> = (lo..=hi)
-                    .filter(|&k| !(base_lo..=base_hi).contains(&k) || visible.contains(k))
+                    .filter(|&k| {
+                        (!(base_lo..=base_hi).contains(&k) && rswa_keeps(k)) || visible.contains(k)
+                    })
                     .filter(|&k| k < seq_len)
                     .collect();
                 // A PrefixLM range is no edge: the edge bugs above leave its keys as they were
@@ -679,6 +689,16 @@ impl Backend for PlainBackend {
         let real = step.query_start_loc.last().copied().unwrap_or(0);
         if self.bug == Bug::TokensPast8192Skipped && step.num_tokens > GRID_TOKENS {
             // The grid has no program for these rows: they keep what the buffer held.
+            out[GRID_TOKENS * hq * d..].fill(0.0);
+        }
+        // The decode path (plain or speculative: every request at most 8 tokens) launched on
+        // a grid captured for 8,192 decode tokens.
+        let decode_only = c.kind == AttentionKind::Decoder
+            && step
+                .query_start_loc
+                .windows(2)
+                .all(|w| w[1] - w[0] <= SPEC_DECODE_TOKENS);
+        if self.bug == Bug::DecodeGridPast8192 && decode_only && step.num_tokens > GRID_TOKENS {
             out[GRID_TOKENS * hq * d..].fill(0.0);
         }
         if self.bug == Bug::PaddingRowNan && step.num_tokens > real && real > 0 {

@@ -39,7 +39,14 @@ pub enum StepBug {
     /// prefix) of the first request it held, as a persistent batch whose mask columns are
     /// filled once: a later request in that row runs under another's masks.
     StaleRowMasks,
+    /// Query heads are processed in packs of 16 per kv head; the accumulator of every pack
+    /// past the first is a scratch buffer that is not zeroed between calls, so with more than
+    /// 16 query heads per kv head those heads start from what the previous call left.
+    HeadPackAccumulator,
 }
+
+/// Query heads per kv head in one pack of the head-pack mutant.
+const HEAD_PACK: usize = 16;
 
 pub struct StatefulMutant {
     name: String,
@@ -86,6 +93,8 @@ struct Memory {
     snapshots: HashMap<u32, Vec<SlotRows>>,
     /// Per batch row, the masks of the first request it held.
     masks: Vec<RowMasks>,
+    /// The previous call's output (the head-pack scratch accumulators).
+    last_output: Vec<f32>,
 }
 
 /// One request's masks: causal, PrefixLM ranges, R-SWA prefix length.
@@ -203,7 +212,10 @@ impl StatefulMutant {
                         }
                     }
                 }
-                StepBug::StaleRowTable | StepBug::StaleBlockSnapshot | StepBug::StaleRowMasks => {}
+                StepBug::StaleRowTable
+                | StepBug::StaleBlockSnapshot
+                | StepBug::StaleRowMasks
+                | StepBug::HeadPackAccumulator => {}
             }
         }
         out
@@ -404,6 +416,20 @@ impl Backend for StatefulMutant {
                     ..*step
                 };
                 self.inner.forward(config, &c.inner, &step)?
+            }
+            StepBug::HeadPackAccumulator => {
+                let mut out = self.inner.forward(config, &c.inner, step)?;
+                let (group, d) = (config.group_size(), config.head_size_v());
+                if group > HEAD_PACK {
+                    let last = std::mem::take(&mut memory.last_output);
+                    for (cell, (o, l)) in out.chunks_mut(d).zip(last.chunks(d)).enumerate() {
+                        if cell % config.num_heads % group >= HEAD_PACK {
+                            o.iter_mut().zip(l).for_each(|(o, l)| *o += l);
+                        }
+                    }
+                    memory.last_output = out.clone();
+                }
+                out
             }
             _ => self.inner.forward(config, &c.inner, step)?,
         };

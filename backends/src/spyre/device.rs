@@ -24,12 +24,20 @@ pub(crate) const Q_CHUNK: usize = 32;
 pub(crate) const MASK_VALUE: f64 = -65504.0;
 const HEAD_MULTIPLE: usize = 64;
 
+/// Most sequences of one step the device variant declares: one sequence at a time makes a
+/// flood of 8,193 decodes cost a quarter of a minute here, more than a default check holds;
+/// 2,048 is where big batches stopped before floods were drawn. Floods past it run on
+/// spyre-native and spyre-sdpa, which share this variant's gathering and masks.
+const MAX_SEQS: usize = 2048;
+
 /// The device's space: fp16 compute, head sizes in multiples of [`HEAD_MULTIPLE`] (what
-/// [`supports`] checks, declared so the strategies draw inside it).
+/// [`supports`] checks), at most [`MAX_SEQS`] sequences, declared so the strategies draw
+/// inside it.
 pub(crate) fn space() -> attn_reference::Space {
     attn_reference::Space {
         dtypes: Some(vec![DType::F16]),
         head_size_multiple_of: Some(HEAD_MULTIPLE),
+        max_seqs: Some(MAX_SEQS),
         ..Default::default()
     }
 }

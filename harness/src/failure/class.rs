@@ -169,8 +169,16 @@ impl Signature {
     /// Whether two shrunk cases show one bug: the same kind and message, the same pattern
     /// and the same features left. Severity and logits aside: a bug that is 10x off in one
     /// case and just past the tolerance in another is still one bug once both are minimal.
+    ///
+    /// Wrong values and non-finite ones are one bug when both keep to the same located
+    /// pattern: a kernel that reads a slot it should not turns the poison there into NaN and
+    /// a stale finite value into a mismatch.
     pub fn same_bug(&self, other: &Signature) -> bool {
-        self.symptom.kind == other.symptom.kind
+        let values = |k: DivergenceKind| matches!(k, DivergenceKind::Mismatch | DivergenceKind::NonFinite);
+        let located = self.pattern.is_some_and(|p| p != Pattern::NonFinite);
+        let same_kind = self.symptom.kind == other.symptom.kind
+            || (located && values(self.symptom.kind) && values(other.symptom.kind));
+        same_kind
             && self.symptom.message == other.symptom.message
             && self.pattern == other.pattern
             && self.features == other.features

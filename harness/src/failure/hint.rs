@@ -249,9 +249,6 @@ pub fn finding(case: &Case, c: &Comparison) -> Option<Finding> {
     let found = |pattern: Pattern, text: String| Some(Finding { pattern, text });
     let c_cfg = &case.config;
     let hq = c_cfg.num_heads;
-    if c.non_finite {
-        return found(Pattern::NonFinite, "NaN/Inf reached a real row: a fully masked row, a padding row or an unguarded softmax (no max subtraction) leaked".into());
-    }
     let tokens = case.num_real_tokens();
     let bad_cells: Vec<(usize, usize)> = (0..tokens * hq)
         .filter(|&cell| {
@@ -261,16 +258,21 @@ pub fn finding(case: &Case, c: &Comparison) -> Option<Finding> {
         })
         .map(|cell| (cell / hq, cell % hq))
         .collect();
-    if bad_cells.is_empty() {
-        return None;
-    }
     let bad_tokens: BTreeSet<usize> = bad_cells.iter().map(|&(t, _)| t).collect();
     let bad_heads: BTreeSet<usize> = bad_cells.iter().map(|&(_, h)| h).collect();
 
     // Before the window and sequence rules: a padding write into the last slot looks like
-    // either, depending on who reads that slot.
+    // either, depending on who reads that slot. Before the non-finite rule too: what the
+    // padding row held (NaN under poison, a finite value otherwise) decides which symptom
+    // it gives, the place is the same.
     if reads_padding_slot(case, &bad_tokens) {
         return found(Pattern::PaddingSlot, "only tokens that read the cache's last slot diverge, and the step has padding tokens (slot -1): check that the KV write skips slot -1 instead of indexing the last slot with it".into());
+    }
+    if c.non_finite {
+        return found(Pattern::NonFinite, "NaN/Inf reached a real row: a fully masked row, a padding row or an unguarded softmax (no max subtraction) leaked".into());
+    }
+    if bad_cells.is_empty() {
+        return None;
     }
 
     if let Some(text) = precision(case, c, &bad_cells) {

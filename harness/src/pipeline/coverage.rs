@@ -141,6 +141,7 @@ pub fn not_declared(space: &Space) -> Vec<(&'static str, &'static str)> {
                 .map(|b| ("longest query", b)),
         );
     }
+    out.extend(decode_only_not_declared(space));
     if let Some(m) = space.max_seqs {
         out.extend(
             above_limit(SEQUENCES_EDGES, SEQUENCES_ABOVE, m)
@@ -347,6 +348,7 @@ pub fn buckets(case: &Case) -> Vec<(&'static str, &'static str)> {
             range_bucket(case.num_tokens(), STEP_TOKENS_EDGES, STEP_TOKENS_ABOVE),
         ),
         ("batch composition", batch_composition(case)),
+        ("decode-only step", decode_only_step(case)),
         (
             "cache elements",
             if elements < 1 << 20 {
@@ -386,8 +388,13 @@ pub fn buckets(case: &Case) -> Vec<(&'static str, &'static str)> {
 pub fn trace_buckets(trace: &attn_reference::Trace) -> Vec<(&'static str, &'static str)> {
     use attn_reference::trace::{FreeReason, Phase};
     let steps = range_bucket(trace.steps.len(), &[(8, "1-8"), (24, "9-24")], "above 24");
+    let c = &trace.config;
+    let model = crate::pipeline::trace_production::LAYOUTS
+        .iter()
+        .any(|l| (l.num_heads, l.num_kv_heads, l.head_size) == (c.num_heads, c.num_kv_heads, c.head_size));
     let mut out = vec![
         ("trace steps", steps),
+        ("trace layout", if model { "a model's" } else { "drawn" }),
         ("trace poison", trace.poison.map_or("none", Poison::name)),
     ];
     let requests = trace.whole_batch();
@@ -436,6 +443,48 @@ pub fn count(report: &mut CoverageReport, backend: &str, buckets: &[(&str, &str)
         report.count(backend, dim, bucket);
     }
     report.count_pairs(backend, buckets);
+}
+
+/// A step of decodes only, plain (every real request one token) or speculative (at most 8:
+/// 1 + the drafts), and whether its tokens pass 8,192; `has a prefill` otherwise (encoder-only
+/// steps have no decodes).
+fn decode_only_step(case: &Case) -> &'static str {
+    let queries: Vec<usize> = case.batch.query_lens.iter().copied().filter(|&q| q > 0).collect();
+    let big = case.num_real_tokens() > 8192;
+    if case.config.kind == attn_reference::AttentionKind::EncoderOnly
+        || queries.iter().any(|&q| q > 8)
+    {
+        "has a prefill"
+    } else if queries.iter().all(|&q| q == 1) {
+        if big {
+            "plain, above 8192 tokens"
+        } else {
+            "plain, up to 8192 tokens"
+        }
+    } else if big {
+        "speculative, above 8192 tokens"
+    } else {
+        "speculative, up to 8192 tokens"
+    }
+}
+
+/// The decode-only steps outside `space`: none without decoders, no speculative ones when
+/// queries stop at 1, none past 8,192 tokens when its steps or its sequences stop short.
+fn decode_only_not_declared(space: &Space) -> Vec<(&'static str, &'static str)> {
+    let decoders = space.allows_kind(attn_reference::AttentionKind::Decoder);
+    let speculative = space.max_query_len.is_none_or(|m| m >= 2);
+    let past_8192 = space.max_tokens.is_none_or(|m| m > 8192)
+        && space.max_seqs.is_none_or(|m| m * if speculative { 8 } else { 1 } > 8192);
+    [
+        ("plain, up to 8192 tokens", decoders),
+        ("plain, above 8192 tokens", decoders && past_8192),
+        ("speculative, up to 8192 tokens", decoders && speculative),
+        ("speculative, above 8192 tokens", decoders && speculative && past_8192),
+    ]
+    .into_iter()
+    .filter(|(_, declared)| !declared)
+    .map(|(b, _)| ("decode-only step", b))
+    .collect()
 }
 
 /// Decodes are sequences with one query token (vLLM's `split_decodes_and_prefills` with its

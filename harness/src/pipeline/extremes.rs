@@ -381,9 +381,38 @@ pub fn fit_big_step(mut r: CaseRecipe, budget: usize) -> CaseRecipe {
     r
 }
 
+/// A big batch that is all decodes and past 8,192 tokens, as a server at full load steps: a
+/// kernel (or a launch grid, or a CUDA-graph size) sized for 8,192 decode tokens does nothing
+/// for the rest.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Flood {
+    /// 8,193 to 9,000 decodes of one token.
+    Plain,
+    /// Speculative decodes of 2 to 5 tokens each (1 + the drafts), 8,193 tokens or more.
+    Speculative,
+}
+
+/// The flood long-tier case `ordinal` draws, if any: in every cycle of 32 long ordinals the
+/// first decode batch (ordinal 1) and the first big batch (ordinal 5), both decoders in a
+/// default run.
+pub fn flood_of(ordinal: usize) -> Option<Flood> {
+    match ordinal % 32 {
+        1 => Some(Flood::Plain),
+        5 => Some(Flood::Speculative),
+        _ => None,
+    }
+}
+
 /// Decode batches of 512 to 2,048 sequences over short contexts, as engines batch them (some
-/// with a long context among them, some with prefills behind the decodes).
-pub fn big_batch() -> impl Strategy<Value = CaseRecipe> {
+/// with a long context among them, some with prefills behind the decodes); or a [`Flood`].
+pub fn big_batch(flood: Option<Flood>) -> BoxedStrategy<CaseRecipe> {
+    match flood {
+        None => ordinary_big_batch().boxed(),
+        Some(f) => flood_batch(f).boxed(),
+    }
+}
+
+fn ordinary_big_batch() -> impl Strategy<Value = CaseRecipe> {
     let context = || prop_oneof![12 => 0usize..=32, 1 => 4_097usize..=5_000];
     (
         long_shape(),
@@ -396,20 +425,50 @@ pub fn big_batch() -> impl Strategy<Value = CaseRecipe> {
     )
         .prop_map(|(shape, mut seqs, prefills, seed)| {
             seqs.extend(prefills.unwrap_or_default());
-            let mut r = crate::strategy::long_base(shape, seqs, seed);
-            r.padded_requests = crate::strategy::padded_requests_in_batches(r.values);
-            // One big batch in two with extreme logits (past 1e4 once scaled), alternating
-            // rows, as outliers do.
-            if seed % 2 == 1 {
-                r.logits = Some(LogitShift {
-                    dot: if seed % 4 == 1 { 2e5 } else { -4e5 },
-                    alternate: true,
-                });
-            }
-            // Thousands of sequences: small heads keep the tensors (and their drawing) cheap.
-            r.head_size = r.head_size.min(16);
-            r
+            batch_of(shape, seqs, seed)
         })
+}
+
+/// An all-decode step past 8,192 tokens over short contexts (the step's size is the point);
+/// the speculative one, of fewer requests, has a long context among them as big batches do.
+fn flood_batch(flood: Flood) -> impl Strategy<Value = CaseRecipe> {
+    let width = match flood {
+        Flood::Plain => Just(1usize).boxed(),
+        Flood::Speculative => (2usize..=5).boxed(),
+    };
+    (long_shape(), width, 0usize..=800, any::<u64>()).prop_flat_map(
+        move |(shape, width, extra, seed)| {
+            let n = 8_192 / width + 1 + extra;
+            let context = match flood {
+                Flood::Plain => (0usize..=32).boxed(),
+                Flood::Speculative => prop_oneof![12 => 0usize..=32, 1 => 4_097usize..=5_000].boxed(),
+            };
+            prop::collection::vec((context, Just(width)), n..=n)
+                .prop_map(move |seqs| batch_of(shape, seqs, seed))
+        },
+    )
+}
+
+/// A big batch of `seqs`: padded requests in one in two, extreme logits in one in two, small
+/// heads.
+fn batch_of(
+    shape: (usize, usize, usize, usize, attn_reference::DType),
+    seqs: Vec<(usize, usize)>,
+    seed: u64,
+) -> CaseRecipe {
+    let mut r = crate::strategy::long_base(shape, seqs, seed);
+    r.padded_requests = crate::strategy::padded_requests_in_batches(r.values);
+    // One big batch in two with extreme logits (past 1e4 once scaled), alternating
+    // rows, as outliers do.
+    if seed % 2 == 1 {
+        r.logits = Some(LogitShift {
+            dot: if seed % 4 == 1 { 2e5 } else { -4e5 },
+            alternate: true,
+        });
+    }
+    // Thousands of sequences: small heads keep the tensors (and their drawing) cheap.
+    r.head_size = r.head_size.min(16);
+    r
 }
 
 /// A long-tier recipe with `features` on, within `budget`; big steps (`big`) keep their chunk.

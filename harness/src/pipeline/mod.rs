@@ -22,6 +22,7 @@ pub mod strategy;
 pub mod strategy_mla;
 pub mod trace;
 pub mod trace_check;
+pub mod trace_production;
 pub mod trace_shrink;
 pub mod upstream;
 pub mod upstream_check;

@@ -18,8 +18,8 @@ use proptest::prelude::*;
 pub const PRECISION_EVERY: usize = 10;
 /// Its place in each run of [`PRECISION_EVERY`] indices (clear of the long tier's and MLA's).
 pub const PRECISION_AT: usize = 5;
-/// The tier's cost ceiling ([`crate::strategy::cost`]): twice the small tier's, for a few
-/// thousand keys under eight query heads.
+/// The tier's cost ceiling ([`crate::strategy::cost`]): twice the small tier's, for up to
+/// 8,400 keys under four query heads.
 pub const PRECISION_COST: usize = 2 * crate::strategy::SMALL_COST;
 
 /// Whether property case `index` is of the precision tier (never one of the long tier's).
@@ -28,15 +28,15 @@ pub fn is_precision(index: usize) -> bool {
 }
 
 /// Precision case `ordinal`: one sequence of `length + 64 + 1..=96` keys (so the feature's
-/// edges lie past the length too), its last 1 to 8 tokens queried, beside a short second
-/// sequence in half the cases; eight query heads, so ALiBi's steepest slope is 1/2.
+/// edges lie past the length too), its last 1 to 4 tokens queried, beside a short second
+/// sequence in half the cases; four query heads, so ALiBi's steepest slope is 1/4.
 pub fn precision_case(ordinal: usize) -> impl Strategy<Value = CaseRecipe> {
     let (dtype, feature, length) = triple(ordinal);
     (
         1usize..=96,
-        prop::sample::select(vec![1usize, 1, 2, 4, 8]),
-        prop::sample::select(vec![(1usize, 8usize), (2, 4), (8, 1)]),
-        prop::sample::select(vec![32usize, 64]),
+        prop::sample::select(vec![1usize, 1, 2, 4]),
+        prop::sample::select(vec![(1usize, 4usize), (2, 2), (4, 1)]),
+        prop::sample::select(vec![16usize, 32]),
         prop::sample::select(vec![16usize, 32]),
         prop::option::of((0usize..=40, 1usize..=4)),
         2usize..=64,

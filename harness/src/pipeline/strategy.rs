@@ -975,18 +975,36 @@ fn tier_strategy(index: usize, limits: StrategyLimits) -> BoxedStrategy<CaseReci
             )
         }
         // A batch that carries masks is a large one (past 64 sequences), as the plan counts.
-        Tier::DecodeBatch => {
-            let large = crate::pipeline::long_masks::mask_plan(ordinal) != Default::default();
-            with_features(decode_batch(large).boxed(), false)
-        }
+        Tier::DecodeBatch => match crate::extremes::flood_of(ordinal) {
+            Some(flood) => flooded(with_features(big_batch(Some(flood)), false)),
+            None => {
+                let large = crate::pipeline::long_masks::mask_plan(ordinal) != Default::default();
+                with_features(decode_batch(large).boxed(), false)
+            }
+        },
         Tier::HugeCache => huge_cache().boxed(),
         Tier::BigStep => with_features(big_step().boxed(), true),
-        Tier::BigBatch => with_features(big_batch().boxed(), false),
+        Tier::BigBatch => match crate::extremes::flood_of(ordinal) {
+            Some(flood) => flooded(with_features(big_batch(Some(flood)), false)),
+            None => with_features(big_batch(None), false),
+        },
         Tier::Precision => {
             use crate::pipeline::precision::{precision_case, PRECISION_EVERY};
             precision_case(index / PRECISION_EVERY).boxed()
         }
     }
+}
+
+/// A flood (an all-decode step past 8,192 tokens) with one or two heads of at most 8: the
+/// step's size is its point, and its thousands of requests are judged one by one.
+fn flooded(s: BoxedStrategy<CaseRecipe>) -> BoxedStrategy<CaseRecipe> {
+    s.prop_map(|mut r| {
+        r.num_kv_heads = 1;
+        r.group = r.group.min(2);
+        r.head_size = r.head_size.min(8);
+        r
+    })
+    .boxed()
 }
 
 /// The small tier: recipes within `limits`, lengths and sizes aimed at thresholds.

@@ -3,6 +3,7 @@
 //! diverging step ends the run.
 
 use crate::compare::Tolerance;
+use crate::pipeline::trace_production::{is_production, production_recipe};
 use crate::runner::{catch_panic, judge, Divergence, Outcome};
 use attn_backends::{Backend, TraceSession, Unsupported};
 use attn_reference::trace::{generate, MaskRecipe, TraceRecipe};
@@ -140,7 +141,13 @@ pub fn trace_recipe(seed: u64, index: usize) -> TraceRecipe {
 
 /// [`trace_recipe`] with head and block sizes drawn from `shapes` (to aim traces at what a
 /// backend runs: `--trace-head-sizes`, `--trace-block-sizes`).
+///
+/// With the default shapes, one trace in [`crate::pipeline::trace_production::PRODUCTION_EVERY`] is instead a model's layout
+/// ([`crate::pipeline::trace_production`]); shapes aimed elsewhere draw none.
 pub fn trace_recipe_with(seed: u64, index: usize, shapes: &TraceShapes) -> TraceRecipe {
+    if is_production(index) && *shapes == TraceShapes::default() {
+        return production_recipe(seed, index);
+    }
     let mut rng = InputRng::new(seed ^ 0x7 ^ (index as u64).wrapping_mul(0xA24B_AED4_963E_E407));
     let mut pick = |lo: usize, hi: usize| lo + rng.below((hi - lo + 1) as u64) as usize;
     let num_kv_heads = pick(1, 2);

@@ -143,6 +143,15 @@ fn candidates(r: &TraceRecipe, space: &Space) -> Vec<TraceRecipe> {
     };
     push(&|c| heads(c, 1, 1));
     push(&|c| heads(c, c.config.num_kv_heads, c.config.num_kv_heads));
+    // One kv head with the group kept, and the group cut to just past the power of two
+    // below it (kernels pack query heads in powers of two: 17 heads per kv head are past a
+    // pack of 16, as 48 are).
+    let group = r.config.num_heads / r.config.num_kv_heads.max(1);
+    push(&|c| heads(c, group, 1));
+    if group > 2 {
+        let past = (group - 1).next_power_of_two() / 2 + 1;
+        push(&|c| heads(c, past * c.config.num_kv_heads, c.config.num_kv_heads));
+    }
     push(&|c| c.config.head_size = 1);
     push(&|c| c.config.head_size = c.config.head_size.div_ceil(2));
     push(&|c| c.config.block_size = 1);
