@@ -42,6 +42,8 @@ pub enum Pattern {
     PaddingSlot,
     Precision,
     PositionPrecision,
+    TokensPastLimit,
+    HeadPack,
     HeadMapping,
     KvHeadData,
     PerHeadParams,
@@ -69,6 +71,8 @@ impl Pattern {
             Pattern::PaddingSlot => "tokens that read the cache's last slot",
             Pattern::Precision => "errors growing with |q.k| in a 16-bit dtype",
             Pattern::PositionPrecision => "positions past a 16-bit dtype's integers",
+            Pattern::TokensPastLimit => "every token past a power of two",
+            Pattern::HeadPack => "query heads past a pack of each kv group",
             Pattern::HeadMapping => "some heads of a kv group",
             Pattern::KvHeadData => "whole kv groups",
             Pattern::PerHeadParams => "some heads",
@@ -218,6 +222,15 @@ fn position_precision(
     ))
 }
 
+/// The pack size `p` (a power of two from 2 up) when the diverging heads are exactly those
+/// at place `p` or later within their kv group, in every group.
+fn head_pack(cfg: &attn_reference::AttentionConfig, bad_heads: &BTreeSet<usize>) -> Option<usize> {
+    let group = cfg.group_size();
+    let first = bad_heads.iter().map(|h| h % group).min()?;
+    let exact = (0..cfg.num_heads).all(|h| bad_heads.contains(&h) == (h % group >= first));
+    (first >= 2 && first.is_power_of_two() && exact).then_some(first)
+}
+
 /// Spearman's rank correlation of `a` and `b` (ties by order).
 fn rank_correlation(a: &[f64], b: &[f64]) -> f64 {
     let n = a.len().min(b.len());
@@ -275,6 +288,18 @@ pub fn finding(case: &Case, c: &Comparison) -> Option<Finding> {
         return None;
     }
 
+    // Every token from a power of two on (but those whose expected row is about 0 anyway),
+    // none before: a grid, buffer or graph size.
+    if let Some(&first) = bad_tokens.first().filter(|&&t| t >= 256) {
+        let limit = 1usize << first.ilog2();
+        let tail = bad_tokens.len() * 10 >= (tokens - limit) * 9;
+        if tail {
+            return found(Pattern::TokensPastLimit, format!(
+                "the tokens from the step's {limit}th on diverge and none before: check a launch grid, buffer or CUDA-graph size of {limit} tokens (a kernel that silently stops there)"
+            ));
+        }
+    }
+
     if let Some(text) = precision(case, c, &bad_cells) {
         return found(Pattern::Precision, text);
     }
@@ -284,6 +309,12 @@ pub fn finding(case: &Case, c: &Comparison) -> Option<Finding> {
     }
 
     // Heads: a partial set points at the head mapping or at one kv head's data.
+    if let Some(pack) = head_pack(c_cfg, &bad_heads) {
+        return found(Pattern::HeadPack, format!(
+            "only query heads past the first {pack} of each kv group diverge (group of {}): check what the kernel keeps per pack of {pack} heads past the first (an accumulator or scratch not reset between calls, a pack's offsets)",
+            c_cfg.group_size()
+        ));
+    }
     if bad_heads.len() < hq {
         let kv: BTreeSet<usize> = bad_heads.iter().map(|&h| c_cfg.kv_head_of(h)).collect();
         let whole_groups = kv.iter().all(|&k| {

@@ -218,6 +218,8 @@ where
 /// Batches larger than this are bisected before single sequences are removed, and skip
 /// proptest's pass, which removes one element per try.
 const BISECT_ABOVE: usize = 8;
+/// Sequences above which a shrink step tries no candidate per sequence.
+const PER_SEQUENCE_ABOVE: usize = 512;
 
 /// Simpler neighbours of a recipe, most drastic first: what a person would try by hand. Each
 /// goes through `fit` (the backend's space), so none leaves it.
@@ -246,10 +248,21 @@ fn candidates(r: &CaseRecipe, fit: &dyn Fn(CaseRecipe) -> CaseRecipe) -> Vec<Cas
             c.seqs.drain(..half);
         });
     }
+    // Past [`PER_SEQUENCE_ABOVE`] sequences only moves of the whole batch: the tail cut by an
+    // eighth, a sixty-fourth or one (a step that fails only past 8,192 decodes gets to 8,193
+    // in a few dozen tries), every query halved, then what follows the sequences. One
+    // candidate per sequence would be thousands of copies of a batch of thousands.
+    let per_sequence = r.seqs.len() <= PER_SEQUENCE_ABOVE;
+    if !per_sequence {
+        let n = r.seqs.len();
+        for keep in [n - n / 8, n - n / 64, n - 1] {
+            push(&|c| c.seqs.truncate(keep));
+        }
+    }
     // The big moves before the small ones: one sequence alone, every query halved at once
     // (a failure that needs two sequences of 15 new tokens also fails with 2 and 2 where
     // one sequence at a time, a token at a time, stalls).
-    if r.seqs.len() > 1 {
+    if r.seqs.len() > 1 && per_sequence {
         for i in 0..r.seqs.len() {
             push(&|c| c.seqs = vec![r.seqs[i]]);
         }
@@ -257,7 +270,7 @@ fn candidates(r: &CaseRecipe, fit: &dyn Fn(CaseRecipe) -> CaseRecipe) -> Vec<Cas
     if r.seqs.iter().any(|&(_, q)| q > 1) {
         push(&|c| c.seqs.iter_mut().for_each(|s| s.1 = (s.1 / 2).max(1)));
     }
-    for i in 0..r.seqs.len() {
+    for i in (0..r.seqs.len()).filter(|_| per_sequence) {
         if r.seqs.len() > 1 {
             push(&|c| {
                 c.seqs.remove(i);
