@@ -174,7 +174,8 @@ impl Signature {
     /// pattern: a kernel that reads a slot it should not turns the poison there into NaN and
     /// a stale finite value into a mismatch.
     pub fn same_bug(&self, other: &Signature) -> bool {
-        let values = |k: DivergenceKind| matches!(k, DivergenceKind::Mismatch | DivergenceKind::NonFinite);
+        let values =
+            |k: DivergenceKind| matches!(k, DivergenceKind::Mismatch | DivergenceKind::NonFinite);
         let located = self.pattern.is_some_and(|p| p != Pattern::NonFinite);
         let same_kind = self.symptom.kind == other.symptom.kind
             || (located && values(self.symptom.kind) && values(other.symptom.kind));

@@ -43,6 +43,7 @@ pub enum Pattern {
     Precision,
     PositionPrecision,
     TokensPastLimit,
+    KeysPastSplit,
     HeadPack,
     HeadMapping,
     KvHeadData,
@@ -72,6 +73,7 @@ impl Pattern {
             Pattern::Precision => "errors growing with |q.k| in a 16-bit dtype",
             Pattern::PositionPrecision => "positions past a 16-bit dtype's integers",
             Pattern::TokensPastLimit => "every token past a power of two",
+            Pattern::KeysPastSplit => "tokens that see more keys than a power of two",
             Pattern::HeadPack => "query heads past a pack of each kv group",
             Pattern::HeadMapping => "some heads of a kv group",
             Pattern::KvHeadData => "whole kv groups",
@@ -193,7 +195,10 @@ fn position_precision(
     let furthest = |t: usize| {
         let (seq, pos) = case.locate_token(t);
         let keys = Visibility::of_seq(case, seq).keys(pos, case.batch.seq_lens[seq]);
-        let last_key = keys.spans().last().map_or(0, |&(_, end)| end.saturating_sub(1));
+        let last_key = keys
+            .spans()
+            .last()
+            .map_or(0, |&(_, end)| end.saturating_sub(1));
         pos.max(last_key)
     };
     if positional.is_empty() || !bad_tokens.iter().all(|&t| furthest(t) > exact) {
@@ -202,9 +207,8 @@ fn position_precision(
     let evidence = match &cfg.alibi_slopes {
         Some(slopes) => {
             let steeper = |a: usize, b: usize| slopes[a].abs() > slopes[b].abs();
-            (0..cfg.num_heads).all(|h| {
-                bad_heads.contains(&h) || !bad_heads.iter().any(|&b| steeper(h, b))
-            })
+            (0..cfg.num_heads)
+                .all(|h| bad_heads.contains(&h) || !bad_heads.iter().any(|&b| steeper(h, b)))
         }
         None => {
             let agrees_below = (0..case.num_real_tokens())
@@ -220,6 +224,34 @@ fn position_precision(
         cfg.dtype,
         positional.join(", ")
     ))
+}
+
+/// The power of two `p` (64 to 8,192) that splits the tokens: every diverging token sees
+/// more than `p` keys, and a token that sees `p` or fewer agrees. Only where no mask edge
+/// (window, chunk, R-SWA, PrefixLM range, causality per request) decides how many keys a
+/// token sees: those rules, later, place the errors better.
+fn keys_past_split(case: &Case, bad_tokens: &BTreeSet<usize>) -> Option<usize> {
+    let c = &case.config;
+    let edges = c.sliding_window.is_some()
+        || c.attention_chunk_size.is_some()
+        || case.batch.has_non_causal()
+        || case.batch.prefix_lm.is_some()
+        || case.batch.rswa.is_some();
+    if edges || c.kind != AttentionKind::Decoder {
+        return None;
+    }
+    let seen: Vec<usize> = (0..case.num_real_tokens())
+        .map(|t| {
+            let (seq, pos) = case.locate_token(t);
+            Visibility::of_seq(case, seq)
+                .keys(pos, case.batch.seq_lens[seq])
+                .count()
+        })
+        .collect();
+    let fewest_bad = bad_tokens.iter().map(|&t| seen[t]).min()?;
+    let split = 1usize << (fewest_bad - 1).checked_ilog2()?;
+    let agrees_below = (0..seen.len()).any(|t| !bad_tokens.contains(&t) && seen[t] <= split);
+    ((64..=8192).contains(&split) && agrees_below).then_some(split)
 }
 
 /// The pack size `p` (a power of two from 2 up) when the diverging heads are exactly those
@@ -298,6 +330,12 @@ pub fn finding(case: &Case, c: &Comparison) -> Option<Finding> {
                 "the tokens from the step's {limit}th on diverge and none before: check a launch grid, buffer or CUDA-graph size of {limit} tokens (a kernel that silently stops there)"
             ));
         }
+    }
+
+    if let Some(split) = keys_past_split(case, &bad_tokens) {
+        return found(Pattern::KeysPastSplit, format!(
+            "only tokens that see more than {split} keys diverge, and those that see {split} or fewer agree: check where the kernel splits the keys in {split}-key partitions (the merge's rescale by exp(m_i - m), a partition's bounds)"
+        ));
     }
 
     if let Some(text) = precision(case, c, &bad_cells) {

@@ -389,9 +389,9 @@ pub fn trace_buckets(trace: &attn_reference::Trace) -> Vec<(&'static str, &'stat
     use attn_reference::trace::{FreeReason, Phase};
     let steps = range_bucket(trace.steps.len(), &[(8, "1-8"), (24, "9-24")], "above 24");
     let c = &trace.config;
-    let model = crate::pipeline::trace_production::LAYOUTS
-        .iter()
-        .any(|l| (l.num_heads, l.num_kv_heads, l.head_size) == (c.num_heads, c.num_kv_heads, c.head_size));
+    let model = crate::pipeline::trace_production::LAYOUTS.iter().any(|l| {
+        (l.num_heads, l.num_kv_heads, l.head_size) == (c.num_heads, c.num_kv_heads, c.head_size)
+    });
     let mut out = vec![
         ("trace steps", steps),
         ("trace layout", if model { "a model's" } else { "drawn" }),
@@ -449,7 +449,13 @@ pub fn count(report: &mut CoverageReport, backend: &str, buckets: &[(&str, &str)
 /// 1 + the drafts), and whether its tokens pass 8,192; `has a prefill` otherwise (encoder-only
 /// steps have no decodes).
 fn decode_only_step(case: &Case) -> &'static str {
-    let queries: Vec<usize> = case.batch.query_lens.iter().copied().filter(|&q| q > 0).collect();
+    let queries: Vec<usize> = case
+        .batch
+        .query_lens
+        .iter()
+        .copied()
+        .filter(|&q| q > 0)
+        .collect();
     let big = case.num_real_tokens() > 8192;
     if case.config.kind == attn_reference::AttentionKind::EncoderOnly
         || queries.iter().any(|&q| q > 8)
@@ -474,12 +480,17 @@ fn decode_only_not_declared(space: &Space) -> Vec<(&'static str, &'static str)> 
     let decoders = space.allows_kind(attn_reference::AttentionKind::Decoder);
     let speculative = space.max_query_len.is_none_or(|m| m >= 2);
     let past_8192 = space.max_tokens.is_none_or(|m| m > 8192)
-        && space.max_seqs.is_none_or(|m| m * if speculative { 8 } else { 1 } > 8192);
+        && space
+            .max_seqs
+            .is_none_or(|m| m * if speculative { 8 } else { 1 } > 8192);
     [
         ("plain, up to 8192 tokens", decoders),
         ("plain, above 8192 tokens", decoders && past_8192),
         ("speculative, up to 8192 tokens", decoders && speculative),
-        ("speculative, above 8192 tokens", decoders && speculative && past_8192),
+        (
+            "speculative, above 8192 tokens",
+            decoders && speculative && past_8192,
+        ),
     ]
     .into_iter()
     .filter(|(_, declared)| !declared)

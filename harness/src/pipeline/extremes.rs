@@ -441,7 +441,9 @@ fn flood_batch(flood: Flood) -> impl Strategy<Value = CaseRecipe> {
             let n = 8_192 / width + 1 + extra;
             let context = match flood {
                 Flood::Plain => (0usize..=32).boxed(),
-                Flood::Speculative => prop_oneof![12 => 0usize..=32, 1 => 4_097usize..=5_000].boxed(),
+                Flood::Speculative => {
+                    prop_oneof![12 => 0usize..=32, 1 => 4_097usize..=5_000].boxed()
+                }
             };
             prop::collection::vec((context, Just(width)), n..=n)
                 .prop_map(move |seqs| batch_of(shape, seqs, seed))

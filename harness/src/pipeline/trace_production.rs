@@ -31,7 +31,12 @@ pub struct Layout {
     pub chunked: bool,
 }
 
-const fn layout(model: &'static str, num_heads: usize, num_kv_heads: usize, head_size: usize) -> Layout {
+const fn layout(
+    model: &'static str,
+    num_heads: usize,
+    num_kv_heads: usize,
+    head_size: usize,
+) -> Layout {
     Layout {
         model,
         num_heads,
@@ -99,13 +104,18 @@ pub fn production_recipe(seed: u64, index: usize) -> TraceRecipe {
     let mut pick = |lo: usize, hi: usize| lo + rng.below((hi - lo + 1) as u64) as usize;
     let dtype = [DType::Bf16, DType::F16][pick(0, 1)];
     let block_size = [16, 16, 32, 64][pick(0, 3)];
-    let mut config = AttentionConfig::new(l.num_heads, l.num_kv_heads, l.head_size, block_size, dtype);
+    let mut config =
+        AttentionConfig::new(l.num_heads, l.num_kv_heads, l.head_size, block_size, dtype);
     if l.window {
         config.sliding_window = Some(pick(16, 96));
     }
     config.logits_soft_cap = l.soft_cap;
     if l.sinks {
-        config.sinks = Some((0..l.num_heads).map(|_| pick(0, 16) as f32 / 2.0 - 4.0).collect());
+        config.sinks = Some(
+            (0..l.num_heads)
+                .map(|_| pick(0, 16) as f32 / 2.0 - 4.0)
+                .collect(),
+        );
     }
     if l.alibi {
         config.alibi_slopes = Some(crate::strategy::alibi_slopes(l.num_heads));
@@ -114,7 +124,11 @@ pub fn production_recipe(seed: u64, index: usize) -> TraceRecipe {
         config.attention_chunk_size = Some(pick(32, 96));
     }
     let n = pick(2, 4);
-    let sharing = if pick(0, 1) == 0 { pick(2, 3).min(n) } else { 0 };
+    let sharing = if pick(0, 1) == 0 {
+        pick(2, 3).min(n)
+    } else {
+        0
+    };
     let mut recipe = TraceRecipe {
         config,
         prompts: (0..n).map(|_| pick(24, 160)).collect(),
@@ -170,7 +184,11 @@ mod tests {
             let r = production_recipe(1, i);
             let l = layout_of(i);
             assert_eq!(
-                (r.config.num_heads, r.config.num_kv_heads, r.config.head_size),
+                (
+                    r.config.num_heads,
+                    r.config.num_kv_heads,
+                    r.config.head_size
+                ),
                 (l.num_heads, l.num_kv_heads, l.head_size)
             );
             assert!(work(&r) <= PRODUCTION_COST, "{}", l.model);
