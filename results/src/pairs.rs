@@ -316,10 +316,15 @@ mod tests {
         let mut twice = r.clone();
         twice.merge(&r);
         let s = pair_summary(&twice, "x");
-        assert_eq!(s.covered(), 3);
+        // Four factors (two features, a batch class, the dtype): six pairs.
+        assert_eq!(s.covered(), 6);
         let n = |p: &str| s.pairs.iter().find(|(k, _)| k == p).map(|(_, n)| *n);
         assert_eq!(n("ALiBi × attention sinks"), Some(2));
         assert_eq!(n("ALiBi × all-decode batch"), Some(2));
+        assert_eq!(n("ALiBi × f32"), Some(2));
+        assert_eq!(n("ALiBi × f16"), Some(0));
+        // One dtype per case: dtype pairs are invalid, not gaps.
+        assert_eq!(n("f32 × f16"), None);
         // Invalid pairs are not in the table; every other pair is.
         assert_eq!(n("cross-attention × ALiBi"), None);
         let k = pair_factors().len();
