@@ -168,9 +168,8 @@ fn precision(case: &Case, c: &Comparison, bad_cells: &[(usize, usize)]) -> Optio
 
 /// In fp16 or bf16 with a positional feature on: whether every diverging token sits past, or
 /// sees a key past, the last position the dtype holds exactly (f16: 2,048, bf16: 256), with
-/// evidence that a
-/// rounded position is the cause. Under ALiBi a rounded position costs a head in proportion
-/// to its slope: the diverging heads are the steepest ones. Otherwise every
+/// evidence that a rounded position is the cause. Under ALiBi a rounded position costs a head
+/// in proportion to its slope: the diverging heads are the steepest ones. Otherwise every
 /// diverging position is one the dtype cannot hold, while a token at or below the limit
 /// agrees.
 fn position_precision(
