@@ -118,6 +118,15 @@ pub fn not_declared(space: &Space) -> Vec<(&'static str, &'static str)> {
     }
     out.extend(mla_not_declared(space));
     out.extend(precision_not_declared(space));
+    // Production traces keep their layout's head size: none where the space allows none.
+    let layouts = crate::pipeline::trace_production::LAYOUTS;
+    if crate::pipeline::trace::draws_traces(space)
+        && space
+            .head_size_values()
+            .is_some_and(|v| !layouts.iter().any(|l| v.contains(&l.head_size)))
+    {
+        out.push(("trace layout", "a model's"));
+    }
     if !crate::pipeline::trace::draws_traces(space) {
         // A space with no trace to draw (MLA alone, encoders alone): every trace bucket.
         for (dim, buckets) in dimensions()
@@ -479,17 +488,19 @@ fn decode_only_step(case: &Case) -> &'static str {
 fn decode_only_not_declared(space: &Space) -> Vec<(&'static str, &'static str)> {
     let decoders = space.allows_kind(attn_reference::AttentionKind::Decoder);
     let speculative = space.max_query_len.is_none_or(|m| m >= 2);
-    let past_8192 = space.max_tokens.is_none_or(|m| m > 8192)
-        && space
-            .max_seqs
-            .is_none_or(|m| m * if speculative { 8 } else { 1 } > 8192);
+    // Past 8,192 tokens: that many plain decodes, or an eighth as many speculative ones.
+    let steps_past = space.max_tokens.is_none_or(|m| m > 8192);
+    let seqs_past = |width: usize| space.max_seqs.is_none_or(|m| m * width > 8192);
     [
         ("plain, up to 8192 tokens", decoders),
-        ("plain, above 8192 tokens", decoders && past_8192),
+        (
+            "plain, above 8192 tokens",
+            decoders && steps_past && seqs_past(1),
+        ),
         ("speculative, up to 8192 tokens", decoders && speculative),
         (
             "speculative, above 8192 tokens",
-            decoders && speculative && past_8192,
+            decoders && speculative && steps_past && seqs_past(8),
         ),
     ]
     .into_iter()
