@@ -15,8 +15,7 @@ struct TokenFacts {
     seq_len: usize,
 }
 
-fn facts(case: &Case, t: usize) -> TokenFacts {
-    let (seq, pos) = case.locate_token(t);
+fn facts(case: &Case, (seq, pos): (usize, usize)) -> TokenFacts {
     TokenFacts {
         seq,
         pos,
@@ -33,6 +32,17 @@ fn list(v: &BTreeSet<usize>) -> String {
     } else {
         shown.join(", ")
     }
+}
+
+/// (sequence, position) of every real token in one pass: `Case::locate_token` scans the
+/// sequences per call, which over a flood's 8,000 decodes is quadratic.
+fn locate_tokens(case: &Case) -> Vec<(usize, usize)> {
+    (0..case.num_seqs())
+        .flat_map(|s| {
+            let ctx = case.context_len(s);
+            (0..case.batch.query_lens[s]).map(move |j| (s, ctx + j))
+        })
+        .collect()
 }
 
 /// Which rule of the hint analysis a failure's errors fit.
@@ -174,6 +184,7 @@ fn precision(case: &Case, c: &Comparison, bad_cells: &[(usize, usize)]) -> Optio
 /// agrees.
 fn position_precision(
     case: &Case,
+    located: &[(usize, usize)],
     bad_tokens: &BTreeSet<usize>,
     bad_heads: &BTreeSet<usize>,
 ) -> Option<String> {
@@ -188,11 +199,11 @@ fn position_precision(
         .filter(|f| f.used_by(cfg) || f.used_by_batch(&case.batch))
         .map(|f| f.label())
         .collect();
-    let position = |t: usize| case.locate_token(t).1;
+    let position = |t: usize| located[t].1;
     // The furthest position a token's logits use: its own, or a later key it sees (a
     // non-causal request, a PrefixLM range).
     let furthest = |t: usize| {
-        let (seq, pos) = case.locate_token(t);
+        let (seq, pos) = located[t];
         let keys = Visibility::of_seq(case, seq).keys(pos, case.batch.seq_lens[seq]);
         let last_key = keys
             .spans()
@@ -229,7 +240,11 @@ fn position_precision(
 /// more than `p` keys, and a token that sees `p` or fewer agrees. Only where no mask edge
 /// (window, chunk, R-SWA, PrefixLM range, causality per request) decides how many keys a
 /// token sees: those rules, later, place the errors better.
-fn keys_past_split(case: &Case, bad_tokens: &BTreeSet<usize>) -> Option<usize> {
+fn keys_past_split(
+    case: &Case,
+    located: &[(usize, usize)],
+    bad_tokens: &BTreeSet<usize>,
+) -> Option<usize> {
     let c = &case.config;
     let edges = c.sliding_window.is_some()
         || c.attention_chunk_size.is_some()
@@ -239,9 +254,9 @@ fn keys_past_split(case: &Case, bad_tokens: &BTreeSet<usize>) -> Option<usize> {
     if edges || c.kind != AttentionKind::Decoder {
         return None;
     }
-    let seen: Vec<usize> = (0..case.num_real_tokens())
-        .map(|t| {
-            let (seq, pos) = case.locate_token(t);
+    let seen: Vec<usize> = located
+        .iter()
+        .map(|&(seq, pos)| {
             Visibility::of_seq(case, seq)
                 .keys(pos, case.batch.seq_lens[seq])
                 .count()
@@ -304,6 +319,7 @@ pub fn finding(case: &Case, c: &Comparison) -> Option<Finding> {
         .collect();
     let bad_tokens: BTreeSet<usize> = bad_cells.iter().map(|&(t, _)| t).collect();
     let bad_heads: BTreeSet<usize> = bad_cells.iter().map(|&(_, h)| h).collect();
+    let located = locate_tokens(case);
 
     // Before the window and sequence rules: a padding write into the last slot looks like
     // either, depending on who reads that slot. Before the non-finite rule too: what the
@@ -331,7 +347,7 @@ pub fn finding(case: &Case, c: &Comparison) -> Option<Finding> {
         }
     }
 
-    if let Some(split) = keys_past_split(case, &bad_tokens) {
+    if let Some(split) = keys_past_split(case, &located, &bad_tokens) {
         return found(Pattern::KeysPastSplit, format!(
             "only tokens that see more than {split} keys diverge, and those that see {split} or fewer agree: check where the kernel splits the keys in {split}-key partitions (the merge's rescale by exp(m_i - m), a partition's bounds)"
         ));
@@ -341,7 +357,7 @@ pub fn finding(case: &Case, c: &Comparison) -> Option<Finding> {
         return found(Pattern::Precision, text);
     }
 
-    if let Some(text) = position_precision(case, &bad_tokens, &bad_heads) {
+    if let Some(text) = position_precision(case, &located, &bad_tokens, &bad_heads) {
         return found(Pattern::PositionPrecision, text);
     }
 
@@ -378,7 +394,7 @@ pub fn finding(case: &Case, c: &Comparison) -> Option<Finding> {
         }
     }
 
-    let all: Vec<TokenFacts> = (0..tokens).map(|t| facts(case, t)).collect();
+    let all: Vec<TokenFacts> = located.iter().map(|&l| facts(case, l)).collect();
     let bad: Vec<&TokenFacts> = bad_tokens.iter().map(|&t| &all[t]).collect();
     let good: Vec<&TokenFacts> = (0..tokens)
         .filter(|t| !bad_tokens.contains(t))

@@ -9,7 +9,7 @@
 //! ([`attn_results::precision::triple`], 48 of them), so a default run (one property case in
 //! [`PRECISION_EVERY`]) holds every one, whatever the seed.
 
-use crate::strategy::{fit_cost, CaseRecipe, RangesRecipe, RswaRecipe, TableOrder, Values};
+use crate::strategy::{fit_cost, CaseRecipe, RangesRecipe, RswaRecipe};
 use attn_reference::{Feature, Space};
 use attn_results::precision::triple;
 use proptest::prelude::*;
@@ -47,19 +47,10 @@ pub fn precision_case(ordinal: usize) -> impl Strategy<Value = CaseRecipe> {
                 let len = length + 64 + past;
                 let mut seqs = vec![(len - query, query)];
                 seqs.extend(second);
-                let values = Values::Normal { seed, std: 1.0 };
-                let mut r = CaseRecipe {
-                    num_kv_heads: kv,
-                    group,
-                    head_size,
-                    block_size,
-                    dtype,
-                    seqs,
-                    table: TableOrder::Permuted(seed),
-                    values,
-                    poison: crate::strategy::poison_of(values),
-                    ..CaseRecipe::plain()
-                };
+                let shape = (kv, group, head_size, block_size, dtype);
+                let mut r = crate::strategy::long_base(shape, seqs, seed);
+                // One feature at a time: no padded requests beside it.
+                r.padded_requests = 0;
                 with_positional(&mut r, feature, edge);
                 fit_cost(r, PRECISION_COST, &Space::default())
             },
