@@ -94,7 +94,7 @@ pub enum CaseError {
         block: u64,
         num_blocks: usize,
     },
-    #[error("layout.block_table[{seq}][{index}] is the null block 0, but holds tokens of sequence {seq}")]
+    #[error("layout.block_table[{seq}][{index}] is the null block 0, but a query of sequence {seq} reads keys there (only blocks wholly before every key its queries see may be skipped)")]
     NullBlockUsed { seq: usize, index: usize },
     #[error("layout.slot_mapping[{token}] = {actual}, but the block table puts that token (sequence {seq}, position {pos}) at slot {expected}")]
     SlotMismatch {

@@ -515,10 +515,8 @@ impl Case {
                         num_blocks: l.num_blocks,
                     });
                 }
-                if i < needed && blk == 0 {
-                    return Err(CaseError::NullBlockUsed { seq: s, index: i });
-                }
             }
+            self.validate_null_blocks(s)?;
         }
 
         // Every new token's slot must be where the table puts it; padding tokens write nowhere,
@@ -558,6 +556,45 @@ impl Case {
         self.validate_block_ownership()
     }
 
+    /// The null block (0) may stand only where vLLM's sliding-window and chunked-local
+    /// managers put it: on a block wholly before every key the sequence's queries see (a
+    /// skipped block, freed and maybe rewritten by another request). A block some query
+    /// reads, or a new token is written to, must be real.
+    fn validate_null_blocks(&self, s: usize) -> Result<(), CaseError> {
+        let bs = self.config.block_size;
+        let row = &self.layout.block_table[s];
+        let seq_len = self.batch.seq_lens[s];
+        let needed = seq_len.div_ceil(bs);
+        let Some(first_null) = row[..needed].iter().position(|&b| b == 0) else {
+            return Ok(());
+        };
+        // The keys the sequence's queries see, merged: a null block may meet none of them.
+        let visibility = crate::oracle::Visibility::of_seq(self, s);
+        let mut spans: Vec<(usize, usize)> = (self.context_len(s)..seq_len)
+            .flat_map(|p| visibility.keys(p, seq_len).spans().to_vec())
+            .collect();
+        spans.sort_unstable();
+        let mut merged: Vec<(usize, usize)> = Vec::new();
+        for (a, b) in spans {
+            match merged.last_mut() {
+                Some(last) if a <= last.1 => last.1 = last.1.max(b),
+                _ => merged.push((a, b)),
+            }
+        }
+        // Block i is read when the first merged span ending past its start begins before its end.
+        let read = |i: usize| {
+            let (lo, hi) = (i * bs, (i + 1) * bs);
+            let at = merged.partition_point(|&(_, b)| b <= lo);
+            merged.get(at).is_some_and(|&(a, _)| a < hi)
+        };
+        for i in first_null..needed {
+            if row[i] == 0 && read(i) {
+                return Err(CaseError::NullBlockUsed { seq: s, index: i });
+            }
+        }
+        Ok(())
+    }
+
     /// A physical block may be live in two places only as prefix sharing: a full context block
     /// of both, with identical contents. Anything else is two tokens on one slot.
     fn validate_block_ownership(&self) -> Result<(), CaseError> {
@@ -569,6 +606,9 @@ impl Case {
             let seq_len = self.batch.seq_lens[s];
             for i in 0..seq_len.div_ceil(bs) {
                 let blk = self.layout.block_table[s][i];
+                if blk == 0 {
+                    continue; // a skipped block (validated as unread): nobody's tokens
+                }
                 let Some(&(s0, i0)) = first_use.get(&blk) else {
                     first_use.insert(blk, (s, i));
                     continue;
@@ -576,9 +616,12 @@ impl Case {
                 let full_ctx = |seq: usize, idx: usize| (idx + 1) * bs <= self.context_len(seq);
                 if full_ctx(s0, i0) && full_ctx(s, i) {
                     // Prefix sharing: the same logical block, and every block before it shared too.
+                    // (A block one of them skipped matches whatever the other holds there.)
                     let prefix = i0 == i
                         && (0..i).all(|j| {
-                            self.layout.block_table[s0][j] == self.layout.block_table[s][j]
+                            let (a, b) =
+                                (self.layout.block_table[s0][j], self.layout.block_table[s][j]);
+                            a == b || a == 0 || b == 0
                         });
                     if !prefix {
                         return Err(CaseError::SharedBlockNotPrefix {

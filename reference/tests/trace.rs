@@ -365,3 +365,111 @@ fn removing_a_sequence_keeps_the_others_masks() {
     m.remove_seq(63);
     assert_eq!((m.non_causal, m.range_seqs), (0b101, 0b010));
 }
+
+/// Recipes with a window or local chunks (look-back too), long enough to leave blocks behind.
+fn windowed_recipe(seed: u64) -> TraceRecipe {
+    let mut r = recipe(seed);
+    let mut rng = InputRng::new(seed ^ 0xC0FFEE);
+    let mut pick = |lo: usize, hi: usize| lo + rng.below((hi - lo + 1) as u64) as usize;
+    r.prompts.iter_mut().for_each(|p| *p += pick(0, 24));
+    r.outputs.iter_mut().for_each(|o| *o += pick(0, 16));
+    r.cache_blocks = pick(4, 16);
+    match seed % 3 {
+        0 => r.config.sliding_window = Some(pick(1, 12)),
+        1 => r.config.attention_chunk_size = Some(pick(1, 12)),
+        _ => {
+            r.config.attention_chunk_size = Some(pick(1, 8));
+            r.config.chunk_lookback = Some(pick(1, 2));
+        }
+    }
+    r
+}
+
+#[test]
+fn windows_and_chunks_leave_blocks_behind_as_vllm_frees_them() {
+    let (mut skipped, mut reused_while_running, mut null_entries) = (0, 0, 0);
+    for seed in 0..300 {
+        let t = generate(&windowed_recipe(seed));
+        t.validate()
+            .unwrap_or_else(|e| panic!("seed {seed}: {e}\n{}", t.shape_summary()));
+        // Blocks a sequence left behind, by sequence, while it still runs.
+        let mut left: Vec<(usize, u32)> = Vec::new();
+        for st in &t.steps {
+            for f in &st.freed {
+                match f.reason {
+                    FreeReason::Skipped => {
+                        skipped += f.blocks.len();
+                        left.extend(f.blocks.iter().map(|&b| (f.seq, b)));
+                    }
+                    _ => left.retain(|&(s, _)| s != f.seq),
+                }
+            }
+            for s in &st.seqs {
+                null_entries += s.block_table.iter().filter(|&&b| b == 0).count();
+                // Another sequence writes a block this one left behind, while it runs on.
+                let bs = t.config.block_size;
+                let written = &s.block_table[s.context_len / bs..];
+                reused_while_running += left
+                    .iter()
+                    .filter(|&&(o, b)| o != s.seq && written.contains(&b))
+                    .filter(|&&(o, _)| st.seqs.iter().any(|x| x.seq == o))
+                    .count();
+            }
+        }
+    }
+    for (what, n) in [
+        ("skipped blocks", skipped),
+        ("null entries in tables", null_entries),
+        ("skipped blocks rewritten while their sequence runs", reused_while_running),
+    ] {
+        println!("{what}: {n}");
+        assert!(n >= 10, "{what}: only {n} in 300 traces");
+    }
+}
+
+#[test]
+fn without_a_window_or_chunks_no_block_is_skipped() {
+    for seed in 0..100 {
+        let t = generate(&recipe(seed));
+        for st in &t.steps {
+            assert!(st.freed.iter().all(|f| f.reason != FreeReason::Skipped));
+            assert!(st.seqs.iter().all(|s| !s.block_table.contains(&0)));
+        }
+    }
+}
+
+#[test]
+fn a_null_block_where_a_query_still_reads_is_a_typed_error() {
+    // A trace whose steps skip blocks: move each null entry one block later (a block its
+    // queries read), and the step is rejected, naming the sequence and the block.
+    let t = (0..100)
+        .map(|seed| generate(&windowed_recipe(seed * 3)))
+        .find(|t| {
+            t.steps
+                .iter()
+                .any(|st| st.seqs.iter().any(|s| s.block_table.contains(&0)))
+        })
+        .expect("a windowed trace that skips a block");
+    let (si, row) = t
+        .steps
+        .iter()
+        .enumerate()
+        .find_map(|(si, st)| {
+            st.seqs
+                .iter()
+                .position(|s| s.block_table.contains(&0))
+                .map(|row| (si, row))
+        })
+        .unwrap();
+    let mut broken = t.clone();
+    let table = &mut broken.steps[si].seqs[row].block_table;
+    let last_null = table.iter().rposition(|&b| b == 0).unwrap();
+    table[last_null + 1] = 0;
+    match broken.validate() {
+        Err(TraceError::Case {
+            step: Some(step),
+            error: CaseError::NullBlockUsed { seq, index },
+        }) => assert_eq!((step, seq, index), (si, row, last_null + 1)),
+        other => panic!("expected NullBlockUsed, got {other:?}"),
+    }
+}

@@ -8,7 +8,7 @@
 //! their softmax stays finite, and their rows are dropped from the output.
 
 use super::cache::SpyreCache;
-use super::mask::{alibi_distance, hidden, per_head, zero_past_end, LogitShaping};
+use super::mask::{alibi_distance, hidden, per_head, zero_unseen, LogitShaping};
 use super::plan::{Group, GroupIndex};
 use super::tensors::{in_place, kind_of};
 use crate::Unsupported;
@@ -99,10 +99,11 @@ pub(crate) fn attend_sequence(
         .f_transpose(0, 1)?
         .f_to_kind(Kind::Float)?
         .f_unsqueeze(0)?; // [1, Hkv, len, D]
-                          // The padded keys past the sequence's end are stale memory: the additive mask cannot
-                          // hide a NaN logit, and a hidden value still meets its probability of 0.
-    zero_past_end(&mut k, idx, (0, len), true)?;
-    zero_past_end(&mut v, idx, (0, len), false)?;
+
+    // Keys past the sequence's end or before its window are stale memory: the additive mask
+    // cannot hide a NaN logit, and a hidden value still meets its probability of 0.
+    zero_unseen(&mut k, idx, (0, len), true)?;
+    zero_unseen(&mut v, idx, (0, len), false)?;
     let (k, v) = (k.f_squeeze_dim(0)?, v.f_squeeze_dim(0)?);
     let q = query
         .f_index_select(0, &idx.q_rows)?

@@ -40,31 +40,35 @@ pub(crate) fn hidden(
     hide.f_expand([size[0], size[1], len as i64], false)
 }
 
-/// Zero the gathered keys or values of positions `k0..k0 + len` that lie past each
-/// sequence's end: the tails of partial pages and the null block hold whatever the memory
-/// held (`torch.empty`: NaN, infinities). Masking their logits is not enough: a hidden
-/// value row still meets its probability of 0 in P·V (0 · NaN = NaN), and an additive mask
-/// added to a NaN logit stays NaN. `kv` is `[b, Hkv, len, D]` (`keys_last`: `[b, Hkv, D,
-/// len]`), `b` the group's sequences. Only the tails are written, one slice per sequence that
-/// ends inside the range (a masked fill of the whole tensor cost more than SDPA itself on
-/// large_decode, where no sequence has a tail).
-pub(crate) fn zero_past_end(
+/// Zero the gathered keys or values of positions `k0..k0 + len` that no query of their
+/// sequence sees at either end: past its end (the tails of partial pages, the null block of
+/// table padding) and before its window's or chunk's start (skipped blocks, which vLLM
+/// replaces with the null block and hands to other requests). Those hold whatever the memory
+/// held (`torch.empty`: NaN, infinities). Masking their logits is not enough: a hidden value
+/// row still meets its probability of 0 in P·V (0 · NaN = NaN), and an additive mask added
+/// to a NaN logit stays NaN. `kv` is `[b, Hkv, len, D]` (`keys_last`: `[b, Hkv, D, len]`),
+/// `b` the group's sequences. Only those rows are written, one slice per sequence and end
+/// (a masked fill of the whole tensor cost more than SDPA itself on large_decode, where no
+/// sequence has such rows).
+pub(crate) fn zero_unseen(
     kv: &mut Tensor,
     idx: &GroupIndex,
     (k0, len): (i64, i64),
     keys_last: bool,
 ) -> Result<(), TchError> {
     let keys = if keys_last { 3 } else { 2 };
-    for (i, &end) in idx.ends.iter().enumerate() {
-        if end >= k0 + len {
-            continue;
+    for (i, (&start, &end)) in idx.starts.iter().zip(&idx.ends).enumerate() {
+        let before = (start - k0).clamp(0, len);
+        let after = (end - k0).clamp(before, len);
+        for (from, to) in [(0, before), (after, len)] {
+            if from < to {
+                in_place(
+                    kv.f_narrow(0, i as i64, 1)?
+                        .f_narrow(keys, from, to - from)?
+                        .f_zero_(),
+                )?;
+            }
         }
-        let from = (end - k0).max(0);
-        in_place(
-            kv.f_narrow(0, i as i64, 1)?
-                .f_narrow(keys, from, len - from)?
-                .f_zero_(),
-        )?;
     }
     Ok(())
 }

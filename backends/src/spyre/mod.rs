@@ -213,7 +213,7 @@ impl Spyre {
                 Variant::Device => device::padded_pages(c, g.len_max),
                 _ => g.len_max.div_ceil(c.block_size),
             };
-            let idx = GroupIndex::new(g, step.block_table, pages)?;
+            let idx = GroupIndex::new(c, g, step.block_table, pages)?;
             let o = match self.variant {
                 Variant::Native { working } => {
                     native::attend_group(c, cache, &query, g, &idx, kind_of(working), &mut ws)?

@@ -14,7 +14,7 @@
 //! catches on short sequences; `Spyre::native_in(DType::Bf16)` is that trade, opted into.
 
 use super::cache::SpyreCache;
-use super::mask::{alibi_distance, hidden, per_head, zero_past_end, LogitShaping};
+use super::mask::{alibi_distance, hidden, per_head, zero_unseen, LogitShaping};
 use super::plan::{Group, GroupIndex};
 use super::tensors::{in_place, kind_of};
 use super::workspace::{Scratch, Workspace};
@@ -130,8 +130,9 @@ pub(crate) fn attend_group(
         };
         let k = heads(&mut ws.k_pages, &mut ws.k_heads, 0)?.f_transpose(2, 3)?; // [b, Hkv, D, len]
         let mut v = heads(&mut ws.v_pages, &mut ws.v_heads, 1)?; // [b, Hkv, len, D]
-                                                                 // Hidden keys' logits are replaced by the mask below; hidden values are not.
-        zero_past_end(&mut v, idx, (k0, len), false)?;
+
+        // Hidden keys' logits are replaced by the mask below; hidden values are not.
+        zero_unseen(&mut v, idx, (k0, len), false)?;
 
         let mut s = q
             .f_matmul(&k)?

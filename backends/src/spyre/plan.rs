@@ -6,6 +6,8 @@
 
 use super::step::Seq;
 use super::tensors::from_i64;
+use attn_reference::oracle::Visibility;
+use attn_reference::AttentionConfig;
 use tch::{TchError, Tensor};
 
 /// Sequences computed as one padded batch.
@@ -107,6 +109,9 @@ pub(crate) struct GroupIndex {
     pub seq_lens: Tensor,
     /// The same lengths on the host (what decides which gathered keys lie past an end).
     pub ends: Vec<i64>,
+    /// Per sequence, the first key any of its queries sees (a window's or local chunk's
+    /// start): the pages before it may be skipped blocks, the null block in the table.
+    pub starts: Vec<i64>,
     /// `[b, pages]`: physical blocks, padded with the null block 0.
     pub blocks: Tensor,
     /// Pages per sequence: `len_max` rounded up to whole blocks.
@@ -115,7 +120,12 @@ pub(crate) struct GroupIndex {
 
 impl GroupIndex {
     /// `pages` may exceed what `len_max` needs (a device pads keys further).
-    pub fn new(g: &Group, block_table: &[Vec<u32>], pages: usize) -> Result<Self, TchError> {
+    pub fn new(
+        c: &AttentionConfig,
+        g: &Group,
+        block_table: &[Vec<u32>],
+        pages: usize,
+    ) -> Result<Self, TchError> {
         let (b, q_max) = (g.b(), g.q_max);
         let mut q_rows = Vec::with_capacity(b * q_max);
         let mut q_pos = Vec::with_capacity(b * q_max);
@@ -136,6 +146,16 @@ impl GroupIndex {
             blocks.extend((0..pages).map(|p| row.get(p).copied().unwrap_or(0) as i64));
         }
         let seq_lens: Vec<i64> = g.seqs.iter().map(|s| s.seq_len as i64).collect();
+        // Windows and chunks only move forward: the first query's first key is the lowest.
+        let visibility = Visibility::of(c);
+        let starts = g
+            .seqs
+            .iter()
+            .map(|s| {
+                let first = visibility.keys(s.context_len(), s.seq_len.max(1)).bounds();
+                first.map_or(0, |(lo, _)| lo as i64)
+            })
+            .collect();
         Ok(GroupIndex {
             q_rows: from_i64(&q_rows)?,
             q_pos: from_i64(&q_pos)?.f_view([b as i64, q_max as i64])?,
@@ -144,6 +164,7 @@ impl GroupIndex {
                 .f_to_kind(tch::Kind::Bool)?,
             seq_lens: from_i64(&seq_lens)?,
             ends: seq_lens,
+            starts,
             blocks: from_i64(&blocks)?.f_view([b as i64, pages as i64])?,
             pages,
         })

@@ -19,7 +19,7 @@
 //! variant's f32 path.
 
 use super::cache::SpyreCache;
-use super::mask::{alibi_distance, hidden, per_head, zero_past_end};
+use super::mask::{alibi_distance, hidden, per_head, zero_unseen};
 use super::native;
 use super::plan::{Group, GroupIndex};
 use super::tensors::{in_place, kind_of, CPU};
@@ -200,8 +200,8 @@ pub(crate) fn attend_group(
         let mut k = gather(0, &mut ws.k_pages)?;
         let mut v = gather(1, &mut ws.v_pages)?;
         // SDPA adds its mask to the logits: a NaN key past a sequence's end would survive it.
-        zero_past_end(&mut k, idx, (k0, keys), false)?;
-        zero_past_end(&mut v, idx, (k0, keys), false)?;
+        zero_unseen(&mut k, idx, (k0, keys), false)?;
+        zero_unseen(&mut v, idx, (k0, keys), false)?;
         let hide = hide.f_narrow(4, k0, keys)?;
         let mask = match (&slopes, &distance) {
             (Some(slopes), Some(dist)) => {

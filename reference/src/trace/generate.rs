@@ -8,7 +8,8 @@ use super::manager::{BlockManager, PrefixKey};
 use super::{
     FreeReason, Freed, Phase, ScheduledSeq, SequenceMasks, Trace, TraceSequence, TraceStep,
 };
-use crate::{AttentionConfig, InputRng, PrefixLm, Rswa};
+use crate::oracle::Visibility;
+use crate::{AttentionConfig, AttentionKind, Batch, InputRng, PrefixLm, Rswa};
 use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
 
@@ -171,6 +172,7 @@ pub fn generate(r: &TraceRecipe) -> Trace {
         let lens: Vec<usize> = seqs.iter().map(|s| s.len).collect();
         m.masks(&config, &prompts, &lens)
     });
+    let horizon = Horizon::new(&config, seqs.iter().map(|s| s.len).collect(), &masks);
     let longest = seqs.iter().map(|s| s.len.div_ceil(bs)).max().unwrap_or(1);
     let num_blocks = 1 + r.cache_blocks.max(longest);
     let key = |s: usize, index: usize| {
@@ -197,6 +199,7 @@ pub fn generate(r: &TraceRecipe) -> Trace {
         let mut i = 0;
         while i < running.len() && budget > 0 {
             let s = running[i];
+            skip_blocks(s, &mut seqs[s], &horizon, &mut mgr, &mut step);
             let st = &seqs[s];
             let q = if st.computed < st.prefill_end() {
                 chunk.min(st.prefill_end() - st.computed).min(budget)
@@ -264,6 +267,7 @@ pub fn generate(r: &TraceRecipe) -> Trace {
             st.computed = computed;
             st.status = Status::Running;
             st.first_chunk = true;
+            skip_blocks(s, st, &horizon, &mut mgr, &mut step);
             running.push(s);
             batch.push(scheduled(s, st, q));
             budget -= q;
@@ -282,7 +286,8 @@ pub fn generate(r: &TraceRecipe) -> Trace {
             // (a chain, as vLLM's hashes chain): so a hit's blocks are one table's prefix.
             while st.registered < st.computed / bs {
                 let i = st.registered;
-                if i == 0 || mgr.cached(key(b.seq, i - 1)) == Some(st.table[i - 1]) {
+                let chained = i == 0 || mgr.cached(key(b.seq, i - 1)) == Some(st.table[i - 1]);
+                if chained && st.table[i] != 0 {
                     mgr.register(st.table[i], key(b.seq, i));
                 }
                 st.registered += 1;
@@ -339,7 +344,7 @@ fn release_all(st: &mut SeqState, mgr: &mut BlockManager) -> Vec<u32> {
         .iter()
         .rev()
         .copied()
-        .filter(|&b| mgr.release(b))
+        .filter(|&b| b != 0 && mgr.release(b))
         .collect();
     st.table.clear();
     st.registered = 0;
@@ -351,6 +356,76 @@ fn preempt(st: &mut SeqState, mgr: &mut BlockManager) -> Vec<u32> {
     st.computed = 0;
     st.status = Status::Waiting;
     release_all(st, mgr)
+}
+
+/// The lowest key each sequence's queries can still see, under the config's window and
+/// local chunks and the trace's masks: what vLLM's sliding-window and chunked-local managers
+/// compute to skip blocks. Traces without a window or chunks skip nothing, as vLLM's full
+/// attention manager does.
+struct Horizon {
+    config: AttentionConfig,
+    whole: Batch,
+    skips: bool,
+}
+
+impl Horizon {
+    fn new(config: &AttentionConfig, lens: Vec<usize>, masks: &Option<SequenceMasks>) -> Self {
+        Horizon {
+            config: config.clone(),
+            whole: super::whole_batch(lens, masks.clone()),
+            skips: config.kind == AttentionKind::Decoder
+                && (config.sliding_window.is_some() || config.attention_chunk_size.is_some()),
+        }
+    }
+
+    /// The lowest key any query of sequence `s` at position `from` or later sees (`from`
+    /// itself when it has no such query).
+    fn first_key(&self, s: usize, from: usize) -> usize {
+        let len = self.whole.seq_lens[s];
+        let request = self.whole.request_mask(s);
+        let visibility = Visibility {
+            request,
+            ..Visibility::of(&self.config)
+        };
+        let lowest = |p: usize| visibility.keys(p, len).bounds().map_or(p, |b| b.0);
+        // Windows and chunks only move forward; ranges and R-SWA prefixes may reach back.
+        let monotone = request.ranges.is_empty() && request.rswa.is_none();
+        match monotone {
+            true if from < len => lowest(from),
+            true => from,
+            false => (from..len).map(lowest).min().unwrap_or(from),
+        }
+    }
+}
+
+/// Replace the blocks of `st` wholly before every key its queries can still see with the
+/// null block and give them back (listed in the step's `freed`), as vLLM does when it
+/// schedules a windowed or chunked request: other requests may rewrite them from now on.
+fn skip_blocks(
+    s: usize,
+    st: &mut SeqState,
+    horizon: &Horizon,
+    mgr: &mut BlockManager,
+    step: &mut TraceStep,
+) {
+    if !horizon.skips {
+        return;
+    }
+    let bs = horizon.config.block_size.max(1);
+    let upto = (horizon.first_key(s, st.computed) / bs).min(st.table.len());
+    let blocks: Vec<u32> = st.table[..upto]
+        .iter_mut()
+        .filter(|b| **b != 0)
+        .map(|b| std::mem::replace(b, 0))
+        .filter(|&b| mgr.release(b))
+        .collect();
+    if !blocks.is_empty() {
+        step.freed.push(Freed {
+            seq: s,
+            reason: FreeReason::Skipped,
+            blocks,
+        });
+    }
 }
 
 /// Every sequence's query, key and value rows; the shared prefix's K/V copied into each

@@ -45,6 +45,7 @@ impl std::fmt::Display for BlockEvent {
                 match reason {
                     FreeReason::Finished => "finished",
                     FreeReason::Preempted => "preempted",
+                    FreeReason::Skipped => "left behind by its window or chunk",
                 }
             ),
         }
@@ -57,7 +58,7 @@ pub fn block_history(trace: &Trace, blocks: &[u32], last_step: usize) -> Vec<Blo
     let bs = trace.config.block_size;
     let mut events = Vec::new();
     for (si, st) in trace.steps.iter().enumerate().take(last_step + 1) {
-        // Preemptions free blocks before the step runs.
+        // Preemptions and skipped blocks are freed before the step runs.
         let push_freed = |reason: FreeReason, events: &mut Vec<BlockEvent>| {
             for f in st.freed.iter().filter(|f| f.reason == reason) {
                 for &b in f.blocks.iter().filter(|b| wanted.contains(b)) {
@@ -70,6 +71,7 @@ pub fn block_history(trace: &Trace, blocks: &[u32], last_step: usize) -> Vec<Blo
             }
         };
         push_freed(FreeReason::Preempted, &mut events);
+        push_freed(FreeReason::Skipped, &mut events);
         let hits: Vec<(usize, usize)> = st.prefix_hits.clone();
         for s in &st.seqs {
             let hit = hits.iter().find(|h| h.0 == s.seq).map_or(0, |h| h.1);

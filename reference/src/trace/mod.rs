@@ -4,9 +4,10 @@
 //! computes it) and the steps a block manager scheduled: per step, which sequences ran, how
 //! many of their tokens were already in the cache, how many were new, and their block table.
 //! The slot mapping follows from the table. Blocks are allocated, freed and reused without
-//! clearing, full blocks are shared by prefix-cache hits, and preempted sequences are
-//! recomputed: what a backend's cache sees in serving, and what a single fresh-cache case
-//! never shows.
+//! clearing, full blocks are shared by prefix-cache hits, preempted sequences are
+//! recomputed, and blocks a window or local chunk has left behind become the null block in
+//! their table and go back to the free queue: what a backend's cache sees in serving, and
+//! what a single fresh-cache case never shows.
 //!
 //! Each step is also a [`Case`] ([`Trace::step_case`]): its context comes from the logical
 //! sequences, never from the cache, so the oracle of a step is the oracle of that case. A
@@ -109,10 +110,15 @@ pub struct ScheduledSeq {
 pub enum FreeReason {
     Finished,
     Preempted,
+    /// Wholly before every key the sequence's queries can still see (a sliding window or a
+    /// local chunk moved past it): replaced by the null block in its table and given back
+    /// when the step was scheduled, as vLLM's `remove_skipped_blocks` does.
+    Skipped,
 }
 
-/// Blocks a sequence gave back after a step (a block shared by a prefix hit is only free
-/// once nobody holds it; it is listed when its last holder lets go).
+/// Blocks a sequence gave back: preempted and skipped ones before the step ran, finished
+/// ones after it (a block shared by a prefix hit is only free once nobody holds it; it is
+/// listed when its last holder lets go).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Freed {
@@ -252,16 +258,7 @@ impl Trace {
             .iter()
             .map(|s| s.query.len() / qrow)
             .collect();
-        let mut batch = Batch {
-            seq_lens: lens.clone(),
-            query_lens: lens,
-            num_padding_tokens: 0,
-            causal: None,
-            prefix_lm: None,
-            rswa: None,
-        };
-        batch.set_masks(self.masks.clone().unwrap_or_default());
-        batch
+        whole_batch(lens, self.masks.clone())
     }
 
     /// Tokens computed over the whole trace.
@@ -331,6 +328,20 @@ impl Trace {
             ))
         )
     }
+}
+
+/// Sequences of `lens` as one prefill each, with `masks`.
+pub(crate) fn whole_batch(lens: Vec<usize>, masks: Option<SequenceMasks>) -> Batch {
+    let mut batch = Batch {
+        seq_lens: lens.clone(),
+        query_lens: lens,
+        num_padding_tokens: 0,
+        causal: None,
+        prefix_lm: None,
+        rswa: None,
+    };
+    batch.set_masks(masks.unwrap_or_default());
+    batch
 }
 
 /// The slot of position `pos` through a (valid) table row.
