@@ -127,6 +127,9 @@ class NumpyReference(Adapter):
             seen = visible & self.in_chunk(config, rel, qpos)
             seen = self.request_masks(config, step, s, seen, pos, qpos)
             logits = np.where(seen[None], logits, -np.inf)
+            # A value row no query sees may be stale memory (a skipped block's null block, a
+            # partial page's tail): 0 · NaN is NaN, so it must not reach P·V at all.
+            v = np.where(seen.any(axis=0)[:, None, None], v, 0.0)
             peak = logits.max(axis=2, keepdims=True)
             if config.sinks is not None:
                 sinks = np.asarray(config.sinks, dtype=np.float64)[:, None, None]

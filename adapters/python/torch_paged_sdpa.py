@@ -79,6 +79,14 @@ class TorchPagedSdpa(Adapter):
             blocks = block_table[s][pos // bs]
             k = cache[0, blocks, pos % bs]  # [seq_len, num_kv_heads, head_size]
             v = cache[1, blocks, pos % bs]
+            # Keys before the first query's window are never seen and may sit in skipped
+            # blocks (the null block: stale memory, NaN say); SDPA's additive mask would let
+            # a NaN through, so they are zeroed before it runs.
+            lr = config.window_left_right()
+            if config.kind == "decoder" and lr is not None:
+                first = max(0, context - lr[0])
+                k[:first] = 0
+                v[:first] = 0
             mask = self.mask(config, context, q1 - q0, seq_len)
             o = F.scaled_dot_product_attention(
                 query[q0:q1].float().transpose(0, 1)[None],

@@ -619,8 +619,10 @@ impl Case {
                     // (A block one of them skipped matches whatever the other holds there.)
                     let prefix = i0 == i
                         && (0..i).all(|j| {
-                            let (a, b) =
-                                (self.layout.block_table[s0][j], self.layout.block_table[s][j]);
+                            let (a, b) = (
+                                self.layout.block_table[s0][j],
+                                self.layout.block_table[s][j],
+                            );
                             a == b || a == 0 || b == 0
                         });
                     if !prefix {

@@ -420,7 +420,10 @@ fn windows_and_chunks_leave_blocks_behind_as_vllm_frees_them() {
     for (what, n) in [
         ("skipped blocks", skipped),
         ("null entries in tables", null_entries),
-        ("skipped blocks rewritten while their sequence runs", reused_while_running),
+        (
+            "skipped blocks rewritten while their sequence runs",
+            reused_while_running,
+        ),
     ] {
         println!("{what}: {n}");
         assert!(n >= 10, "{what}: only {n} in 300 traces");

@@ -116,6 +116,10 @@ pub const DIMENSIONS: &[(&str, &[&str])] = &[
             "preemption",
             "chunked prefill",
             "decode into a new block",
+            // A window or local chunk left a block behind (the null block in its table, as
+            // vLLM frees it), and another sequence rewrote it while the first still ran.
+            "block skipped",
+            "skipped block rewritten",
         ],
     ),
 ];

@@ -137,6 +137,11 @@ pub const CATALOGUE: &[MutantInfo] = &[
     m("first-prefill-as-decode", "the decode/prefill split is off by one: the first prefill behind the decodes runs through the decode path, every row at the sequence's last position"),
     // Feature pairs.
     public("sink-twice-split-kv", "ROCm/rocm-libraries#12227", "with a sliding window, a KV split wholly before the window publishes the sink and the next split seeds it again: the sink counts twice once the window starts past 256 keys"),
+    // Skipped blocks: vLLM puts the null block where a window has left a block behind.
+    MutantInfo {
+        trace_only: true,
+        ..public("window-masked-after-load", "vllm-project/vllm#49588", "the paged kernel loads every block from 0 and applies the sliding window as a score mask afterwards (kernel_paged_attention_2d before vllm-project/vllm#49588): the keys before the window weigh 0, but the values of a skipped block (the null block, stale memory) still enter P·V as 0 · v, and 0 · NaN is NaN")
+    },
     // Multi-head latent attention (one latent entry per token, V its prefix).
     m("mla-v-rows-by-dk", "MLA: V kept as rows of head_size_v but read with K's row stride head_size"),
     public("mla-v-tile-by-dv", "ikawrakow/ik_llama.cpp#2031", "MLA vec decode: keys walked in tiles of Dk rows, V stepped Dv rows per tile, so values lag their keys once a context passes Dk (576) keys"),
@@ -231,6 +236,7 @@ pub fn mutant(name: &str) -> Option<Arc<dyn Backend>> {
         "alibi-positions-in-f16" => plain(Bug::AlibiPositionsInF16),
         "first-prefill-as-decode" => plain(Bug::FirstPrefillAsDecode),
         "sink-twice-split-kv" => plain(Bug::SinkTwiceSplitKv),
+        "window-masked-after-load" => plain(Bug::WindowMaskedAfterLoad),
         "mla-v-rows-by-dk" => latent(MlaBug::VRowsByDk),
         "mla-v-tile-by-dv" => latent(MlaBug::VTileByDv),
         "mla-v-into-rope" => latent(MlaBug::VIntoRope),

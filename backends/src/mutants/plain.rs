@@ -73,6 +73,8 @@ pub enum Bug {
     AlibiPositionsInF16,
     FirstPrefillAsDecode,
     SinkTwiceSplitKv,
+    // Skipped blocks.
+    WindowMaskedAfterLoad,
 }
 
 /// The online max's starting value of kernels that use a finite stand-in for -inf.
@@ -643,7 +645,17 @@ impl Backend for PlainBackend {
                         }
                         part
                     };
-                    let (a, b) = (split(&keys[..mid]), split(&keys[mid..]));
+                    let (mut a, b) = (split(&keys[..mid]), split(&keys[mid..]));
+                    if self.bug == Bug::WindowMaskedAfterLoad && c.sliding_window.is_some() {
+                        // Every block from 0 is loaded and the window is a score mask: the
+                        // keys before it get a weight of exactly 0, and their values still
+                        // enter P·V (a skipped block's null block: 0 · NaN = NaN).
+                        for k in 0..base_lo {
+                            for (acc, v) in a.acc.iter_mut().zip(read(true, k)) {
+                                *acc += 0.0 * v;
+                            }
+                        }
+                    }
                     let sink = c.sinks.as_ref().map(|x| x[h]);
                     let m = a.max.max(b.max).max(sink.unwrap_or(f32::NEG_INFINITY));
                     let fa = if a.max == f32::NEG_INFINITY {

@@ -50,6 +50,7 @@ fn locate_tokens(case: &Case) -> Vec<(usize, usize)> {
 pub enum Pattern {
     NonFinite,
     PaddingSlot,
+    SkippedBlock,
     Precision,
     PositionPrecision,
     TokensPastLimit,
@@ -80,6 +81,7 @@ impl Pattern {
         match self {
             Pattern::NonFinite => "non-finite rows",
             Pattern::PaddingSlot => "tokens that read the cache's last slot",
+            Pattern::SkippedBlock => "non-finite rows of sequences with skipped blocks",
             Pattern::Precision => "errors growing with |q.k| in a 16-bit dtype",
             Pattern::PositionPrecision => "positions past a 16-bit dtype's integers",
             Pattern::TokensPastLimit => "every token past a power of two",
@@ -110,6 +112,27 @@ impl Pattern {
 pub struct Finding {
     pub pattern: Pattern,
     pub text: String,
+}
+
+/// Whether every diverging token belongs to a sequence whose table holds a skipped block
+/// (the null block inside its `seq_len`) and every token of a sequence without one agrees.
+fn only_sequences_with_skipped_blocks(
+    case: &Case,
+    located: &[(usize, usize)],
+    bad: &BTreeSet<usize>,
+) -> bool {
+    let bs = case.config.block_size;
+    let skips: Vec<bool> = (0..case.num_seqs())
+        .map(|s| {
+            let needed = case.batch.seq_lens[s].div_ceil(bs);
+            case.layout.block_table[s][..needed].contains(&0)
+        })
+        .collect();
+    let skipping = |t: usize| located.get(t).is_some_and(|&(s, _)| skips[s]);
+    let others_agree = (0..located.len())
+        .filter(|&t| !skipping(t))
+        .all(|t| !bad.contains(&t));
+    !bad.is_empty() && bad.iter().all(|&t| skipping(t)) && others_agree
 }
 
 /// Whether the step has a padding token (slot −1) and every diverging token reads the cache's
@@ -327,6 +350,11 @@ pub fn finding(case: &Case, c: &Comparison) -> Option<Finding> {
     // it gives, the place is the same.
     if reads_padding_slot(case, &bad_tokens) {
         return found(Pattern::PaddingSlot, "only tokens that read the cache's last slot diverge, and the step has padding tokens (slot -1): check that the KV write skips slot -1 instead of indexing the last slot with it".into());
+    }
+    // A skipped block is the null block: stale memory, NaN under poison. Non-finite rows
+    // only where a table holds one point at a kernel that loads it and masks afterwards.
+    if c.non_finite && only_sequences_with_skipped_blocks(case, &located, &bad_tokens) {
+        return found(Pattern::SkippedBlock, "NaN/Inf only in sequences whose block table holds skipped blocks (the null block where a window or local chunk left a block behind, as vLLM frees them): check that the kernel never loads keys or values before the first block its queries see; a masked key's value still meets its weight of 0 in P·V (0 · NaN = NaN)".into());
     }
     if c.non_finite {
         return found(Pattern::NonFinite, "NaN/Inf reached a real row: a fully masked row, a padding row or an unguarded softmax (no max subtraction) leaked".into());

@@ -108,6 +108,12 @@ pub fn not_declared(space: &Space) -> Vec<(&'static str, &'static str)> {
     if !space.allows_feature(Feature::SlidingWindow) {
         out.extend(["1", "inside the sequence", "past the sequence"].map(|b| ("window", b)));
     }
+    // Only a window or local chunks leave blocks behind.
+    if !space.allows_feature(Feature::SlidingWindow)
+        && !space.allows_feature(Feature::ChunkedLocalAttention)
+    {
+        out.extend(["block skipped", "skipped block rewritten"].map(|b| ("trace events", b)));
+    }
     for f in Feature::OPTIONAL
         .into_iter()
         .filter(|f| !space.allows_feature(*f))
@@ -419,16 +425,31 @@ pub fn trace_buckets(trace: &attn_reference::Trace) -> Vec<(&'static str, &'stat
     let bs = trace.config.block_size;
     let mut freed = std::collections::HashSet::new();
     let (mut reused, mut preempted, mut chunked, mut new_block) = (false, false, false, false);
+    // Blocks a sequence left behind, while it still holds the rest of its table.
+    let mut skipped: Vec<(usize, u32)> = Vec::new();
+    let (mut skips, mut rewritten) = (false, false);
     for st in &trace.steps {
+        for f in st.freed.iter().filter(|f| f.reason != FreeReason::Finished) {
+            preempted |= f.reason == FreeReason::Preempted;
+            skips |= f.reason == FreeReason::Skipped;
+            if f.reason == FreeReason::Skipped {
+                skipped.extend(f.blocks.iter().map(|&b| (f.seq, b)));
+            } else {
+                skipped.retain(|&(s, _)| s != f.seq);
+            }
+            freed.extend(f.blocks.iter().copied());
+        }
         for s in &st.seqs {
-            reused |= s.block_table[s.context_len / bs..]
-                .iter()
-                .any(|b| freed.contains(b));
+            let written = &s.block_table[s.context_len / bs..];
+            reused |= written.iter().any(|b| freed.contains(b));
+            rewritten |= skipped.iter().any(|&(o, b)| {
+                o != s.seq && written.contains(&b) && st.seqs.iter().any(|x| x.seq == o)
+            });
             chunked |= s.phase == Phase::ChunkedPrefill;
             new_block |= s.phase == Phase::Decode && s.context_len.is_multiple_of(bs);
         }
-        for f in &st.freed {
-            preempted |= f.reason == FreeReason::Preempted;
+        for f in st.freed.iter().filter(|f| f.reason == FreeReason::Finished) {
+            skipped.retain(|&(s, _)| s != f.seq);
             freed.extend(f.blocks.iter().copied());
         }
     }
@@ -439,6 +460,8 @@ pub fn trace_buckets(trace: &attn_reference::Trace) -> Vec<(&'static str, &'stat
         (preempted, "preemption"),
         (chunked, "chunked prefill"),
         (new_block, "decode into a new block"),
+        (skips, "block skipped"),
+        (rewritten, "skipped block rewritten"),
     ] {
         if on {
             out.push(("trace events", bucket));
