@@ -141,6 +141,7 @@ const CAUSES: &[(&str, &[&str])] = &[
     ("cross-cache-rewritten", &["encoder_decoder", "cross"]),
     ("finite-max-sentinel", &["softmax", "max"]),
     ("tile-shares-row-max", &["softmax", "max", "nan"]),
+    ("half-tile-row-max", &["softmax", "max", "nan"]),
     ("qk-overflows-f16", &["nan", "precision", "fp32"]),
     ("block-q-zero-above-16", &["mapping", "kv group", "head"]),
     (

@@ -81,6 +81,11 @@ pub const DIMENSIONS: &[(&str, &[&str])] = &[
     // How far apart the row maxima of one sequence's query rows (one head) lie: a kernel
     // that reuses one row's max for a query tile overflows or underflows past ~88.
     ("row maxima spread", &["at most 100", "above 100"]),
+    // The same within a sequence of more than 64 query rows (half a 128-row query tile).
+    (
+        "wide chunk spread",
+        &["no chunk past 64 rows", "at most 100", "above 100"],
+    ),
     (
         "cache elements",
         &["below 2^20", "2^20 to 2^31", "above 2^31"],

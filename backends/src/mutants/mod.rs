@@ -124,6 +124,7 @@ pub const CATALOGUE: &[MutantInfo] = &[
     // Extreme logits (rows shifted past 1e4, q·k past f16's range, row maxima far apart).
     public("finite-max-sentinel", "flashinfer-ai/flashinfer#4267", "the online max starts at a finite -5e4 instead of -inf: a row whose every logit lies below it outputs zeros"),
     m("tile-shares-row-max", "the rows of a 16-row query tile all use the first row's max: rows whose maxima differ by more than ~88 overflow or underflow"),
+    m("half-tile-row-max", "rows 64 to 127 of each 128-row query tile rescale by the row max of the row 64 before them (the tile's second half reading the first half's registers): right while their maxima are within ~80, NaN once a long chunk's rows are further apart"),
     m("qk-overflows-f16", "with f16 inputs the unscaled q·k tile is held in f16: past 65504 it is infinite and the row turns NaN"),
     // Big head groups.
     public("block-q-zero-above-16", "vllm-project/vllm#23424", "BLOCK_Q = 16 // (query heads per kv head): more than 16 per kv head divides by zero"),
@@ -227,6 +228,7 @@ pub fn mutant(name: &str) -> Option<Arc<dyn Backend>> {
         "cross-cache-rewritten" => plain(Bug::CrossCacheRewritten),
         "finite-max-sentinel" => plain(Bug::FiniteMaxSentinel),
         "tile-shares-row-max" => plain(Bug::TileSharesRowMax),
+        "half-tile-row-max" => plain(Bug::HalfTileRowMax),
         "qk-overflows-f16" => plain(Bug::QkOverflowsF16),
         "block-q-zero-above-16" => plain(Bug::BlockQZeroAbove16),
         "tokens-past-8192-skipped" => plain(Bug::TokensPast8192Skipped),

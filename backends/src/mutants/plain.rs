@@ -75,12 +75,15 @@ pub enum Bug {
     SinkTwiceSplitKv,
     // Skipped blocks.
     WindowMaskedAfterLoad,
+    HalfTileRowMax,
 }
 
 /// The online max's starting value of kernels that use a finite stand-in for -inf.
 const FINITE_MAX_SENTINEL: f32 = -5e4;
 /// Query rows of one sequence that share a tile (and, with the tile bug, its first row's max).
 const QUERY_TILE: usize = 16;
+/// Query rows of the wide tile whose second half reads the first half's maxima.
+const WIDE_TILE: usize = 128;
 /// Rows a launch grid sized for 8,192 tokens reaches.
 const GRID_TOKENS: usize = 8192;
 /// Most tokens of one request in a speculative decode (1 + the drafts).
@@ -586,8 +589,15 @@ impl Backend for PlainBackend {
                     };
                     let logit = |k: usize| logit_of(q, p, k);
                     // The tile bug's max: that of the tile's first row, for every row.
-                    let tile_max = (self.bug == Bug::TileSharesRowMax).then(|| {
-                        let t0 = q0 + (t - q0) / QUERY_TILE * QUERY_TILE;
+                    // The half-tile bug: a row in the second half of a 128-row tile uses
+                    // the max of the row 64 before it (the first half's registers).
+                    let half = WIDE_TILE / 2;
+                    let other_row = match self.bug {
+                        Bug::TileSharesRowMax => Some(q0 + (t - q0) / QUERY_TILE * QUERY_TILE),
+                        Bug::HalfTileRowMax if (t - q0) % WIDE_TILE >= half => Some(t - half),
+                        _ => None,
+                    };
+                    let tile_max = other_row.map(|t0| {
                         let p0 = ctx + t0 - q0;
                         let q0r = &step.query[(t0 * hq + h) * d..][..d];
                         Visibility {

@@ -51,6 +51,7 @@ pub enum Pattern {
     NonFinite,
     PaddingSlot,
     SkippedBlock,
+    WideTileRows,
     Precision,
     PositionPrecision,
     TokensPastLimit,
@@ -82,6 +83,7 @@ impl Pattern {
             Pattern::NonFinite => "non-finite rows",
             Pattern::PaddingSlot => "tokens that read the cache's last slot",
             Pattern::SkippedBlock => "non-finite rows of sequences with skipped blocks",
+            Pattern::WideTileRows => "non-finite rows past the 64th of a query chunk",
             Pattern::Precision => "errors growing with |q.k| in a 16-bit dtype",
             Pattern::PositionPrecision => "positions past a 16-bit dtype's integers",
             Pattern::TokensPastLimit => "every token past a power of two",
@@ -133,6 +135,17 @@ fn only_sequences_with_skipped_blocks(
         .filter(|&t| !skipping(t))
         .all(|t| !bad.contains(&t));
     !bad.is_empty() && bad.iter().all(|&t| skipping(t)) && others_agree
+}
+
+/// Whether every diverging token is past the 64th query row of its sequence (the 64 rows
+/// before it, in the same chunk, agree).
+fn only_rows_past_64(case: &Case, located: &[(usize, usize)], bad: &BTreeSet<usize>) -> bool {
+    !bad.is_empty()
+        && bad.iter().all(|&t| {
+            located
+                .get(t)
+                .is_some_and(|&(s, p)| p - case.context_len(s) >= 64)
+        })
 }
 
 /// Whether the step has a padding token (slot −1) and every diverging token reads the cache's
@@ -355,6 +368,9 @@ pub fn finding(case: &Case, c: &Comparison) -> Option<Finding> {
     // only where a table holds one point at a kernel that loads it and masks afterwards.
     if c.non_finite && only_sequences_with_skipped_blocks(case, &located, &bad_tokens) {
         return found(Pattern::SkippedBlock, "NaN/Inf only in sequences whose block table holds skipped blocks (the null block where a window or local chunk left a block behind, as vLLM frees them): check that the kernel never loads keys or values before the first block its queries see; a masked key's value still meets its weight of 0 in P·V (0 · NaN = NaN)".into());
+    }
+    if c.non_finite && only_rows_past_64(case, &located, &bad_tokens) {
+        return found(Pattern::WideTileRows, "NaN/Inf only in rows past the 64th of a sequence's query chunk, while its first 64 rows agree: check what a wide query tile (128 rows, say) shares between its halves; a row rescaled by another row's running max overflows or underflows once their maxima lie far apart".into());
     }
     if c.non_finite {
         return found(Pattern::NonFinite, "NaN/Inf reached a real row: a fully masked row, a padding row or an unguarded softmax (no max subtraction) leaked".into());

@@ -22,6 +22,17 @@ pub struct LogitShift {
     /// Alternate the rows of each sequence between `+dot` and `-dot`: row maxima of one
     /// query chunk differ by `2 · scale · dot`.
     pub alternate: bool,
+    /// Each row's shift instead `dot` times a weight of 1, ⅓, −⅓ or −1 picked by a hash of
+    /// its index in the sequence: rows far apart in one long query chunk (64 rows, a tile's
+    /// half) differ as often as neighbours, by up to `2 · scale · dot`.
+    #[serde(default)]
+    pub scattered: bool,
+}
+
+/// The weight of row `j` of a scattered shift.
+fn scattered_weight(j: usize) -> f64 {
+    let h = (j as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 61;
+    [1.0, 1.0 / 3.0, -1.0 / 3.0, -1.0][(h % 4) as usize]
 }
 
 /// The largest scaled shift: past it the tolerance's conditioning term (f32 logits carry an
@@ -52,7 +63,9 @@ impl LogitShift {
         }
         for w in starts.windows(2).take(num_seqs) {
             for (j, token) in (w[0]..w[1]).enumerate() {
-                let sign = if self.alternate && j % 2 == 1 {
+                let sign = if self.scattered {
+                    scattered_weight(j)
+                } else if self.alternate && j % 2 == 1 {
                     -1.0
                 } else {
                     1.0
@@ -77,6 +90,7 @@ pub fn logit_shift() -> impl Strategy<Value = LogitShift> {
         .prop_map(|(dot, negative, alternate)| LogitShift {
             dot: if negative { -dot } else { dot },
             alternate,
+            scattered: false,
         })
 }
 
@@ -264,7 +278,13 @@ impl LongFeatures {
         r.sinks = self.sinks;
         r.kv_cache = self.kv_cache;
         // A shift the tier drew for itself (big batches) stays unless the features draw one.
-        r.logits = self.logits.or(r.logits);
+        // Long query chunks scatter an alternating shift over their rows, so rows a tile's
+        // half apart (64, say) have maxima far apart too.
+        let scattered = self.logits.map(|l| LogitShift {
+            scattered: l.alternate,
+            ..l
+        });
+        r.logits = scattered.or(r.logits);
         if let Some((kv, group)) = self.heads {
             let mut big = CaseRecipe {
                 num_kv_heads: kv,
@@ -466,6 +486,7 @@ fn batch_of(
         r.logits = Some(LogitShift {
             dot: if seed % 4 == 1 { 2e5 } else { -4e5 },
             alternate: true,
+            scattered: false,
         });
     }
     // Thousands of sequences: small heads keep the tensors (and their drawing) cheap.
@@ -546,6 +567,7 @@ mod tests {
             logits: Some(LogitShift {
                 dot: -3e4,
                 alternate: true,
+                scattered: false,
             }),
             ..plain.clone()
         };

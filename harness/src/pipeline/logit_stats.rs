@@ -26,7 +26,13 @@ pub struct LogitStats {
     /// The largest difference between two row maxima (scaled) of one sequence's query rows,
     /// one head.
     pub row_max_spread: f64,
+    /// The same over sequences of more than [`WIDE_CHUNK`] query rows only (`None`: the
+    /// case has none), where a 128-row query tile's halves can mix up their maxima.
+    pub wide_chunk_spread: Option<f64>,
 }
+
+/// Query rows of one sequence past which a chunk counts as wide: half a 128-row tile.
+pub const WIDE_CHUNK: usize = 64;
 
 impl LogitStats {
     pub fn of(case: &Case) -> LogitStats {
@@ -48,18 +54,20 @@ impl LogitStats {
         };
         // Below every bucket edge: the bound is the answer's bucket.
         if bound.logit <= 50.0 && bound.dot <= F16_MAX {
+            let wide = case.batch.query_lens.iter().any(|&q| q > WIDE_CHUNK);
             return LogitStats {
                 max_logit: bound.logit,
                 max_dot: bound.dot,
                 row_max_spread: 2.0 * bound.logit,
+                wide_chunk_spread: wide.then_some(2.0 * bound.logit),
             };
         }
         exact(case, &q, &keys)
     }
 
-    /// The (dimension, bucket) pairs of `logit magnitude`, `unscaled q·k` and
-    /// `row maxima spread`.
-    pub fn buckets(&self) -> [(&'static str, &'static str); 3] {
+    /// The (dimension, bucket) pairs of `logit magnitude`, `unscaled q·k`,
+    /// `row maxima spread` and `wide chunk spread`.
+    pub fn buckets(&self) -> [(&'static str, &'static str); 4] {
         let magnitude = match self.max_logit {
             x if x < 1e2 => "below 1e2",
             x if x < 1e4 => "1e2 to 1e4",
@@ -76,10 +84,16 @@ impl LogitStats {
         } else {
             "at most 100"
         };
+        let wide = match self.wide_chunk_spread {
+            None => "no chunk past 64 rows",
+            Some(x) if x <= 100.0 => "at most 100",
+            Some(_) => "above 100",
+        };
         [
             ("logit magnitude", magnitude),
             ("unscaled q·k", dot),
             ("row maxima spread", spread),
+            ("wide chunk spread", wide),
         ]
     }
 }
@@ -176,7 +190,14 @@ fn exact(case: &Case, q: &[f64], keys: &[Vec<f64>]) -> LogitStats {
             }
             if highest > lowest {
                 out.row_max_spread = out.row_max_spread.max(highest - lowest);
+                if case.batch.query_lens[s] > WIDE_CHUNK {
+                    let w = out.wide_chunk_spread.get_or_insert(0.0);
+                    *w = w.max(highest - lowest);
+                }
             }
+        }
+        if case.batch.query_lens[s] > WIDE_CHUNK {
+            out.wide_chunk_spread.get_or_insert(0.0);
         }
     }
     out
@@ -202,6 +223,7 @@ mod tests {
             logits: Some(LogitShift {
                 dot: 4.0e5,
                 alternate: true,
+                scattered: false,
             }),
             ..small
         };

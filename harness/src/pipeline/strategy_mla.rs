@@ -112,6 +112,7 @@ fn logit_shift_of(values: crate::strategy::Values) -> Option<crate::extremes::Lo
         .then_some(crate::extremes::LogitShift {
             dot: if mixed & 8 == 0 { 3e5 } else { -1e6 },
             alternate: mixed & 16 == 0,
+            scattered: false,
         })
 }
 
