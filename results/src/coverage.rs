@@ -28,6 +28,21 @@ pub const DIMENSIONS: &[(&str, &[&str])] = &[
         ],
     ),
     ("block size", &["1", "2-15", "16-64", "65-128", "above 128"]),
+    // The shape factors of the three-way table (`crate::triples`), beside the dtype.
+    (
+        "head-size class",
+        &["up to 32", "33-127", "128", "above 128"],
+    ),
+    (
+        "block-size class",
+        &["1-15", "16-31", "32-63", "64 and above"],
+    ),
+    ("kind", &["decoder", "encoder-only", "cross-attention"]),
+    ("step shape", &["decode", "spec-decode", "prefill", "mixed"]),
+    (
+        "context class",
+        &["up to 32 keys", "33-512 keys", "above 512 keys"],
+    ),
     ("heads", &["single", "MHA", "MQA", "GQA 2-4", "GQA above 4"]),
     // Query heads per kv head, and query heads in all (models run up to 128 of each).
     ("group size", &["1", "2-8", "9-16", "17-64", "65-128"]),
@@ -190,6 +205,10 @@ pub struct CoverageReport {
     /// backend, then pair ([`pair_key`]); pairs never met are absent.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub pairs: BTreeMap<String, BTreeMap<String, usize>>,
+    /// Cases run per triple of shape factors ([`crate::triples::FACTORS`]), by backend, then
+    /// triple; triples never met are absent.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub triples: BTreeMap<String, BTreeMap<String, usize>>,
 }
 
 /// What a table cell shows for a bucket outside the backend's declared space.
@@ -246,6 +265,12 @@ impl CoverageReport {
             let mine = self.pairs.entry(backend.clone()).or_default();
             for (pair, n) in pairs {
                 *mine.entry(pair.clone()).or_default() += n;
+            }
+        }
+        for (backend, triples) in &other.triples {
+            let mine = self.triples.entry(backend.clone()).or_default();
+            for (triple, n) in triples {
+                *mine.entry(triple.clone()).or_default() += n;
             }
         }
         for (backend, dims) in &other.not_declared {

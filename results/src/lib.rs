@@ -19,6 +19,7 @@ pub mod mutants;
 pub mod outcome;
 pub mod pairs;
 pub mod precision;
+pub mod triples;
 
 pub use backend_id::{BackendId, BackendRole};
 pub use bench::{BenchRow, BenchStatus, BenchSummary};

@@ -157,6 +157,10 @@ pub fn check_body(s: &CheckSummary, note_of: &dyn Fn(&FailureRecord) -> String) 
             "Coverage: cases run per pair of features and shape classes",
             &pairs,
         ));
+        out.push_str(&details(
+            "Coverage: triples of shape classes",
+            &bullets(&crate::triples::triple_lines(report, &names)),
+        ));
     }
     if !s.upstream.is_empty() {
         out.push_str(&details(

@@ -123,6 +123,7 @@ pub fn not_declared(space: &Space) -> Vec<(&'static str, &'static str)> {
         out.push(("trace features", f.label()));
     }
     out.extend(mla_not_declared(space));
+    out.extend(crate::pipeline::covering::shape_not_declared(space));
     out.extend(precision_not_declared(space));
     // Production traces keep their layout's head size: none where the space allows none.
     let layouts = crate::pipeline::trace_production::LAYOUTS;
@@ -341,6 +342,7 @@ pub fn buckets(case: &Case) -> Vec<(&'static str, &'static str)> {
         ),
     ]);
     v.extend(crate::logit_stats::LogitStats::of(case).buckets());
+    v.extend(crate::pipeline::covering::shape_buckets(case));
     let longest = case.batch.seq_lens.iter().copied().max().unwrap_or(0);
     let longest_query = case.batch.query_lens.iter().copied().max().unwrap_or(0);
     let elements =
@@ -475,6 +477,7 @@ pub fn count(report: &mut CoverageReport, backend: &str, buckets: &[(&str, &str)
         report.count(backend, dim, bucket);
     }
     report.count_pairs(backend, buckets);
+    report.count_triples(backend, buckets);
 }
 
 /// A step of decodes only, plain (every real request one token) or speculative (at most 8:

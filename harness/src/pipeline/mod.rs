@@ -6,6 +6,7 @@ pub mod bench;
 pub mod check;
 pub mod control;
 pub mod coverage;
+pub mod covering;
 pub mod drive;
 pub mod extremes;
 pub mod failure_classes;

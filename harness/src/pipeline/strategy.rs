@@ -924,7 +924,10 @@ pub fn fit_space(mut r: CaseRecipe, space: &Space, budget: usize) -> CaseRecipe 
 /// The cost ceiling of property case `index`'s tier.
 pub fn budget_of(index: usize, limits: StrategyLimits) -> usize {
     match Tier::of(index, limits) {
-        Tier::Small => SMALL_COST,
+        Tier::Small => match crate::pipeline::covering::covering_row(index, limits) {
+            Some(_) => crate::pipeline::covering::COVERING_COST,
+            None => SMALL_COST,
+        },
         Tier::LongContext | Tier::DecodeBatch | Tier::HugeCache => LONG_COST,
         Tier::BigStep => crate::extremes::BIG_STEP_COST,
         Tier::BigBatch => crate::extremes::BIG_BATCH_COST,
@@ -965,7 +968,10 @@ fn tier_strategy(index: usize, limits: StrategyLimits) -> BoxedStrategy<CaseReci
             .boxed()
     };
     match Tier::of(index, limits) {
-        Tier::Small => recipe(limits).boxed(),
+        Tier::Small => match crate::pipeline::covering::covering_row(index, limits) {
+            Some(row) => crate::pipeline::covering::covering_case(row, limits).boxed(),
+            None => recipe(limits).boxed(),
+        },
         Tier::LongContext => {
             // Past 16k keys, or between 4k and 16k.
             let min = if ordinal % 8 == 2 { 4_097 } else { 16_385 };

@@ -96,6 +96,9 @@ fn coverage_text(s: &CheckSummary, detail: Detail) -> String {
     for l in attn_results::coverage::pair_lines(report, &names) {
         let _ = writeln!(out, "pairs: {l}");
     }
+    for l in attn_results::triples::triple_lines(report, &names) {
+        let _ = writeln!(out, "triples: {l}");
+    }
     out
 }
 
