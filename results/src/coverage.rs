@@ -167,7 +167,6 @@ pub fn dimensions() -> Vec<(&'static str, Vec<&'static str>)> {
                     ![
                         Feature::EncoderOnly,
                         Feature::CrossAttention,
-                        Feature::Mla,
                         Feature::PaddedRequests,
                     ]
                     .contains(f)

@@ -126,7 +126,7 @@ pub fn not_declared(space: &Space) -> Vec<(&'static str, &'static str)> {
     out.extend(crate::pipeline::covering::shape_not_declared(space));
     out.extend(precision_not_declared(space));
     // Production traces keep their layout's head size: none where the space allows none.
-    let layouts = crate::pipeline::trace_production::LAYOUTS;
+    let layouts: Vec<_> = crate::pipeline::trace_production::all_layouts().collect();
     if crate::pipeline::trace::draws_traces(space)
         && space
             .head_size_values()
@@ -406,7 +406,7 @@ pub fn trace_buckets(trace: &attn_reference::Trace) -> Vec<(&'static str, &'stat
     use attn_reference::trace::{FreeReason, Phase};
     let steps = range_bucket(trace.steps.len(), &[(8, "1-8"), (24, "9-24")], "above 24");
     let c = &trace.config;
-    let model = crate::pipeline::trace_production::LAYOUTS.iter().any(|l| {
+    let model = crate::pipeline::trace_production::all_layouts().any(|l| {
         (l.num_heads, l.num_kv_heads, l.head_size) == (c.num_heads, c.num_kv_heads, c.head_size)
     });
     let mut out = vec![

@@ -255,8 +255,8 @@ pub fn trace_recipe_with(seed: u64, index: usize, shapes: &TraceShapes) -> Trace
     recipe
 }
 
-/// Whether `space` has traces to draw: decoder steps over K and V rows (traces do not model
-/// MLA, so a space of MLA alone has none).
+/// Whether `space` has traces to draw: decoder steps over K and V rows (the drawn traces are
+/// ordinary attention and only the production ones MLA, so a space of MLA alone has none).
 pub fn draws_traces(space: &Space) -> bool {
     space.allows_kind(attn_reference::AttentionKind::Decoder)
         && space.allows_kv_layout(attn_reference::mla::KvLayout::Mha)
@@ -271,8 +271,10 @@ pub fn fit_trace(mut r: TraceRecipe, space: &Space) -> TraceRecipe {
         return r;
     }
     space.fit_config(&mut r.config);
-    // Traces do not model MLA: a space with it draws traces of ordinary attention.
-    attn_reference::Feature::Mla.turn_off(&mut r.config);
+    // A space without MLA runs an MLA model's trace as ordinary attention at its size.
+    if !space.allows_feature(attn_reference::Feature::Mla) {
+        attn_reference::Feature::Mla.turn_off(&mut r.config);
+    }
     // The masks the space leaves out.
     use attn_reference::Feature;
     if let Some(m) = r.masks.as_mut() {

@@ -8,10 +8,12 @@
 use attn_reference::trace::{generate, TraceRecipe};
 use attn_reference::{AttentionConfig, DType, InputRng, Poison};
 
-/// One trace in this many is production-shaped.
+/// One trace in this many is production-shaped, and one more an MLA model's.
 pub const PRODUCTION_EVERY: usize = 20;
 /// Its place in each run of [`PRODUCTION_EVERY`] traces.
 pub const PRODUCTION_AT: usize = 7;
+/// The MLA trace's place in each run of [`PRODUCTION_EVERY`] traces.
+pub const MLA_AT: usize = 17;
 /// Oracle work of one production trace (query × key pairs × query heads × head size over
 /// every step): its prompts, then its outputs, are halved until it fits.
 pub const PRODUCTION_COST: usize = 40_000_000;
@@ -29,6 +31,9 @@ pub struct Layout {
     pub sinks: bool,
     pub alibi: bool,
     pub chunked: bool,
+    /// Multi-head latent attention: V's width (the latent), the key row being latent plus
+    /// rotary part, and the model's softmax scale.
+    pub mla: Option<(usize, f32)>,
 }
 
 const fn layout(
@@ -47,6 +52,7 @@ const fn layout(
         sinks: false,
         alibi: false,
         chunked: false,
+        mla: None,
     }
 }
 
@@ -84,14 +90,55 @@ pub const LAYOUTS: &[Layout] = &[
     },
 ];
 
-/// Whether trace `index` is production-shaped.
+/// MLA models' layouts (absorbed decode: one latent kv head, V its prefix), in the order MLA
+/// traces take them.
+pub const MLA_LAYOUTS: &[Layout] = &[
+    Layout {
+        mla: Some((
+            attn_reference::mla::DEEPSEEK_V3_KV_LORA_RANK,
+            DEEPSEEK_V3_SCALE,
+        )),
+        ..layout(
+            "DeepSeek-V3 (MLA), TP 8",
+            16,
+            1,
+            attn_reference::mla::DEEPSEEK_V3_ENTRY,
+        )
+    },
+    Layout {
+        mla: Some((
+            attn_reference::mla::DEEPSEEK_V3_KV_LORA_RANK,
+            DEEPSEEK_V3_SCALE,
+        )),
+        ..layout(
+            "DeepSeek-V3 (MLA), TP 16",
+            8,
+            1,
+            attn_reference::mla::DEEPSEEK_V3_ENTRY,
+        )
+    },
+];
+
+/// 192^-0.5, DeepSeek-V3's `qk_head_dim` scale (a const: `model_scale` is not).
+const DEEPSEEK_V3_SCALE: f32 = 0.072_168_784;
+
+/// Whether trace `index` is production-shaped (an MLA model's among them).
 pub fn is_production(index: usize) -> bool {
-    index % PRODUCTION_EVERY == PRODUCTION_AT
+    matches!(index % PRODUCTION_EVERY, PRODUCTION_AT | MLA_AT)
+}
+
+/// Every production layout, MLA ones included (what coverage calls "a model's").
+pub fn all_layouts() -> impl Iterator<Item = &'static Layout> {
+    LAYOUTS.iter().chain(MLA_LAYOUTS)
 }
 
 /// The layout of production trace `index`.
 pub fn layout_of(index: usize) -> &'static Layout {
-    &LAYOUTS[(index / PRODUCTION_EVERY) % LAYOUTS.len()]
+    let n = index / PRODUCTION_EVERY;
+    match index % PRODUCTION_EVERY {
+        MLA_AT => &MLA_LAYOUTS[n % MLA_LAYOUTS.len()],
+        _ => &LAYOUTS[n % LAYOUTS.len()],
+    }
 }
 
 /// Production trace recipe `index` of `seed`: [`layout_of`]'s layout in bf16 or f16 at block
@@ -122,6 +169,10 @@ pub fn production_recipe(seed: u64, index: usize) -> TraceRecipe {
     }
     if l.chunked {
         config.attention_chunk_size = Some(pick(32, 96));
+    }
+    if let Some((head_size_v, scale)) = l.mla {
+        config.mla = Some(attn_reference::mla::Mla { head_size_v });
+        config.scale = Some(scale);
     }
     let n = pick(2, 4);
     let sharing = if pick(0, 1) == 0 {
@@ -176,9 +227,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_default_run_holds_five_layouts_each_within_its_cost_and_valid() {
+    fn the_mla_scale_is_deepseeks() {
+        let exact = attn_reference::mla::model_scale(attn_reference::mla::DEEPSEEK_V3_QK_HEAD_DIM);
+        assert!((DEEPSEEK_V3_SCALE - exact).abs() < 1e-8);
+    }
+
+    #[test]
+    fn a_default_run_holds_five_layouts_and_an_mla_one_each_within_its_cost_and_valid() {
         let indices: Vec<usize> = (0..100).filter(|&i| is_production(i)).collect();
-        assert_eq!(indices.len(), 5);
+        assert_eq!(indices.len(), 10);
+        let mla: Vec<usize> = indices.iter().copied().filter(|i| i % 20 == MLA_AT).collect();
+        assert!(mla.iter().all(|&i| production_recipe(1, i).config.mla.is_some()));
         let mut groups = std::collections::BTreeSet::new();
         for i in indices {
             let r = production_recipe(1, i);

@@ -154,6 +154,18 @@ fn candidates(r: &TraceRecipe, space: &Space) -> Vec<TraceRecipe> {
     }
     push(&|c| c.config.head_size = 1);
     push(&|c| c.config.head_size = c.config.head_size.div_ceil(2));
+    // An MLA entry's V is its prefix: both widths shrink together.
+    if r.config.mla.is_some() {
+        let mla_widths = |c: &mut TraceRecipe, cut: fn(usize) -> usize| {
+            if let Some(m) = c.config.mla.as_mut() {
+                let rope = c.config.head_size - m.head_size_v;
+                m.head_size_v = cut(m.head_size_v);
+                c.config.head_size = m.head_size_v + cut(rope);
+            }
+        };
+        push(&|c| mla_widths(c, |_| 1));
+        push(&|c| mla_widths(c, |w| w.div_ceil(2)));
+    }
     push(&|c| c.config.block_size = 1);
     push(&|c| c.config.block_size = c.config.block_size.div_ceil(2));
     push(&|c| c.config.block_size = c.config.block_size.saturating_sub(1).max(1));

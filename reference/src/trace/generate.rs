@@ -428,23 +428,24 @@ fn skip_blocks(
     }
 }
 
-/// Every sequence's query, key and value rows; the shared prefix's K/V copied into each
-/// sharing sequence.
+/// Every sequence's query, key and value rows (none of value under MLA); the shared prefix's
+/// K/V copied into each sharing sequence.
 fn token_data(r: &TraceRecipe, n: usize) -> Vec<TraceSequence> {
     let c = &r.config;
     let (qrow, kvrow) = (c.num_heads * c.head_size, c.num_kv_heads * c.head_size);
     let mut rng = InputRng::new(r.seed);
     let shared_k = rng.normal_vec(r.shared_prefix * kvrow, 1.0, c.dtype);
-    let shared_v = rng.normal_vec(r.shared_prefix * kvrow, 1.0, c.dtype);
+    let shared_v = rng.normal_vec(r.shared_prefix * c.value_row(), 1.0, c.dtype);
     (0..n)
         .map(|s| {
             let len = r.prompts[s].max(1) + r.outputs[s];
             let mut key = rng.normal_vec(len * kvrow, 1.0, c.dtype);
-            let mut value = rng.normal_vec(len * kvrow, 1.0, c.dtype);
+            let mut value = rng.normal_vec(len * c.value_row(), 1.0, c.dtype);
             if s < r.sharing {
-                let m = r.shared_prefix.min(len) * kvrow;
-                key[..m].copy_from_slice(&shared_k[..m]);
-                value[..m].copy_from_slice(&shared_v[..m]);
+                let n = r.shared_prefix.min(len);
+                key[..n * kvrow].copy_from_slice(&shared_k[..n * kvrow]);
+                let v = n * c.value_row();
+                value[..v].copy_from_slice(&shared_v[..v]);
             }
             TraceSequence {
                 query: rng.normal_vec(len * qrow, 1.0, c.dtype),
