@@ -236,8 +236,14 @@ mod tests {
     fn a_default_run_holds_five_layouts_and_an_mla_one_each_within_its_cost_and_valid() {
         let indices: Vec<usize> = (0..100).filter(|&i| is_production(i)).collect();
         assert_eq!(indices.len(), 10);
-        let mla: Vec<usize> = indices.iter().copied().filter(|i| i % 20 == MLA_AT).collect();
-        assert!(mla.iter().all(|&i| production_recipe(1, i).config.mla.is_some()));
+        let mla: Vec<usize> = indices
+            .iter()
+            .copied()
+            .filter(|i| i % 20 == MLA_AT)
+            .collect();
+        assert!(mla
+            .iter()
+            .all(|&i| production_recipe(1, i).config.mla.is_some()));
         let mut groups = std::collections::BTreeSet::new();
         for i in indices {
             let r = production_recipe(1, i);

@@ -61,7 +61,7 @@ pub struct TraceSequence {
     pub query: Vec<f32>,
     /// `[len, num_kv_heads, head_size]`
     pub key: Vec<f32>,
-    /// `[len, num_kv_heads, head_size]`
+    /// `[len, num_kv_heads, head_size]` (empty under MLA: V is the key row's prefix)
     pub value: Vec<f32>,
 }
 
@@ -154,6 +154,7 @@ impl Trace {
         let c = &self.config;
         let bs = c.block_size;
         let (qrow, kvrow) = (c.num_heads * c.head_size, c.num_kv_heads * c.head_size);
+        let vrow = c.value_row();
         let st = &self.steps[step];
         let width = st
             .seqs
@@ -181,11 +182,11 @@ impl Trace {
                 .extend_from_slice(&data.key[ctx * kvrow..end * kvrow]);
             tensors
                 .value
-                .extend_from_slice(&data.value[ctx * kvrow..end * kvrow]);
+                .extend_from_slice(&data.value[ctx * vrow..end * vrow]);
             tensors.context_key.push(data.key[..ctx * kvrow].to_vec());
             tensors
                 .context_value
-                .push(data.value[..ctx * kvrow].to_vec());
+                .push(data.value[..ctx * vrow].to_vec());
             slot_mapping.extend((ctx..end).map(|p| slot(&s.block_table, bs, p)));
             let mut row = s.block_table.clone();
             row.resize(width, 0);

@@ -18,16 +18,6 @@ impl Trace {
         self.config
             .validate()
             .map_err(|error| TraceError::Case { step: None, error })?;
-        if self.config.mla.is_some() {
-            // Sequences carry K and V rows alike; an MLA trace would need V-less rows.
-            return Err(TraceError::Case {
-                step: None,
-                error: crate::CaseError::InvalidParam {
-                    field: "config.mla".into(),
-                    reason: "traces do not model MLA; single cases cover it".into(),
-                },
-            });
-        }
         self.validate_shapes()?;
         // The masks over each sequence's whole length: a step sees them cut to its own.
         if self.masks.is_some() {
@@ -65,7 +55,22 @@ impl Trace {
             };
             let q = rows("query", &s.query, qrow)?;
             let k = rows("key", &s.key, kvrow)?;
-            let v = rows("value", &s.value, kvrow)?;
+            // An MLA entry has no V of its own (V is the key row's prefix): no value rows.
+            let v = match c.value_row() {
+                0 if s.value.is_empty() => k,
+                0 => {
+                    return Err(TraceError::Case {
+                        step: None,
+                        error: crate::CaseError::InvalidParam {
+                            field: format!("sequences[{i}].value"),
+                            reason: "an MLA sequence carries no value rows (V is the prefix of \
+                                     each key row)"
+                                .into(),
+                        },
+                    })
+                }
+                row => rows("value", &s.value, row)?,
+            };
             if q != k || k != v {
                 return Err(TraceError::SequenceLengths {
                     seq: i,
@@ -150,6 +155,7 @@ impl Trace {
     fn validate_steps(&self) -> Result<(), TraceError> {
         let bs = self.config.block_size;
         let kvrow = self.config.num_kv_heads * self.config.head_size;
+        let vrow = self.config.value_row();
         let mut holder: HashMap<i64, (usize, usize)> = HashMap::new();
         for (si, st) in self.steps.iter().enumerate() {
             self.step_case(si)
@@ -176,8 +182,8 @@ impl Trace {
                             && (o == s.seq
                                 || (theirs.key[q * kvrow..(q + 1) * kvrow]
                                     == mine.key[p * kvrow..(p + 1) * kvrow]
-                                    && theirs.value[q * kvrow..(q + 1) * kvrow]
-                                        == mine.value[p * kvrow..(p + 1) * kvrow]))
+                                    && theirs.value[q * vrow..(q + 1) * vrow]
+                                        == mine.value[p * vrow..(p + 1) * vrow]))
                     };
                     let held = holder.get(&slot);
                     if !held.is_some_and(same) {
