@@ -141,7 +141,7 @@ pub const CATALOGUE: &[MutantInfo] = &[
     // Skipped blocks: vLLM puts the null block where a window has left a block behind.
     MutantInfo {
         trace_only: true,
-        ..public("window-masked-after-load", "vllm-project/vllm#49588", "the paged kernel loads every block from 0 and applies the sliding window as a score mask afterwards (kernel_paged_attention_2d before vllm-project/vllm#49588): the keys before the window weigh 0, but the values of a skipped block (the null block, stale memory) still enter P·V as 0 · v, and 0 · NaN is NaN")
+        ..public("window-masked-after-load", "vllm-project/vllm#49588", "the paged kernel loads every block from 0 and applies the sliding window (or local chunk) as a score mask afterwards (kernel_paged_attention_2d before vllm-project/vllm#49588): the keys before it weigh 0, but the values of a skipped block (the null block, stale memory) still enter P·V as 0 · v, and 0 · NaN is NaN")
     },
     // Multi-head latent attention (one latent entry per token, V its prefix).
     m("mla-v-rows-by-dk", "MLA: V kept as rows of head_size_v but read with K's row stride head_size"),

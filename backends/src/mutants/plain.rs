@@ -656,10 +656,12 @@ impl Backend for PlainBackend {
                         part
                     };
                     let (mut a, b) = (split(&keys[..mid]), split(&keys[mid..]));
-                    if self.bug == Bug::WindowMaskedAfterLoad && c.sliding_window.is_some() {
-                        // Every block from 0 is loaded and the window is a score mask: the
-                        // keys before it get a weight of exactly 0, and their values still
-                        // enter P·V (a skipped block's null block: 0 · NaN = NaN).
+                    let masked_edge =
+                        c.sliding_window.is_some() || c.attention_chunk_size.is_some();
+                    if self.bug == Bug::WindowMaskedAfterLoad && masked_edge {
+                        // Every block from 0 is loaded and the window (or local chunk) is a
+                        // score mask: the keys before it get a weight of exactly 0, and their
+                        // values still enter P·V (a skipped block's null block: 0 · NaN = NaN).
                         for k in 0..base_lo {
                             for (acc, v) in a.acc.iter_mut().zip(read(true, k)) {
                                 *acc += 0.0 * v;

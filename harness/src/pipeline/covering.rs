@@ -67,10 +67,11 @@ fn with_turns(mut r: CaseRecipe, row: usize) -> CaseRecipe {
         }
     }
     if row % 4 == 1 {
+        // Scattered over the rows, so a chunk's rows 64 apart have maxima far apart.
         r.logits = Some(crate::extremes::LogitShift {
             dot: 3e4,
             alternate: true,
-            scattered: false,
+            scattered: true,
         });
     }
     let longest = r.seqs.iter().map(|&(c, q)| c + q).max().unwrap_or(1);
@@ -145,7 +146,8 @@ fn impose(mut r: CaseRecipe, levels: Levels) -> CaseRecipe {
                 ("decode", _) | ("mixed", 1) => 1,
                 ("spec-decode", 0) => one_of(&[2, 4, 8]),
                 ("spec-decode", _) => one_of(&[1, 2, 3, 8]),
-                ("mixed", 0) | ("prefill", _) => one_of(&[9, 16, 33, 64]),
+                // Past 64 rows too: the halves of a 128-row query tile.
+                ("mixed", 0) | ("prefill", _) => one_of(&[9, 16, 33, 96]),
                 _ => one_of(&[1, 2, 9, 16]),
             };
             match r.kind {

@@ -252,6 +252,16 @@ pub fn trace_recipe_with(seed: u64, index: usize, shapes: &TraceShapes) -> Trace
         }
         recipe.masks = Some(m);
     }
+    // A window or local chunks leave blocks behind (the null block, stale memory): half of
+    // those traces without poison get NaN or an infinity there, drawn last, so a kernel that
+    // loads a skipped block and weighs it by 0 meets a value 0 · v cannot hide.
+    let c = &recipe.config;
+    if (c.sliding_window.is_some() || c.attention_chunk_size.is_some())
+        && recipe.poison.is_none()
+        && pick(0, 1) == 0
+    {
+        recipe.poison = Some(Poison::ALL[pick(0, 2)]);
+    }
     recipe
 }
 
