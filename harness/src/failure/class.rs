@@ -2,7 +2,7 @@
 //! far beyond the tolerance, an error's message without its numbers, the hint's pattern, the
 //! logits' magnitude), so a run with several bugs reports each once.
 
-use super::hint::{finding, Pattern};
+use super::hint::{finding, Identity, Pattern};
 use crate::logit_stats::LogitStats;
 use attn_reference::{Case, DType};
 use attn_results::compare::Divergence;
@@ -167,8 +167,9 @@ impl Signature {
 
 impl Signature {
     /// Whether two shrunk cases show one bug: the same kind and message, the same pattern
-    /// and the same features left. Severity and logits aside: a bug that is 10x off in one
-    /// case and just past the tolerance in another is still one bug once both are minimal.
+    /// and, as far as the pattern needs them ([`Pattern::identity`]), the same features
+    /// left. Severity and logits aside: a bug that is 10x off in one case and just past the
+    /// tolerance in another is still one bug once both are minimal.
     ///
     /// Wrong values and non-finite ones are one bug when both keep to the same located
     /// pattern: a kernel that reads a slot it should not turns the poison there into NaN and
@@ -179,10 +180,22 @@ impl Signature {
         let located = self.pattern.is_some_and(|p| p != Pattern::NonFinite);
         let same_kind = self.symptom.kind == other.symptom.kind
             || (located && values(self.symptom.kind) && values(other.symptom.kind));
+        // A pattern that names the mechanism (a padding write into the last slot, a skipped
+        // block read) is one bug whatever else the case had; one that names a feature's edge
+        // (the window's, a chunk's) is one bug per attention kind; any other needs the same
+        // features left, since they are what tells its bugs apart.
+        let features = match self.pattern.map(Pattern::identity) {
+            Some(Identity::Mechanism) => true,
+            Some(Identity::Kind) => {
+                let kind = |s: &Signature| s.features.as_ref().and_then(|f| f.first().cloned());
+                kind(self) == kind(other)
+            }
+            Some(Identity::Features) | None => self.features == other.features,
+        };
         same_kind
             && self.symptom.message == other.symptom.message
             && self.pattern == other.pattern
-            && self.features == other.features
+            && features
     }
 }
 

@@ -76,7 +76,50 @@ pub enum Pattern {
     NoneFits,
 }
 
+/// What two failures of one [`Pattern`] must share besides it to be one bug.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Identity {
+    /// Nothing: the pattern names the mechanism (a write into the last slot, a skipped block
+    /// read), whatever features the case had.
+    Mechanism,
+    /// The attention kind: the pattern names a feature's edge, which each kind draws its way.
+    Kind,
+    /// Every feature left after shrinking: the pattern alone does not tell bugs apart.
+    Features,
+}
+
 impl Pattern {
+    /// What failures of this pattern must share to be one bug.
+    pub fn identity(self) -> Identity {
+        match self {
+            Pattern::PaddingSlot
+            | Pattern::SkippedBlock
+            | Pattern::WideTileRows
+            | Pattern::TokensPastLimit
+            | Pattern::KeysPastSplit
+            | Pattern::HeadPack
+            | Pattern::PositionPrecision
+            | Pattern::BlockFirstSlot
+            | Pattern::PartialLastBlock => Identity::Mechanism,
+            Pattern::WindowEdge
+            | Pattern::ChunkEdge
+            | Pattern::PerRequestCausality
+            | Pattern::PrefixLmRange
+            | Pattern::RswaPrefix => Identity::Kind,
+            Pattern::NonFinite
+            | Pattern::Precision
+            | Pattern::HeadMapping
+            | Pattern::KvHeadData
+            | Pattern::PerHeadParams
+            | Pattern::ChunkedPrefill
+            | Pattern::DecodeOnly
+            | Pattern::PrefillOnly
+            | Pattern::SomeSequences
+            | Pattern::Everywhere
+            | Pattern::NoneFits => Identity::Features,
+        }
+    }
+
     /// The pattern in a few words, for a class's signature.
     pub fn label(self) -> &'static str {
         match self {
@@ -146,6 +189,52 @@ fn only_rows_past_64(case: &Case, located: &[(usize, usize)], bad: &BTreeSet<usi
                 .get(t)
                 .is_some_and(|&(s, p)| p - case.context_len(s) >= 64)
         })
+}
+
+/// Whether a window of `w` cuts keys off the token `f` sees.
+fn window_cuts(c: &attn_reference::AttentionConfig, w: usize, f: &TokenFacts) -> bool {
+    match c.kind {
+        AttentionKind::Decoder => f.pos + 1 > w,
+        AttentionKind::EncoderOnly => f.pos + 1 > w || f.pos + w < f.seq_len,
+        // Validation rejects a window in cross-attention.
+        AttentionKind::EncoderDecoder => false,
+    }
+}
+
+fn window_edge_text(c: &attn_reference::AttentionConfig, w: usize) -> String {
+    format!(
+        "only tokens whose window of {w} cuts off keys diverge: check the window edge (w keys including the query: {} )",
+        match c.kind {
+            AttentionKind::Decoder => "decoder (left, right) = (w-1, 0)",
+            AttentionKind::EncoderOnly | AttentionKind::EncoderDecoder => {
+                "encoder (left, right) = (w-1, w-1)"
+            }
+        }
+    )
+}
+
+/// The window-edge hint, where every diverging token is one the window cuts and some token
+/// it does not cut agrees (without other masks, whose edges would read alike).
+fn window_edge_first(
+    case: &Case,
+    located: &[(usize, usize)],
+    bad: &BTreeSet<usize>,
+) -> Option<String> {
+    let c = &case.config;
+    let w = c.sliding_window?;
+    let b = &case.batch;
+    if bad.is_empty()
+        || c.attention_chunk_size.is_some()
+        || b.prefix_lm.is_some()
+        || b.rswa.is_some()
+        || b.has_non_causal()
+    {
+        return None;
+    }
+    let cut = |t: usize| window_cuts(c, w, &facts(case, located[t]));
+    let uncut_agrees = (0..located.len()).any(|t| !bad.contains(&t) && !cut(t));
+    (uncut_agrees && bad.iter().all(|&t| t < located.len() && cut(t)))
+        .then(|| window_edge_text(c, w))
 }
 
 /// Whether the step has a padding token (slot −1) and every diverging token reads the cache's
@@ -405,6 +494,13 @@ pub fn finding(case: &Case, c: &Comparison) -> Option<Finding> {
         return found(Pattern::PositionPrecision, text);
     }
 
+    // The window's edge before the heads: an off-by-one there errs on some heads only (the
+    // extra key matters more to some), which reads like a head mapping, but only the
+    // window-cut tokens diverge while an uncut one agrees.
+    if let Some(text) = window_edge_first(case, &located, &bad_tokens) {
+        return found(Pattern::WindowEdge, text);
+    }
+
     // Heads: a partial set points at the head mapping or at one kv head's data.
     if let Some(pack) = head_pack(c_cfg, &bad_heads) {
         return found(Pattern::HeadPack, format!(
@@ -491,22 +587,8 @@ pub fn finding(case: &Case, c: &Comparison) -> Option<Finding> {
         }
     }
     if let Some(w) = c_cfg.sliding_window {
-        let cut = |f: &TokenFacts| match c_cfg.kind {
-            AttentionKind::Decoder => f.pos + 1 > w,
-            AttentionKind::EncoderOnly => f.pos + 1 > w || f.pos + w < f.seq_len,
-            // Validation rejects a window in cross-attention.
-            AttentionKind::EncoderDecoder => false,
-        };
-        if bad.iter().all(|f| cut(f)) {
-            return found(Pattern::WindowEdge, format!(
-                "only tokens whose window of {w} cuts off keys diverge: check the window edge (w keys including the query: {} )",
-                match c_cfg.kind {
-                    AttentionKind::Decoder => "decoder (left, right) = (w-1, 0)",
-                    AttentionKind::EncoderOnly | AttentionKind::EncoderDecoder => {
-                        "encoder (left, right) = (w-1, w-1)"
-                    }
-                }
-            ));
+        if bad.iter().all(|f| window_cuts(c_cfg, w, f)) {
+            return found(Pattern::WindowEdge, window_edge_text(c_cfg, w));
         }
     }
     // Per-request causality: the errors keep to the non-causal requests, or to the causal

@@ -280,9 +280,12 @@ pub fn fit_trace(mut r: TraceRecipe, space: &Space) -> TraceRecipe {
     if space.is_full() {
         return r;
     }
+    let mla_model = r.config.mla.is_some();
     space.fit_config(&mut r.config);
-    // A space without MLA runs an MLA model's trace as ordinary attention at its size.
-    if !space.allows_feature(attn_reference::Feature::Mla) {
+    // An MLA model's trace stays MLA where the space allows it (elsewhere it runs as ordinary
+    // attention at its size); a drawn trace never becomes one (an MLA-only space, which
+    // `check` draws no trace for, would otherwise get one with masks MLA refuses).
+    if !mla_model || !space.allows_feature(attn_reference::Feature::Mla) {
         attn_reference::Feature::Mla.turn_off(&mut r.config);
     }
     // The masks the space leaves out.
