@@ -587,12 +587,10 @@ impl Case {
             let at = merged.partition_point(|&(_, b)| b <= lo);
             merged.get(at).is_some_and(|&(a, _)| a < hi)
         };
-        for i in first_null..needed {
-            if row[i] == 0 && read(i) {
-                return Err(CaseError::NullBlockUsed { seq: s, index: i });
-            }
+        match (first_null..needed).find(|&i| row[i] == 0 && read(i)) {
+            Some(index) => Err(CaseError::NullBlockUsed { seq: s, index }),
+            None => Ok(()),
         }
-        Ok(())
     }
 
     /// A physical block may be live in two places only as prefix sharing: a full context block

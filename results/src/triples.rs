@@ -55,18 +55,17 @@ fn triple_valid(t: &Triple) -> bool {
 
 /// Every valid triple, in a fixed order.
 fn all_triples() -> Vec<Triple> {
+    let size = |f: usize| FACTORS[f].1.len();
+    let factors =
+        (0..6).flat_map(|a| (a + 1..6).flat_map(move |b| (b + 1..6).map(move |c| (a, b, c))));
     let mut out = Vec::new();
-    for a in 0..6 {
-        for b in a + 1..6 {
-            for c in b + 1..6 {
-                for la in 0..FACTORS[a].1.len() {
-                    for lb in 0..FACTORS[b].1.len() {
-                        for lc in 0..FACTORS[c].1.len() {
-                            let t = [(a, la), (b, lb), (c, lc)];
-                            if triple_valid(&t) {
-                                out.push(t);
-                            }
-                        }
+    for (a, b, c) in factors {
+        for la in 0..size(a) {
+            for lb in 0..size(b) {
+                for lc in 0..size(c) {
+                    let t = [(a, la), (b, lb), (c, lc)];
+                    if triple_valid(&t) {
+                        out.push(t);
                     }
                 }
             }

@@ -32,7 +32,7 @@ pub const COVERING_FROM: usize = 100;
 /// indices from [`COVERING_FROM`] on (MLA's slots are odd: every backend's run numbers rows
 /// alike, whatever its space).
 pub fn covering_row(index: usize, limits: StrategyLimits) -> Option<usize> {
-    let slot = |j: usize| j % 2 == 0 && Tier::of(j, limits) == Tier::Small;
+    let slot = |j: usize| j.is_multiple_of(2) && Tier::of(j, limits) == Tier::Small;
     if index < COVERING_FROM || !slot(index) {
         return None;
     }
@@ -48,15 +48,15 @@ pub fn covering_case(row: usize, limits: StrategyLimits) -> impl Strategy<Value 
     crate::strategy::recipe(limits).prop_map(move |r| with_turns(impose(r, levels), row))
 }
 
-/// Decoder row `row`'s turn of a big group (every third), a logit shift (every fourth) and
-/// one of the masks (look-back, non-causal, PrefixLM, R-SWA: four rows in five), where the
-/// cost allows.
+/// Decoder row `row`'s turn of a big group (every third), a logit shift (every fourth, and
+/// every row with a query chunk past 64 rows) and one of the masks (look-back, non-causal,
+/// PrefixLM, R-SWA: four rows in five), where the cost allows.
 fn with_turns(mut r: CaseRecipe, row: usize) -> CaseRecipe {
     use crate::strategy::{RangesRecipe, RswaRecipe};
     if r.kind != AttentionKind::Decoder {
         return r;
     }
-    if row % 3 == 0 {
+    if row.is_multiple_of(3) {
         let big = CaseRecipe {
             num_kv_heads: 1,
             group: 16,
@@ -66,8 +66,9 @@ fn with_turns(mut r: CaseRecipe, row: usize) -> CaseRecipe {
             r = big;
         }
     }
-    if row % 4 == 1 {
-        // Scattered over the rows, so a chunk's rows 64 apart have maxima far apart.
+    if row % 4 == 1 || r.seqs.iter().any(|&(_, q)| q > 64) {
+        // Scattered over the rows, so a chunk's rows 64 apart have maxima far apart (every
+        // row with a chunk past 64 rows takes it).
         r.logits = Some(crate::extremes::LogitShift {
             dot: 3e4,
             alternate: true,

@@ -120,7 +120,7 @@ pub const MLA_LAYOUTS: &[Layout] = &[
 ];
 
 /// 192^-0.5, DeepSeek-V3's `qk_head_dim` scale (a const: `model_scale` is not).
-const DEEPSEEK_V3_SCALE: f32 = 0.072_168_784;
+const DEEPSEEK_V3_SCALE: f32 = 0.072_168_78;
 
 /// Whether trace `index` is production-shaped (an MLA model's among them).
 pub fn is_production(index: usize) -> bool {
