@@ -143,6 +143,8 @@ pub const CATALOGUE: &[MutantInfo] = &[
         trace_only: true,
         ..public("window-masked-after-load", "vllm-project/vllm#49588", "the paged kernel loads every block from 0 and applies the sliding window (or local chunk) as a score mask afterwards (kernel_paged_attention_2d before vllm-project/vllm#49588): the keys before it weigh 0, but the values of a skipped block (the null block, stale memory) still enter P·V as 0 · v, and 0 · NaN is NaN")
     },
+    // A corner of shape factors, each common, rarely all at once.
+    public("wide-decode-chunk-reread", "tenstorrent/tt-metal#56171", "the decode path for head size 256 and up in a half dtype over blocks of 16 or 32 tokens re-reads its first 32-key chunk for every later one: right until a decode attends past 32 keys"),
     // Multi-head latent attention (one latent entry per token, V its prefix).
     m("mla-v-rows-by-dk", "MLA: V kept as rows of head_size_v but read with K's row stride head_size"),
     public("mla-v-tile-by-dv", "ikawrakow/ik_llama.cpp#2031", "MLA vec decode: keys walked in tiles of Dk rows, V stepped Dv rows per tile, so values lag their keys once a context passes Dk (576) keys"),
@@ -239,6 +241,7 @@ pub fn mutant(name: &str) -> Option<Arc<dyn Backend>> {
         "first-prefill-as-decode" => plain(Bug::FirstPrefillAsDecode),
         "sink-twice-split-kv" => plain(Bug::SinkTwiceSplitKv),
         "window-masked-after-load" => plain(Bug::WindowMaskedAfterLoad),
+        "wide-decode-chunk-reread" => plain(Bug::WideDecodeChunkReread),
         "mla-v-rows-by-dk" => latent(MlaBug::VRowsByDk),
         "mla-v-tile-by-dv" => latent(MlaBug::VTileByDv),
         "mla-v-into-rope" => latent(MlaBug::VIntoRope),

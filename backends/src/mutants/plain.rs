@@ -76,6 +76,8 @@ pub enum Bug {
     // Skipped blocks.
     WindowMaskedAfterLoad,
     HalfTileRowMax,
+    // A corner of four shape factors.
+    WideDecodeChunkReread,
 }
 
 /// The online max's starting value of kernels that use a finite stand-in for -inf.
@@ -502,7 +504,16 @@ impl Backend for PlainBackend {
                 if self.bug == Bug::LastPartialBlockIgnored && !seq_len.is_multiple_of(bs) {
                     keys.retain(|&k| k < seq_len / bs * bs);
                 }
+                // The corner bug's decode path (head size 256 and up, a half dtype, blocks of
+                // 16 or 32): its second 32-key chunk re-reads the first.
+                let corner = self.bug == Bug::WideDecodeChunkReread
+                    && query_len == 1
+                    && c.kind == AttentionKind::Decoder
+                    && c.head_size >= 256
+                    && c.dtype != attn_reference::DType::F32
+                    && (bs == 16 || bs == 32);
                 let slot = |k: usize| {
+                    let k = if corner { k % 32 } else { k };
                     let block =
                         if self.bug == Bug::SlotBlockBoundary && k.is_multiple_of(bs) && k > 0 {
                             (k - 1) / bs
