@@ -127,7 +127,10 @@ const CAUSES: &[(&str, &[&str])] = &[
         &["causal", "prefixlm", "r-swa", "own ranges"],
     ),
     ("window-masked-after-load", &["skipped", "null block"]),
-    ("wide-decode-chunk-reread", &["decode", "block", "value gathering", "keys"]),
+    (
+        "wide-decode-chunk-reread",
+        &["decode", "block", "value gathering", "keys"],
+    ),
     ("fp8-scale-applied-twice", &["fp8", "scale"]),
     ("fp8-scale-not-applied", &["fp8", "scale"]),
     ("fp8-e4m3fn-read-as-fnuz", &["fp8", "nan", "scale"]),
