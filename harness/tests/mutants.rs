@@ -39,6 +39,8 @@ fn bounds(mutant: &str) -> (usize, usize, usize) {
         // Non-finite only where a stored value underflows to -0 (read as NaN): the draw that
         // holds one keeps its 36 heads of size 2.
         "mutant:fp8-e4m3fn-read-as-fnuz" => (1, 8, 128),
+        // Its corner is head size 256 and a decode past 32 keys, by definition.
+        "mutant:wide-decode-chunk-reread" => (1, 40, 256),
         // Rows past the 64th of one query chunk, by definition.
         "mutant:half-tile-row-max" => (1, 128, 8),
         _ => (3, 40, 64),
