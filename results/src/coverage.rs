@@ -28,21 +28,6 @@ pub const DIMENSIONS: &[(&str, &[&str])] = &[
         ],
     ),
     ("block size", &["1", "2-15", "16-64", "65-128", "above 128"]),
-    // The shape factors of the three-way table (`crate::triples`), beside the dtype.
-    (
-        "head-size class",
-        &["up to 32", "33-127", "128", "above 128"],
-    ),
-    (
-        "block-size class",
-        &["1-15", "16-31", "32-63", "64 and above"],
-    ),
-    ("kind", &["decoder", "encoder-only", "cross-attention"]),
-    ("step shape", &["decode", "spec-decode", "prefill", "mixed"]),
-    (
-        "context class",
-        &["up to 32 keys", "33-512 keys", "above 512 keys"],
-    ),
     ("heads", &["single", "MHA", "MQA", "GQA 2-4", "GQA above 4"]),
     // Query heads per kv head, and query heads in all (models run up to 128 of each).
     ("group size", &["1", "2-8", "9-16", "17-64", "65-128"]),
@@ -144,11 +129,21 @@ pub const DIMENSIONS: &[(&str, &[&str])] = &[
     ),
 ];
 
-/// Every dimension with its buckets, as reports show them: [`DIMENSIONS`], with `features`
+/// Every dimension with its buckets, as reports show them: [`DIMENSIONS`], the shape factors
+/// of [`crate::triples::FACTORS`] after the block size, with `features`
 /// (one bucket per optional feature of `attn_reference::Feature`, and `none`) after the window.
 pub fn dimensions() -> Vec<(&'static str, Vec<&'static str>)> {
     let mut dims: Vec<(&'static str, Vec<&'static str>)> =
         DIMENSIONS.iter().map(|(d, b)| (*d, b.to_vec())).collect();
+    // The shape factors of the three-way table after the block size (the dtype is its own).
+    let at = dims
+        .iter()
+        .position(|(d, _)| *d == "block size")
+        .map_or(dims.len(), |i| i + 1);
+    let shapes = crate::triples::FACTORS[1..]
+        .iter()
+        .map(|(d, b)| (*d, b.to_vec()));
+    dims.splice(at..at, shapes);
     let features = std::iter::once("none")
         .chain(Feature::OPTIONAL.iter().map(|f| f.label()))
         .collect();

@@ -3,7 +3,7 @@
 //! 16 or 32 and a decode past 32 keys at once; every factor is common, their meeting is not.
 //! Pairs cannot show it, every triple of these classes can.
 //!
-//! Each factor is a coverage dimension ([`crate::coverage::DIMENSIONS`]), so a case's levels
+//! Each factor is a coverage dimension ([`crate::coverage::dimensions`]), so a case's levels
 //! are its buckets there, triples follow from the buckets alone and shards add up as pairs do.
 //! The harness seeds the first property cases of every run from [`covering_array`], so a
 //! default run holds every valid triple whatever the seed.

@@ -182,21 +182,30 @@ fn impose(mut r: CaseRecipe, levels: Levels) -> CaseRecipe {
     r
 }
 
-/// The shape classes of `case` (the dtype is its own dimension), as coverage buckets.
-pub fn shape_buckets(case: &Case) -> [(&'static str, &'static str); 5] {
-    let c = &case.config;
-    let head = match c.head_size {
+/// The head-size class of head size `d`.
+fn head_class(d: usize) -> &'static str {
+    match d {
         0..=32 => "up to 32",
         33..=127 => "33-127",
         128 => "128",
         _ => "above 128",
-    };
-    let block = match c.block_size {
+    }
+}
+
+/// The block-size class of block size `b`.
+fn block_class(b: usize) -> &'static str {
+    match b {
         0..=15 => "1-15",
         16..=31 => "16-31",
         32..=63 => "32-63",
         _ => "64 and above",
-    };
+    }
+}
+
+/// The shape classes of `case` (the dtype is its own dimension), as coverage buckets.
+pub fn shape_buckets(case: &Case) -> [(&'static str, &'static str); 5] {
+    let c = &case.config;
+    let (head, block) = (head_class(c.head_size), block_class(c.block_size));
     let kind = match c.kind {
         AttentionKind::Decoder => "decoder",
         AttentionKind::EncoderOnly => "encoder-only",
@@ -237,38 +246,30 @@ pub fn shape_buckets(case: &Case) -> [(&'static str, &'static str); 5] {
 /// refuses, contexts past its longest sequence.
 pub fn shape_not_declared(space: &Space) -> Vec<(&'static str, &'static str)> {
     let mut out = Vec::new();
-    let class_of = |dim: &str, values: Option<Vec<usize>>, classify: fn(usize) -> &'static str| {
-        let levels = FACTORS
-            .iter()
-            .find(|(d, _)| *d == dim)
-            .map_or(&[][..], |f| f.1);
-        values.map_or_else(Vec::new, |v| {
-            levels
+    // The levels of `dim` that none of the space's `values` falls in (none when it allows all).
+    let unreached =
+        |dim: &'static str, values: Option<Vec<usize>>, class: fn(usize) -> &'static str| {
+            let levels = FACTORS
                 .iter()
-                .filter(|l| !v.iter().any(|&x| classify(x) == **l))
-                .map(|l| (FACTORS.iter().find(|(d, _)| *d == dim).unwrap().0, *l))
-                .collect::<Vec<_>>()
-        })
-    };
-    out.extend(class_of(
+                .find(|(d, _)| *d == dim)
+                .map_or(&[][..], |f| f.1);
+            values.map_or_else(Vec::new, |v| {
+                levels
+                    .iter()
+                    .filter(|l| !v.iter().any(|&x| class(x) == **l))
+                    .map(|l| (dim, *l))
+                    .collect::<Vec<_>>()
+            })
+        };
+    out.extend(unreached(
         "head-size class",
         space.head_size_values(),
-        |d| match d {
-            0..=32 => "up to 32",
-            33..=127 => "33-127",
-            128 => "128",
-            _ => "above 128",
-        },
+        head_class,
     ));
-    out.extend(class_of(
+    out.extend(unreached(
         "block-size class",
         space.block_size_values(),
-        |b| match b {
-            0..=15 => "1-15",
-            16..=31 => "16-31",
-            32..=63 => "32-63",
-            _ => "64 and above",
-        },
+        block_class,
     ));
     if !space.allows_feature(Feature::EncoderOnly) {
         out.push(("kind", "encoder-only"));
