@@ -9,7 +9,9 @@ use attn_results::to_json;
 fn from_json(text: &str) -> Result<CheckSummary, attn_results::ReadError> {
     attn_results::from_json(text)
 }
-use attn_harness::check::{run_check, CheckOptions, Shard};
+use attn_harness::pipeline::check::run::run_check;
+use attn_harness::pipeline::check::CheckOptions;
+use attn_harness::pipeline::check::Shard;
 use attn_harness::render::check::render_json;
 
 #[test]
@@ -19,7 +21,7 @@ fn a_real_summary_round_trips() {
     let run = run_check(CheckOptions {
         seed: 3,
         shard: Shard { index: 1, count: 2 },
-        upstream: attn_harness::upstream::small_suite()
+        upstream: attn_harness::pipeline::upstream::small_suite()
             .into_iter()
             .take(2)
             .collect(),

@@ -9,9 +9,11 @@ use attn_backends::{
 use attn_ci::merge::merge;
 use attn_ci::reply::{render_reply, status_of, ReplyContext, State};
 use attn_ci::summary::CheckSummary;
-use attn_harness::check::{run_check, CheckOptions, Shard};
+use attn_harness::pipeline::check::run::run_check;
+use attn_harness::pipeline::check::CheckOptions;
+use attn_harness::pipeline::check::Shard;
+use attn_harness::pipeline::shrink::ShrinkBudget;
 use attn_harness::render::check::render_json;
-use attn_harness::shrink::ShrinkBudget;
 use attn_reference::AttentionConfig;
 use std::sync::Arc;
 
@@ -71,7 +73,7 @@ fn run(shard: Shard, out: &std::path::Path) -> CheckSummary {
     let run = run_check(CheckOptions {
         seed: 11,
         shard,
-        upstream: attn_harness::upstream::small_suite()
+        upstream: attn_harness::pipeline::upstream::small_suite()
             .into_iter()
             .filter(|c| c.spec == "small_decode")
             .collect(),

@@ -2,8 +2,8 @@
 //! maps. The pipeline only decides where they go and keeps what they need; they are written
 //! here, afterwards, each atomically.
 
-use crate::compare::Comparison;
 use attn_reference::Case;
+use attn_results::compare::Comparison;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;

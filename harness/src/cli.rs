@@ -1,10 +1,10 @@
 //! The `attn-diff` command line: parsing only. Each subcommand's body is in
 //! [`crate::commands`].
 
-use crate::check::Shard;
 use crate::external::ExternalArgs;
+use crate::pipeline::check::Shard;
+use crate::pipeline::upstream;
 use crate::render::Format;
-use crate::upstream;
 use attn_reference::DType;
 use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::{Args, Parser, Subcommand};
@@ -130,15 +130,15 @@ pub struct CheckArgs {
     pub cases: Option<u32>,
     /// Serving traces to run after the property cases: one cache across many scheduled
     /// steps (blocks freed and reused, prefix hits, preemption, chunked prefill).
-    #[arg(long, default_value_t = crate::pipeline::trace::DEFAULT_TRACES, value_name = "N")]
+    #[arg(long, default_value_t = crate::pipeline::draw::trace::DEFAULT_TRACES, value_name = "N")]
     pub traces: u32,
     /// Head sizes traces draw from (default: 1,2,4,8,13,16,32,64,80,128), to aim them at
     /// what a backend runs.
-    #[arg(long, value_parser = crate::pipeline::trace::parse_sizes, value_name = "D,...")]
-    pub trace_head_sizes: Option<crate::pipeline::trace::SizeList>,
+    #[arg(long, value_parser = crate::pipeline::draw::trace::parse_sizes, value_name = "D,...")]
+    pub trace_head_sizes: Option<crate::pipeline::draw::trace::SizeList>,
     /// Block sizes traces draw from (default: 1,2,3,4,5,8,16,32).
-    #[arg(long, value_parser = crate::pipeline::trace::parse_sizes, value_name = "B,...")]
-    pub trace_block_sizes: Option<crate::pipeline::trace::SizeList>,
+    #[arg(long, value_parser = crate::pipeline::draw::trace::parse_sizes, value_name = "B,...")]
+    pub trace_block_sizes: Option<crate::pipeline::draw::trace::SizeList>,
     /// Narrow the case space of every backend (repeatable): KEY=VALUES with the keys of an
     /// adapter's capabilities, e.g. `--only dtypes=f16 --only head_sizes=64,128 --only
     /// max_seqs=1`. Cases, traces and shrinking stay inside each backend's declared space
@@ -182,7 +182,7 @@ pub struct CheckArgs {
     pub shrink_time: Option<f64>,
     /// Send a backend no more cases after N identical failures in a row (the same error,
     /// crash, timeout or malformed reply).
-    #[arg(long, default_value_t = crate::check::DEFAULT_GIVE_UP_AFTER, value_name = "N")]
+    #[arg(long, default_value_t = crate::pipeline::check::DEFAULT_GIVE_UP_AFTER, value_name = "N")]
     pub give_up_after: usize,
     /// Cases and traces run at once (default: one per core). Each adapter runs as up to N
     /// processes. The summary is the same whatever N is.

@@ -19,12 +19,3 @@ pub mod pipeline;
 pub mod progress;
 pub mod render;
 pub mod suggest;
-
-// The pipeline's modules by their short names, as tests and tools have always used them.
-pub use attn_results::compare;
-#[cfg(feature = "mutants")]
-pub use pipeline::mutants;
-pub use pipeline::{
-    bench, check, coverage, extremes, logit_stats, replay, runner, shrink, strategy, strategy_mla,
-    upstream,
-};

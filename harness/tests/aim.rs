@@ -2,11 +2,20 @@
 //! narrows), a narrow backend gets its whole budget, and the summary says what reached it.
 
 use attn_backends::{backend_by_name, declared_space, Backend};
-use attn_harness::check::{case_tree, cohorts, run_check, CheckOptions};
-use attn_harness::pipeline::trace::{fit_trace, trace_recipe_in, TraceShapes};
+use attn_harness::pipeline::check::cohorts;
+use attn_harness::pipeline::check::run::run_check;
+use attn_harness::pipeline::check::subject::case_tree;
+use attn_harness::pipeline::check::CheckOptions;
+use attn_harness::pipeline::draw::budget::fit_space;
+use attn_harness::pipeline::draw::budget_of;
+use attn_harness::pipeline::draw::tier::StrategyLimits;
+use attn_harness::pipeline::draw::trace::fit_trace;
+use attn_harness::pipeline::draw::trace::trace_recipe_in;
+use attn_harness::pipeline::draw::trace::TraceShapes;
+use attn_harness::pipeline::recipe::CaseRecipe;
+use attn_harness::pipeline::shrink::case::shrink_fully;
+use attn_harness::pipeline::shrink::ShrinkBudget;
 use attn_harness::render::check::{render_text, Detail};
-use attn_harness::shrink::{shrink_fully, ShrinkBudget};
-use attn_harness::strategy::{budget_of, fit_space, CaseRecipe, StrategyLimits};
 use attn_reference::trace::generate;
 use attn_reference::{Case, Feature, Space, Unsupported};
 use proptest::strategy::ValueTree;
@@ -84,7 +93,7 @@ fn every_drawn_case_and_trace_is_inside_its_space_and_each_key_binds() {
         for index in 0..12 {
             let trace = generate(&trace_recipe_in(3, index, &TraceShapes::default(), &s));
             assert_eq!(trace.validate(), Ok(()), "{key}: trace {index}");
-            if !attn_harness::pipeline::trace::draws_traces(&s) {
+            if !attn_harness::pipeline::draw::trace::draws_traces(&s) {
                 continue; // `check` draws no trace for it
             }
             for step in 0..trace.steps.len() {

@@ -12,12 +12,17 @@
 
 use attn_backends::external::{AdapterSpec, ExternalBackend};
 use attn_backends::{backend_by_name, Backend};
-use attn_harness::compare::Tolerance;
-use attn_harness::runner::{evaluate, Outcome};
-use attn_harness::strategy::{CaseRecipe, LatentRecipe, Share, TableOrder, Values};
+use attn_harness::pipeline::recipe::CaseRecipe;
+use attn_harness::pipeline::recipe::LatentRecipe;
+use attn_harness::pipeline::recipe::Share;
+use attn_harness::pipeline::recipe::TableOrder;
+use attn_harness::pipeline::recipe::Values;
+use attn_harness::pipeline::runner::evaluate;
+use attn_harness::pipeline::runner::Outcome;
 use attn_reference::{
     reference_output, AttentionKind, Case, DType, Feature, Fp8Format, Fp8KvCache,
 };
+use attn_results::compare::Tolerance;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -295,7 +300,7 @@ mod topics {
     }
 
     pub fn prefix_lm(b: &dyn Backend) {
-        use attn_harness::strategy::RangesRecipe;
+        use attn_harness::pipeline::recipe::RangesRecipe;
         // Ranges at the start, the middle and the end, one token long, across the context
         // and the step, on some requests; with windows shorter and longer than a range,
         // clamped (Gemma 4) or not; beside non-causal requests and local chunks.
@@ -340,7 +345,7 @@ mod topics {
     }
 
     pub fn rswa(b: &dyn Backend) {
-        use attn_harness::strategy::RswaRecipe;
+        use attn_harness::pipeline::recipe::RswaRecipe;
         // Prefixes none, some and all of a sequence; windows of one key and more than the
         // sequence; beside non-causal requests, local chunks and sinks.
         let mixed = vec![(15, 1), (7, 9), (0, 17), (30, 5)];
@@ -540,7 +545,7 @@ mod topics {
     /// runs must pass.
     pub fn upstream_small_specs(b: &dyn Backend) {
         let mut ran = 0;
-        for uc in attn_harness::upstream::small_suite() {
+        for uc in attn_harness::pipeline::upstream::small_suite() {
             let case = uc.build();
             match judge(b, &case, Tolerance::for_case(&case)).0 {
                 Outcome::Pass(_) => ran += 1,

@@ -5,7 +5,9 @@
 //! case `cpu` ran, and its cases hold at least 95% of the valid pairs of features and shape
 //! classes.
 
-use attn_harness::check::{run_check, CheckOptions, DEFAULT_CASES};
+use attn_harness::pipeline::check::run::run_check;
+use attn_harness::pipeline::check::CheckOptions;
+use attn_harness::pipeline::check::DEFAULT_CASES;
 use attn_reference::Feature;
 
 #[test]

@@ -3,9 +3,10 @@
 
 mod support;
 
-use attn_harness::check::{run_check, CheckOptions};
+use attn_harness::pipeline::check::run::run_check;
+use attn_harness::pipeline::check::CheckOptions;
+use attn_harness::pipeline::runner::DivergenceKind;
 use attn_harness::render::check::{render_json, render_markdown, render_text, Detail};
-use attn_harness::runner::DivergenceKind;
 use std::sync::Arc;
 use support::{Naive, Plant};
 
@@ -76,7 +77,7 @@ fn three_bugs_are_three_classes_each_shrunk() {
     let json = render_json(&run.summary);
     let junit = attn_harness::render::junit::render(&run.summary, &[]);
     for c in &classes {
-        let line = attn_harness::pipeline::failure_classes::class_line(c);
+        let line = attn_harness::pipeline::check::classes::class_line(c);
         assert!(text.contains(line.trim_end()), "text lacks {line}");
         assert!(md.contains(&c.signature), "markdown lacks {}", c.signature);
         assert!(

@@ -9,10 +9,11 @@ use attn_backends::external::{AdapterSpec, ExternalBackend};
 use attn_backends::mutants::mutant;
 use attn_backends::registry::backend_by_name;
 use attn_backends::Backend;
-use attn_harness::check::{run_check, CheckOptions};
 use attn_harness::external::adapter_python;
+use attn_harness::pipeline::check::run::run_check;
+use attn_harness::pipeline::check::CheckOptions;
+use attn_harness::pipeline::upstream::small_suite;
 use attn_harness::render::check::render_json;
-use attn_harness::upstream::small_suite;
 use std::path::PathBuf;
 use std::sync::Arc;
 

@@ -3,8 +3,8 @@
 //! threshold itself (257 keys for a 256-key partition, not 40k).
 #![cfg(feature = "mutants")]
 
-use attn_harness::check::DEFAULT_CASES;
-use attn_harness::mutants::run_mutants;
+use attn_harness::pipeline::check::DEFAULT_CASES;
+use attn_harness::pipeline::mutants::run_mutants;
 use attn_results::CaseSize;
 
 /// Bounds on a shrunk case: (sequences, longest sequence, heads × head size).
@@ -282,7 +282,8 @@ fn every_mutant_is_killed_and_shrunk_small() {
 
 #[test]
 fn the_sharing_mutant_breaks_only_with_shared_blocks() {
-    use attn_harness::check::{run_check, CheckOptions};
+    use attn_harness::pipeline::check::run::run_check;
+    use attn_harness::pipeline::check::CheckOptions;
     let run = run_check(CheckOptions::new(
         vec![attn_backends::mutants::mutant("shared-block-gathered-once").unwrap()],
         DEFAULT_CASES,
@@ -298,16 +299,18 @@ fn the_sharing_mutant_breaks_only_with_shared_blocks() {
 #[test]
 fn trace_only_mutants_escape_single_steps_and_die_on_traces() {
     use attn_backends::mutants::{mutant, CATALOGUE};
-    use attn_harness::check::{run_check, CheckOptions};
-    use attn_harness::compare::Tolerance;
-    use attn_harness::runner::{evaluate, Outcome};
+    use attn_harness::pipeline::check::run::run_check;
+    use attn_harness::pipeline::check::CheckOptions;
+    use attn_harness::pipeline::runner::evaluate;
+    use attn_harness::pipeline::runner::Outcome;
+    use attn_results::compare::Tolerance;
     let names: Vec<&str> = CATALOGUE
         .iter()
         .filter(|m| m.trace_only)
         .map(|m| m.name)
         .collect();
     assert!(names.len() >= 5, "{names:?}");
-    let upstream: Vec<_> = attn_harness::upstream::small_suite()
+    let upstream: Vec<_> = attn_harness::pipeline::upstream::small_suite()
         .iter()
         .map(|u| {
             let case = u.build();

@@ -7,7 +7,8 @@ use attn_backends::cpu::CpuBackend;
 mod support;
 
 use attn_backends::{declines_case, Backend};
-use attn_harness::check::{run_check, CheckOptions};
+use attn_harness::pipeline::check::run::run_check;
+use attn_harness::pipeline::check::CheckOptions;
 use attn_reference::{build_case, reference_output, AttentionConfig, BuildOptions, DType, Feature};
 use std::sync::Arc;
 

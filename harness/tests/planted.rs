@@ -3,8 +3,10 @@
 mod support;
 
 use attn_backends::Backend;
-use attn_harness::check::{run_check, CheckOptions, Shard};
-use attn_harness::runner::DivergenceKind;
+use attn_harness::pipeline::check::run::run_check;
+use attn_harness::pipeline::check::CheckOptions;
+use attn_harness::pipeline::check::Shard;
+use attn_harness::pipeline::runner::DivergenceKind;
 use std::sync::Arc;
 use std::time::Instant;
 use support::{Naive, Plant};
@@ -172,7 +174,10 @@ fn reading_a_poisoned_block_tail_is_caught() {
     assert!(b.failed() > 0, "survived {} cases", b.property.sent);
     let f = &b.failures[0];
     println!("{}", f.text);
-    assert_eq!(f.kind, attn_harness::runner::DivergenceKind::NonFinite);
+    assert_eq!(
+        f.kind,
+        attn_harness::pipeline::runner::DivergenceKind::NonFinite
+    );
     // The shrunk case keeps what makes it fail: poisoned memory past a sequence's end.
     assert!(f.text.contains("poison"), "{}", f.text);
     assert!(f.size.sequences <= 2, "{:?}", f.size);

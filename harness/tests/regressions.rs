@@ -1,8 +1,8 @@
 //! Every replay file under `fixtures/regressions/` runs against every registered backend:
 //! copying a shrunk failure's replay file there pins it as a test.
 
-use attn_harness::replay::replay_case;
-use attn_harness::runner::Outcome;
+use attn_harness::pipeline::replay::replay_case;
+use attn_harness::pipeline::runner::Outcome;
 use attn_reference::Case;
 use std::path::PathBuf;
 

@@ -3,8 +3,9 @@
 #![cfg(feature = "mutants")]
 
 use attn_backends::mutants::mutant;
-use attn_harness::check::{run_check, CheckOptions};
-use attn_harness::shrink::ShrinkBudget;
+use attn_harness::pipeline::check::run::run_check;
+use attn_harness::pipeline::check::CheckOptions;
+use attn_harness::pipeline::shrink::ShrinkBudget;
 
 /// The severity words of each class's signature, in report order.
 fn severities(name: &str, shrink: ShrinkBudget) -> Vec<String> {

@@ -8,14 +8,19 @@ use attn_backends::{
     cache_as, cache_as_mut, Backend, BackendError, CacheLayout, KvCache, KvWrite, StepInputs,
     Unsupported,
 };
-use attn_harness::check::{run_check, CheckOptions};
-use attn_harness::compare::Tolerance;
-use attn_harness::pipeline::trace::{
-    evaluate_trace, trace_for, trace_recipe_with, JudgedTrace, TraceOutcome, TraceShapes,
-};
-use attn_harness::runner::{evaluate, Outcome};
+use attn_harness::pipeline::check::run::run_check;
+use attn_harness::pipeline::check::CheckOptions;
+use attn_harness::pipeline::draw::trace::trace_recipe_with;
+use attn_harness::pipeline::draw::trace::TraceShapes;
+use attn_harness::pipeline::runner::evaluate;
+use attn_harness::pipeline::runner::trace::evaluate_trace;
+use attn_harness::pipeline::runner::trace::trace_for;
+use attn_harness::pipeline::runner::trace::JudgedTrace;
+use attn_harness::pipeline::runner::trace::TraceOutcome;
+use attn_harness::pipeline::runner::Outcome;
 use attn_reference::trace::generate;
 use attn_reference::{reference_output, AttentionConfig};
+use attn_results::compare::Tolerance;
 
 #[test]
 fn every_built_in_backend_keeps_its_cache_across_a_traces_steps() {
@@ -158,7 +163,10 @@ fn check_runs_traces_by_default_and_counts_them() {
     ));
     let s = &run.summary;
     let b = &s.backends[0];
-    assert_eq!(s.traces, attn_harness::pipeline::trace::DEFAULT_TRACES);
+    assert_eq!(
+        s.traces,
+        attn_harness::pipeline::draw::trace::DEFAULT_TRACES
+    );
     assert_eq!(b.traces.sent, s.traces as usize);
     assert_eq!(
         b.traces.failed,

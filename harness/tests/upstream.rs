@@ -4,10 +4,12 @@
 //! Llama-3-8B, bf16, block size 16, with upstream's tolerance (atol = rtol = 1e-2), through
 //! every registered backend.
 
-use attn_harness::compare::Tolerance;
-use attn_harness::runner::{evaluate, Outcome};
-use attn_harness::upstream::{UpstreamCase, UpstreamTest};
+use attn_harness::pipeline::runner::evaluate;
+use attn_harness::pipeline::runner::Outcome;
+use attn_harness::pipeline::upstream::UpstreamCase;
+use attn_harness::pipeline::upstream::UpstreamTest;
 use attn_reference::reference_output;
+use attn_results::compare::Tolerance;
 use rstest::rstest;
 
 fn run(test: UpstreamTest, spec: &'static str, heads: (usize, usize)) {
@@ -100,7 +102,7 @@ fn cross(
 #[test]
 fn the_port_covers_upstreams_lists() {
     use attn_reference::specs::{CAUSAL_TEST_SPECS, SLIDING_WINDOW_TEST_SPECS};
-    let suite = attn_harness::upstream::full_suite();
+    let suite = attn_harness::pipeline::upstream::full_suite();
     assert_eq!(
         suite
             .iter()

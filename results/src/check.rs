@@ -471,6 +471,15 @@ impl BackendSummary {
         }
     }
 
+    /// The tally of one part, to count into.
+    pub fn tally_mut(&mut self, part: RunPart) -> &mut Tally {
+        match part {
+            RunPart::Property => &mut self.property,
+            RunPart::Upstream => &mut self.upstream,
+            RunPart::Traces => &mut self.traces,
+        }
+    }
+
     /// Every part's tally together.
     pub fn total(&self) -> Tally {
         let mut t = self.property;

@@ -1,13 +1,15 @@
 //! `attn-diff bench`: one attention call per backend and upstream spec, timed side by side.
 
 use super::{spec_named, usage};
-use crate::bench::{run_bench, BenchEvent, BenchOptions};
 use crate::cli::{BenchArgs, GlobalArgs};
 use crate::external::{ExternalArgs, PREFIX};
+use crate::pipeline::bench::run_bench;
+use crate::pipeline::bench::BenchEvent;
+use crate::pipeline::bench::BenchOptions;
+use crate::pipeline::upstream;
 use crate::progress::Progress;
 use crate::render::bench::{plot, render_markdown, render_text};
 use crate::render::Format;
-use crate::upstream;
 use attn_backends::Backend;
 use attn_reference::{AttentionConfig, AttentionKind, BatchSpec};
 use std::sync::Arc;

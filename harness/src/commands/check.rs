@@ -1,12 +1,14 @@
 //! `attn-diff check`: property cases and upstream specs through backends against the oracle.
 
 use super::{select_backends_with, usage};
-use crate::check::{run_check, CheckOptions, Event};
 use crate::cli::{CheckArgs, CheckFormat, GlobalArgs};
+use crate::pipeline::check::run::run_check;
+use crate::pipeline::check::CheckOptions;
+use crate::pipeline::check::Event;
+use crate::pipeline::shrink::ShrinkBudget;
+use crate::pipeline::upstream;
 use crate::progress::Progress;
 use crate::render::check::{render_json, render_markdown, render_text, Detail};
-use crate::shrink::ShrinkBudget;
-use crate::upstream;
 
 /// The failures folder must take files before the run starts: a run that finds a divergence
 /// and cannot write its replay file would lose it, and print paths that do not exist.
@@ -60,7 +62,7 @@ pub fn run(mut args: CheckArgs, global: GlobalArgs) -> anyhow::Result<bool> {
         .fold(attn_reference::Space::default(), |a, b| a.intersect(b));
     // A backend whose space is empty would run nothing: that is a usage error, not a pass.
     for b in &backends {
-        let space = crate::check::space_of(b.as_ref(), &only);
+        let space = crate::pipeline::check::space_of(b.as_ref(), &only);
         if let Some(why) = space.emptiness() {
             return Err(usage(format!(
                 "{} would run nothing: {why} once `--only {}` narrows what it declares ({})",
@@ -101,8 +103,8 @@ pub fn run(mut args: CheckArgs, global: GlobalArgs) -> anyhow::Result<bool> {
         long: args.long,
         traces: args.traces,
         trace_shapes: {
-            let d = crate::pipeline::trace::TraceShapes::default();
-            crate::pipeline::trace::TraceShapes {
+            let d = crate::pipeline::draw::trace::TraceShapes::default();
+            crate::pipeline::draw::trace::TraceShapes {
                 head_sizes: args.trace_head_sizes.map_or(d.head_sizes, |l| l.0),
                 block_sizes: args.trace_block_sizes.map_or(d.block_sizes, |l| l.0),
             }

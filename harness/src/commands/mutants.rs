@@ -1,12 +1,12 @@
 //! `attn-diff mutants`: what the harness catches, and what the upstream suite alone misses.
 
-use crate::check::CheckOptions;
 use crate::cli::{GlobalArgs, MutantsArgs};
-use crate::mutants::run_mutants;
+use crate::pipeline::check::CheckOptions;
+use crate::pipeline::mutants::run_mutants;
+use crate::pipeline::upstream;
 use crate::progress::Progress;
 use crate::render::mutants::{render_markdown, render_text};
 use crate::render::Format;
-use crate::upstream;
 
 pub fn run(args: MutantsArgs, global: GlobalArgs) -> anyhow::Result<bool> {
     let suite: Vec<_> = upstream::full_suite()

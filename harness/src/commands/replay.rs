@@ -3,9 +3,11 @@
 use super::{is_trace_file, load_case, select_backends_with};
 use crate::cli::ReplayArgs;
 use crate::failure::trace::trace_failure_record;
-use crate::pipeline::trace::{evaluate_trace, JudgedTrace, TraceOutcome};
-use crate::replay::replay_case;
-use crate::runner::Outcome;
+use crate::pipeline::replay::replay_case;
+use crate::pipeline::runner::trace::evaluate_trace;
+use crate::pipeline::runner::trace::JudgedTrace;
+use crate::pipeline::runner::trace::TraceOutcome;
+use crate::pipeline::runner::Outcome;
 use attn_backends::Backend;
 use attn_reference::{Recorded, Trace};
 use std::sync::Arc;

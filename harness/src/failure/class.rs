@@ -3,7 +3,7 @@
 //! logits' magnitude), so a run with several bugs reports each once.
 
 use super::hint::{finding, Identity, Pattern};
-use crate::logit_stats::LogitStats;
+use crate::failure::logit_stats::LogitStats;
 use attn_reference::{Case, DType};
 use attn_results::compare::Divergence;
 use attn_results::DivergenceKind;

@@ -275,7 +275,7 @@ fn precision(case: &Case, c: &Comparison, bad_cells: &[(usize, usize)]) -> Optio
     if cfg.dtype == DType::F32 {
         return None;
     }
-    let logits = crate::logit_stats::row_logits(case)?;
+    let logits = crate::failure::logit_stats::row_logits(case)?;
     let hq = cfg.num_heads;
     let largest = logits.iter().copied().fold(0.0, f64::max);
     if largest < PRECISION_LOGITS || logits.len() < 2 {

@@ -9,5 +9,6 @@
 
 pub mod class;
 pub mod hint;
+pub mod logit_stats;
 pub mod report;
 pub mod trace;

@@ -6,12 +6,13 @@
 //! is timed by the kernel time it reports ([`Backend::reported_kernel_time`]), so the
 //! exchange between the processes is not counted.
 
-use crate::compare::{compare, Tolerance};
 use attn_backends::{prepare_cache, step_inputs, Backend, BackendError, CacheEvictor, KvCache};
 use attn_reference::{
     build_spec_case, reference_output, AttentionConfig, BatchSpec, Fp8Format, Fp8KvCache,
     KvCacheDtype,
 };
+use attn_results::compare::compare;
+use attn_results::compare::Tolerance;
 pub use attn_results::{BackendId, BenchRow, BenchStatus, BenchSummary};
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -5,13 +5,15 @@
 //! running the rest of the budget on a dead mutant is most of the cost (a minute or more each).
 
 use crate::artifacts::Artifact;
-use crate::check::{run_check, CheckOptions};
-use crate::compare::Tolerance;
-use crate::pipeline::drive::map_ordered;
-use crate::runner::{evaluate, Outcome};
-use crate::upstream::UpstreamCase;
+use crate::pipeline::check::drive::map_ordered;
+use crate::pipeline::check::run::run_check;
+use crate::pipeline::check::CheckOptions;
+use crate::pipeline::runner::evaluate;
+use crate::pipeline::runner::Outcome;
+use crate::pipeline::upstream::UpstreamCase;
 use attn_backends::mutants::{mutant, CATALOGUE};
 use attn_reference::reference_output;
+use attn_results::compare::Tolerance;
 pub use attn_results::{MutantRow, MutantsSummary};
 use std::path::PathBuf;
 use std::time::Instant;
@@ -95,7 +97,7 @@ pub fn run_mutants(
         summary: MutantsSummary {
             schema_version: attn_results::SCHEMA_VERSION,
             cases,
-            traces: crate::pipeline::trace::DEFAULT_TRACES,
+            traces: crate::pipeline::draw::trace::DEFAULT_TRACES,
             seed,
             upstream_cases: upstream.len(),
             rows,

@@ -1,10 +1,11 @@
 //! `attn-diff replay FILE`: run one saved case (a replay file) through backends again.
 
-use crate::compare::Tolerance;
 use crate::failure::report::{failure_record, FailureContext};
-use crate::runner::{evaluate, Outcome};
+use crate::pipeline::runner::evaluate;
+use crate::pipeline::runner::Outcome;
 use attn_backends::Backend;
 use attn_reference::{reference_output, Case};
+use attn_results::compare::Tolerance;
 use std::sync::Arc;
 
 pub struct ReplayResult {

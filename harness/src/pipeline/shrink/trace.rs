@@ -5,8 +5,17 @@
 //! of the diverging step's shape (heads, head size, block size, dtype, features).
 
 use crate::failure::class::Symptom;
-use crate::pipeline::trace::{evaluate_trace, fit_trace, JudgedTrace, TraceOutcome};
-use crate::shrink::{greedy, AfterAccept, ShrinkBudget, Shrunk, Weigh, SEQ_WORK, TRY_WORK};
+use crate::pipeline::draw::trace::fit_trace;
+use crate::pipeline::runner::trace::evaluate_trace;
+use crate::pipeline::runner::trace::JudgedTrace;
+use crate::pipeline::runner::trace::TraceOutcome;
+use crate::pipeline::shrink::greedy;
+use crate::pipeline::shrink::AfterAccept;
+use crate::pipeline::shrink::ShrinkBudget;
+use crate::pipeline::shrink::Shrunk;
+use crate::pipeline::shrink::Weigh;
+use crate::pipeline::shrink::SEQ_WORK;
+use crate::pipeline::shrink::TRY_WORK;
 use attn_backends::Backend;
 use attn_reference::trace::{generate, MaskRecipe, TraceRecipe};
 use attn_reference::{DType, Feature, Space};
@@ -135,7 +144,7 @@ fn candidates(r: &TraceRecipe, space: &Space) -> Vec<TraceRecipe> {
         c.config.num_heads = q;
         c.config.num_kv_heads = kv;
         if let Some(a) = &mut c.config.alibi_slopes {
-            *a = crate::strategy::alibi_slopes(q);
+            *a = crate::pipeline::recipe::alibi_slopes(q);
         }
         if let Some(s) = &mut c.config.sinks {
             s.resize(q, 0.0);

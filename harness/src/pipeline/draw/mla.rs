@@ -8,11 +8,16 @@
 //! group sizes up to 128 (DeepSeek-V3's heads and their tensor-parallel splits, and the small
 //! counts that head padding rounds up to 16), scales that are not `Dk^-0.5`.
 
-use crate::strategy::{
-    block_size, poison_of, values, CaseRecipe, LatentRecipe, StrategyLimits, Tier,
-};
+use crate::pipeline::draw::budget::{fit_mla_cost, MLA_BATCH_SEQS, MLA_COST};
+use crate::pipeline::draw::fields::block_size;
+use crate::pipeline::draw::fields::values;
+use crate::pipeline::draw::tier::StrategyLimits;
+use crate::pipeline::draw::tier::Tier;
+use crate::pipeline::recipe::poison_of;
+use crate::pipeline::recipe::CaseRecipe;
+use crate::pipeline::recipe::LatentRecipe;
 use attn_reference::mla::{self, KvLayout};
-use attn_reference::{AttentionConfig, DType, Feature, Fp8KvCache, Space};
+use attn_reference::{DType, Feature, Fp8KvCache, Space};
 use proptest::prelude::*;
 
 /// One small-tier index in this many draws MLA where the space has it.
@@ -21,14 +26,6 @@ pub const MLA_EVERY: usize = 10;
 /// One MLA index in this many draws a decode batch ([`latent_decode_batch`]) instead of 1 to 4
 /// sequences.
 const MLA_BATCH_EVERY: usize = 8;
-
-/// Sequences of an MLA decode batch: past 64, as latent attention serves decode batches of
-/// hundreds (the "large batch" class, which 1 to 4 sequences never reach).
-const MLA_BATCH_SEQS: std::ops::RangeInclusive<usize> = 65..=160;
-
-/// The oracle's work ceiling of an MLA case (multiply-adds over K and V): 128 heads over
-/// about 700 keys of DeepSeek-V3's 576/512.
-pub const MLA_COST: usize = 100_000_000;
 
 /// Query heads: DeepSeek-V3's 128 and its tensor-parallel splits, and the small counts of
 /// smaller models and wide splits (Kimi's 12 per rank, V2-Lite's 16 over 2 to 8 ranks).
@@ -105,11 +102,13 @@ fn query() -> impl Strategy<Value = usize> {
 
 /// One MLA case in eight with extreme logits (rows shifted alike, alternating), which one a
 /// function of the values' seed.
-fn logit_shift_of(values: crate::strategy::Values) -> Option<crate::extremes::LogitShift> {
+fn logit_shift_of(
+    values: crate::pipeline::recipe::Values,
+) -> Option<crate::pipeline::recipe::LogitShift> {
     let mixed = values.seed().wrapping_mul(0xA24B_AED4_963E_E407) >> 58;
     mixed
         .is_multiple_of(8)
-        .then_some(crate::extremes::LogitShift {
+        .then_some(crate::pipeline::recipe::LogitShift {
             dot: if mixed & 8 == 0 { 3e5 } else { -1e6 },
             alternate: mixed & 16 == 0,
             scattered: false,
@@ -136,11 +135,11 @@ pub fn mla_strategy(
     } else {
         prop::collection::vec((context(), query()), 1..=limits.max_seqs.clamp(1, 4)).boxed()
     };
-    let layout = crate::strategy::layout(3);
+    let layout = crate::pipeline::draw::fields::layout(3);
     // The shared FP8-cache draw; a latent entry is one tensor, so V's scale is K's.
     let fp8 = prop::option::weighted(
         0.2,
-        crate::strategy::kv_cache_of_any_format().prop_map(|k| Fp8KvCache {
+        crate::pipeline::draw::fields::kv_cache_of_any_format().prop_map(|k| Fp8KvCache {
             v_scale: k.k_scale,
             ..k
         }),
@@ -187,7 +186,7 @@ pub fn mla_strategy(
                     share,
                     kv_cache: fp8,
                     poison: poison_of(values),
-                    padded_requests: crate::strategy::padded_requests_of(values),
+                    padded_requests: crate::pipeline::recipe::padded_requests_of(values),
                     logits: logit_shift_of(values),
                     mla: Some(LatentRecipe {
                         rope: head_size - head_size_v,
@@ -195,78 +194,17 @@ pub fn mla_strategy(
                     }),
                     ..CaseRecipe::plain()
                 };
-                let r = crate::strategy::fit_space(r, &space, usize::MAX);
+                let r = crate::pipeline::draw::budget::fit_space(r, &space, usize::MAX);
                 fit_mla_cost(r, MLA_COST)
             },
         )
         .boxed()
 }
 
-/// Work of an MLA recipe: every query against every key it may see, for every head, over
-/// K's and V's widths.
-pub fn mla_cost(r: &CaseRecipe) -> usize {
-    let (seq_lens, query_lens) = r.lens();
-    let pairs: usize = seq_lens.iter().zip(&query_lens).map(|(&l, &q)| l * q).sum();
-    let dv = r.mla.map_or(r.head_size, |m| m.head_size_v(r.head_size));
-    pairs * r.num_heads() * (r.head_size + dv)
-}
-
-/// `r` under `budget`, keeping what MLA cases are for as long as it can: chunks shortened
-/// first, then later sequences dropped, then the heads halved, contexts halved last (so a
-/// 128-head decode past 576 keys survives). A decode batch keeps its sequences: its heads
-/// are halved first, down to one.
-pub fn fit_mla_cost(mut r: CaseRecipe, budget: usize) -> CaseRecipe {
-    let batch = r.seqs.len() >= *MLA_BATCH_SEQS.start();
-    while mla_cost(&r) > budget {
-        if let Some(q) = r.seqs.iter_mut().filter(|s| s.1 > 8).max_by_key(|s| s.1) {
-            q.1 = (q.1 / 2).max(8);
-        } else if batch && r.group > 1 {
-            r.group /= 2;
-        } else if r.seqs.len() > 1 {
-            r.seqs.pop();
-        } else if r.group > 16 {
-            r.group /= 2;
-        } else if let Some(s) = r.seqs.iter_mut().find(|s| s.0 > 0) {
-            s.0 /= 2;
-        } else {
-            break;
-        }
-    }
-    r
-}
-
-/// After `space.fit_config` turned `fitted` (the config of `r`) into or out of MLA, carry
-/// that back into the recipe: its latent, its single kv head, and (MLA off) the model's
-/// scale as an ordinary custom scale.
-pub fn fit_latent(r: &mut CaseRecipe, fitted: &AttentionConfig) {
-    match (r.mla, fitted.mla) {
-        (Some(m), None) => {
-            r.mla = None;
-            r.scale = Some(m.scale);
-        }
-        (_, Some(m)) => {
-            r.mla = Some(LatentRecipe {
-                rope: fitted.head_size - m.head_size_v,
-                scale: fitted
-                    .scale
-                    .unwrap_or(mla::model_scale(mla::DEEPSEEK_V3_QK_HEAD_DIM)),
-            });
-            r.num_kv_heads = fitted.num_kv_heads;
-            r.head_size = fitted.head_size;
-            r.kind = fitted.kind;
-            r.window = None;
-            r.soft_cap = None;
-            r.alibi = false;
-            r.sinks = false;
-            r.kv_cache = fitted.kv_cache;
-        }
-        (None, None) => {}
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::pipeline::recipe::mla_cost;
     use proptest::strategy::ValueTree;
     use proptest::test_runner::TestRunner;
 
@@ -320,7 +258,9 @@ mod tests {
             .iter()
             .any(|r| r.lens().1.iter().any(|&q| (2..=8).contains(&q))));
         assert!(rs.iter().any(|r| r.kv_cache.is_some()));
-        assert!(rs.iter().any(|r| crate::check::shares_blocks(&r.build())));
+        assert!(rs
+            .iter()
+            .any(|r| crate::pipeline::recipe::shares_blocks(&r.build())));
         for b in [1, 16, 64] {
             assert!(rs.iter().any(|r| r.block_size == b));
         }
@@ -370,7 +310,7 @@ mod tests {
         let (mut a, mut b) = (TestRunner::deterministic(), TestRunner::deterministic());
         for i in (0..100).filter(|i| !mla_indices.contains(i)) {
             let draw = |space: &Space, runner: &mut TestRunner| {
-                crate::strategy::strategy_for(i, limits, space)
+                crate::pipeline::draw::strategy_for(i, limits, space)
                     .new_tree(runner)
                     .unwrap()
                     .current()
@@ -420,7 +360,7 @@ mod tests {
         assert_eq!(off.build().validate(), Ok(()));
         // A space without MLA fits an MLA recipe out of it, valid.
         let without: Space = serde_json::from_str(r#"{"features": ["sinks"]}"#).unwrap();
-        let fitted = crate::strategy::fit_space(r, &without, usize::MAX);
+        let fitted = crate::pipeline::draw::budget::fit_space(r, &without, usize::MAX);
         assert!(fitted.mla.is_none());
         assert_eq!(fitted.build().validate(), Ok(()));
     }

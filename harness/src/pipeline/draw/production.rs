@@ -165,7 +165,7 @@ pub fn production_recipe(seed: u64, index: usize) -> TraceRecipe {
         );
     }
     if l.alibi {
-        config.alibi_slopes = Some(crate::strategy::alibi_slopes(l.num_heads));
+        config.alibi_slopes = Some(crate::pipeline::recipe::alibi_slopes(l.num_heads));
     }
     if l.chunked {
         config.attention_chunk_size = Some(pick(32, 96));
@@ -196,7 +196,7 @@ pub fn production_recipe(seed: u64, index: usize) -> TraceRecipe {
         masks: None,
     };
     if pick(0, 5) == 0 {
-        recipe.config.kv_cache = Some(crate::strategy::fp8_cache(&mut pick));
+        recipe.config.kv_cache = Some(crate::pipeline::draw::fields::fp8_cache(&mut pick));
     }
     // Prompts go first (a prefill's square is most of the work); decodes, one step each,
     // are what makes the trace long.

@@ -2,20 +2,38 @@
 //! run on the cohort's backends; the first divergence of each class of each backend is shrunk
 //! and reported, the others counted in its class.
 
-use crate::artifacts::{Artifact, HeatMap};
-use crate::check::{case_tree, sanitize, CheckOptions, Cohort, Event, RunState};
-use crate::compare::Tolerance;
+use crate::artifacts::Artifact;
 use crate::failure::class::{Signature, Symptom};
-use crate::failure::report::{failure_record, FailureContext};
-use crate::pipeline::control::RunControl;
-use crate::pipeline::drive::{per_cohort, Item, Member, PerCohort, Ran, Subjects};
-use crate::pipeline::failure_classes::{count_in, Member as ClassMember, Placed, CLASS_SHRINKS};
-use crate::runner::{evaluate, Divergence, Outcome};
-use crate::shrink::{shrink_fully, ShrinkBudget, Shrunk};
-use crate::strategy::{budget_of, fit_space, CaseRecipe, StrategyLimits};
+use crate::pipeline::check::classes::count_in;
+use crate::pipeline::check::classes::Member as ClassMember;
+use crate::pipeline::check::classes::Placed;
+use crate::pipeline::check::control::RunControl;
+use crate::pipeline::check::drive::per_cohort;
+use crate::pipeline::check::drive::Item;
+use crate::pipeline::check::drive::Member;
+use crate::pipeline::check::drive::PerCohort;
+use crate::pipeline::check::drive::Ran;
+use crate::pipeline::check::drive::Subjects;
+use crate::pipeline::check::subject::case_tree;
+use crate::pipeline::check::subject::sanitize;
+use crate::pipeline::check::subject::RunState;
+use crate::pipeline::check::subject::{class_budget, for_kind, record_outcome, report};
+use crate::pipeline::check::CheckOptions;
+use crate::pipeline::check::Cohort;
+use crate::pipeline::check::Event;
+use crate::pipeline::draw::budget::fit_space;
+use crate::pipeline::draw::budget_of;
+use crate::pipeline::draw::tier::StrategyLimits;
+use crate::pipeline::recipe::CaseRecipe;
+use crate::pipeline::runner::evaluate;
+use crate::pipeline::runner::Divergence;
+use crate::pipeline::runner::Outcome;
+use crate::pipeline::shrink::case::shrink_fully;
+use crate::pipeline::shrink::ShrinkBudget;
 use attn_backends::Backend;
 use attn_reference::{reference_output, Case};
-use attn_results::{BackendSummary, FailureRecord, Origin, Tally};
+use attn_results::compare::Tolerance;
+use attn_results::{FailureRecord, Origin, RunPart};
 use proptest::strategy::ValueTree;
 use std::sync::Arc;
 use std::time::Duration;
@@ -64,9 +82,9 @@ impl Subjects for PropertyCases<'_> {
         .map(|r| {
             let case = r.build();
             let expected = reference_output(&case);
-            let buckets = crate::coverage::buckets(&case);
+            let buckets = crate::pipeline::coverage::buckets(&case);
             JudgedCase {
-                shared: crate::check::shares_blocks(&case),
+                shared: crate::pipeline::recipe::shares_blocks(&case),
                 buckets,
                 tol: Tolerance::for_case(&case),
                 expected,
@@ -92,47 +110,6 @@ impl Subjects for PropertyCases<'_> {
     }
 }
 
-/// Which part of a run a case belongs to: each has its own tally.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Part {
-    Property,
-    Upstream,
-}
-
-/// Count `outcome` of one case in `summary`'s tally for `part`.
-pub fn record_outcome(summary: &mut BackendSummary, part: Part, outcome: &Outcome, time: Duration) {
-    summary.backend_seconds += time.as_secs_f64();
-    let mut worst = |abs: f64, rel: f64| {
-        summary.worst_abs_err = summary.worst_abs_err.max(abs);
-        summary.worst_rel_err = summary.worst_rel_err.max(rel);
-    };
-    let mut tally = Tally {
-        sent: 1,
-        ..Tally::default()
-    };
-    match outcome {
-        Outcome::Pass(c) => {
-            worst(c.max_abs_err, c.max_rel_err);
-            tally.passed = 1;
-        }
-        Outcome::Unsupported(u) => {
-            summary.add_unsupported(u, 1);
-            tally.declined = 1;
-        }
-        Outcome::Diverged(d) => {
-            if let Some(c) = &d.comparison {
-                worst(c.max_abs_err, c.max_rel_err);
-            }
-            tally.failed = 1;
-            *summary.divergences.entry(d.kind).or_default() += 1;
-        }
-    }
-    match part {
-        Part::Property => summary.property += tally,
-        Part::Upstream => summary.upstream += tally,
-    }
-}
-
 /// Record property case `item` in order: tallies, coverage, and the first failure of each
 /// backend shrunk and reported.
 pub fn record(
@@ -151,10 +128,10 @@ pub fn record(
         let (member, c) = (m.backend, judged.of(m.cohort));
         let backend = &opts.backends[member];
         let summary = &mut run.summaries[member];
-        record_outcome(summary, Part::Property, &outcome, time);
+        record_outcome(summary, RunPart::Property, &outcome, time);
         control.note(member, &outcome);
         if !matches!(outcome, Outcome::Unsupported(_)) {
-            crate::coverage::count(&mut run.coverage, backend.name(), &c.buckets);
+            crate::pipeline::coverage::count(&mut run.coverage, backend.name(), &c.buckets);
         }
         summary.shared_block_cases += c.shared as usize;
         summary.wall_seconds += wall.as_secs_f64();
@@ -216,29 +193,6 @@ pub fn record(
     }
 }
 
-/// The budget of the next class's shrink: the run's, or none once this backend's classes
-/// have spent [`CLASS_SHRINKS`] of them.
-pub fn class_budget(budget: ShrinkBudget, spent: u64) -> ShrinkBudget {
-    if spent >= budget.max_work.saturating_mul(CLASS_SHRINKS) {
-        ShrinkBudget::NONE
-    } else {
-        budget
-    }
-}
-
-/// Candidates a shrink of a timeout or a crash may try: each can cost a whole timeout or a
-/// restart, so the shrink stops early and its report says the budget ended it.
-pub const SLOW_SHRINK_STEPS: usize = 16;
-
-/// `budget` for a failure of `kind`: bounded for timeouts and crashes.
-pub fn for_kind(mut budget: ShrinkBudget, kind: attn_results::DivergenceKind) -> ShrinkBudget {
-    use attn_results::DivergenceKind::{Crashed, Timeout};
-    if matches!(kind, Timeout | Crashed) {
-        budget.max_steps = budget.max_steps.min(SLOW_SHRINK_STEPS);
-    }
-    budget
-}
-
 /// A property case that diverged, with what is needed to regenerate and shrink it.
 struct FailingCase<'a> {
     seed: u64,
@@ -248,44 +202,6 @@ struct FailingCase<'a> {
     case: &'a Case,
     expected: &'a [f64],
     divergence: &'a Divergence,
-}
-
-/// A failure's report and its pending files, named after `stem` under `opts.out_dir`.
-pub fn report(
-    opts: &CheckOptions,
-    (backend, origin): (&str, &Origin),
-    (case, expected, d, tol): (&Case, &[f64], &Divergence, Tolerance),
-    stem: &str,
-    shrunk: Option<&Shrunk>,
-) -> (FailureRecord, Artifact) {
-    let dir = &opts.out_dir;
-    let replay = dir.join(format!("{stem}.json"));
-    let heatmap = d
-        .comparison
-        .as_ref()
-        .map(|c| HeatMap::of(dir.join(format!("{stem}.png")), backend, case, c));
-    let files = FailureContext {
-        replay: Some(replay.display().to_string()),
-        heatmap: heatmap.as_ref().map(|h| h.path.display().to_string()),
-        ..crate::check::context_of(opts, backend, &case.config)
-    };
-    let record = failure_record(
-        backend,
-        origin,
-        case,
-        expected,
-        d,
-        files,
-        shrunk.map(Shrunk::info),
-    );
-    let mut file = case.clone();
-    file.recorded = Some(crate::check::recorded(opts, backend, origin, tol, d));
-    let artifact = Artifact {
-        replay: Some((replay, file)),
-        trace: None,
-        heatmap,
-    };
-    (record, artifact)
 }
 
 /// Shrink a failing property case (keeping its symptom: kind, severity, an error's message)

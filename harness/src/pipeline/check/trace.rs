@@ -3,18 +3,33 @@
 //! each backend is shrunk and reported with the history of the blocks involved.
 
 use crate::artifacts::Artifact;
-use crate::check::{sanitize, CheckOptions, Cohort, Event, RunState};
 use crate::failure::class::{Signature, Symptom};
 use crate::failure::report::FailureContext;
 use crate::failure::trace::trace_failure_record;
-use crate::pipeline::control::RunControl;
-use crate::pipeline::drive::{per_cohort, Item, Member, PerCohort, Ran, Subjects};
-use crate::pipeline::failure_classes::{count_in, Member as ClassMember, Placed};
-use crate::pipeline::property_check::{class_budget, for_kind};
-use crate::pipeline::trace::{evaluate_trace, trace_recipe_in, JudgedTrace, TraceOutcome};
-use crate::pipeline::trace_shrink::shrink_trace;
-use crate::runner::Divergence;
-use crate::shrink::ShrinkBudget;
+use crate::pipeline::check::classes::count_in;
+use crate::pipeline::check::classes::Member as ClassMember;
+use crate::pipeline::check::classes::Placed;
+use crate::pipeline::check::control::RunControl;
+use crate::pipeline::check::drive::per_cohort;
+use crate::pipeline::check::drive::Item;
+use crate::pipeline::check::drive::Member;
+use crate::pipeline::check::drive::PerCohort;
+use crate::pipeline::check::drive::Ran;
+use crate::pipeline::check::drive::Subjects;
+use crate::pipeline::check::subject::class_budget;
+use crate::pipeline::check::subject::for_kind;
+use crate::pipeline::check::subject::sanitize;
+use crate::pipeline::check::subject::RunState;
+use crate::pipeline::check::CheckOptions;
+use crate::pipeline::check::Cohort;
+use crate::pipeline::check::Event;
+use crate::pipeline::draw::trace::trace_recipe_in;
+use crate::pipeline::runner::trace::evaluate_trace;
+use crate::pipeline::runner::trace::JudgedTrace;
+use crate::pipeline::runner::trace::TraceOutcome;
+use crate::pipeline::runner::Divergence;
+use crate::pipeline::shrink::trace::shrink_trace;
+use crate::pipeline::shrink::ShrinkBudget;
 use attn_backends::Backend;
 use attn_reference::trace::generate;
 use attn_reference::{Space, TraceRecipe};
@@ -26,7 +41,7 @@ use std::time::Duration;
 pub struct Traces<'a> {
     pub seed: u64,
     pub poison: bool,
-    pub shapes: &'a crate::pipeline::trace::TraceShapes,
+    pub shapes: &'a crate::pipeline::draw::trace::TraceShapes,
     pub cohorts: &'a [Cohort],
     pub backends: &'a [Arc<dyn Backend>],
 }
@@ -56,7 +71,7 @@ impl Subjects for Traces<'_> {
         .map(|r| {
             let judged = JudgedTrace::new(generate(&r));
             DrawnTrace {
-                buckets: crate::coverage::trace_buckets(&judged.trace),
+                buckets: crate::pipeline::coverage::trace_buckets(&judged.trace),
                 judged,
             }
         })
@@ -91,9 +106,11 @@ pub fn items(opts: &CheckOptions, cohorts: &[Cohort]) -> Vec<Item> {
     } else {
         opts.traces as usize
     };
-    crate::check::items_of((0..traces).filter(|&i| opts.shard.owns(i)), cohorts, |c| {
-        crate::pipeline::trace::draws_traces(&c.space)
-    })
+    crate::pipeline::check::subject::items_of(
+        (0..traces).filter(|&i| opts.shard.owns(i)),
+        cohorts,
+        |c| crate::pipeline::draw::trace::draws_traces(&c.space),
+    )
 }
 
 /// Record trace `item` in order: tallies, coverage, and the first diverging trace of each
@@ -193,7 +210,7 @@ pub fn record(
                 }
             }
             if !matches!(outcome, TraceOutcome::Unsupported(_)) {
-                crate::coverage::count(&mut run.coverage, backend.name(), &t.buckets);
+                crate::pipeline::coverage::count(&mut run.coverage, backend.name(), &t.buckets);
             }
         }
     }
@@ -249,7 +266,11 @@ fn shrink_and_report(
         &divergence,
         FailureContext {
             replay: Some(path.display().to_string()),
-            ..crate::check::context_of(opts, backend.name(), &judged.steps[step].config)
+            ..crate::pipeline::check::subject::context_of(
+                opts,
+                backend.name(),
+                &judged.steps[step].config,
+            )
         },
         info,
     );
@@ -280,9 +301,9 @@ fn trace_file(
         .out_dir
         .join(format!("{}.json", trace_stem(backend, opts.seed, index)));
     let mut file = t.trace.clone();
-    let tol = crate::compare::Tolerance::for_case(&t.steps[step]);
+    let tol = attn_results::compare::Tolerance::for_case(&t.steps[step]);
     let origin = trace_origin(opts, index, t, step);
-    file.recorded = Some(crate::check::recorded(
+    file.recorded = Some(crate::pipeline::check::subject::recorded(
         opts, backend, &origin, tol, divergence,
     ));
     Artifact {

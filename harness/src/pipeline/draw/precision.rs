@@ -9,7 +9,10 @@
 //! ([`attn_results::precision::triple`], 48 of them), so a default run (one property case in
 //! [`PRECISION_EVERY`]) holds every one, whatever the seed.
 
-use crate::strategy::{fit_cost, CaseRecipe, RangesRecipe, RswaRecipe};
+use crate::pipeline::draw::budget::fit_cost;
+use crate::pipeline::recipe::CaseRecipe;
+use crate::pipeline::recipe::RangesRecipe;
+use crate::pipeline::recipe::RswaRecipe;
 use attn_reference::{Feature, Space};
 use attn_results::precision::triple;
 use proptest::prelude::*;
@@ -18,9 +21,9 @@ use proptest::prelude::*;
 pub const PRECISION_EVERY: usize = 10;
 /// Its place in each run of [`PRECISION_EVERY`] indices (clear of the long tier's and MLA's).
 pub const PRECISION_AT: usize = 5;
-/// The tier's cost ceiling ([`crate::strategy::cost`]): twice the small tier's, for up to
+/// The tier's cost ceiling ([`crate::pipeline::recipe::cost`]): twice the small tier's, for up to
 /// 8,400 keys under four query heads.
-pub const PRECISION_COST: usize = 2 * crate::strategy::SMALL_COST;
+pub const PRECISION_COST: usize = 2 * crate::pipeline::draw::budget::SMALL_COST;
 
 /// Whether property case `index` is of the precision tier (never one of the long tier's).
 pub fn is_precision(index: usize) -> bool {
@@ -48,7 +51,7 @@ pub fn precision_case(ordinal: usize) -> impl Strategy<Value = CaseRecipe> {
                 let mut seqs = vec![(len - query, query)];
                 seqs.extend(second);
                 let shape = (kv, group, head_size, block_size, dtype);
-                let mut r = crate::strategy::long_base(shape, seqs, seed);
+                let mut r = crate::pipeline::draw::long::long_base(shape, seqs, seed);
                 // One feature at a time: no padded requests beside it.
                 r.padded_requests = 0;
                 with_positional(&mut r, feature, edge);
@@ -108,7 +111,7 @@ mod tests {
             );
             let longest = case.batch.seq_lens.iter().copied().max().unwrap();
             assert_eq!(length_class(longest), Some(length), "{ordinal}: {longest}");
-            assert!(crate::strategy::cost(&r) <= PRECISION_COST);
+            assert!(crate::pipeline::recipe::cost(&r) <= PRECISION_COST);
         }
         assert_eq!(seen.len(), TRIPLES);
     }

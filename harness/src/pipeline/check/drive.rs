@@ -9,7 +9,7 @@
 //! run with one job, so the summary does not depend on `jobs`. A backend's result on a subject the recorder
 //! reaches after giving up on that backend, or after the run stopped, is dropped unrecorded.
 
-use crate::pipeline::control::RunControl;
+use crate::pipeline::check::control::RunControl;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Condvar, Mutex};

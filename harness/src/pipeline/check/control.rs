@@ -3,7 +3,7 @@
 //! numbers aside) `give_up_after` times in a row (an adapter that crashes on every case would
 //! otherwise cost a restart per case), or that timed out on half of what it was sent.
 
-use crate::runner::Outcome;
+use crate::pipeline::runner::Outcome;
 use attn_results::DivergenceKind;
 
 pub struct RunControl {

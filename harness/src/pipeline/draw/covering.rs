@@ -8,7 +8,10 @@
 //! drawn as ever) with the row's dtype, head size, block size, kind, step shape and longest
 //! sequence imposed, its heads cut to fit [`COVERING_COST`].
 
-use crate::strategy::{cost, CaseRecipe, StrategyLimits, Tier};
+use crate::pipeline::draw::tier::StrategyLimits;
+use crate::pipeline::draw::tier::Tier;
+use crate::pipeline::recipe::cost;
+use crate::pipeline::recipe::CaseRecipe;
 use attn_reference::{AttentionKind, Case, DType, Feature, InputRng, Space};
 use attn_results::triples::{covering_array, Levels, FACTORS};
 use proptest::prelude::*;
@@ -16,7 +19,7 @@ use std::sync::OnceLock;
 
 /// A covering case's cost ceiling ([`cost`]): four times the small tier's, for one
 /// encoder-only sequence past 512 tokens at head size 256.
-pub const COVERING_COST: usize = 4 * crate::strategy::SMALL_COST;
+pub const COVERING_COST: usize = 4 * crate::pipeline::draw::budget::SMALL_COST;
 
 /// The covering array's rows, built once.
 fn rows() -> &'static [Levels] {
@@ -45,14 +48,16 @@ pub fn covering_row(index: usize, limits: StrategyLimits) -> Option<usize> {
 /// 0.33's masks) by turns, so the pairs the free small cases held stay held.
 pub fn covering_case(row: usize, limits: StrategyLimits) -> impl Strategy<Value = CaseRecipe> {
     let levels = rows()[row];
-    crate::strategy::recipe(limits).prop_map(move |r| with_turns(impose(r, levels), row))
+    crate::pipeline::draw::small::recipe(limits)
+        .prop_map(move |r| with_turns(impose(r, levels), row))
 }
 
 /// Decoder row `row`'s turn of a big group (every third), a logit shift (every fourth, and
 /// every row with a query chunk past 64 rows) and one of the masks (look-back, non-causal,
 /// PrefixLM, R-SWA: four rows in five), where the cost allows.
 fn with_turns(mut r: CaseRecipe, row: usize) -> CaseRecipe {
-    use crate::strategy::{RangesRecipe, RswaRecipe};
+    use crate::pipeline::recipe::RangesRecipe;
+    use crate::pipeline::recipe::RswaRecipe;
     if r.kind != AttentionKind::Decoder {
         return r;
     }
@@ -69,7 +74,7 @@ fn with_turns(mut r: CaseRecipe, row: usize) -> CaseRecipe {
     if row % 4 == 1 || r.seqs.iter().any(|&(_, q)| q > 64) {
         // Scattered over the rows, so a chunk's rows 64 apart have maxima far apart (every
         // row with a chunk past 64 rows takes it).
-        r.logits = Some(crate::extremes::LogitShift {
+        r.logits = Some(crate::pipeline::recipe::LogitShift {
             dot: 3e4,
             alternate: true,
             scattered: true,
@@ -317,7 +322,7 @@ mod tests {
     #[test]
     fn the_rows_are_even_small_cases_of_a_default_run() {
         let limits = StrategyLimits::DEFAULT;
-        let drawn: Vec<usize> = (0..crate::check::DEFAULT_CASES as usize)
+        let drawn: Vec<usize> = (0..crate::pipeline::check::DEFAULT_CASES as usize)
             .filter_map(|i| covering_row(i, limits))
             .collect();
         assert_eq!(drawn, (0..rows().len()).collect::<Vec<_>>());

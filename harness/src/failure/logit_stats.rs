@@ -6,7 +6,7 @@
 //! read-back values), but only when a cheap Cauchy–Schwarz bound says the answer could be
 //! other than "small": ordinary cases cost O(tensor size). Past [`EXACT_WORK`] multiply-adds
 //! (long-tier cases) every n-th query row and key is visited: a lower bound, exact for a
-//! [`crate::extremes::LogitShift`], which moves every key of a row alike.
+//! [`crate::pipeline::recipe::LogitShift`], which moves every key of a row alike.
 
 use attn_reference::oracle::Visibility;
 use attn_reference::Case;
@@ -206,7 +206,9 @@ fn exact(case: &Case, q: &[f64], keys: &[Vec<f64>]) -> LogitStats {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::strategy::{CaseRecipe, LogitShift, Values};
+    use crate::pipeline::recipe::CaseRecipe;
+    use crate::pipeline::recipe::LogitShift;
+    use crate::pipeline::recipe::Values;
 
     #[test]
     fn a_row_shift_reaches_the_buckets_it_names() {

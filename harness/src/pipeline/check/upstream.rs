@@ -2,16 +2,24 @@
 //! and judged by the oracle once, sent to every backend whose space admits it, with a row per
 //! backend; a failure repeated on another spec folds into the first.
 
-use crate::check::{sanitize, CheckOptions, Event, RunState};
-use crate::compare::Tolerance;
-use crate::pipeline::control::RunControl;
-use crate::pipeline::drive::{Item, Member, Ran, Subjects};
-use crate::pipeline::property_check::{record_outcome, report, Part};
-use crate::runner::{evaluate, Outcome};
-use crate::upstream::UpstreamCase;
+use crate::pipeline::check::control::RunControl;
+use crate::pipeline::check::drive::Item;
+use crate::pipeline::check::drive::Member;
+use crate::pipeline::check::drive::Ran;
+use crate::pipeline::check::drive::Subjects;
+use crate::pipeline::check::subject::record_outcome;
+use crate::pipeline::check::subject::report;
+use crate::pipeline::check::subject::sanitize;
+use crate::pipeline::check::subject::RunState;
+use crate::pipeline::check::CheckOptions;
+use crate::pipeline::check::Event;
+use crate::pipeline::runner::evaluate;
+use crate::pipeline::runner::Outcome;
+use crate::pipeline::upstream::UpstreamCase;
 use attn_backends::Backend;
 use attn_reference::{reference_output, Case, Space, Unsupported};
-use attn_results::UpstreamStatus;
+use attn_results::compare::Tolerance;
+use attn_results::{RunPart, UpstreamStatus};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -42,7 +50,7 @@ impl Subjects for UpstreamCases<'_> {
         let case = self.cases[item.index].build();
         JudgedUpstream {
             expected: reference_output(&case),
-            buckets: crate::coverage::buckets(&case),
+            buckets: crate::pipeline::coverage::buckets(&case),
             case,
         }
     }
@@ -94,10 +102,10 @@ pub fn record(
                 Ok(v) => v,
             };
             let summary = &mut run.summaries[member];
-            record_outcome(summary, Part::Upstream, &outcome, time);
+            record_outcome(summary, RunPart::Upstream, &outcome, time);
             control.note(member, &outcome);
             if !matches!(outcome, Outcome::Unsupported(_)) {
-                crate::coverage::count(&mut run.coverage, backend.name(), &c.buckets);
+                crate::pipeline::coverage::count(&mut run.coverage, backend.name(), &c.buckets);
             }
             let (status, abs, rel) = match &outcome {
                 Outcome::Pass(cmp) => (UpstreamStatus::Pass, cmp.max_abs_err, cmp.max_rel_err),

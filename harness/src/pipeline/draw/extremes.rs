@@ -1,83 +1,18 @@
-//! The far reaches of the case space, drawn into [`crate::strategy`]'s tiers: logits in the
+//! The far reaches of the case space, drawn into [`crate::pipeline::draw`]'s tiers: logits in the
 //! tens of thousands, head groups up to 128, steps past 8,192 tokens and decode batches of
 //! 512 to 2,048 sequences, batches in the scheduler's order, and features on long-tier cases
 //! (so pairs such as sinks × window × a context past a split-KV boundary are reached by
 //! design, not by luck).
 
-use crate::pipeline::long_masks::{mask_plan, MaskPlan};
-use crate::strategy::{cost, fit_cost, long_shape, CaseRecipe, SMALL_COST};
-use attn_reference::{AttentionKind, Case, Fp8KvCache, Space};
+use crate::pipeline::draw::budget::fit_cost;
+use crate::pipeline::draw::budget::SMALL_COST;
+use crate::pipeline::draw::long::long_shape;
+use crate::pipeline::draw::long_masks::mask_plan;
+use crate::pipeline::draw::long_masks::MaskPlan;
+use crate::pipeline::recipe::cost;
+use crate::pipeline::recipe::{CaseRecipe, LogitShift};
+use attn_reference::{AttentionKind, Fp8KvCache, Space};
 use proptest::prelude::*;
-use serde::{Deserialize, Serialize};
-
-/// Every q·k of a query row shifted by the same amount (`dot`, before the softmax scale): one
-/// dimension of every key is set to a power of two `b`, the same dimension of every query to
-/// `±dot / b`. A row's softmax is unchanged in exact arithmetic, its logits are not: kernels
-/// that start the online max at a finite sentinel (-5e4), hold q·k in f16 or reuse one row's
-/// max for a query tile go wrong.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
-pub struct LogitShift {
-    /// The unscaled shift of a row's q·k (negative: every logit far below zero).
-    pub dot: f32,
-    /// Alternate the rows of each sequence between `+dot` and `-dot`: row maxima of one
-    /// query chunk differ by `2 · scale · dot`.
-    pub alternate: bool,
-    /// Each row's shift instead `dot` times a weight of 1, ⅓, −⅓ or −1 picked by a hash of
-    /// its index in the sequence: rows far apart in one long query chunk (64 rows, a tile's
-    /// half) differ as often as neighbours, by up to `2 · scale · dot`.
-    #[serde(default)]
-    pub scattered: bool,
-}
-
-/// The weight of row `j` of a scattered shift.
-fn scattered_weight(j: usize) -> f64 {
-    let h = (j as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 61;
-    [1.0, 1.0 / 3.0, -1.0 / 3.0, -1.0][(h % 4) as usize]
-}
-
-/// The largest scaled shift: past it the tolerance's conditioning term (f32 logits carry an
-/// error of `eps · |logit|`) grows toward max|v| and the case could not judge a kernel.
-const MAX_SCALED_SHIFT: f64 = 2e5;
-
-impl LogitShift {
-    pub fn apply(&self, case: &mut Case) {
-        let c = &case.config;
-        let (hq, d) = (c.num_heads, c.head_size);
-        let scale = c.effective_scale();
-        let dtype = c.dtype;
-        let dot = (self.dot as f64).clamp(-MAX_SCALED_SHIFT / scale, MAX_SCALED_SHIFT / scale);
-        if dot == 0.0 || d == 0 {
-            return;
-        }
-        // b = 2^round(log2 sqrt|dot|): exact in every dtype, and q = dot / b stays in range.
-        let b = 2f64.powi((dot.abs().sqrt().log2().round() as i32).min(15));
-        let starts = case.query_start_loc();
-        let num_seqs = case.num_seqs();
-        let t = &mut case.tensors;
-        let key_rows = t
-            .key
-            .chunks_mut(d)
-            .chain(t.context_key.iter_mut().flat_map(|k| k.chunks_mut(d)));
-        for row in key_rows {
-            row[0] = b as f32;
-        }
-        for w in starts.windows(2).take(num_seqs) {
-            for (j, token) in (w[0]..w[1]).enumerate() {
-                let sign = if self.scattered {
-                    scattered_weight(j)
-                } else if self.alternate && j % 2 == 1 {
-                    -1.0
-                } else {
-                    1.0
-                };
-                let qv = dtype.round((sign * dot / b) as f32);
-                for h in 0..hq {
-                    t.query[(token * hq + h) * d] = qv;
-                }
-            }
-        }
-    }
-}
 
 /// Shifts of the unscaled q·k: hundreds to a million (scaled, capped at 2e5), so logits pass
 /// 1e4 and 1e5 and q·k passes f16's 65504.
@@ -162,7 +97,9 @@ pub fn with_big_heads(mut r: CaseRecipe, (kv, group): (usize, usize), budget: us
     // Models with big groups serve from CUDA graphs too.
     r.padded_requests = r
         .padded_requests
-        .max(crate::strategy::padded_requests_in_batches(r.values));
+        .max(crate::pipeline::recipe::padded_requests_in_batches(
+            r.values,
+        ));
     while cost(&r) > budget {
         if r.head_size > 64 {
             r.head_size = 64;
@@ -192,7 +129,7 @@ pub struct LongFeatures {
     logits: Option<LogitShift>,
     heads: Option<(usize, usize)>,
     chunk: Option<usize>,
-    masks: crate::pipeline::long_masks::LongMasks,
+    masks: crate::pipeline::draw::long_masks::LongMasks,
 }
 
 /// Each feature on about half the time, so each of a handful of long cases of a tier
@@ -203,7 +140,10 @@ pub fn long_features() -> impl Strategy<Value = LongFeatures> {
         prop::option::of(prop::sample::select(vec![5.0f32, 30.0, 50.0])),
         any::<bool>(),
         any::<bool>(),
-        prop::option::weighted(0.25, crate::strategy::kv_cache_of_any_format()),
+        prop::option::weighted(
+            0.25,
+            crate::pipeline::draw::fields::kv_cache_of_any_format(),
+        ),
         prop::option::weighted(0.35, logit_shift()),
         prop::option::weighted(0.3, big_heads()),
         // Drawn last, so every feature above draws what it drew before local chunks.
@@ -212,7 +152,7 @@ pub fn long_features() -> impl Strategy<Value = LongFeatures> {
             prop::sample::select(vec![1usize, 63, 256, 1024, 8192]),
         ),
         // Drawn after local chunks, so every feature above draws what it drew before.
-        crate::pipeline::long_masks::long_masks(),
+        crate::pipeline::draw::long_masks::long_masks(),
     )
         .prop_map(
             |(window, soft_cap, alibi, sinks, kv_cache, logits, heads, chunk, masks)| {
@@ -364,7 +304,7 @@ pub fn big_step() -> impl Strategy<Value = CaseRecipe> {
         .prop_map(|(shape, chunk, context, decodes, window, seed)| {
             let mut seqs: Vec<(usize, usize)> = (0..decodes).map(|i| (i * 37 % 300, 1)).collect();
             seqs.push((context, chunk));
-            let mut r = crate::strategy::long_base(shape, seqs, seed);
+            let mut r = crate::pipeline::draw::long::long_base(shape, seqs, seed);
             r.window = Some(window);
             r
         })
@@ -478,8 +418,8 @@ fn batch_of(
     seqs: Vec<(usize, usize)>,
     seed: u64,
 ) -> CaseRecipe {
-    let mut r = crate::strategy::long_base(shape, seqs, seed);
-    r.padded_requests = crate::strategy::padded_requests_in_batches(r.values);
+    let mut r = crate::pipeline::draw::long::long_base(shape, seqs, seed);
+    r.padded_requests = crate::pipeline::recipe::padded_requests_in_batches(r.values);
     // One big batch in two with extreme logits (past 1e4 once scaled), alternating
     // rows, as outliers do.
     if seed % 2 == 1 {
@@ -542,7 +482,7 @@ pub fn small_extremes(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::strategy::Values;
+    use crate::pipeline::recipe::Values;
 
     #[test]
     fn decodes_first_puts_decodes_first_and_mixes() {
@@ -581,7 +521,8 @@ mod tests {
 
     #[test]
     fn the_small_tier_draws_big_groups_logit_shifts_and_every_batch_order() {
-        use crate::strategy::{recipe, StrategyLimits};
+        use crate::pipeline::draw::small::recipe;
+        use crate::pipeline::draw::tier::StrategyLimits;
         use proptest::strategy::ValueTree;
         let mut runner = proptest::test_runner::TestRunner::deterministic();
         let s = recipe(StrategyLimits::DEFAULT);

@@ -1,118 +1,12 @@
-//! Traces through a backend: drawing a trace recipe from (seed, index), the oracle of every
-//! step, and running a backend with one cache across all steps, every step judged. The first
-//! diverging step ends the run.
+//! Serving traces drawn from (seed, index): small shapes, a tight cache, shared prefixes,
+//! and one trace in twenty a production model's layout ([`super::production`]).
 
-use crate::compare::Tolerance;
-use crate::pipeline::trace_production::{is_production, production_recipe};
-use crate::runner::{catch_panic, judge, Divergence, Outcome};
-use attn_backends::{Backend, TraceSession, Unsupported};
-use attn_reference::trace::{generate, MaskRecipe, TraceRecipe};
-use attn_reference::{
-    reference_output, AttentionConfig, Case, DType, InputRng, Poison, Space, Trace,
-};
-use std::time::Duration;
+use super::production::{is_production, production_recipe};
+use attn_reference::trace::{MaskRecipe, TraceRecipe};
+use attn_reference::{AttentionConfig, DType, InputRng, Poison, Space};
 
 /// Traces a `check` runs when `--traces` does not say otherwise.
 pub const DEFAULT_TRACES: u32 = 100;
-
-/// A trace with what judging it needs: each step as a case and its oracle output.
-pub struct JudgedTrace {
-    pub trace: Trace,
-    pub steps: Vec<Case>,
-    pub expected: Vec<Vec<f64>>,
-}
-
-impl JudgedTrace {
-    /// The steps and oracle of a valid trace.
-    pub fn new(trace: Trace) -> JudgedTrace {
-        let steps: Vec<Case> = (0..trace.steps.len()).map(|i| trace.step_case(i)).collect();
-        let expected = steps.iter().map(reference_output).collect();
-        JudgedTrace {
-            trace,
-            steps,
-            expected,
-        }
-    }
-
-    /// Step `step` as a failure report reads it.
-    pub fn diverged_at(&self, step: usize) -> crate::failure::trace::DivergedStep<'_> {
-        crate::failure::trace::DivergedStep {
-            trace: &self.trace,
-            step,
-            case: &self.steps[step],
-            expected: &self.expected[step],
-        }
-    }
-}
-
-#[derive(Clone, Debug)]
-pub enum TraceOutcome {
-    /// Every step agreed; the worst errors over all steps.
-    Pass {
-        max_abs_err: f64,
-        max_rel_err: f64,
-    },
-    Unsupported(Unsupported),
-    Diverged {
-        step: usize,
-        divergence: Box<Divergence>,
-    },
-}
-
-/// Run `backend` through every step of `t` on one cache.
-pub fn evaluate_trace(backend: &dyn Backend, t: &JudgedTrace) -> (TraceOutcome, Duration) {
-    let mut time = Duration::ZERO;
-    if t.steps.is_empty() {
-        return (
-            TraceOutcome::Pass {
-                max_abs_err: 0.0,
-                max_rel_err: 0.0,
-            },
-            time,
-        );
-    }
-    let failed_start = |result| {
-        let tol = Tolerance::for_case(&t.steps[0]);
-        let (outcome, _) = judge(result, &t.steps[0], &t.expected[0], tol);
-        diverged_or_unsupported(outcome, 0)
-    };
-    let mut session = match catch_panic(|| TraceSession::start(backend, &t.trace)) {
-        Ok(Ok(s)) => s,
-        Ok(Err(e)) => return (failed_start(Ok(Err(e))), time),
-        Err(panic) => return (failed_start(Err(panic)), time),
-    };
-    let (mut abs, mut rel) = (0.0f64, 0.0f64);
-    for (i, (case, expected)) in t.steps.iter().zip(&t.expected).enumerate() {
-        let result = catch_panic(|| session.step(case));
-        let (outcome, dt) = judge(result, case, expected, Tolerance::for_case(case));
-        time += dt;
-        match outcome {
-            Outcome::Pass(c) => {
-                abs = abs.max(c.max_abs_err);
-                rel = rel.max(c.max_rel_err);
-            }
-            other => return (diverged_or_unsupported(other, i), time),
-        }
-    }
-    (
-        TraceOutcome::Pass {
-            max_abs_err: abs,
-            max_rel_err: rel,
-        },
-        time,
-    )
-}
-
-fn diverged_or_unsupported(outcome: Outcome, step: usize) -> TraceOutcome {
-    match outcome {
-        Outcome::Diverged(divergence) => TraceOutcome::Diverged {
-            step,
-            divergence: Box::new(divergence),
-        },
-        Outcome::Unsupported(u) => TraceOutcome::Unsupported(u),
-        Outcome::Pass(_) => unreachable!("only failures are passed here"),
-    }
-}
 
 /// The head and block sizes traces draw from.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -142,8 +36,8 @@ pub fn trace_recipe(seed: u64, index: usize) -> TraceRecipe {
 /// [`trace_recipe`] with head and block sizes drawn from `shapes` (to aim traces at what a
 /// backend runs: `--trace-head-sizes`, `--trace-block-sizes`).
 ///
-/// With the default shapes, one trace in [`crate::pipeline::trace_production::PRODUCTION_EVERY`] is instead a model's layout
-/// ([`crate::pipeline::trace_production`]); shapes aimed elsewhere draw none.
+/// With the default shapes, one trace in [`crate::pipeline::draw::production::PRODUCTION_EVERY`] is instead a model's layout
+/// ([`crate::pipeline::draw::production`]); shapes aimed elsewhere draw none.
 pub fn trace_recipe_with(seed: u64, index: usize, shapes: &TraceShapes) -> TraceRecipe {
     if is_production(index) && *shapes == TraceShapes::default() {
         return production_recipe(seed, index);
@@ -197,14 +91,14 @@ pub fn trace_recipe_with(seed: u64, index: usize, shapes: &TraceShapes) -> Trace
     // steps too.
     let c = &mut recipe.config;
     if pick(0, 5) == 0 {
-        c.alibi_slopes = Some(crate::strategy::alibi_slopes(c.num_heads));
+        c.alibi_slopes = Some(crate::pipeline::recipe::alibi_slopes(c.num_heads));
     }
     if pick(0, 5) == 0 {
         let sinks = (0..c.num_heads).map(|_| pick(0, 16) as f32 / 2.0 - 4.0);
         c.sinks = Some(sinks.collect());
     }
     if pick(0, 5) == 0 {
-        c.kv_cache = Some(crate::strategy::fp8_cache(&mut pick));
+        c.kv_cache = Some(crate::pipeline::draw::fields::fp8_cache(&mut pick));
     }
     // Local chunks in about one trace in six, drawn last: decodes cross chunk boundaries
     // from one step to the next.
@@ -334,11 +228,6 @@ pub fn trace_recipe_in(
 
 fn rng_seed(seed: u64, index: usize) -> u64 {
     seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ index as u64
-}
-
-/// The trace of recipe `index` of `seed`, ready to judge.
-pub fn trace_for(seed: u64, index: usize) -> JudgedTrace {
-    JudgedTrace::new(generate(&trace_recipe(seed, index)))
 }
 
 /// A comma-separated list of sizes (`--trace-head-sizes`, `--trace-block-sizes`).

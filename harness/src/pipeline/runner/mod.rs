@@ -1,8 +1,12 @@
 //! Running one backend on one case and judging the result against the oracle.
 
-use crate::compare::{compare, Comparison, Tolerance};
+pub mod trace;
+
 use attn_backends::{run_case, Backend, BackendError, CaseRun, Unsupported};
 use attn_reference::Case;
+use attn_results::compare::compare;
+use attn_results::compare::Comparison;
+use attn_results::compare::Tolerance;
 use std::cell::RefCell;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Once;

@@ -3,7 +3,9 @@
 //! meets each long shape (a long context, a big step, a large batch) in every default run,
 //! whatever the seed; their parameters are drawn.
 
-use crate::strategy::{CaseRecipe, RangesRecipe, RswaRecipe};
+use crate::pipeline::recipe::CaseRecipe;
+use crate::pipeline::recipe::RangesRecipe;
+use crate::pipeline::recipe::RswaRecipe;
 use attn_reference::AttentionKind;
 use proptest::prelude::*;
 
@@ -26,7 +28,7 @@ const fn plan(non_causal: bool, prefix_lm: bool, rswa: bool, lookback: bool) -> 
 }
 
 /// The plan by ordinal modulo [`PLAN_CYCLE`], for the decoder ordinals of
-/// [`crate::extremes::long_kind`] (the tier in a comment: LC a long context, DB a decode
+/// [`crate::pipeline::draw::long_masks::long_kind`] (the tier in a comment: LC a long context, DB a decode
 /// batch, BS a big step, BB a big batch). A default run's 20 long cases are ordinals 0-19:
 /// every mask meets every long shape there. PrefixLM and R-SWA never share a case (the case
 /// model refuses both), so the large batches hold them in turn (ordinals 1 and 5). Some
@@ -45,7 +47,7 @@ const PLANS: &[(usize, MaskPlan)] = &[
     (30, plan(false, true, false, true)),  // LC
 ];
 
-/// The cycle of [`crate::extremes::long_kind`] and the long tiers together.
+/// The cycle of [`crate::pipeline::draw::long_masks::long_kind`] and the long tiers together.
 pub const PLAN_CYCLE: usize = 32;
 
 /// The masks long-tier case `ordinal` carries.
@@ -144,8 +146,9 @@ impl LongMasks {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::extremes::long_kind;
-    use crate::strategy::{StrategyLimits, Tier};
+    use crate::pipeline::draw::extremes::long_kind;
+    use crate::pipeline::draw::tier::StrategyLimits;
+    use crate::pipeline::draw::tier::Tier;
 
     /// In ordinals 0-19 (a default run's long cases), every mask meets a long context, a big
     /// step and a large batch on a decoder, and PrefixLM never meets R-SWA.

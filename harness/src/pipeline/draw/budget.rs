@@ -1,0 +1,155 @@
+//! What a draw may cost and how it is made to fit: the tiers' cost ceilings, fitting a
+//! recipe under one ([`fit_cost`], [`fit_mla_cost`]) and inside a backend's space ([`fit_space`]).
+
+use crate::pipeline::recipe::{cost, mla_cost, CaseRecipe, LatentRecipe};
+use attn_reference::mla;
+use attn_reference::{AttentionConfig, Feature, Space};
+
+/// Sequences of an MLA decode batch: past 64, as latent attention serves decode batches of
+/// hundreds (the "large batch" class, which 1 to 4 sequences never reach).
+pub const MLA_BATCH_SEQS: std::ops::RangeInclusive<usize> = 65..=160;
+
+/// The oracle's work ceiling of an MLA case (multiply-adds over K and V): 128 heads over
+/// about 700 keys of DeepSeek-V3's 576/512.
+pub const MLA_COST: usize = 100_000_000;
+
+/// The small tier's cost ceiling: the default run stays within its time budget.
+pub const SMALL_COST: usize = 20_000_000;
+/// The long tier's: long contexts with few heads and small head sizes.
+pub const LONG_COST: usize = 200_000_000;
+
+/// Make `r` fit `budget` ([`cost`]) deterministically: fewer heads first, then a smaller head
+/// size, then shorter queries, then shorter contexts, so the lengths (what the tier is
+/// about) go last. Head sizes stay among those `space` allows.
+pub fn fit_cost(mut r: CaseRecipe, budget: usize, space: &Space) -> CaseRecipe {
+    let allowed = space.head_size_values();
+    // The largest allowed head size at most `target` (the smallest allowed one if none is).
+    let head_at_most = |target: usize| match &allowed {
+        None => target,
+        Some(a) => a
+            .iter()
+            .rev()
+            .find(|&&d| d <= target)
+            .or(a.first())
+            .copied()
+            .unwrap_or(target),
+    };
+    while cost(&r) > budget {
+        if r.group > 1 {
+            r.group = 1;
+        } else if r.num_kv_heads > 1 {
+            r.num_kv_heads = 1;
+        } else if r.head_size > head_at_most(64) {
+            r.head_size = head_at_most(64);
+        } else if let Some(q) = r.seqs.iter_mut().filter(|s| s.1 > 8).max_by_key(|s| s.1) {
+            q.1 = (q.1 / 2).max(8);
+        } else if r.head_size > head_at_most(8) {
+            r.head_size = head_at_most(8);
+        } else if let Some(s) = r.seqs.iter_mut().filter(|s| s.0 > 0).max_by_key(|s| s.0) {
+            s.0 /= 2;
+        } else {
+            break;
+        }
+    }
+    r
+}
+
+/// `r` moved inside `space` ([`Space::fit_config`], [`Space::fit_lengths`]), then within
+/// `budget`: what every strategy and every shrink candidate goes through, so a case drawn or
+/// shrunk for a backend is one it declares it runs. The identity on the full space.
+pub fn fit_space(mut r: CaseRecipe, space: &Space, budget: usize) -> CaseRecipe {
+    if space.is_full() {
+        return r;
+    }
+    let mut c = r.config();
+    space.fit_config(&mut c);
+    crate::pipeline::draw::budget::fit_latent(&mut r, &c);
+    r.dtype = c.dtype;
+    r.head_size = c.head_size;
+    r.block_size = c.block_size;
+    r.group = c.group_size();
+    r.take_features_of(&c);
+    // The fitted kind may give a feature no meaning (a window in cross-attention).
+    let mut r = r.without_kind_mismatches();
+    space.fit_lengths(r.kind, &mut r.seqs, &mut r.padding_tokens);
+    // Padded requests count among the step's requests.
+    if !space.allows_feature(Feature::PaddedRequests) {
+        r.padded_requests = 0;
+    }
+    if !space.allows_feature(Feature::NonCausal) {
+        r.non_causal = None;
+    }
+    if !space.allows_feature(Feature::PrefixLm) {
+        r.prefix_lm = None;
+    }
+    if !space.allows_feature(Feature::Rswa) {
+        r.rswa = None;
+    }
+    if let Some(m) = space.max_seqs {
+        r.padded_requests = r.padded_requests.min(m.saturating_sub(r.seqs.len()));
+    }
+    // A shared prefix lengthens the contexts of its group: not past the longest allowed.
+    if let Some(m) = space.max_seq_len {
+        if r.lens().0.iter().any(|&l| l > m) {
+            r.share = None;
+        }
+    }
+    if r.mla.is_some() {
+        // MLA recipes have their own cost model (K's and V's widths; heads kept longest).
+        return fit_mla_cost(r, MLA_COST);
+    }
+    fit_cost(r, budget, space)
+}
+
+/// `r` under `budget`, keeping what MLA cases are for as long as it can: chunks shortened
+/// first, then later sequences dropped, then the heads halved, contexts halved last (so a
+/// 128-head decode past 576 keys survives). A decode batch keeps its sequences: its heads
+/// are halved first, down to one.
+pub fn fit_mla_cost(mut r: CaseRecipe, budget: usize) -> CaseRecipe {
+    let batch = r.seqs.len() >= *MLA_BATCH_SEQS.start();
+    while mla_cost(&r) > budget {
+        if let Some(q) = r.seqs.iter_mut().filter(|s| s.1 > 8).max_by_key(|s| s.1) {
+            q.1 = (q.1 / 2).max(8);
+        } else if batch && r.group > 1 {
+            r.group /= 2;
+        } else if r.seqs.len() > 1 {
+            r.seqs.pop();
+        } else if r.group > 16 {
+            r.group /= 2;
+        } else if let Some(s) = r.seqs.iter_mut().find(|s| s.0 > 0) {
+            s.0 /= 2;
+        } else {
+            break;
+        }
+    }
+    r
+}
+
+/// After `space.fit_config` turned `fitted` (the config of `r`) into or out of MLA, carry
+/// that back into the recipe: its latent, its single kv head, and (MLA off) the model's
+/// scale as an ordinary custom scale.
+pub fn fit_latent(r: &mut CaseRecipe, fitted: &AttentionConfig) {
+    match (r.mla, fitted.mla) {
+        (Some(m), None) => {
+            r.mla = None;
+            r.scale = Some(m.scale);
+        }
+        (_, Some(m)) => {
+            r.mla = Some(LatentRecipe {
+                rope: fitted.head_size - m.head_size_v,
+                scale: fitted
+                    .scale
+                    .unwrap_or(mla::model_scale(mla::DEEPSEEK_V3_QK_HEAD_DIM)),
+            });
+            r.num_kv_heads = fitted.num_kv_heads;
+            r.head_size = fitted.head_size;
+            r.kind = fitted.kind;
+            r.window = None;
+            r.soft_cap = None;
+            r.alibi = false;
+            r.sinks = false;
+            r.kv_cache = fitted.kv_cache;
+        }
+        (None, None) => {}
+    }
+}
