@@ -5,9 +5,6 @@
 /// Every backend `attn-diff` registers in a default build, in registry order.
 pub const BACKENDS: &[&str] = &["cpu", "spyre-native", "spyre-sdpa", "spyre-device"];
 
-/// The prefix of the deliberately wrong backends (cargo feature `mutants`).
-pub const MUTANT_PREFIX: &str = "mutant:";
-
 /// Whether `name` (after `mutant:`) can be a mutant's name. Which mutants exist is known only
 /// to a build with the `mutants` feature: `attn-diff` itself rejects an unknown one (exit 2),
 /// and the reply says so.

@@ -476,7 +476,8 @@ pub fn parse(comment: &str) -> Result<BotRequest, ParseError> {
             Key::Backends => {
                 let names = list(key, value, MAX_BACKENDS, &shown)?;
                 for name in &names {
-                    if let Some(mutant) = name.strip_prefix(catalog::MUTANT_PREFIX) {
+                    let backend = attn_results::BackendRef::parse(name);
+                    if let Some(mutant) = backend.mutant_name() {
                         if !catalog::is_valid_mutant_name(mutant) {
                             return Err(ParseError::BadMutantName {
                                 name: echo(name),

@@ -10,8 +10,7 @@ fn from_json(text: &str) -> Result<CheckSummary, attn_results::ReadError> {
     attn_results::from_json(text)
 }
 use attn_harness::pipeline::check::run::run_check;
-use attn_harness::pipeline::check::CheckOptions;
-use attn_harness::pipeline::check::Shard;
+use attn_harness::pipeline::check::{CheckOptions, Shard};
 use attn_harness::render::check::render_json;
 
 #[test]

@@ -6,6 +6,7 @@ use crate::pipeline::check::Shard;
 use crate::pipeline::upstream;
 use crate::render::Format;
 use attn_reference::DType;
+use attn_results::BackendRef;
 use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
@@ -122,7 +123,7 @@ pub struct CheckArgs {
     /// Comma-separated backend names (default: every registered backend); `external:NAME`
     /// runs an adapter declared in attn-diff.toml or with --external.
     #[arg(long, value_delimiter = ',', value_name = "NAME,...")]
-    pub backend: Vec<String>,
+    pub backend: Vec<BackendRef>,
     #[command(flatten)]
     pub external: ExternalArgs,
     /// Property cases to run (default: PROPTEST_CASES, else 500).
@@ -231,7 +232,7 @@ pub struct ReplayArgs {
     pub file: PathBuf,
     /// Comma-separated backends to run (default: every registered backend).
     #[arg(long, value_delimiter = ',', value_name = "NAME,...")]
-    pub backend: Vec<String>,
+    pub backend: Vec<BackendRef>,
     #[command(flatten)]
     pub external: ExternalArgs,
 }
@@ -277,7 +278,7 @@ pub struct BenchArgs {
     /// Comma-separated backend names (default: every registered backend); `external:NAME`
     /// runs an adapter, timed by the kernel time it reports, interleaved with the others.
     #[arg(long, value_delimiter = ',', value_name = "NAME,...")]
-    pub backend: Vec<String>,
+    pub backend: Vec<BackendRef>,
     #[command(flatten)]
     pub external: ExternalArgs,
     /// Upstream spec to time (default: every decoder spec). Repeatable.
@@ -395,8 +396,11 @@ impl Cli {
     /// Whether this invocation will run a libtorch backend (and so wants libgomp's passive
     /// wait policy set before the library loads).
     pub fn runs_libtorch(&self) -> bool {
-        let named = |names: &[String]| {
-            names.is_empty() || names.iter().any(|n| attn_backends::uses_libtorch(n.trim()))
+        let named = |names: &[BackendRef]| {
+            names.is_empty()
+                || names
+                    .iter()
+                    .any(|n| attn_backends::uses_libtorch(&n.to_string()))
         };
         match &self.command {
             Command::Check(a) => named(&a.backend),

@@ -12,6 +12,7 @@
 
 use attn_backends::external::{AdapterSpec, ExternalBackend};
 use attn_backends::Backend;
+use attn_results::BackendRef;
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -53,8 +54,6 @@ fn resolve_interpreter(mut command: Vec<String>, dir: &Path) -> Vec<String> {
     command
 }
 
-/// The prefix that selects an external backend.
-pub const PREFIX: &str = "external:";
 /// The file read when `--config` is not given (if it exists).
 pub const DEFAULT_CONFIG: &str = "attn-diff.toml";
 
@@ -207,7 +206,7 @@ pub fn parse_flag(flag: &str, timeout: Option<f64>) -> Result<AdapterSpec, Exter
         .split_once('=')
         .filter(|(n, _)| !n.trim().is_empty())
         .ok_or_else(|| ExternalConfigError::BadFlag(flag.to_string()))?;
-    let name = name.trim().strip_prefix(PREFIX).unwrap_or(name.trim());
+    let name = &adapter_of(name);
     let words = shlex::split(command).ok_or_else(|| ExternalConfigError::BadCommand {
         name: name.into(),
         command: command.into(),
@@ -294,16 +293,22 @@ impl ExternalArgs {
 /// The flag among `--external` `flags` that declares `backend` (`external:NAME`), as given:
 /// what a replay command needs to start the same adapter.
 pub fn flag_for(backend: &str, flags: &[String]) -> Option<String> {
-    let name = backend.strip_prefix(PREFIX)?;
+    let backend = BackendRef::parse(backend);
+    let name = backend.adapter()?;
     flags
         .iter()
         .find(|f| {
-            f.split_once('=').is_some_and(|(n, _)| {
-                let n = n.trim();
-                n.strip_prefix(PREFIX).unwrap_or(n) == name
-            })
+            f.split_once('=')
+                .is_some_and(|(n, _)| adapter_of(n) == name)
         })
         .cloned()
+}
+
+/// The adapter `name` names, with or without `external:` (a name with another prefix stays
+/// whole).
+pub fn adapter_of(name: &str) -> String {
+    let r = BackendRef::parse(name);
+    r.adapter().map_or_else(|| r.to_string(), String::from)
 }
 
 /// Start the adapter `name` (handshake included) as a backend.

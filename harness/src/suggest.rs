@@ -24,7 +24,7 @@ pub fn closest<'a>(name: &str, known: &'a [String]) -> Option<&'a str> {
         return None;
     }
     let lower = name.to_lowercase();
-    let external = format!("{}{lower}", crate::external::PREFIX);
+    let external = attn_results::BackendRef::external(&lower).to_string();
     if let Some(k) = known.iter().find(|k| k.to_lowercase() == external) {
         return Some(k);
     }

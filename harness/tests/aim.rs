@@ -2,16 +2,13 @@
 //! narrows), a narrow backend gets its whole budget, and the summary says what reached it.
 
 use attn_backends::{backend_by_name, declared_space, Backend};
-use attn_harness::pipeline::check::cohorts;
 use attn_harness::pipeline::check::run::run_check;
 use attn_harness::pipeline::check::subject::case_tree;
-use attn_harness::pipeline::check::CheckOptions;
+use attn_harness::pipeline::check::{cohorts, CheckOptions};
 use attn_harness::pipeline::draw::budget::fit_space;
 use attn_harness::pipeline::draw::budget_of;
 use attn_harness::pipeline::draw::tier::StrategyLimits;
-use attn_harness::pipeline::draw::trace::fit_trace;
-use attn_harness::pipeline::draw::trace::trace_recipe_in;
-use attn_harness::pipeline::draw::trace::TraceShapes;
+use attn_harness::pipeline::draw::trace::{fit_trace, trace_recipe_in, TraceShapes};
 use attn_harness::pipeline::recipe::CaseRecipe;
 use attn_harness::pipeline::shrink::case::shrink_fully;
 use attn_harness::pipeline::shrink::ShrinkBudget;

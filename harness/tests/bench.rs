@@ -4,9 +4,7 @@
 mod support;
 
 use attn_backends::Backend;
-use attn_harness::pipeline::bench::run_bench;
-use attn_harness::pipeline::bench::BenchOptions;
-use attn_harness::pipeline::bench::BenchStatus;
+use attn_harness::pipeline::bench::{run_bench, BenchOptions, BenchStatus};
 use attn_reference::{spec_by_name, AttentionConfig, DType};
 use std::sync::Arc;
 use support::{Naive, Plant};

@@ -12,13 +12,8 @@
 
 use attn_backends::external::{AdapterSpec, ExternalBackend};
 use attn_backends::{backend_by_name, Backend};
-use attn_harness::pipeline::recipe::CaseRecipe;
-use attn_harness::pipeline::recipe::LatentRecipe;
-use attn_harness::pipeline::recipe::Share;
-use attn_harness::pipeline::recipe::TableOrder;
-use attn_harness::pipeline::recipe::Values;
-use attn_harness::pipeline::runner::evaluate;
-use attn_harness::pipeline::runner::Outcome;
+use attn_harness::pipeline::recipe::{CaseRecipe, LatentRecipe, Share, TableOrder, Values};
+use attn_harness::pipeline::runner::{evaluate, Outcome};
 use attn_reference::{
     reference_output, AttentionKind, Case, DType, Feature, Fp8Format, Fp8KvCache,
 };

@@ -6,8 +6,7 @@
 //! classes.
 
 use attn_harness::pipeline::check::run::run_check;
-use attn_harness::pipeline::check::CheckOptions;
-use attn_harness::pipeline::check::DEFAULT_CASES;
+use attn_harness::pipeline::check::{CheckOptions, DEFAULT_CASES};
 use attn_reference::Feature;
 
 #[test]

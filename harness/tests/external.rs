@@ -10,9 +10,7 @@ use attn_backends::Backend;
 use attn_harness::external::adapter_python;
 use attn_harness::pipeline::check::run::run_check;
 use attn_harness::pipeline::check::CheckOptions;
-use attn_harness::pipeline::runner::evaluate;
-use attn_harness::pipeline::runner::DivergenceKind;
-use attn_harness::pipeline::runner::Outcome;
+use attn_harness::pipeline::runner::{evaluate, DivergenceKind, Outcome};
 use attn_harness::pipeline::shrink::ShrinkBudget;
 use attn_reference::{build_case, reference_output, AttentionConfig, BuildOptions, Case, DType};
 use attn_results::compare::Tolerance;
@@ -639,9 +637,7 @@ fn numpy_adapter(sessions: bool) -> ExternalBackend {
 
 #[test]
 fn a_version_2_adapter_keeps_its_cache_across_a_traces_steps() {
-    use attn_harness::pipeline::runner::trace::evaluate_trace;
-    use attn_harness::pipeline::runner::trace::trace_for;
-    use attn_harness::pipeline::runner::trace::TraceOutcome;
+    use attn_harness::pipeline::runner::trace::{evaluate_trace, trace_for, TraceOutcome};
     let _g = serial();
     let backend = numpy_adapter(true);
     assert_eq!(backend.hello().version, 2);
@@ -659,9 +655,7 @@ fn a_version_2_adapter_keeps_its_cache_across_a_traces_steps() {
 
 #[test]
 fn a_version_1_adapter_runs_cases_and_declines_traces() {
-    use attn_harness::pipeline::runner::trace::evaluate_trace;
-    use attn_harness::pipeline::runner::trace::trace_for;
-    use attn_harness::pipeline::runner::trace::TraceOutcome;
+    use attn_harness::pipeline::runner::trace::{evaluate_trace, trace_for, TraceOutcome};
     let _g = serial();
     let backend = numpy_adapter(false);
     assert_eq!(backend.hello().version, 1);

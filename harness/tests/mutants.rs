@@ -301,8 +301,7 @@ fn trace_only_mutants_escape_single_steps_and_die_on_traces() {
     use attn_backends::mutants::{mutant, CATALOGUE};
     use attn_harness::pipeline::check::run::run_check;
     use attn_harness::pipeline::check::CheckOptions;
-    use attn_harness::pipeline::runner::evaluate;
-    use attn_harness::pipeline::runner::Outcome;
+    use attn_harness::pipeline::runner::{evaluate, Outcome};
     use attn_results::compare::Tolerance;
     let names: Vec<&str> = CATALOGUE
         .iter()

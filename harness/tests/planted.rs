@@ -4,8 +4,7 @@ mod support;
 
 use attn_backends::Backend;
 use attn_harness::pipeline::check::run::run_check;
-use attn_harness::pipeline::check::CheckOptions;
-use attn_harness::pipeline::check::Shard;
+use attn_harness::pipeline::check::{CheckOptions, Shard};
 use attn_harness::pipeline::runner::DivergenceKind;
 use std::sync::Arc;
 use std::time::Instant;

@@ -10,14 +10,9 @@ use attn_backends::{
 };
 use attn_harness::pipeline::check::run::run_check;
 use attn_harness::pipeline::check::CheckOptions;
-use attn_harness::pipeline::draw::trace::trace_recipe_with;
-use attn_harness::pipeline::draw::trace::TraceShapes;
-use attn_harness::pipeline::runner::evaluate;
-use attn_harness::pipeline::runner::trace::evaluate_trace;
-use attn_harness::pipeline::runner::trace::trace_for;
-use attn_harness::pipeline::runner::trace::JudgedTrace;
-use attn_harness::pipeline::runner::trace::TraceOutcome;
-use attn_harness::pipeline::runner::Outcome;
+use attn_harness::pipeline::draw::trace::{trace_recipe_with, TraceShapes};
+use attn_harness::pipeline::runner::trace::{evaluate_trace, trace_for, JudgedTrace, TraceOutcome};
+use attn_harness::pipeline::runner::{evaluate, Outcome};
 use attn_reference::trace::generate;
 use attn_reference::{reference_output, AttentionConfig};
 use attn_results::compare::Tolerance;

@@ -4,10 +4,8 @@
 //! Llama-3-8B, bf16, block size 16, with upstream's tolerance (atol = rtol = 1e-2), through
 //! every registered backend.
 
-use attn_harness::pipeline::runner::evaluate;
-use attn_harness::pipeline::runner::Outcome;
-use attn_harness::pipeline::upstream::UpstreamCase;
-use attn_harness::pipeline::upstream::UpstreamTest;
+use attn_harness::pipeline::runner::{evaluate, Outcome};
+use attn_harness::pipeline::upstream::{UpstreamCase, UpstreamTest};
 use attn_reference::reference_output;
 use attn_results::compare::Tolerance;
 use rstest::rstest;

@@ -8,6 +8,7 @@
 //! Every JSON document carries [`SCHEMA_VERSION`]; a reader refuses another version.
 
 pub mod backend_id;
+pub mod backend_ref;
 pub mod bench;
 pub mod check;
 pub mod check_view;
@@ -22,6 +23,7 @@ pub mod precision;
 pub mod triples;
 
 pub use backend_id::{BackendId, BackendRole};
+pub use backend_ref::BackendRef;
 pub use bench::{BenchRow, BenchStatus, BenchSummary};
 pub use check::{
     BackendSummary, CheckSummary, FailureClass, FailureRecord, Origin, RunPart, Shard, Tally,

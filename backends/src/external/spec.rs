@@ -47,6 +47,6 @@ impl AdapterSpec {
 
     /// The backend name the harness knows the adapter by.
     pub fn backend_name(&self) -> String {
-        format!("external:{}", self.name)
+        attn_results::BackendRef::external(&self.name).to_string()
     }
 }

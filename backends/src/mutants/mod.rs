@@ -165,11 +165,17 @@ pub fn all_mutants() -> Vec<Arc<dyn Backend>> {
 pub fn mutant(name: &str) -> Option<Arc<dyn Backend>> {
     let wrap = |m: Mutation| Some(Arc::new(WrappedMutant::new(name, m)) as Arc<dyn Backend>);
     let plain = |b: Bug| {
-        Some(Arc::new(PlainBackend::new(&format!("mutant:{name}"), b)) as Arc<dyn Backend>)
+        Some(Arc::new(PlainBackend::new(
+            &attn_results::BackendRef::mutant(name).to_string(),
+            b,
+        )) as Arc<dyn Backend>)
     };
     let step = |b: StepBug| Some(Arc::new(StatefulMutant::new(name, b)) as Arc<dyn Backend>);
     let latent = |b: MlaBug| {
-        Some(Arc::new(MlaMutant::new(&format!("mutant:{name}"), b)) as Arc<dyn Backend>)
+        Some(Arc::new(MlaMutant::new(
+            &attn_results::BackendRef::mutant(name).to_string(),
+            b,
+        )) as Arc<dyn Backend>)
     };
     match name {
         "window-off-by-one" => wrap(Mutation::WindowOneWider),

@@ -57,7 +57,7 @@ pub struct StatefulMutant {
 impl StatefulMutant {
     pub fn new(name: &str, bug: StepBug) -> Self {
         StatefulMutant {
-            name: format!("mutant:{name}"),
+            name: attn_results::BackendRef::mutant(name).to_string(),
             bug,
             inner: CpuBackend::auto(),
         }

@@ -35,7 +35,7 @@ pub struct WrappedMutant {
 impl WrappedMutant {
     pub fn new(name: &str, mutation: Mutation) -> Self {
         WrappedMutant {
-            name: format!("mutant:{name}"),
+            name: attn_results::BackendRef::mutant(name).to_string(),
             mutation,
             inner: CpuBackend::auto(),
             num_blocks: AtomicUsize::new(0),

@@ -1,17 +1,16 @@
 //! `attn-diff bench`: one attention call per backend and upstream spec, timed side by side.
 
-use super::{spec_named, usage};
+use super::setup::{spec_named, usage};
 use crate::cli::{BenchArgs, GlobalArgs};
-use crate::external::{ExternalArgs, PREFIX};
-use crate::pipeline::bench::run_bench;
-use crate::pipeline::bench::BenchEvent;
-use crate::pipeline::bench::BenchOptions;
+use crate::external::ExternalArgs;
+use crate::pipeline::bench::{run_bench, BenchEvent, BenchOptions};
 use crate::pipeline::upstream;
 use crate::progress::Progress;
 use crate::render::bench::{plot, render_markdown, render_text};
 use crate::render::Format;
 use attn_backends::Backend;
 use attn_reference::{AttentionConfig, AttentionKind, BatchSpec};
+use attn_results::BackendRef;
 use std::sync::Arc;
 
 /// Environment variable that tells an adapter how many threads `--threads` asks for (the
@@ -20,13 +19,18 @@ pub const THREADS_ENV: &str = "ATTN_DIFF_THREADS";
 
 /// A built-in backend with `threads` workers, or an adapter told the same.
 fn bench_backend(
-    name: &str,
+    backend: &BackendRef,
     threads: Option<usize>,
     external: &ExternalArgs,
 ) -> anyhow::Result<Arc<dyn Backend>> {
-    let Some(adapter) = name.strip_prefix(PREFIX) else {
-        return attn_backends::registry::backend_with_threads(name, threads)
-            .map_err(|e| usage(format!("{e}{}", super::backend_suggestion(name, external))));
+    let Some(adapter) = backend.adapter() else {
+        let name = backend.to_string();
+        return attn_backends::registry::backend_with_threads(&name, threads).map_err(|e| {
+            usage(format!(
+                "{e}{}",
+                super::setup::backend_suggestion(&name, external)
+            ))
+        });
     };
     let mut spec = external.spec(adapter).map_err(|e| usage(e.to_string()))?;
     if let Some(n) = threads {
@@ -57,7 +61,7 @@ pub fn run(args: BenchArgs, global: GlobalArgs) -> anyhow::Result<bool> {
     };
     config.validate().map_err(|e| usage(e.to_string()))?;
     config.kind = AttentionKind::Decoder;
-    super::check_config(&args.external)?;
+    super::setup::check_config(&args.external)?;
     let specs: Vec<BatchSpec> = if args.specs.is_empty() {
         attn_reference::all_specs()
             .into_iter()
@@ -71,17 +75,21 @@ pub fn run(args: BenchArgs, global: GlobalArgs) -> anyhow::Result<bool> {
     };
     // Cases too large to build are refused before anything is allocated.
     for spec in &specs {
-        super::check_spec_size(spec, &config)?;
+        super::setup::check_spec_size(spec, &config)?;
     }
-    let names: Vec<String> = if args.backend.is_empty() {
+    let refs: Vec<BackendRef> = if args.backend.is_empty() {
         attn_backends::backend_names()
+            .iter()
+            .map(|n| BackendRef::parse(n))
+            .collect()
     } else {
-        super::dedupe(&args.backend)
+        super::setup::dedupe(&args.backend)
     };
-    let backends = names
+    let backends = refs
         .iter()
-        .map(|n| bench_backend(n.trim(), args.threads, &args.external))
+        .map(|n| bench_backend(n, args.threads, &args.external))
         .collect::<anyhow::Result<Vec<_>>>()?;
+    let names: Vec<String> = refs.iter().map(BackendRef::to_string).collect();
     if args.reps == 0 {
         return Err(usage("--reps must be at least 1"));
     }

@@ -1,10 +1,9 @@
 //! `attn-diff check`: property cases and upstream specs through backends against the oracle.
 
-use super::{select_backends_with, usage};
+use super::setup::{select_backends_with, usage};
 use crate::cli::{CheckArgs, CheckFormat, GlobalArgs};
 use crate::pipeline::check::run::run_check;
-use crate::pipeline::check::CheckOptions;
-use crate::pipeline::check::Event;
+use crate::pipeline::check::{CheckOptions, Event};
 use crate::pipeline::shrink::ShrinkBudget;
 use crate::pipeline::upstream;
 use crate::progress::Progress;

@@ -1,6 +1,6 @@
 //! `attn-diff export`: a case's tensors and the oracle's output as a safetensors file.
 
-use super::{load_case, spec_named, usage};
+use super::setup::{load_case, spec_named, usage};
 use crate::cli::ExportArgs;
 
 pub fn run(args: ExportArgs) -> anyhow::Result<bool> {
@@ -18,7 +18,7 @@ pub fn run(args: ExportArgs) -> anyhow::Result<bool> {
             config.kind = spec.kind;
             // Check the config before building anything from it.
             config.validate().map_err(|e| usage(e.to_string()))?;
-            super::check_spec_size(&spec, &config)?;
+            super::setup::check_spec_size(&spec, &config)?;
             attn_reference::build_spec_case(&spec, config, args.seed)
         }
         (None, Some(path)) => load_case(&path)?,

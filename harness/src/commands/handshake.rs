@@ -1,17 +1,16 @@
 //! `attn-diff handshake`: start an adapter, print what its handshake declares, and stop it.
 
-use super::usage;
+use super::setup::usage;
 use crate::cli::HandshakeArgs;
-use crate::external::PREFIX;
 use crate::render::Format;
 use attn_backends::external::ExternalBackend;
+use attn_results::BackendRef;
 
 /// The adapter to start: the one named (with or without `external:`), else the only one given
 /// with `--external`.
 fn adapter_name(args: &HandshakeArgs) -> anyhow::Result<String> {
     if let Some(name) = &args.backend {
-        let name = name.trim();
-        return Ok(name.strip_prefix(PREFIX).unwrap_or(name).to_string());
+        return Ok(crate::external::adapter_of(name));
     }
     let flags = args
         .external
@@ -26,7 +25,7 @@ fn adapter_name(args: &HandshakeArgs) -> anyhow::Result<String> {
             let declared = args.external.declared().map_err(|e| usage(e.to_string()))?;
             let names: Vec<String> = declared
                 .iter()
-                .map(|a| format!("{PREFIX}{}", a.name))
+                .map(|a| BackendRef::external(&a.name).to_string())
                 .collect();
             Err(usage(format!(
                 "name the adapter with --backend external:NAME{} (declared: {})",
@@ -64,7 +63,7 @@ pub fn run(args: HandshakeArgs) -> anyhow::Result<bool> {
     let capabilities = serde_json::to_value(&hello.capabilities)?;
     let text = match args.format {
         Format::Json => serde_json::to_string_pretty(&serde_json::json!({
-            "backend": format!("{PREFIX}{name}"),
+            "backend": BackendRef::external(&name).to_string(),
             "command": command,
             "name": hello.name,
             "version": hello.version,
@@ -84,7 +83,7 @@ pub fn run(args: HandshakeArgs) -> anyhow::Result<bool> {
                 .map(|w| shlex::try_quote(w).map_or_else(|_| w.clone(), |q| q.into_owned()))
                 .collect();
             let rows = [
-                ("backend", format!("{PREFIX}{name}")),
+                ("backend", BackendRef::external(&name).to_string()),
                 ("command", quoted.join(" ")),
                 ("name", hello.name.clone()),
                 (

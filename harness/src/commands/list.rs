@@ -1,7 +1,7 @@
 //! `attn-diff list`: the backends with what each declines (probed feature by feature from
 //! [`attn_reference::Feature`]), the declared adapters (not started), and the named specs.
 
-use super::usage;
+use super::setup::usage;
 use crate::cli::ListArgs;
 use crate::render::{table, Format};
 use attn_backends::{all_backends, declines, declines_batch, Backend};
@@ -21,7 +21,7 @@ pub fn run(args: ListArgs) -> anyhow::Result<bool> {
         adapters: declared
             .iter()
             .map(|a| AdapterEntry {
-                name: format!("{}{}", crate::external::PREFIX, a.name),
+                name: attn_results::BackendRef::external(&a.name).to_string(),
                 command: a.command.clone(),
                 timeout_seconds: a.timeout.as_secs_f64(),
             })

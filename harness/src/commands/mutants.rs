@@ -27,7 +27,7 @@ pub fn run(args: MutantsArgs, global: GlobalArgs) -> anyhow::Result<bool> {
         (&suite, jobs),
         args.out,
         &|name| {
-            progress.phase(format!("mutant:{name}"));
+            progress.phase(attn_results::BackendRef::mutant(name).to_string());
             progress.step();
         },
     );

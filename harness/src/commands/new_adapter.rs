@@ -1,7 +1,7 @@
 //! `attn-diff new-adapter DIR`: a runnable adapter skeleton (numpy paged attention on the
 //! Python helper) and a README saying how to run it.
 
-use super::usage;
+use super::setup::usage;
 use crate::cli::NewAdapterArgs;
 use std::path::{Path, PathBuf};
 
@@ -114,7 +114,10 @@ pub fn run(args: NewAdapterArgs) -> anyhow::Result<bool> {
     }
     println!("wrote {shown}/adapter.py and {shown}/README.md");
     println!("run it:");
-    println!("  attn-diff check --backend external:{name} --external {flag}");
+    println!(
+        "  attn-diff check --backend {} --external {flag}",
+        attn_results::BackendRef::external(&name)
+    );
     println!(
         "the adapter needs attn_diff_adapter: pip install {package} (or it uses that checkout)"
     );

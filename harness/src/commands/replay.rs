@@ -1,12 +1,10 @@
 //! `attn-diff replay FILE`: one saved case through backends again.
 
-use super::{is_trace_file, load_case, select_backends_with};
+use super::setup::{is_trace_file, load_case, select_backends_with};
 use crate::cli::ReplayArgs;
 use crate::failure::trace::trace_failure_record;
 use crate::pipeline::replay::replay_case;
-use crate::pipeline::runner::trace::evaluate_trace;
-use crate::pipeline::runner::trace::JudgedTrace;
-use crate::pipeline::runner::trace::TraceOutcome;
+use crate::pipeline::runner::trace::{evaluate_trace, JudgedTrace, TraceOutcome};
 use crate::pipeline::runner::Outcome;
 use attn_backends::Backend;
 use attn_reference::{Recorded, Trace};
@@ -38,17 +36,13 @@ fn backends_for(
     }
     match recorded {
         Some(r) if args.backend.is_empty() => {
-            let declared = args.external.spec(
-                r.backend
-                    .strip_prefix(crate::external::PREFIX)
-                    .unwrap_or(&r.backend),
-            );
+            let declared = args.external.spec(&crate::external::adapter_of(&r.backend));
             // Recorded with an `--external` flag: an adapter this run does not declare.
             if let (Some(flag), Err(_)) = (&r.external, &declared) {
                 let quote = |s: &str| {
                     shlex::try_quote(s).map_or_else(|_| s.to_string(), |q| q.into_owned())
                 };
-                return Err(super::usage(format!(
+                return Err(super::setup::usage(format!(
                     "{file} was recorded on {}, an adapter declared with --external; replay \
                      starts no command a file names: run\n  attn-diff replay {} --backend {} \
                      --external {}",
@@ -58,7 +52,10 @@ fn backends_for(
                     quote(flag)
                 )));
             }
-            select_backends_with(std::slice::from_ref(&r.backend), &args.external)
+            select_backends_with(
+                &[attn_results::BackendRef::parse(&r.backend)],
+                &args.external,
+            )
         }
         _ => select_backends_with(&args.backend, &args.external),
     }
@@ -87,7 +84,7 @@ fn environment_differences(
 /// A trace file through every backend, one cache across its steps.
 fn run_trace(args: ReplayArgs) -> anyhow::Result<bool> {
     let name = args.file.display().to_string();
-    let trace = Trace::load(&args.file).map_err(|e| super::usage(format!("{name}: {e}")))?;
+    let trace = Trace::load(&args.file).map_err(|e| super::setup::usage(format!("{name}: {e}")))?;
     let backends = backends_for(&args, trace.recorded.as_ref())?;
     let judged = JudgedTrace::new(trace);
     let mut ok = true;

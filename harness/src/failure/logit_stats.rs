@@ -206,9 +206,7 @@ fn exact(case: &Case, q: &[f64], keys: &[Vec<f64>]) -> LogitStats {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pipeline::recipe::CaseRecipe;
-    use crate::pipeline::recipe::LogitShift;
-    use crate::pipeline::recipe::Values;
+    use crate::pipeline::recipe::{CaseRecipe, LogitShift, Values};
 
     #[test]
     fn a_row_shift_reaches_the_buckets_it_names() {

@@ -11,8 +11,7 @@ use attn_reference::{
     build_spec_case, reference_output, AttentionConfig, BatchSpec, Fp8Format, Fp8KvCache,
     KvCacheDtype,
 };
-use attn_results::compare::compare;
-use attn_results::compare::Tolerance;
+use attn_results::compare::{compare, Tolerance};
 pub use attn_results::{BackendId, BenchRow, BenchStatus, BenchSummary};
 use std::sync::Arc;
 use std::time::{Duration, Instant};

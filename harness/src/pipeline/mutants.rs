@@ -8,8 +8,7 @@ use crate::artifacts::Artifact;
 use crate::pipeline::check::drive::map_ordered;
 use crate::pipeline::check::run::run_check;
 use crate::pipeline::check::CheckOptions;
-use crate::pipeline::runner::evaluate;
-use crate::pipeline::runner::Outcome;
+use crate::pipeline::runner::{evaluate, Outcome};
 use crate::pipeline::upstream::UpstreamCase;
 use attn_backends::mutants::{mutant, CATALOGUE};
 use attn_reference::reference_output;
@@ -45,7 +44,7 @@ pub fn run_mutants(
         });
         let b = &run.summary.backends[0];
         let row = MutantRow {
-            mutant: format!("mutant:{}", info.name),
+            mutant: attn_results::BackendRef::mutant(info.name).to_string(),
             description: info.description.to_string(),
             trace_only: info.trace_only,
             public_bug: info.public_bug.map(str::to_string),

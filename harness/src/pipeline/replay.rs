@@ -1,8 +1,7 @@
 //! `attn-diff replay FILE`: run one saved case (a replay file) through backends again.
 
 use crate::failure::report::{failure_record, FailureContext};
-use crate::pipeline::runner::evaluate;
-use crate::pipeline::runner::Outcome;
+use crate::pipeline::runner::{evaluate, Outcome};
 use attn_backends::Backend;
 use attn_reference::{reference_output, Case};
 use attn_results::compare::Tolerance;

@@ -4,30 +4,18 @@
 
 use crate::artifacts::Artifact;
 use crate::failure::class::{Signature, Symptom};
-use crate::pipeline::check::classes::count_in;
-use crate::pipeline::check::classes::Member as ClassMember;
-use crate::pipeline::check::classes::Placed;
+use crate::pipeline::check::classes::{count_in, Member as ClassMember, Placed};
 use crate::pipeline::check::control::RunControl;
-use crate::pipeline::check::drive::per_cohort;
-use crate::pipeline::check::drive::Item;
-use crate::pipeline::check::drive::Member;
-use crate::pipeline::check::drive::PerCohort;
-use crate::pipeline::check::drive::Ran;
-use crate::pipeline::check::drive::Subjects;
-use crate::pipeline::check::subject::case_tree;
-use crate::pipeline::check::subject::sanitize;
-use crate::pipeline::check::subject::RunState;
-use crate::pipeline::check::subject::{class_budget, for_kind, record_outcome, report};
-use crate::pipeline::check::CheckOptions;
-use crate::pipeline::check::Cohort;
-use crate::pipeline::check::Event;
+use crate::pipeline::check::drive::{per_cohort, Item, Member, PerCohort, Ran, Subjects};
+use crate::pipeline::check::subject::{
+    case_tree, class_budget, for_kind, record_outcome, report, sanitize, RunState,
+};
+use crate::pipeline::check::{CheckOptions, Cohort, Event};
 use crate::pipeline::draw::budget::fit_space;
 use crate::pipeline::draw::budget_of;
 use crate::pipeline::draw::tier::StrategyLimits;
 use crate::pipeline::recipe::CaseRecipe;
-use crate::pipeline::runner::evaluate;
-use crate::pipeline::runner::Divergence;
-use crate::pipeline::runner::Outcome;
+use crate::pipeline::runner::{evaluate, Divergence, Outcome};
 use crate::pipeline::shrink::case::shrink_fully;
 use crate::pipeline::shrink::ShrinkBudget;
 use attn_backends::Backend;

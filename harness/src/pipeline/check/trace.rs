@@ -6,27 +6,13 @@ use crate::artifacts::Artifact;
 use crate::failure::class::{Signature, Symptom};
 use crate::failure::report::FailureContext;
 use crate::failure::trace::trace_failure_record;
-use crate::pipeline::check::classes::count_in;
-use crate::pipeline::check::classes::Member as ClassMember;
-use crate::pipeline::check::classes::Placed;
+use crate::pipeline::check::classes::{count_in, Member as ClassMember, Placed};
 use crate::pipeline::check::control::RunControl;
-use crate::pipeline::check::drive::per_cohort;
-use crate::pipeline::check::drive::Item;
-use crate::pipeline::check::drive::Member;
-use crate::pipeline::check::drive::PerCohort;
-use crate::pipeline::check::drive::Ran;
-use crate::pipeline::check::drive::Subjects;
-use crate::pipeline::check::subject::class_budget;
-use crate::pipeline::check::subject::for_kind;
-use crate::pipeline::check::subject::sanitize;
-use crate::pipeline::check::subject::RunState;
-use crate::pipeline::check::CheckOptions;
-use crate::pipeline::check::Cohort;
-use crate::pipeline::check::Event;
-use crate::pipeline::draw::trace::trace_recipe_in;
-use crate::pipeline::runner::trace::evaluate_trace;
-use crate::pipeline::runner::trace::JudgedTrace;
-use crate::pipeline::runner::trace::TraceOutcome;
+use crate::pipeline::check::drive::{per_cohort, Item, Member, PerCohort, Ran, Subjects};
+use crate::pipeline::check::subject::{class_budget, for_kind, sanitize, RunState};
+use crate::pipeline::check::{CheckOptions, Cohort, Event};
+use crate::pipeline::draw::trace::{fit_trace, trace_recipe_in};
+use crate::pipeline::runner::trace::{evaluate_trace, JudgedTrace, TraceOutcome};
 use crate::pipeline::runner::Divergence;
 use crate::pipeline::shrink::trace::shrink_trace;
 use crate::pipeline::shrink::ShrinkBudget;
@@ -235,14 +221,14 @@ fn shrink_and_report(
     let path = opts.out_dir.join(format!("{stem}.json"));
     let symptom = Symptom::of(divergence);
     let shrunk = shrink_trace(
-        backend,
         trace_poisoned_if(
             opts.poison,
             trace_recipe_in(opts.seed, index, &opts.trace_shapes, space),
         ),
-        (step, &symptom),
+        step,
         budget,
-        space,
+        &|r| fit_trace(r, space),
+        |r| diverges(backend, r, &symptom),
     );
     let minimal = JudgedTrace::new(generate(&shrunk.recipe));
     let (judged, step, divergence, info) = match evaluate_trace(backend, &minimal).0 {
@@ -309,5 +295,19 @@ fn trace_file(
     Artifact {
         trace: Some((path, file)),
         ..Artifact::default()
+    }
+}
+
+/// The step where `recipe`'s trace diverges on `backend` with `symptom`, if it does.
+pub fn diverges(backend: &dyn Backend, recipe: &TraceRecipe, symptom: &Symptom) -> Option<usize> {
+    let trace = generate(recipe);
+    if trace.steps.is_empty() || trace.validate().is_err() {
+        return None;
+    }
+    match evaluate_trace(backend, &JudgedTrace::new(trace)).0 {
+        TraceOutcome::Diverged { step, divergence } if Symptom::of(&divergence) == *symptom => {
+            Some(step)
+        }
+        _ => None,
     }
 }

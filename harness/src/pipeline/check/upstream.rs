@@ -3,18 +3,10 @@
 //! backend; a failure repeated on another spec folds into the first.
 
 use crate::pipeline::check::control::RunControl;
-use crate::pipeline::check::drive::Item;
-use crate::pipeline::check::drive::Member;
-use crate::pipeline::check::drive::Ran;
-use crate::pipeline::check::drive::Subjects;
-use crate::pipeline::check::subject::record_outcome;
-use crate::pipeline::check::subject::report;
-use crate::pipeline::check::subject::sanitize;
-use crate::pipeline::check::subject::RunState;
-use crate::pipeline::check::CheckOptions;
-use crate::pipeline::check::Event;
-use crate::pipeline::runner::evaluate;
-use crate::pipeline::runner::Outcome;
+use crate::pipeline::check::drive::{Item, Member, Ran, Subjects};
+use crate::pipeline::check::subject::{record_outcome, report, sanitize, RunState};
+use crate::pipeline::check::{CheckOptions, Event};
+use crate::pipeline::runner::{evaluate, Outcome};
 use crate::pipeline::upstream::UpstreamCase;
 use attn_backends::Backend;
 use attn_reference::{reference_output, Case, Space, Unsupported};

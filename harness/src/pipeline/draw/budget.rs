@@ -2,8 +2,7 @@
 //! recipe under one ([`fit_cost`], [`fit_mla_cost`]) and inside a backend's space ([`fit_space`]).
 
 use crate::pipeline::recipe::{cost, mla_cost, CaseRecipe, LatentRecipe};
-use attn_reference::mla;
-use attn_reference::{AttentionConfig, Feature, Space};
+use attn_reference::{mla, AttentionConfig, Feature, Space};
 
 /// Sequences of an MLA decode batch: past 64, as latent attention serves decode batches of
 /// hundreds (the "large batch" class, which 1 to 4 sequences never reach).

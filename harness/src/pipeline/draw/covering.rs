@@ -8,10 +8,8 @@
 //! drawn as ever) with the row's dtype, head size, block size, kind, step shape and longest
 //! sequence imposed, its heads cut to fit [`COVERING_COST`].
 
-use crate::pipeline::draw::tier::StrategyLimits;
-use crate::pipeline::draw::tier::Tier;
-use crate::pipeline::recipe::cost;
-use crate::pipeline::recipe::CaseRecipe;
+use crate::pipeline::draw::tier::{StrategyLimits, Tier};
+use crate::pipeline::recipe::{cost, CaseRecipe};
 use attn_reference::{AttentionKind, Case, DType, Feature, InputRng, Space};
 use attn_results::triples::{covering_array, Levels, FACTORS};
 use proptest::prelude::*;
@@ -56,8 +54,7 @@ pub fn covering_case(row: usize, limits: StrategyLimits) -> impl Strategy<Value 
 /// every row with a query chunk past 64 rows) and one of the masks (look-back, non-causal,
 /// PrefixLM, R-SWA: four rows in five), where the cost allows.
 fn with_turns(mut r: CaseRecipe, row: usize) -> CaseRecipe {
-    use crate::pipeline::recipe::RangesRecipe;
-    use crate::pipeline::recipe::RswaRecipe;
+    use crate::pipeline::recipe::{RangesRecipe, RswaRecipe};
     if r.kind != AttentionKind::Decoder {
         return r;
     }

@@ -4,13 +4,10 @@
 //! (so pairs such as sinks × window × a context past a split-KV boundary are reached by
 //! design, not by luck).
 
-use crate::pipeline::draw::budget::fit_cost;
-use crate::pipeline::draw::budget::SMALL_COST;
+use crate::pipeline::draw::budget::{fit_cost, SMALL_COST};
 use crate::pipeline::draw::long::long_shape;
-use crate::pipeline::draw::long_masks::mask_plan;
-use crate::pipeline::draw::long_masks::MaskPlan;
-use crate::pipeline::recipe::cost;
-use crate::pipeline::recipe::{CaseRecipe, LogitShift};
+use crate::pipeline::draw::long_masks::{mask_plan, MaskPlan};
+use crate::pipeline::recipe::{cost, CaseRecipe, LogitShift};
 use attn_reference::{AttentionKind, Fp8KvCache, Space};
 use proptest::prelude::*;
 

@@ -3,9 +3,7 @@
 //! meets each long shape (a long context, a big step, a large batch) in every default run,
 //! whatever the seed; their parameters are drawn.
 
-use crate::pipeline::recipe::CaseRecipe;
-use crate::pipeline::recipe::RangesRecipe;
-use crate::pipeline::recipe::RswaRecipe;
+use crate::pipeline::recipe::{CaseRecipe, RangesRecipe, RswaRecipe};
 use attn_reference::AttentionKind;
 use proptest::prelude::*;
 
@@ -147,8 +145,7 @@ impl LongMasks {
 mod tests {
     use super::*;
     use crate::pipeline::draw::extremes::long_kind;
-    use crate::pipeline::draw::tier::StrategyLimits;
-    use crate::pipeline::draw::tier::Tier;
+    use crate::pipeline::draw::tier::{StrategyLimits, Tier};
 
     /// In ordinals 0-19 (a default run's long cases), every mask meets a long context, a big
     /// step and a large batch on a decoder, and PrefixLM never meets R-SWA.

@@ -9,13 +9,9 @@
 //! counts that head padding rounds up to 16), scales that are not `Dk^-0.5`.
 
 use crate::pipeline::draw::budget::{fit_mla_cost, MLA_BATCH_SEQS, MLA_COST};
-use crate::pipeline::draw::fields::block_size;
-use crate::pipeline::draw::fields::values;
-use crate::pipeline::draw::tier::StrategyLimits;
-use crate::pipeline::draw::tier::Tier;
-use crate::pipeline::recipe::poison_of;
-use crate::pipeline::recipe::CaseRecipe;
-use crate::pipeline::recipe::LatentRecipe;
+use crate::pipeline::draw::fields::{block_size, values};
+use crate::pipeline::draw::tier::{StrategyLimits, Tier};
+use crate::pipeline::recipe::{poison_of, CaseRecipe, LatentRecipe};
 use attn_reference::mla::{self, KvLayout};
 use attn_reference::{DType, Feature, Fp8KvCache, Space};
 use proptest::prelude::*;

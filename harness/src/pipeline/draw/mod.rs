@@ -60,10 +60,7 @@ pub fn strategy_for(
 
 /// The strategy of property case `index` over the whole space.
 fn tier_strategy(index: usize, limits: StrategyLimits) -> BoxedStrategy<CaseRecipe> {
-    use crate::pipeline::draw::extremes::big_batch;
-    use crate::pipeline::draw::extremes::big_step;
-    use crate::pipeline::draw::extremes::featured;
-    use crate::pipeline::draw::extremes::long_features;
+    use crate::pipeline::draw::extremes::{big_batch, big_step, featured, long_features};
     let ordinal = index / limits.long_every.max(1);
     let budget = budget_of(index, limits);
     let with_features = |s: BoxedStrategy<CaseRecipe>, big: bool| {
@@ -100,8 +97,7 @@ fn tier_strategy(index: usize, limits: StrategyLimits) -> BoxedStrategy<CaseReci
             None => with_features(big_batch(None), false),
         },
         Tier::Precision => {
-            use crate::pipeline::draw::precision::precision_case;
-            use crate::pipeline::draw::precision::PRECISION_EVERY;
+            use crate::pipeline::draw::precision::{precision_case, PRECISION_EVERY};
             precision_case(index / PRECISION_EVERY).boxed()
         }
     }

@@ -10,9 +10,7 @@
 //! [`PRECISION_EVERY`]) holds every one, whatever the seed.
 
 use crate::pipeline::draw::budget::fit_cost;
-use crate::pipeline::recipe::CaseRecipe;
-use crate::pipeline::recipe::RangesRecipe;
-use crate::pipeline::recipe::RswaRecipe;
+use crate::pipeline::recipe::{CaseRecipe, RangesRecipe, RswaRecipe};
 use attn_reference::{Feature, Space};
 use attn_results::precision::triple;
 use proptest::prelude::*;

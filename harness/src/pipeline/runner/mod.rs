@@ -4,9 +4,7 @@ pub mod trace;
 
 use attn_backends::{run_case, Backend, BackendError, CaseRun, Unsupported};
 use attn_reference::Case;
-use attn_results::compare::compare;
-use attn_results::compare::Comparison;
-use attn_results::compare::Tolerance;
+use attn_results::compare::{compare, Comparison, Tolerance};
 use std::cell::RefCell;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Once;

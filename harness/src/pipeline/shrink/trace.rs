@@ -4,21 +4,11 @@
 //! shorter prompts, outputs and chunks, a smaller cache and batch, then the per-case shrinks
 //! of the diverging step's shape (heads, head size, block size, dtype, features).
 
-use crate::failure::class::Symptom;
-use crate::pipeline::draw::trace::fit_trace;
-use crate::pipeline::runner::trace::evaluate_trace;
-use crate::pipeline::runner::trace::JudgedTrace;
-use crate::pipeline::runner::trace::TraceOutcome;
-use crate::pipeline::shrink::greedy;
-use crate::pipeline::shrink::AfterAccept;
-use crate::pipeline::shrink::ShrinkBudget;
-use crate::pipeline::shrink::Shrunk;
-use crate::pipeline::shrink::Weigh;
-use crate::pipeline::shrink::SEQ_WORK;
-use crate::pipeline::shrink::TRY_WORK;
-use attn_backends::Backend;
-use attn_reference::trace::{generate, MaskRecipe, TraceRecipe};
-use attn_reference::{DType, Feature, Space};
+use crate::pipeline::shrink::{
+    greedy, AfterAccept, ShrinkBudget, Shrunk, Weigh, SEQ_WORK, TRY_WORK,
+};
+use attn_reference::trace::{MaskRecipe, TraceRecipe};
+use attn_reference::{DType, Feature};
 
 /// A shrunk trace: the same record as a shrunk case's.
 pub type ShrunkTrace = Shrunk<TraceRecipe>;
@@ -48,29 +38,16 @@ impl Weigh for TraceRecipe {
     }
 }
 
-/// The step where `recipe`'s trace diverges on `backend` with `symptom`, if it does.
-pub fn diverges(backend: &dyn Backend, recipe: &TraceRecipe, symptom: &Symptom) -> Option<usize> {
-    let trace = generate(recipe);
-    if trace.steps.is_empty() || trace.validate().is_err() {
-        return None;
-    }
-    match evaluate_trace(backend, &JudgedTrace::new(trace)).0 {
-        TraceOutcome::Diverged { step, divergence } if Symptom::of(&divergence) == *symptom => {
-            Some(step)
-        }
-        _ => None,
-    }
-}
-
-/// Shrink `recipe` (which diverges at `step` with `symptom`) while it keeps diverging. After an
+/// Shrink `recipe` (which diverges at `step`) while `diverges_at` finds it diverging (at the
+/// step it returns), its candidates moved by `fit`. After an
 /// accepted candidate the same kind is tried again on the smaller trace before moving on
 /// (each try runs a whole trace, so the list is not restarted).
 pub fn shrink_trace(
-    backend: &dyn Backend,
     recipe: TraceRecipe,
-    (step, symptom): (usize, &Symptom),
+    step: usize,
     budget: ShrinkBudget,
-    space: &Space,
+    fit: &dyn Fn(TraceRecipe) -> TraceRecipe,
+    mut diverges_at: impl FnMut(&TraceRecipe) -> Option<usize>,
 ) -> ShrunkTrace {
     let mut start = recipe;
     start.max_steps = start.max_steps.min(step + 1);
@@ -78,9 +55,9 @@ pub fn shrink_trace(
         start,
         budget,
         AfterAccept::SameCandidate,
-        &|r| candidates(r, space),
+        &|r| candidates(r, fit),
         |c| {
-            diverges(backend, c, symptom).map(|at| {
+            diverges_at(c).map(|at| {
                 // Stop right after the step it now diverges at.
                 let mut kept = c.clone();
                 kept.max_steps = kept.max_steps.min(at + 1);
@@ -90,13 +67,13 @@ pub fn shrink_trace(
     )
 }
 
-/// Simpler neighbours of `r`, most drastic first, each moved inside `space`.
-fn candidates(r: &TraceRecipe, space: &Space) -> Vec<TraceRecipe> {
+/// Simpler neighbours of `r`, most drastic first, each moved inside the space by `fit`.
+fn candidates(r: &TraceRecipe, fit: &dyn Fn(TraceRecipe) -> TraceRecipe) -> Vec<TraceRecipe> {
     let mut out: Vec<TraceRecipe> = Vec::new();
     let mut push = |f: &dyn Fn(&mut TraceRecipe)| {
         let mut c = r.clone();
         f(&mut c);
-        let c = fit_trace(c, space);
+        let c = fit(c);
         // Never larger in a size (fitting can round one up; the loop must not cycle).
         let larger = c.config.head_size > r.config.head_size
             || c.config.block_size > r.config.block_size
