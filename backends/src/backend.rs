@@ -131,7 +131,7 @@ pub trait Backend: Send + Sync {
     /// features, which [`declines`] checks from [`Backend::optional_features`]).
     fn supports(&self, config: &AttentionConfig) -> Result<(), Unsupported>;
 
-    /// The optional features (of `Feature::OPTIONAL`) this backend implements. A case using
+    /// The optional features (of `Feature::ALL`) this backend implements. A case using
     /// any other is declined for that feature before `supports` is asked.
     fn optional_features(&self) -> Vec<Feature> {
         Feature::ESTABLISHED.to_vec()
@@ -156,7 +156,7 @@ pub trait Backend: Send + Sync {
     }
 
     /// `Err` when this backend cannot keep a cache across the steps of a trace (an adapter
-    /// speaking a protocol without sessions), naming [`Feature::Trace`]. Built-in backends
+    /// speaking a protocol without sessions), naming [`Dimension::Trace`]. Built-in backends
     /// can: their caches are plain memory kept between calls (the module's contract).
     fn runs_traces(&self) -> Result<(), Unsupported> {
         Ok(())
@@ -220,7 +220,7 @@ pub fn declared_space(backend: &dyn Backend) -> Space {
             AttentionKind::EncoderDecoder => implemented.contains(&Feature::CrossAttention),
         })
         .collect();
-    let features = Feature::OPTIONAL
+    let features = Feature::ALL
         .into_iter()
         .filter(|f| ![Feature::EncoderOnly, Feature::CrossAttention].contains(f))
         .filter(|f| implemented.contains(f))
@@ -241,7 +241,7 @@ pub fn declared_space(backend: &dyn Backend) -> Space {
     {
         s.kinds = None;
     }
-    let all_features = Feature::OPTIONAL.len() - 2;
+    let all_features = Feature::ALL.len() - 2;
     if s.features.as_ref().is_some_and(|f| f.len() == all_features) && own.features.is_none() {
         s.features = None;
     }
@@ -253,7 +253,7 @@ pub fn declared_space(backend: &dyn Backend) -> Space {
 /// whether it runs a config asks this.
 pub fn declines(backend: &dyn Backend, config: &AttentionConfig) -> Result<(), Unsupported> {
     let implemented = backend.optional_features();
-    if let Some(f) = Feature::OPTIONAL
+    if let Some(f) = Feature::ALL
         .into_iter()
         .find(|f| f.used_by(config) && !implemented.contains(f))
     {

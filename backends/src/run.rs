@@ -183,7 +183,7 @@ pub(crate) fn stale_fill(
         };
         filled.ok_or_else(|| {
             attn_reference::Unsupported::new(
-                attn_reference::Feature::CacheSize,
+                attn_reference::Dimension::CacheSize,
                 "cannot allocate stale data for every spare slot on this machine",
             )
             .value(format!("{} slots", slots.len()))

@@ -405,7 +405,7 @@ fn a_cache_past_the_address_space_is_declined_not_an_abort() {
             for num_blocks in [67_108_864, usize::MAX / 2] {
                 match b.new_cache(&c, num_blocks) {
                     Err(BackendError::Unsupported(u)) => {
-                        assert_eq!(u.feature, attn_reference::Feature::CacheSize, "{u}")
+                        assert_eq!(u.feature, attn_reference::Dimension::CacheSize, "{u}")
                     }
                     Err(e) => panic!("{dtype:?} {fp8:?} {num_blocks}: {e}"),
                     Ok(_) => panic!("{dtype:?} {fp8:?} {num_blocks}: allocated"),

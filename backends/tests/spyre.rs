@@ -166,10 +166,10 @@ fn native_in_bf16_working_precision_on_a_short_case() {
 fn device_rejects_what_the_device_cannot_run() {
     let d = Spyre::device();
     let u = d.supports(&cfg(4, 2, 64, 4, DType::Bf16)).unwrap_err();
-    assert_eq!(u.feature, attn_reference::Feature::Dtype);
+    assert_eq!(u.feature, attn_reference::Dimension::Dtype);
     assert!(u.reason().contains("fp16"), "{u}");
     let u = d.supports(&cfg(4, 2, 80, 4, DType::F16)).unwrap_err();
-    assert_eq!(u.feature, attn_reference::Feature::HeadSize);
+    assert_eq!(u.feature, attn_reference::Dimension::HeadSize);
     assert_eq!(u.reason(), "head size not a multiple of 64");
     assert_eq!(u.value.as_deref(), Some("80"));
     let c = case(cfg(4, 2, 32, 4, DType::F16), &[3], &[1], 1);

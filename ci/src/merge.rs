@@ -182,12 +182,12 @@ pub fn merge(mut shards: Vec<CheckSummary>) -> Result<CheckSummary, MergeError> 
 mod tests {
     use super::*;
     use crate::summary::UpstreamStatus;
-    use attn_reference::{Feature, Unsupported};
+    use attn_reference::{Dimension, Unsupported};
     use attn_results::{DivergenceKind, Tally};
 
     fn no_fp8() -> UpstreamStatus {
         UpstreamStatus::Unsupported {
-            reason: Unsupported::new(Feature::Dtype, "fp8"),
+            reason: Unsupported::new(Dimension::Dtype, "fp8"),
         }
     }
 
@@ -200,7 +200,7 @@ mod tests {
             },
             // Outside the backend's space: never sent, in no count.
             UpstreamStatus::NotDeclared {
-                reason: Unsupported::new(Feature::Dtype, "other than f16").value("bf16"),
+                reason: Unsupported::new(Dimension::Dtype, "other than f16").value("bf16"),
             },
         ]
     }
@@ -290,7 +290,7 @@ mod tests {
     fn property_declines_of_shards_add_up_by_reason() {
         let mut a = shard(0, 2, 1, &[]);
         let mut b = shard(1, 2, 1, &[]);
-        let size = |d| Unsupported::new(Feature::HeadSize, "not a multiple of 64").value(d);
+        let size = |d| Unsupported::new(Dimension::HeadSize, "not a multiple of 64").value(d);
         a.backends[0].add_unsupported(&size(80), 2);
         b.backends[0].add_unsupported(&size(96), 3);
         let m = merge(vec![a, b]).unwrap();

@@ -26,9 +26,8 @@ impl Backend for Faulty {
     }
     fn supports(&self, config: &AttentionConfig) -> Result<(), Unsupported> {
         if config.head_size % 2 == 1 {
-            return Err(
-                Unsupported::new(attn_reference::Feature::HeadSize, "odd").value(config.head_size)
-            );
+            return Err(Unsupported::new(attn_reference::Dimension::HeadSize, "odd")
+                .value(config.head_size));
         }
         self.0.supports(config)
     }

@@ -14,7 +14,8 @@ use attn_harness::pipeline::shrink::case::shrink_fully;
 use attn_harness::pipeline::shrink::ShrinkBudget;
 use attn_harness::render::check::{render_text, Detail};
 use attn_reference::trace::generate;
-use attn_reference::{Case, Feature, Space, Unsupported};
+use attn_reference::Dimension;
+use attn_reference::{Case, Space, Unsupported};
 use proptest::strategy::ValueTree;
 use support::{adapter_python_with, repo};
 
@@ -147,7 +148,7 @@ fn picky() -> support::CpuWith {
     support::CpuWith {
         refuses: |config| {
             if !config.head_size.is_multiple_of(8) {
-                return Err(Unsupported::new(Feature::HeadSize, "not a multiple of 8")
+                return Err(Unsupported::new(Dimension::HeadSize, "not a multiple of 8")
                     .value(config.head_size));
             }
             Ok(())

@@ -17,6 +17,7 @@ use attn_harness::pipeline::runner::{evaluate, Outcome};
 use attn_reference::{
     reference_output, AttentionKind, Case, DType, Feature, Fp8Format, Fp8KvCache,
 };
+use attn_reference::{Aspect, Dimension};
 use attn_results::compare::Tolerance;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -63,7 +64,7 @@ fn fit(backend: &dyn Backend, recipe: &CaseRecipe) -> CaseRecipe {
 
 /// Run `recipes` on `backend`: no case may diverge; declined cases must name `feature` (the
 /// topic's own) and are reported; a topic with no `feature` must run every case.
-fn topic(backend: &dyn Backend, feature: Option<Feature>, recipes: Vec<CaseRecipe>) {
+fn topic(backend: &dyn Backend, feature: Option<Aspect>, recipes: Vec<CaseRecipe>) {
     let mut ran = 0;
     for (i, recipe) in recipes.iter().enumerate() {
         let case = fit(backend, recipe).build();
@@ -73,8 +74,9 @@ fn topic(backend: &dyn Backend, feature: Option<Feature>, recipes: Vec<CaseRecip
             Outcome::Unsupported(u) => {
                 // The topic's feature, or another optional one the case uses beside it.
                 let beside = feature.is_some()
-                    && Feature::OPTIONAL.contains(&u.feature)
-                    && (u.feature.used_by(&case.config) || u.feature.used_by_batch(&case.batch));
+                    && u.feature
+                        .feature()
+                        .is_some_and(|f| f.used_by(&case.config) || f.used_by_batch(&case.batch));
                 assert!(
                     Some(u.feature) == feature || beside,
                     "{}: case {i} declined for another reason than the topic's: {u}",
@@ -117,7 +119,7 @@ mod topics {
                 })
             })
             .collect();
-        topic(b, Some(Feature::HeadLayout), recipes);
+        topic(b, Some(Dimension::HeadLayout.into()), recipes);
     }
 
     pub fn every_dtype(b: &dyn Backend) {
@@ -125,7 +127,7 @@ mod topics {
             .iter()
             .map(|&dt| with(|r| r.dtype = dt))
             .collect();
-        topic(b, Some(Feature::Dtype), recipes);
+        topic(b, Some(Dimension::Dtype.into()), recipes);
     }
 
     pub fn encoder_only(b: &dyn Backend) {
@@ -140,7 +142,7 @@ mod topics {
                 r.window = Some(3);
             }),
         ];
-        topic(b, Some(Feature::EncoderOnly), recipes);
+        topic(b, Some(Feature::EncoderOnly.into()), recipes);
     }
 
     pub fn padding_and_stale_blocks(b: &dyn Backend) {
@@ -172,7 +174,7 @@ mod topics {
             .iter()
             .map(|&bs| with(|r| r.block_size = bs))
             .collect();
-        topic(b, Some(Feature::BlockSize), recipes);
+        topic(b, Some(Dimension::BlockSize.into()), recipes);
     }
 
     pub fn shared_prefix_blocks(b: &dyn Backend) {
@@ -206,7 +208,7 @@ mod topics {
             .filter(|r| r.kind == AttentionKind::Decoder)
             .cloned()
             .collect();
-        topic(b, Some(Feature::SlidingWindow), window_only);
+        topic(b, Some(Feature::SlidingWindow.into()), window_only);
         let encoder: Vec<_> = recipes
             .into_iter()
             .filter(|r| r.kind == AttentionKind::EncoderOnly)
@@ -234,7 +236,7 @@ mod topics {
                 }),
             ])
             .collect();
-        topic(b, Some(Feature::ChunkedLocalAttention), recipes);
+        topic(b, Some(Feature::ChunkedLocalAttention.into()), recipes);
     }
 
     pub fn chunk_lookback(b: &dyn Backend) {
@@ -262,7 +264,7 @@ mod topics {
                 }),
             ])
             .collect();
-        topic(b, Some(Feature::ChunkLookback), recipes);
+        topic(b, Some(Feature::ChunkLookback.into()), recipes);
     }
 
     pub fn non_causal(b: &dyn Backend) {
@@ -291,7 +293,7 @@ mod topics {
                 r.chunk = Some(4);
             }),
         ];
-        topic(b, Some(Feature::NonCausal), recipes);
+        topic(b, Some(Feature::NonCausal.into()), recipes);
     }
 
     pub fn prefix_lm(b: &dyn Backend) {
@@ -336,7 +338,7 @@ mod topics {
                 r.chunk = Some(4);
             }),
         ];
-        topic(b, Some(Feature::PrefixLm), recipes);
+        topic(b, Some(Feature::PrefixLm.into()), recipes);
     }
 
     pub fn rswa(b: &dyn Backend) {
@@ -367,7 +369,7 @@ mod topics {
                 r.chunk = Some(8);
             }),
         ];
-        topic(b, Some(Feature::Rswa), recipes);
+        topic(b, Some(Feature::Rswa.into()), recipes);
     }
 
     pub fn soft_cap(b: &dyn Backend) {
@@ -380,15 +382,23 @@ mod topics {
                 })
             })
             .collect();
-        topic(b, Some(Feature::LogitsSoftCap), recipes);
+        topic(b, Some(Feature::LogitsSoftCap.into()), recipes);
     }
 
     pub fn alibi(b: &dyn Backend) {
-        topic(b, Some(Feature::Alibi), vec![with(|r| r.alibi = true)]);
+        topic(
+            b,
+            Some(Feature::Alibi.into()),
+            vec![with(|r| r.alibi = true)],
+        );
     }
 
     pub fn sinks(b: &dyn Backend) {
-        topic(b, Some(Feature::Sinks), vec![with(|r| r.sinks = true)]);
+        topic(
+            b,
+            Some(Feature::Sinks.into()),
+            vec![with(|r| r.sinks = true)],
+        );
     }
 
     /// Both FP8 formats, in bf16 and f32: scales that saturate E4M3 (2^-8: every |x| past
@@ -409,7 +419,7 @@ mod topics {
                 })
             })
             .collect();
-        topic(b, Some(Feature::Fp8KvCache), recipes);
+        topic(b, Some(Feature::Fp8KvCache.into()), recipes);
     }
 
     /// An FP8 query: each cache format, scales that saturate a normal query (1/256: past
@@ -440,7 +450,7 @@ mod topics {
                     .is_err_and(|u| u.feature == Feature::Fp8KvCache)
             })
             .collect();
-        topic(b, Some(Feature::Fp8Query), recipes);
+        topic(b, Some(Feature::Fp8Query.into()), recipes);
     }
 
     /// Decoder queries over an encoder's cache: decode, fewer and more decoder tokens than
@@ -469,7 +479,7 @@ mod topics {
         {
             recipes.push(fp8);
         }
-        topic(b, Some(Feature::CrossAttention), recipes);
+        topic(b, Some(Feature::CrossAttention.into()), recipes);
     }
 
     /// Multi-head latent attention: DeepSeek-V3's latent (576, V its first 512, scale
@@ -508,7 +518,7 @@ mod topics {
         {
             recipes.push(fp8);
         }
-        topic(b, Some(Feature::Mla), recipes);
+        topic(b, Some(Feature::Mla.into()), recipes);
     }
 
     /// Padded requests (vLLM pads a batch's request count for CUDA graphs): one to three
@@ -527,7 +537,7 @@ mod topics {
             })
         })
         .collect();
-        topic(b, Some(Feature::PaddedRequests), recipes);
+        topic(b, Some(Feature::PaddedRequests.into()), recipes);
     }
 
     pub fn large_logits(b: &dyn Backend) {

@@ -662,7 +662,7 @@ fn a_version_1_adapter_runs_cases_and_declines_traces() {
     assert!(matches!(run(&backend, &small_case(2)), Outcome::Pass(_)));
     match evaluate_trace(&backend, &trace_for(5, 0)).0 {
         TraceOutcome::Unsupported(u) => {
-            assert_eq!(u.feature, attn_reference::Feature::Trace, "{u}")
+            assert_eq!(u.feature, attn_reference::Dimension::Trace, "{u}")
         }
         other => panic!("expected unsupported, got {other:?}"),
     }

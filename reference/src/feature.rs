@@ -1,18 +1,20 @@
-//! Every aspect of a case that a backend may not implement, declared once. Backends name one
-//! when they decline a case (`Unsupported { feature, detail }`), external adapters list the
-//! optional ones in their capabilities, `attn-diff list` probes each, and summaries group
-//! declined cases by it.
+//! Every aspect of a case that a backend may not implement, declared once, in two kinds: the
+//! optional [`Feature`]s a config or batch turns on or off (a window, ALiBi, MLA, …) and the
+//! [`Dimension`]s every case has (its dtype, head size, batch shape, …). Backends name one
+//! when they decline a case (`Unsupported { feature: Aspect, detail }`), external adapters list
+//! the optional features in their capabilities, `attn-diff list` probes each, and summaries
+//! group declined cases by it. Every `match` on a [`Feature`] is exhaustive: a feature added
+//! here is a compile error wherever it needs handling.
 
 use crate::{AttentionConfig, AttentionKind, DType, Fp8Format, Fp8KvCache};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
-/// One aspect of a case a backend may decline.
+/// An optional attention feature: on or off in a config (or a batch), listed in an external
+/// adapter's capabilities.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Feature {
-    /// The compute dtype (each dtype is probed on its own by `list`).
-    Dtype,
     /// Encoder-only (bidirectional) attention.
     EncoderOnly,
     /// Cross-attention (`encoder_decoder`): decoder queries over an encoder's cached K/V.
@@ -52,6 +54,14 @@ pub enum Feature {
     /// before the kernel, read back with its scale ([`crate::Fp8KvCache::q_scale`]; only
     /// with an FP8 KV cache).
     Fp8Query,
+}
+
+/// A dimension every case has, which a backend may support only some values of.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Dimension {
+    /// The compute dtype (each dtype is probed on its own by `list`).
+    Dtype,
     /// The head size (a SIMD width, a device tile).
     HeadSize,
     /// The KV-cache block size.
@@ -71,37 +81,183 @@ pub enum Feature {
     Other,
 }
 
-impl Feature {
-    pub const ALL: [Feature; 24] = [
-        Feature::Dtype,
-        Feature::EncoderOnly,
-        Feature::CrossAttention,
-        Feature::SlidingWindow,
-        Feature::LogitsSoftCap,
-        Feature::Alibi,
-        Feature::Sinks,
-        Feature::Fp8KvCache,
-        Feature::PaddedRequests,
-        Feature::Mla,
-        Feature::ChunkedLocalAttention,
-        Feature::ChunkLookback,
-        Feature::NonCausal,
-        Feature::PrefixLm,
-        Feature::Rswa,
-        Feature::Fp8Query,
-        Feature::HeadSize,
-        Feature::BlockSize,
-        Feature::HeadLayout,
-        Feature::BatchShape,
-        Feature::CacheSize,
-        Feature::Host,
-        Feature::Trace,
-        Feature::Other,
+/// One aspect of a case a backend may decline: an optional feature or a dimension. In JSON
+/// and on the command line, its name alone (`"sliding_window"`, `"head_size"`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Aspect {
+    Feature(Feature),
+    Dimension(Dimension),
+}
+
+impl Aspect {
+    /// Every aspect, in the order `list` and error messages show them.
+    pub const ALL: [Aspect; 24] = [
+        Aspect::Dimension(Dimension::Dtype),
+        Aspect::Feature(Feature::EncoderOnly),
+        Aspect::Feature(Feature::CrossAttention),
+        Aspect::Feature(Feature::SlidingWindow),
+        Aspect::Feature(Feature::LogitsSoftCap),
+        Aspect::Feature(Feature::Alibi),
+        Aspect::Feature(Feature::Sinks),
+        Aspect::Feature(Feature::Fp8KvCache),
+        Aspect::Feature(Feature::PaddedRequests),
+        Aspect::Feature(Feature::Mla),
+        Aspect::Feature(Feature::ChunkedLocalAttention),
+        Aspect::Feature(Feature::ChunkLookback),
+        Aspect::Feature(Feature::NonCausal),
+        Aspect::Feature(Feature::PrefixLm),
+        Aspect::Feature(Feature::Rswa),
+        Aspect::Feature(Feature::Fp8Query),
+        Aspect::Dimension(Dimension::HeadSize),
+        Aspect::Dimension(Dimension::BlockSize),
+        Aspect::Dimension(Dimension::HeadLayout),
+        Aspect::Dimension(Dimension::BatchShape),
+        Aspect::Dimension(Dimension::CacheSize),
+        Aspect::Dimension(Dimension::Host),
+        Aspect::Dimension(Dimension::Trace),
+        Aspect::Dimension(Dimension::Other),
     ];
 
-    /// The optional attention features: on or off in a config, listed in an external
-    /// adapter's capabilities.
-    pub const OPTIONAL: [Feature; 15] = [
+    /// The stable name used in JSON and on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Aspect::Feature(f) => f.name(),
+            Aspect::Dimension(d) => d.name(),
+        }
+    }
+
+    /// Words for a person.
+    pub fn label(self) -> &'static str {
+        match self {
+            Aspect::Feature(f) => f.label(),
+            Aspect::Dimension(d) => d.label(),
+        }
+    }
+
+    /// The optional feature, if this aspect is one.
+    pub fn feature(self) -> Option<Feature> {
+        match self {
+            Aspect::Feature(f) => Some(f),
+            Aspect::Dimension(_) => None,
+        }
+    }
+
+    /// Probes for `attn-diff list`: what to ask a backend (on top of a plain config it
+    /// accepts) to learn whether it has this aspect, each with what the probe shows.
+    pub fn probes(self, base: &AttentionConfig) -> Vec<(String, AttentionConfig)> {
+        match self {
+            Aspect::Feature(f) => f.probes(base),
+            Aspect::Dimension(d) => d.probes(base),
+        }
+    }
+}
+
+impl From<Feature> for Aspect {
+    fn from(f: Feature) -> Aspect {
+        Aspect::Feature(f)
+    }
+}
+
+impl From<Dimension> for Aspect {
+    fn from(d: Dimension) -> Aspect {
+        Aspect::Dimension(d)
+    }
+}
+
+impl PartialEq<Feature> for Aspect {
+    fn eq(&self, f: &Feature) -> bool {
+        *self == Aspect::Feature(*f)
+    }
+}
+
+impl PartialEq<Dimension> for Aspect {
+    fn eq(&self, d: &Dimension) -> bool {
+        *self == Aspect::Dimension(*d)
+    }
+}
+
+impl Dimension {
+    /// The stable name used in JSON and on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Dimension::Dtype => "dtype",
+            Dimension::HeadSize => "head_size",
+            Dimension::BlockSize => "block_size",
+            Dimension::HeadLayout => "head_layout",
+            Dimension::BatchShape => "batch_shape",
+            Dimension::CacheSize => "cache_size",
+            Dimension::Host => "host",
+            Dimension::Trace => "trace",
+            Dimension::Other => "other",
+        }
+    }
+
+    /// Words for a person.
+    pub fn label(self) -> &'static str {
+        match self {
+            Dimension::Dtype => "dtype",
+            Dimension::HeadSize => "head size",
+            Dimension::BlockSize => "block size",
+            Dimension::HeadLayout => "head layout",
+            Dimension::BatchShape => "batch shape",
+            Dimension::CacheSize => "KV cache size",
+            Dimension::Host => "host CPU",
+            Dimension::Trace => "multi-step traces",
+            Dimension::Other => "other",
+        }
+    }
+
+    /// Probes for `attn-diff list` (see [`Aspect::probes`]): values of this dimension past
+    /// what backends commonly take.
+    pub fn probes(self, base: &AttentionConfig) -> Vec<(String, AttentionConfig)> {
+        let with = |edit: &dyn Fn(&mut AttentionConfig)| {
+            let mut c = base.clone();
+            edit(&mut c);
+            c
+        };
+        match self {
+            Dimension::Dtype => DType::ALL
+                .into_iter()
+                .map(|dtype| (dtype.name().to_string(), with(&|c| c.dtype = dtype)))
+                .collect(),
+            Dimension::HeadSize => [3, 80, 256, 576]
+                .into_iter()
+                .map(|d| (format!("head size {d}"), with(&|c| c.head_size = d)))
+                .collect(),
+            Dimension::BlockSize => [1, 3, 128, 256]
+                .into_iter()
+                .map(|b| (format!("block size {b}"), with(&|c| c.block_size = b)))
+                .collect(),
+            Dimension::HeadLayout => [(9, 3), (8, 1), (8, 8)]
+                .into_iter()
+                .map(|(q, kv)| {
+                    (
+                        format!("{q}/{kv} heads"),
+                        with(&|c| {
+                            c.num_heads = q;
+                            c.num_kv_heads = kv;
+                            for f in [Feature::Alibi, Feature::Sinks] {
+                                if f.used_by(c) {
+                                    f.turn_on(c);
+                                }
+                            }
+                        }),
+                    )
+                })
+                .collect(),
+            // Not asked with a config: a shape, a cache size, the host, traces, anything.
+            Dimension::BatchShape
+            | Dimension::CacheSize
+            | Dimension::Host
+            | Dimension::Trace
+            | Dimension::Other => Vec::new(),
+        }
+    }
+}
+
+impl Feature {
+    /// Every optional feature, in the order shrinking turns them off and reports list them.
+    pub const ALL: [Feature; 15] = [
         Feature::EncoderOnly,
         Feature::CrossAttention,
         Feature::SlidingWindow,
@@ -143,7 +299,7 @@ impl Feature {
 
     /// The optional features every backend of this project implemented when the list was
     /// made: what [`Backend::optional_features`](../attn_backends) claims by default. A feature
-    /// added to [`Feature::OPTIONAL`] later is not here, so every backend declines it until
+    /// added to [`Feature::ALL`] later is not here, so every backend declines it until
     /// it says otherwise: a new feature can never be silently skipped.
     pub const ESTABLISHED: [Feature; 5] = [
         Feature::EncoderOnly,
@@ -156,7 +312,6 @@ impl Feature {
     /// The stable name used in JSON and on the command line.
     pub fn name(self) -> &'static str {
         match self {
-            Feature::Dtype => "dtype",
             Feature::EncoderOnly => "encoder_only",
             Feature::CrossAttention => "cross_attention",
             Feature::SlidingWindow => "sliding_window",
@@ -172,21 +327,12 @@ impl Feature {
             Feature::PrefixLm => "prefix_lm",
             Feature::Rswa => "rswa",
             Feature::Fp8Query => "fp8_query",
-            Feature::HeadSize => "head_size",
-            Feature::BlockSize => "block_size",
-            Feature::HeadLayout => "head_layout",
-            Feature::BatchShape => "batch_shape",
-            Feature::CacheSize => "cache_size",
-            Feature::Host => "host",
-            Feature::Trace => "trace",
-            Feature::Other => "other",
         }
     }
 
     /// Words for a person.
     pub fn label(self) -> &'static str {
         match self {
-            Feature::Dtype => "dtype",
             Feature::EncoderOnly => "encoder-only attention",
             Feature::CrossAttention => "cross-attention",
             Feature::SlidingWindow => "sliding window",
@@ -202,19 +348,11 @@ impl Feature {
             Feature::PrefixLm => "PrefixLM ranges",
             Feature::Rswa => "R-SWA prefixes",
             Feature::Fp8Query => "FP8 query",
-            Feature::HeadSize => "head size",
-            Feature::BlockSize => "block size",
-            Feature::HeadLayout => "head layout",
-            Feature::BatchShape => "batch shape",
-            Feature::CacheSize => "KV cache size",
-            Feature::Host => "host CPU",
-            Feature::Trace => "multi-step traces",
-            Feature::Other => "other",
         }
     }
 
-    /// Whether `config` uses this optional feature (always false for the dimensions, which
-    /// every config has).
+    /// Whether `config` uses this optional feature (always false for the features of the
+    /// batch, which a config does not hold).
     pub fn used_by(self, config: &AttentionConfig) -> bool {
         match self {
             Feature::EncoderOnly => config.kind == AttentionKind::EncoderOnly,
@@ -228,7 +366,9 @@ impl Feature {
             Feature::ChunkedLocalAttention => config.attention_chunk_size.is_some(),
             Feature::ChunkLookback => config.chunk_lookback.is_some(),
             Feature::Fp8Query => config.kv_cache.is_some_and(|k| k.q_scale.is_some()),
-            _ => false,
+            Feature::PaddedRequests | Feature::NonCausal | Feature::PrefixLm | Feature::Rswa => {
+                false
+            }
         }
     }
 
@@ -246,7 +386,17 @@ impl Feature {
             Feature::NonCausal => batch.has_non_causal(),
             Feature::PrefixLm => batch.has_prefix_lm(),
             Feature::Rswa => batch.rswa.is_some(),
-            _ => false,
+            Feature::EncoderOnly
+            | Feature::CrossAttention
+            | Feature::SlidingWindow
+            | Feature::LogitsSoftCap
+            | Feature::Alibi
+            | Feature::Sinks
+            | Feature::Fp8KvCache
+            | Feature::Mla
+            | Feature::ChunkedLocalAttention
+            | Feature::ChunkLookback
+            | Feature::Fp8Query => false,
         }
     }
 
@@ -267,7 +417,6 @@ impl Feature {
             Feature::ChunkedLocalAttention => "config.attention_chunk_size",
             Feature::ChunkLookback => "config.chunk_lookback",
             Feature::Fp8Query => "config.kv_cache.q_scale",
-            _ => "config",
         }
     }
 
@@ -285,7 +434,12 @@ impl Feature {
             | Feature::NonCausal
             | Feature::PrefixLm
             | Feature::Rswa => kind == AttentionKind::Decoder,
-            _ => true,
+            Feature::EncoderOnly
+            | Feature::CrossAttention
+            | Feature::LogitsSoftCap
+            | Feature::Sinks
+            | Feature::Fp8KvCache
+            | Feature::Fp8Query => true,
         }
     }
 
@@ -294,8 +448,10 @@ impl Feature {
     pub fn turn_off(self, config: &mut AttentionConfig) -> bool {
         let was = self.used_by(config);
         match self {
-            Feature::EncoderOnly | Feature::CrossAttention if was => {
-                config.kind = AttentionKind::Decoder
+            Feature::EncoderOnly | Feature::CrossAttention => {
+                if was {
+                    config.kind = AttentionKind::Decoder
+                }
             }
             Feature::SlidingWindow => config.sliding_window = None,
             Feature::LogitsSoftCap => config.logits_soft_cap = None,
@@ -314,7 +470,8 @@ impl Feature {
                     k.q_scale = None;
                 }
             }
-            _ => {}
+            // The batch's features: nothing of the config's to turn off.
+            Feature::PaddedRequests | Feature::NonCausal | Feature::PrefixLm | Feature::Rswa => {}
         }
         was
     }
@@ -364,12 +521,13 @@ impl Feature {
                     ..mla
                 };
             }
-            _ => {}
+            // The batch's features: a config cannot hold them.
+            Feature::PaddedRequests | Feature::NonCausal | Feature::PrefixLm | Feature::Rswa => {}
         }
     }
 
-    /// Probes for `attn-diff list`: what to ask a backend (on top of a plain config it
-    /// accepts) to learn whether it has this feature, each with what the probe shows.
+    /// Probes for `attn-diff list` (see [`Aspect::probes`]): the feature turned on, an FP8
+    /// cache in each format; none for the batch's features, which `list` asks directly.
     pub fn probes(self, base: &AttentionConfig) -> Vec<(String, AttentionConfig)> {
         let with = |edit: &dyn Fn(&mut AttentionConfig)| {
             let mut c = base.clone();
@@ -377,10 +535,6 @@ impl Feature {
             c
         };
         match self {
-            Feature::Dtype => DType::ALL
-                .into_iter()
-                .map(|dtype| (dtype.name().to_string(), with(&|c| c.dtype = dtype)))
-                .collect(),
             Feature::Fp8KvCache => Fp8Format::ALL
                 .into_iter()
                 .map(|dtype| {
@@ -391,37 +545,19 @@ impl Feature {
                     )
                 })
                 .collect(),
-            // Not a config: `list` asks the backend's features directly.
-            f if Feature::OF_THE_BATCH.contains(&f) => Vec::new(),
-            f if Feature::OPTIONAL.contains(&f) => {
-                vec![(f.label().to_string(), with(&|c| f.turn_on(c)))]
+            Feature::PaddedRequests | Feature::NonCausal | Feature::PrefixLm | Feature::Rswa => {
+                Vec::new()
             }
-            Feature::HeadSize => [3, 80, 256, 576]
-                .into_iter()
-                .map(|d| (format!("head size {d}"), with(&|c| c.head_size = d)))
-                .collect(),
-            Feature::BlockSize => [1, 3, 128, 256]
-                .into_iter()
-                .map(|b| (format!("block size {b}"), with(&|c| c.block_size = b)))
-                .collect(),
-            Feature::HeadLayout => [(9, 3), (8, 1), (8, 8)]
-                .into_iter()
-                .map(|(q, kv)| {
-                    (
-                        format!("{q}/{kv} heads"),
-                        with(&|c| {
-                            c.num_heads = q;
-                            c.num_kv_heads = kv;
-                            for f in [Feature::Alibi, Feature::Sinks] {
-                                if f.used_by(c) {
-                                    f.turn_on(c);
-                                }
-                            }
-                        }),
-                    )
-                })
-                .collect(),
-            _ => Vec::new(),
+            Feature::EncoderOnly
+            | Feature::CrossAttention
+            | Feature::SlidingWindow
+            | Feature::LogitsSoftCap
+            | Feature::Alibi
+            | Feature::Sinks
+            | Feature::Mla
+            | Feature::ChunkedLocalAttention
+            | Feature::ChunkLookback
+            | Feature::Fp8Query => vec![(self.label().to_string(), with(&|c| self.turn_on(c)))],
         }
     }
 }
@@ -432,7 +568,7 @@ impl Feature {
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Unsupported {
-    pub feature: Feature,
+    pub feature: Aspect,
     /// E.g. "not a multiple of 64"; empty when the feature alone says it ("no ALiBi").
     pub detail: String,
     /// The case's value, e.g. "160"; none for an on/off feature.
@@ -441,9 +577,9 @@ pub struct Unsupported {
 }
 
 impl Unsupported {
-    pub fn new(feature: Feature, detail: impl Into<String>) -> Self {
+    pub fn new(feature: impl Into<Aspect>, detail: impl Into<String>) -> Self {
         Unsupported {
-            feature,
+            feature: feature.into(),
             detail: detail.into(),
             value: None,
         }
@@ -457,7 +593,7 @@ impl Unsupported {
 
     /// The reason without the case's value: what summaries group by.
     pub fn reason(&self) -> String {
-        if self.feature == Feature::Other {
+        if self.feature == Dimension::Other {
             self.detail.clone()
         } else if self.detail.is_empty() {
             self.feature.label().to_string()
@@ -471,7 +607,7 @@ impl Unsupported {
 impl fmt::Display for Unsupported {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match (&self.value, self.detail.is_empty()) {
-            _ if self.feature == Feature::Other => f.write_str(&self.detail),
+            _ if self.feature == Dimension::Other => f.write_str(&self.detail),
             (Some(v), false) => write!(f, "{} {v}: {}", self.feature.label(), self.detail),
             (Some(v), true) => write!(f, "{} {v}", self.feature.label()),
             (None, _) => f.write_str(&self.reason()),
@@ -485,18 +621,86 @@ impl fmt::Display for Feature {
     }
 }
 
-impl std::str::FromStr for Feature {
+impl fmt::Display for Dimension {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl fmt::Display for Aspect {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for Aspect {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        Feature::ALL
+        Aspect::ALL
             .into_iter()
             .find(|f| f.name() == s)
             .ok_or_else(|| {
                 format!(
                     "unknown feature `{s}` (known: {})",
-                    Feature::ALL.map(Feature::name).join(", ")
+                    Aspect::ALL.map(Aspect::name).join(", ")
                 )
             })
+    }
+}
+
+impl std::str::FromStr for Feature {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.parse::<Aspect>()? {
+            Aspect::Feature(f) => Ok(f),
+            Aspect::Dimension(d) => Err(format!(
+                "`{d}` is a dimension every case has, not an optional feature (known: {})",
+                Feature::ALL.map(Feature::name).join(", ")
+            )),
+        }
+    }
+}
+
+/// Its name alone, as JSON has always held it.
+impl Serialize for Aspect {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.name())
+    }
+}
+
+/// Every aspect's name, for serde's "expected one of".
+const ASPECT_NAMES: [&str; 24] = [
+    "dtype",
+    "encoder_only",
+    "cross_attention",
+    "sliding_window",
+    "logits_soft_cap",
+    "alibi",
+    "sinks",
+    "fp8_kv_cache",
+    "padded_requests",
+    "mla",
+    "chunked_local_attention",
+    "chunk_lookback",
+    "non_causal",
+    "prefix_lm",
+    "rswa",
+    "fp8_query",
+    "head_size",
+    "block_size",
+    "head_layout",
+    "batch_shape",
+    "cache_size",
+    "host",
+    "trace",
+    "other",
+];
+
+impl<'de> Deserialize<'de> for Aspect {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Aspect, D::Error> {
+        let name = String::deserialize(d)?;
+        name.parse()
+            .map_err(|_| serde::de::Error::unknown_variant(&name, &ASPECT_NAMES))
     }
 }
 
@@ -506,20 +710,36 @@ mod tests {
 
     #[test]
     fn names_round_trip_and_are_distinct() {
+        for a in Aspect::ALL {
+            assert_eq!(a.name().parse::<Aspect>(), Ok(a));
+            let json = serde_json::to_string(&a).unwrap();
+            assert_eq!(json, format!("\"{}\"", a.name()));
+            assert_eq!(serde_json::from_str::<Aspect>(&json).unwrap(), a);
+        }
         for f in Feature::ALL {
             assert_eq!(f.name().parse::<Feature>(), Ok(f));
-            let json = serde_json::to_string(&f).unwrap();
-            assert_eq!(json, format!("\"{}\"", f.name()));
+            assert_eq!(
+                serde_json::to_string(&f).unwrap(),
+                format!("\"{}\"", f.name())
+            );
+            assert!(Aspect::ALL.contains(&Aspect::Feature(f)));
         }
-        let mut names: Vec<_> = Feature::ALL.map(Feature::name).to_vec();
+        assert_eq!(Aspect::ALL.map(Aspect::name), ASPECT_NAMES);
+        let mut names: Vec<_> = Aspect::ALL.map(Aspect::name).to_vec();
         names.sort();
         names.dedup();
-        assert_eq!(names.len(), Feature::ALL.len());
+        assert_eq!(names.len(), Aspect::ALL.len());
+        assert!("head_size".parse::<Feature>().is_err());
+        let bad = serde_json::from_str::<Aspect>("\"window\"").unwrap_err();
+        assert!(
+            bad.to_string().contains("unknown variant `window`"),
+            "{bad}"
+        );
     }
 
     #[test]
     fn unsupported_reads_with_and_without_its_value() {
-        let u = Unsupported::new(Feature::HeadSize, "not a multiple of 64").value(160);
+        let u = Unsupported::new(Dimension::HeadSize, "not a multiple of 64").value(160);
         assert_eq!(u.to_string(), "head size 160: not a multiple of 64");
         assert_eq!(u.reason(), "head size not a multiple of 64");
         let u = Unsupported::new(Feature::Alibi, "");
@@ -532,7 +752,7 @@ mod tests {
     fn optional_features_turn_on_and_off() {
         let plain = AttentionConfig::new(4, 2, 8, 16, DType::F32);
         // The features of a batch are not the config's.
-        for f in Feature::OPTIONAL
+        for f in Feature::ALL
             .into_iter()
             .filter(|f| !Feature::OF_THE_BATCH.contains(f))
         {

@@ -40,7 +40,7 @@ pub use case::{
 pub use config::{AttentionConfig, AttentionKind};
 pub use dtype::DType;
 pub use error::CaseError;
-pub use feature::{Feature, Unsupported};
+pub use feature::{Aspect, Dimension, Feature, Unsupported};
 pub use fp8::{Fp8Format, Fp8KvCache};
 pub use mla::Mla;
 pub use oracle::reference_output;

@@ -7,6 +7,7 @@
 //! list ([`Space::KEYS`]) for both.
 
 use crate::mla::KvLayout;
+use crate::Dimension;
 use crate::{AttentionConfig, AttentionKind, Case, DType, Feature, Fp8Format, Unsupported};
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -87,7 +88,7 @@ pub struct Space {
     pub block_size_multiple_of: Option<usize>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kinds: Option<Vec<AttentionKind>>,
-    /// The optional features implemented (names of [`Feature::OPTIONAL`]); a config using
+    /// The optional features implemented (names of [`Feature::ALL`]); a config using
     /// any other one is outside. Encoder-only and cross-attention are declared by `kinds`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub features: Option<Vec<Feature>>,
@@ -337,7 +338,17 @@ impl Space {
                 self.features.as_ref().is_none_or(|v| v.contains(&f))
                     && self.allows_kv_layout(KvLayout::Mla)
             }
-            _ => self.features.as_ref().is_none_or(|v| v.contains(&f)),
+            Feature::SlidingWindow
+            | Feature::LogitsSoftCap
+            | Feature::Alibi
+            | Feature::Sinks
+            | Feature::PaddedRequests
+            | Feature::ChunkedLocalAttention
+            | Feature::NonCausal
+            | Feature::PrefixLm
+            | Feature::Rswa
+            | Feature::ChunkLookback
+            | Feature::Fp8Query => self.features.as_ref().is_none_or(|v| v.contains(&f)),
         }
     }
 
@@ -361,31 +372,33 @@ impl Space {
         if let Some(d) = &self.dtypes {
             if !d.contains(&c.dtype) {
                 return Err(
-                    Unsupported::new(Feature::Dtype, format!("other than {}", list(d)))
+                    Unsupported::new(Dimension::Dtype, format!("other than {}", list(d)))
                         .value(c.dtype),
                 );
             }
         }
         if let Some(h) = &self.head_sizes {
             if !h.contains(&c.head_size) {
-                return Err(
-                    Unsupported::new(Feature::HeadSize, format!("other than {}", list(h)))
-                        .value(c.head_size),
-                );
+                return Err(Unsupported::new(
+                    Dimension::HeadSize,
+                    format!("other than {}", list(h)),
+                )
+                .value(c.head_size));
             }
         }
         if let Some(m) = self.head_size_multiple_of.filter(|&m| m > 0) {
             if !c.head_size.is_multiple_of(m) {
-                return Err(
-                    Unsupported::new(Feature::HeadSize, format!("not a multiple of {m}"))
-                        .value(c.head_size),
-                );
+                return Err(Unsupported::new(
+                    Dimension::HeadSize,
+                    format!("not a multiple of {m}"),
+                )
+                .value(c.head_size));
             }
         }
         if let Some(b) = &self.block_sizes {
             if !b.contains(&c.block_size) {
                 return Err(Unsupported::new(
-                    Feature::BlockSize,
+                    Dimension::BlockSize,
                     format!("other than {}", list(b)),
                 )
                 .value(c.block_size));
@@ -393,20 +406,21 @@ impl Space {
         }
         if let Some(m) = self.block_size_multiple_of.filter(|&m| m > 0) {
             if !c.block_size.is_multiple_of(m) {
-                return Err(
-                    Unsupported::new(Feature::BlockSize, format!("not a multiple of {m}"))
-                        .value(c.block_size),
-                );
+                return Err(Unsupported::new(
+                    Dimension::BlockSize,
+                    format!("not a multiple of {m}"),
+                )
+                .value(c.block_size));
             }
         }
         if !self.allows_kind(c.kind) {
             return Err(match c.kind {
                 AttentionKind::EncoderDecoder => Unsupported::new(Feature::CrossAttention, ""),
                 AttentionKind::EncoderOnly => Unsupported::new(Feature::EncoderOnly, ""),
-                AttentionKind::Decoder => Unsupported::new(Feature::Other, "decoder attention"),
+                AttentionKind::Decoder => Unsupported::new(Dimension::Other, "decoder attention"),
             });
         }
-        if let Some(missing) = Feature::OPTIONAL
+        if let Some(missing) = Feature::ALL
             .into_iter()
             .filter(|x| ![Feature::EncoderOnly, Feature::CrossAttention].contains(x))
             .find(|x| x.used_by(c) && !self.allows_feature(*x))
@@ -426,7 +440,7 @@ impl Space {
         if !self.allows_kv_layout(layout) {
             let allowed = self.kv_layouts.as_deref().unwrap_or(&[]);
             return Err(Unsupported::new(
-                Feature::HeadLayout,
+                Dimension::HeadLayout,
                 format!("KV layout other than {}", list(allowed)),
             )
             .value(layout));
@@ -434,7 +448,7 @@ impl Space {
         if let Some(g) = self.max_group {
             if c.group_size() > g {
                 return Err(Unsupported::new(
-                    Feature::HeadLayout,
+                    Dimension::HeadLayout,
                     format!("group above {g} query heads per KV head"),
                 )
                 .value(format!("{}/{}", c.num_heads, c.num_kv_heads)));
@@ -449,7 +463,7 @@ impl Space {
         let (seq_lens, query_lens) = (&batch.seq_lens, &batch.query_lens);
         let num_tokens = query_lens.iter().sum::<usize>() + batch.num_padding_tokens;
         let over = |what: &str, limit: usize, value: usize| {
-            Unsupported::new(Feature::BatchShape, format!("{what} above {limit}")).value(value)
+            Unsupported::new(Dimension::BatchShape, format!("{what} above {limit}")).value(value)
         };
         if let Some(f) = Feature::OF_THE_BATCH
             .into_iter()
@@ -512,7 +526,7 @@ impl Space {
             m.head_size_v = m.head_size_v.min(c.head_size);
         }
         c.block_size = fit_size(c.block_size, &self.block_size_values());
-        for f in Feature::OPTIONAL {
+        for f in Feature::ALL {
             if ![Feature::EncoderOnly, Feature::CrossAttention].contains(&f)
                 && f.used_by(c)
                 && !self.allows_feature(f)
@@ -566,15 +580,10 @@ impl Space {
         if let Some(g) = self.max_group.filter(|&g| g >= 1) {
             if c.group_size() > g {
                 c.num_heads = c.num_kv_heads * g;
-                for f in [Feature::Alibi, Feature::Sinks] {
-                    // Per-head vectors follow the head count.
-                    let v = match f {
-                        Feature::Alibi => &mut c.alibi_slopes,
-                        _ => &mut c.sinks,
-                    };
-                    if let Some(v) = v {
-                        v.truncate(c.num_heads);
-                    }
+                // Per-head vectors (ALiBi's slopes, the sinks) follow the head count.
+                let heads = c.num_heads;
+                for v in [&mut c.alibi_slopes, &mut c.sinks].into_iter().flatten() {
+                    v.truncate(heads);
                 }
             }
         }
@@ -686,10 +695,10 @@ impl Space {
             "kinds" => s.kinds = Some(each(key, &strings)?),
             "features" => {
                 let f: Vec<Feature> = each(key, &strings)?;
-                if let Some(bad) = f.iter().find(|f| !Feature::OPTIONAL.contains(f)) {
+                if let Some(bad) = f.iter().find(|f| !Feature::ALL.contains(f)) {
                     return Err(format!(
                         "`features`: `{bad}` is not an optional feature (known: {})",
-                        Feature::OPTIONAL.map(Feature::name).join(", ")
+                        Feature::ALL.map(Feature::name).join(", ")
                     ));
                 }
                 s.features = Some(f);
@@ -984,7 +993,7 @@ mod tests {
         };
         let e = s.admits_batch(&batch).unwrap_err();
         assert_eq!(e.to_string(), "batch shape 2: sequences per step above 1");
-        assert_eq!(e.feature, Feature::BatchShape);
+        assert_eq!(e.feature, Dimension::BatchShape);
     }
 
     #[test]

@@ -24,7 +24,7 @@ pub const MAX_BLOCKS: usize = 1 << 26;
 /// 64 GiB admits every case the strategies draw with room to spare: the largest, the
 /// huge-cache tier, is 140,000 blocks × 16 slots × 8 kv heads × 128 × 2 (K and V) × 4 bytes
 /// (f32) = 17.1 GiB, which backends allocate lazily (pages no write touches cost nothing) or
-/// decline (`Feature::CacheSize`). It also admits a real model's layer at serving size
+/// decline (`Dimension::CacheSize`). It also admits a real model's layer at serving size
 /// (8 kv heads of 128 in bf16 hold 16M tokens in 64 GiB), while a case that would need a
 /// machine's whole address space (a 633 TB cache) is rejected before any backend allocates.
 pub const MAX_ALLOC_BYTES: u64 = 64 << 30;
@@ -278,7 +278,7 @@ impl crate::AttentionConfig {
     /// ([`Feature::allows_kind`]).
     fn validate_kind(&self) -> Result<(), CaseError> {
         let c = self;
-        match Feature::OPTIONAL
+        match Feature::ALL
             .into_iter()
             .find(|f| f.used_by(c) && !f.allows_kind(c.kind))
         {

@@ -113,7 +113,7 @@ impl BenchSummary {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use attn_reference::Feature;
+    use attn_reference::Dimension;
 
     #[test]
     fn the_status_is_a_tagged_field_of_the_row() {
@@ -121,7 +121,7 @@ mod tests {
             backend: BackendId::builtin("cpu"),
             spec: "small_decode".into(),
             status: BenchStatus::Unsupported {
-                reason: Unsupported::new(Feature::Dtype, "other than fp16").value("bf16"),
+                reason: Unsupported::new(Dimension::Dtype, "other than fp16").value("bf16"),
             },
             median_ms: f64::NAN,
             min_ms: f64::NAN,

@@ -4,7 +4,7 @@
 use crate::coverage::CoverageReport;
 use crate::outcome::{CaseSize, DivergenceKind, Mismatch, ShrinkInfo};
 use crate::{nullable_f64, schema_version, BackendId};
-use attn_reference::{Feature, Space, Unsupported};
+use attn_reference::{Aspect, Dimension, Space, Unsupported};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -196,7 +196,7 @@ impl fmt::Display for Shortfall {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct UnsupportedGroup {
-    pub feature: Feature,
+    pub feature: Aspect,
     pub detail: String,
     pub cases: usize,
     /// The declined cases' distinct values (head sizes, dtypes, …); empty for on/off features.
@@ -223,12 +223,19 @@ impl fmt::Display for UnsupportedGroup {
     }
 }
 
-fn value_noun(feature: Feature) -> &'static str {
+fn value_noun(feature: Aspect) -> &'static str {
     match feature {
-        Feature::HeadSize | Feature::BlockSize => "sizes",
-        Feature::Dtype => "dtypes",
-        Feature::HeadLayout => "head layouts",
-        _ => "values",
+        Aspect::Dimension(Dimension::HeadSize | Dimension::BlockSize) => "sizes",
+        Aspect::Dimension(Dimension::Dtype) => "dtypes",
+        Aspect::Dimension(Dimension::HeadLayout) => "head layouts",
+        Aspect::Dimension(
+            Dimension::BatchShape
+            | Dimension::CacheSize
+            | Dimension::Host
+            | Dimension::Trace
+            | Dimension::Other,
+        )
+        | Aspect::Feature(_) => "values",
     }
 }
 
@@ -631,16 +638,17 @@ impl FailureClass {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use attn_reference::Feature;
 
     #[test]
     fn declined_cases_group_by_reason_not_by_value() {
         let mut b = BackendSummary::new(BackendId::builtin("spyre-device"));
         for d in [80, 96, 80, 160] {
-            let u = Unsupported::new(Feature::HeadSize, "not a multiple of 64").value(d);
+            let u = Unsupported::new(Dimension::HeadSize, "not a multiple of 64").value(d);
             b.add_unsupported(&u, 1);
         }
         b.add_unsupported(
-            &Unsupported::new(Feature::Dtype, "other than fp16").value("bf16"),
+            &Unsupported::new(Dimension::Dtype, "other than fp16").value("bf16"),
             1,
         );
         assert_eq!(b.unsupported.len(), 2);

@@ -145,7 +145,7 @@ pub fn dimensions() -> Vec<(&'static str, Vec<&'static str>)> {
         .map(|(d, b)| (*d, b.to_vec()));
     dims.splice(at..at, shapes);
     let features = std::iter::once("none")
-        .chain(Feature::OPTIONAL.iter().map(|f| f.label()))
+        .chain(Feature::ALL.iter().map(|f| f.label()))
         .collect();
     let at = dims
         .iter()
@@ -156,7 +156,7 @@ pub fn dimensions() -> Vec<(&'static str, Vec<&'static str>)> {
     // the requests' masks, but no kind, padded request or MLA.
     let trace_features = std::iter::once("none")
         .chain(
-            Feature::OPTIONAL
+            Feature::ALL
                 .iter()
                 .filter(|f| {
                     ![

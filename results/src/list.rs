@@ -21,7 +21,7 @@ pub struct BackendEntry {
     pub name: String,
     pub cache_shape: String,
     pub cache_description: String,
-    /// The probes of the optional features (`Feature::OPTIONAL`) the backend accepts, e.g.
+    /// The probes of the optional features (`Feature::ALL`) the backend accepts, e.g.
     /// "sliding window", "KV cache fp8_e4m3".
     #[serde(default)]
     pub runs: Vec<String>,

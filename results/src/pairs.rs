@@ -107,7 +107,7 @@ pub fn invalid_pairs() -> Vec<(&'static str, &'static str, String)> {
         ),
     ];
     let by_kind = kinds.into_iter().flat_map(|(k, kind, why)| {
-        Feature::OPTIONAL
+        Feature::ALL
             .into_iter()
             .filter(move |f| !f.allows_kind(kind))
             .map(move |f| (k.label(), f.label(), format!("{} {why}", f.label())))
@@ -129,7 +129,7 @@ pub fn invalid_pairs() -> Vec<(&'static str, &'static str, String)> {
 
 /// Every factor with the buckets that make it: the optional features, then [`CLASSES`].
 pub fn pair_factors() -> Vec<(&'static str, Vec<(&'static str, &'static str)>)> {
-    Feature::OPTIONAL
+    Feature::ALL
         .iter()
         .map(|f| (f.label(), vec![("features", f.label())]))
         .chain(CLASSES.iter().map(|(name, b)| (*name, b.to_vec())))

@@ -26,6 +26,7 @@ use crate::{
     cache_as, cache_as_mut, Backend, BackendError, CacheLayout, KvCache, KvWrite, StepInputs,
     Unsupported,
 };
+use attn_reference::Dimension;
 use attn_reference::{AttentionConfig, Feature};
 use elem::KvElem;
 use kernel::{KvSource, Problem, Scratch};
@@ -126,9 +127,11 @@ impl CpuBackend {
             SimdChoice::Auto => SimdLevel::best(),
             SimdChoice::Force(level) if level.is_available() => level,
             SimdChoice::Force(level) => {
-                return Err(Unsupported::new(Feature::Host, "lacks the instruction set")
-                    .value(level)
-                    .into());
+                return Err(
+                    Unsupported::new(Dimension::Host, "lacks the instruction set")
+                        .value(level)
+                        .into(),
+                );
             }
         };
         Ok(Self::with(settings, threads, level))
@@ -207,7 +210,7 @@ impl CpuBackend {
         step: &StepInputs<'_>,
     ) -> Result<Vec<f32>, BackendError> {
         let ops = Ops::<T>::for_level(self.level).ok_or_else(|| {
-            Unsupported::new(Feature::Host, "lacks the instruction set").value(self.level)
+            Unsupported::new(Dimension::Host, "lacks the instruction set").value(self.level)
         })?;
         let sched = scheduler::plan(
             config,
@@ -383,14 +386,14 @@ impl Backend for CpuBackend {
         let (hq, hkv) = (config.num_heads, config.num_kv_heads);
         if hq == 0 || hkv == 0 || hq % hkv != 0 {
             return Err(Unsupported::new(
-                Feature::HeadLayout,
+                Dimension::HeadLayout,
                 "query heads not a multiple of kv heads",
             )
             .value(format!("{hq}/{hkv}")));
         }
         if config.head_size == 0 || config.block_size == 0 {
             return Err(Unsupported::new(
-                Feature::HeadSize,
+                Dimension::HeadSize,
                 "and block size must be at least 1",
             ));
         }
@@ -448,7 +451,7 @@ impl Backend for CpuBackend {
         // A cache the machine cannot hold is declined, not an abort.
         let cache = CpuKvCache::new(config.dtype, config.kv_cache, geometry).map_err(|e| {
             Unsupported::new(
-                Feature::CacheSize,
+                Dimension::CacheSize,
                 "cannot allocate the cache on this machine",
             )
             .value(e)

@@ -32,6 +32,7 @@ use crate::{
     Unsupported,
 };
 use attn_reference::AttentionConfig;
+use attn_reference::Dimension;
 use process::{AdapterProcess, ExchangeError};
 use protocol::Reply;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -314,7 +315,7 @@ impl ExternalBackend {
                         Ok(values)
                     }
                     Reply::Unsupported(reason) => {
-                        Err(Unsupported::new(Feature::Other, reason).into())
+                        Err(Unsupported::new(Dimension::Other, reason).into())
                     }
                     Reply::Error(message) => Err(BackendError::Failed {
                         backend: self.name.clone(),
@@ -352,7 +353,7 @@ impl Backend for ExternalBackend {
     /// features of a failing case that it was declared to run are the first suspects.
     fn failure_caveat(&self, config: &AttentionConfig) -> Option<String> {
         let from = self.hello.inherited_capabilities.as_ref()?;
-        let used: Vec<&str> = attn_reference::Feature::OPTIONAL
+        let used: Vec<&str> = attn_reference::Feature::ALL
             .into_iter()
             .filter(|f| f.used_by(config))
             .map(attn_reference::Feature::label)
@@ -377,7 +378,7 @@ impl Backend for ExternalBackend {
             return Ok(());
         }
         Err(Unsupported::new(
-            Feature::Trace,
+            Dimension::Trace,
             "protocol version 1 has no sessions: the adapter's cache is rebuilt for every call",
         ))
     }

@@ -12,7 +12,7 @@ use super::mask::{alibi_distance, hidden, per_head, zero_unseen, LogitShaping};
 use super::plan::{Group, GroupIndex};
 use super::tensors::{in_place, kind_of};
 use crate::Unsupported;
-use attn_reference::Feature;
+use attn_reference::Dimension;
 use attn_reference::{AttentionConfig, DType};
 use tch::{Kind, TchError, Tensor};
 
@@ -45,14 +45,14 @@ pub(crate) fn space() -> attn_reference::Space {
 pub(crate) fn supports(c: &AttentionConfig) -> Result<(), Unsupported> {
     if c.dtype != DType::F16 {
         return Err(Unsupported::new(
-            Feature::Dtype,
+            Dimension::Dtype,
             "other than fp16 (the device computes in fp16 only)",
         )
         .value(c.dtype));
     }
     if !c.head_size.is_multiple_of(HEAD_MULTIPLE) {
         return Err(Unsupported::new(
-            Feature::HeadSize,
+            Dimension::HeadSize,
             format!("not a multiple of {HEAD_MULTIPLE}"),
         )
         .value(c.head_size));

@@ -23,6 +23,7 @@ use crate::{
     cache_as, cache_as_mut, Backend, BackendError, CacheLayout, KvCache, KvWrite, StepInputs,
     Unsupported,
 };
+use attn_reference::Dimension;
 use attn_reference::{AttentionConfig, DType, Feature};
 use cache::SpyreCache;
 use plan::{group_sequences, one_per_group, real_rows, GroupCost, GroupIndex};
@@ -299,7 +300,7 @@ impl Backend for Spyre {
             * config.kv_element_bytes();
         if bytes > MAX_CACHE_BYTES {
             return Err(Unsupported::new(
-                Feature::CacheSize,
+                Dimension::CacheSize,
                 "above 1 GiB (libtorch zero-fills every page of the cache)",
             )
             .value(format!("{num_blocks} blocks"))

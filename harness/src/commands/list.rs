@@ -5,7 +5,7 @@ use super::setup::usage;
 use crate::cli::ListArgs;
 use crate::render::{table, Format};
 use attn_backends::{all_backends, declines, declines_batch, Backend};
-use attn_reference::{AttentionConfig, DType, Feature};
+use attn_reference::{Aspect, AttentionConfig, DType, Feature};
 use attn_results::list::Declined;
 use attn_results::{AdapterEntry, BackendEntry, ListDocument, SpecEntry};
 
@@ -84,12 +84,23 @@ fn entry(backend: &dyn Backend) -> BackendEntry {
                         prefix_lens: vec![1],
                     })
                 }
-                _ => {}
+                // Not features of the batch: their probes are configs.
+                Feature::EncoderOnly
+                | Feature::CrossAttention
+                | Feature::SlidingWindow
+                | Feature::LogitsSoftCap
+                | Feature::Alibi
+                | Feature::Sinks
+                | Feature::Fp8KvCache
+                | Feature::Mla
+                | Feature::ChunkedLocalAttention
+                | Feature::ChunkLookback
+                | Feature::Fp8Query => {}
             }
             (f.label().to_string(), declines_batch(backend, &batch))
         })
         .collect();
-    let runs = Feature::OPTIONAL
+    let runs = Feature::ALL
         .into_iter()
         .flat_map(|f| f.probes(&base))
         .filter(|(_, config)| declines(backend, config).is_ok())
@@ -101,7 +112,7 @@ fn entry(backend: &dyn Backend) -> BackendEntry {
                 .map(|(p, _)| p.clone()),
         )
         .collect();
-    let declines = Feature::ALL
+    let declines = Aspect::ALL
         .into_iter()
         .flat_map(|f| f.probes(&base))
         .filter_map(|(probe, config)| {

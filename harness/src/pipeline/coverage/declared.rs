@@ -83,7 +83,7 @@ pub fn not_declared(space: &Space) -> Vec<(&'static str, &'static str)> {
     {
         out.extend(["block skipped", "skipped block rewritten"].map(|b| ("trace events", b)));
     }
-    for f in Feature::OPTIONAL
+    for f in Feature::ALL
         .into_iter()
         .filter(|f| !space.allows_feature(*f))
     {

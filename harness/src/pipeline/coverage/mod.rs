@@ -153,7 +153,7 @@ pub fn buckets(case: &Case) -> Vec<(&'static str, &'static str)> {
         ),
         ("window", window(case)),
     ];
-    let mut features: Vec<&'static str> = Feature::OPTIONAL
+    let mut features: Vec<&'static str> = Feature::ALL
         .into_iter()
         .filter(|f| f.used_by(c) || f.used_by_batch(&case.batch))
         .map(Feature::label)
@@ -247,7 +247,7 @@ pub fn trace_buckets(trace: &attn_reference::Trace) -> Vec<(&'static str, &'stat
         ("trace poison", trace.poison.map_or("none", Poison::name)),
     ];
     let requests = trace.whole_batch();
-    let mut features: Vec<&'static str> = Feature::OPTIONAL
+    let mut features: Vec<&'static str> = Feature::ALL
         .into_iter()
         .filter(|f| f.used_by(&trace.config) || f.used_by_batch(&requests))
         .map(Feature::label)
@@ -375,7 +375,7 @@ mod tests {
         let plain = attn_reference::Space::parse_only("features=none").unwrap();
         let out = not_declared(&plain);
         // Every optional feature a case of this space cannot have, a trace cannot either.
-        let outside: Vec<_> = Feature::OPTIONAL
+        let outside: Vec<_> = Feature::ALL
             .into_iter()
             .filter(|f| out.contains(&("features", f.label())))
             .collect();

@@ -83,7 +83,7 @@ pub fn decode_batch(large: bool) -> impl Strategy<Value = CaseRecipe> {
 
 /// The blocks of a few short sequences at the top of a cache of 140,000 blocks of 16 tokens,
 /// 8 kv heads of 128: element offsets past 2^31 (2.3·10^9 elements), as in a large model's
-/// layer; backends must allocate lazily or decline (`Feature::CacheSize`).
+/// layer; backends must allocate lazily or decline (`Dimension::CacheSize`).
 pub fn huge_cache() -> impl Strategy<Value = CaseRecipe> {
     let seqs = prop::collection::vec((0usize..=300, 1usize..=8), 1..=2);
     (

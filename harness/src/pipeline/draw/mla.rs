@@ -296,7 +296,7 @@ mod tests {
         // MLA draws (what every backend drew before MLA existed).
         let all_but_mla = Space {
             features: Some(
-                Feature::OPTIONAL
+                Feature::ALL
                     .into_iter()
                     .filter(|f| *f != Feature::Mla)
                     .collect(),

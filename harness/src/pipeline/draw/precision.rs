@@ -79,7 +79,15 @@ fn with_positional(r: &mut CaseRecipe, feature: Feature, edge: usize) {
         Feature::Rswa => {
             r.rswa = Some(RswaRecipe::with_longest_prefix(edge, &r.seqs, 995));
         }
-        _ => unreachable!("only positional features are drawn"),
+        Feature::EncoderOnly
+        | Feature::CrossAttention
+        | Feature::LogitsSoftCap
+        | Feature::Sinks
+        | Feature::Fp8KvCache
+        | Feature::PaddedRequests
+        | Feature::Mla
+        | Feature::NonCausal
+        | Feature::Fp8Query => unreachable!("only positional features are drawn"),
     }
 }
 

@@ -159,7 +159,7 @@ mod tests {
         }
         // Turning a feature off in the recipe turns it off in the case, and only that one.
         for r in &rs {
-            for f in Feature::OPTIONAL {
+            for f in Feature::ALL {
                 let used = r.uses(f);
                 match r.without(f) {
                     Some(off) => {

@@ -403,7 +403,16 @@ impl CaseRecipe {
                 None => false,
             },
             // Every feature that is a value of the config: off as the config turns it off.
-            _ => {
+            Feature::EncoderOnly
+            | Feature::CrossAttention
+            | Feature::SlidingWindow
+            | Feature::LogitsSoftCap
+            | Feature::Alibi
+            | Feature::Sinks
+            | Feature::Fp8KvCache
+            | Feature::ChunkedLocalAttention
+            | Feature::ChunkLookback
+            | Feature::Fp8Query => {
                 let mut config = self.config();
                 let used = f.turn_off(&mut config);
                 c.take_features_of(&config);
@@ -431,7 +440,7 @@ impl CaseRecipe {
     /// a decoder.
     pub fn without_kind_mismatches(mut self) -> CaseRecipe {
         let c = self.config();
-        for f in Feature::OPTIONAL {
+        for f in Feature::ALL {
             if f.used_by(&c) && !f.allows_kind(self.kind) {
                 if let Some(r) = self.without(f) {
                     self = r;

@@ -82,7 +82,7 @@ pub fn evaluate(
         return (
             Outcome::Unsupported(
                 Unsupported::new(
-                    attn_reference::Feature::Other,
+                    attn_reference::Dimension::Other,
                     "not judged: the tolerance, widened by logits near f32's limit, is as large \
                      as any output can be, so no divergence could show",
                 )

@@ -154,7 +154,7 @@ fn candidates(r: &CaseRecipe, fit: &dyn Fn(CaseRecipe) -> CaseRecipe) -> Vec<Cas
         });
     }
     // Every optional feature off, one at a time.
-    for off in attn_reference::Feature::OPTIONAL
+    for off in attn_reference::Feature::ALL
         .into_iter()
         .filter_map(|f| r.without(f))
     {

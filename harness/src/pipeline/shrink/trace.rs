@@ -157,7 +157,7 @@ fn candidates(r: &TraceRecipe, fit: &dyn Fn(TraceRecipe) -> TraceRecipe) -> Vec<
     push(&|c| c.config.block_size = c.config.block_size.saturating_sub(1).max(1));
     push(&|c| c.config.dtype = DType::F32);
     // Every optional feature of the config off, one at a time (the features are data).
-    for f in Feature::OPTIONAL {
+    for f in Feature::ALL {
         push(&|c| {
             f.turn_off(&mut c.config);
         });
