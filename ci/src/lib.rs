@@ -34,5 +34,3 @@ pub mod run;
 pub mod sanitize;
 pub mod summary;
 pub mod time;
-#[cfg(test)]
-mod workflows;

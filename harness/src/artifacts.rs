@@ -192,7 +192,11 @@ pub fn write_all(artifacts: &[Artifact]) {
             let drawn = crate::render::plot::heat_map(
                 &h.path,
                 &h.title,
-                (&h.errors, h.tokens, h.heads),
+                crate::render::plot::ErrorGrid {
+                    errors: &h.errors,
+                    tokens: h.tokens,
+                    heads: h.heads,
+                },
                 h.allowance,
                 &h.boundaries,
             );

@@ -77,7 +77,7 @@ fn three_bugs_are_three_classes_each_shrunk() {
     let json = render_json(&run.summary);
     let junit = attn_harness::render::junit::render(&run.summary, &[]);
     for c in &classes {
-        let line = attn_harness::pipeline::check::classes::class_line(c);
+        let line = attn_harness::failure::report::class_line(c);
         assert!(text.contains(line.trim_end()), "text lacks {line}");
         assert!(md.contains(&c.signature), "markdown lacks {}", c.signature);
         assert!(

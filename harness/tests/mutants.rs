@@ -242,7 +242,8 @@ fn every_mutant_is_killed_and_shrunk_small() {
     let s = run_mutants(
         DEFAULT_CASES,
         1,
-        (&[], jobs),
+        &[],
+        jobs,
         std::env::temp_dir().join("attn-diff-mutants-test"),
         &|_| {},
     )

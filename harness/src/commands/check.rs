@@ -1,4 +1,5 @@
-//! `attn-diff check`: property cases and upstream specs through backends against the oracle.
+//! `attn-diff check`: property cases, serving traces and upstream specs through backends
+//! against the oracle; the summary rendered, failures' files written.
 
 use super::setup::{select_backends_with, usage};
 use crate::cli::{CheckArgs, CheckFormat, GlobalArgs};

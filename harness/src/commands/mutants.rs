@@ -24,7 +24,8 @@ pub fn run(args: MutantsArgs, global: GlobalArgs) -> anyhow::Result<bool> {
     let run = run_mutants(
         args.cases.unwrap_or_else(CheckOptions::default_cases),
         args.seed,
-        (&suite, jobs),
+        &suite,
+        jobs,
         args.out,
         &|name| {
             progress.phase(attn_results::BackendRef::mutant(name).to_string());

@@ -6,7 +6,7 @@ use super::hint::hint;
 use attn_backends::Backend;
 use attn_reference::{AttentionConfig, Case};
 use attn_results::compare::{Comparison, Divergence};
-use attn_results::{CaseSize, FailureRecord, Mismatch, Origin, ShrinkInfo};
+use attn_results::{CaseSize, FailureClass, FailureRecord, Mismatch, Origin, ShrinkInfo};
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
@@ -267,4 +267,49 @@ fn row_diff(case: &Case, expected: &[f64], actual: &[f32], c: &Comparison) -> St
         let _ = write!(out, "  {sign} {}", change);
     }
     out
+}
+/// The lines a failure's text ends with once the run is over, rendered from its typed
+/// fields: the hint of the case as found when shrinking changed it, its class, and the
+/// upstream cases that failed the same way.
+pub fn finish_text(r: &mut FailureRecord) {
+    if let Some(h) = &r.hint_unshrunk {
+        let _ = writeln!(r.text, "hint before shrinking: {h}");
+    }
+    if let Some(line) = r.class.as_ref().map(class_line) {
+        r.text.push_str(&line);
+    }
+    if !r.also.is_empty() {
+        let _ = writeln!(
+            r.text,
+            "also:    the same failure on {} more upstream case(s): {}",
+            r.also.len(),
+            r.also.join("; ")
+        );
+    }
+}
+
+/// A class's line in its failure's report: how many fell in it, and which.
+pub fn class_line(class: &FailureClass) -> String {
+    let list = |what: &str, v: &[usize]| {
+        let shown: Vec<String> = v.iter().take(20).map(|i| i.to_string()).collect();
+        let more = if v.len() > 20 {
+            format!(", … ({} in all)", v.len())
+        } else {
+            String::new()
+        };
+        format!("{what} {}{more}", shown.join(", "))
+    };
+    let mut parts = Vec::new();
+    if !class.cases.is_empty() {
+        parts.push(list("property case(s)", &class.cases));
+    }
+    if !class.traces.is_empty() {
+        parts.push(list("trace(s)", &class.traces));
+    }
+    format!(
+        "class:   {} failure(s) in this class ({}): {}\n",
+        class.count(),
+        class.signature,
+        parts.join("; ")
+    )
 }

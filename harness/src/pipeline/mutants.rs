@@ -29,7 +29,8 @@ pub struct MutantsRun {
 pub fn run_mutants(
     cases: u32,
     seed: u64,
-    (upstream, jobs): (&[UpstreamCase], usize),
+    upstream: &[UpstreamCase],
+    jobs: usize,
     out_dir: PathBuf,
     on_mutant: &(dyn Fn(&str) + Sync),
 ) -> MutantsRun {

@@ -47,7 +47,8 @@ impl UpstreamCase {
         &self,
         backend: &str,
         status: attn_results::UpstreamStatus,
-        (abs, rel): (f64, f64),
+        abs: f64,
+        rel: f64,
     ) -> attn_results::UpstreamRow {
         attn_results::UpstreamRow {
             backend: backend.to_string(),

@@ -21,15 +21,28 @@ fn err(e: impl std::fmt::Display) -> String {
     e.to_string()
 }
 
-/// Heat map of `errors` (`[tokens][heads]`, absolute error) relative to `allowance`: cells
-/// within tolerance are pale, beyond it they go from orange to dark red (log scale).
+/// Absolute errors, `tokens` rows of `heads`.
+#[derive(Clone, Copy, Debug)]
+pub struct ErrorGrid<'a> {
+    pub errors: &'a [f64],
+    pub tokens: usize,
+    pub heads: usize,
+}
+
+/// Heat map of `grid` relative to `allowance`: cells within tolerance are pale, beyond it
+/// they go from orange to dark red (log scale).
 pub fn heat_map(
     path: &Path,
     title: &str,
-    (errors, tokens, heads): (&[f64], usize, usize),
+    grid: ErrorGrid<'_>,
     allowance: f64,
     boundaries: &[usize],
 ) -> Result<(), String> {
+    let ErrorGrid {
+        errors,
+        tokens,
+        heads,
+    } = grid;
     init_font();
     let cell = (640 / tokens.max(1)).clamp(4, 48) as u32;
     let bar_width = 130;

@@ -96,32 +96,6 @@ pub fn count_in(record: &mut FailureRecord, signature: &Signature, member: Membe
     }
 }
 
-/// A class's line in its failure's report: how many fell in it, and which.
-pub fn class_line(class: &FailureClass) -> String {
-    let list = |what: &str, v: &[usize]| {
-        let shown: Vec<String> = v.iter().take(20).map(|i| i.to_string()).collect();
-        let more = if v.len() > 20 {
-            format!(", … ({} in all)", v.len())
-        } else {
-            String::new()
-        };
-        format!("{what} {}{more}", shown.join(", "))
-    };
-    let mut parts = Vec::new();
-    if !class.cases.is_empty() {
-        parts.push(list("property case(s)", &class.cases));
-    }
-    if !class.traces.is_empty() {
-        parts.push(list("trace(s)", &class.traces));
-    }
-    format!(
-        "class:   {} failure(s) in this class ({}): {}\n",
-        class.count(),
-        class.signature,
-        parts.join("; ")
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

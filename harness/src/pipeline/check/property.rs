@@ -8,7 +8,7 @@ use crate::pipeline::check::classes::{count_in, Member as ClassMember, Placed};
 use crate::pipeline::check::control::RunControl;
 use crate::pipeline::check::drive::{per_cohort, Item, Member, PerCohort, Ran, Subjects};
 use crate::pipeline::check::subject::{
-    case_tree, class_budget, for_kind, record_outcome, report, sanitize, RunState,
+    case_tree, class_budget, for_kind, record_outcome, report, sanitize, Diverged, RunState,
 };
 use crate::pipeline::check::{CheckOptions, Cohort, Event};
 use crate::pipeline::draw::budget::fit_space;
@@ -102,7 +102,8 @@ impl Subjects for PropertyCases<'_> {
 /// backend shrunk and reported.
 pub fn record(
     opts: &CheckOptions,
-    (cases, run): (&PropertyCases<'_>, &mut RunState<'_>),
+    cases: &PropertyCases<'_>,
+    run: &mut RunState<'_>,
     item: &Item,
     ran: Ran<JudgedIndex, (Outcome, Duration)>,
     control: &mut RunControl,
@@ -140,10 +141,17 @@ pub fn record(
                 seed: opts.seed,
                 index,
             };
+            let diverged = Diverged {
+                backend: backend.name(),
+                origin: &origin,
+                case: &c.case,
+                expected: &c.expected,
+                divergence: d,
+                tolerance: c.tol,
+            };
             let unshrunk = report(
                 opts,
-                (backend.name(), &origin),
-                (&c.case, &c.expected, d, c.tol),
+                &diverged,
                 &failure_stem(backend.name(), opts.seed, index),
                 None,
             );
@@ -222,13 +230,15 @@ fn shrink_and_report(
     match out {
         Outcome::Diverged(d) if Symptom::of(&d) == symptom => {
             let signature = Signature::shrunk(&minimal, &d);
-            let (mut record, artifact) = report(
-                opts,
-                (backend.name(), &origin),
-                (&minimal, &e, &d, Tolerance::for_case(&minimal)),
-                &stem,
-                Some(&shrunk),
-            );
+            let diverged = Diverged {
+                backend: backend.name(),
+                origin: &origin,
+                case: &minimal,
+                expected: &e,
+                divergence: &d,
+                tolerance: Tolerance::for_case(&minimal),
+            };
+            let (mut record, artifact) = report(opts, &diverged, &stem, Some(&shrunk));
             // A small case can lose the pattern a large one showed ("only decode tokens
             // diverge"): keep the hint of the case as found when it says something else.
             let before = f
@@ -237,29 +247,22 @@ fn shrink_and_report(
                 .as_ref()
                 .and_then(|c| crate::failure::hint::hint(f.case, c));
             if before.is_some() && before != record.hint {
-                let h = before.unwrap_or_default();
-                record
-                    .text
-                    .push_str(&format!("hint before shrinking: {h}\n"));
-                record.hint_unshrunk = Some(h);
+                record.hint_unshrunk = before;
             }
             (record, artifact, Some((signature, shrunk.work)))
         }
         // Flaky: the minimal case passed (or failed otherwise) when re-run; report the
         // original.
         _ => {
-            let (r, a) = report(
-                opts,
-                (backend.name(), &origin),
-                (
-                    f.case,
-                    f.expected,
-                    f.divergence,
-                    Tolerance::for_case(f.case),
-                ),
-                &stem,
-                None,
-            );
+            let diverged = Diverged {
+                backend: backend.name(),
+                origin: &origin,
+                case: f.case,
+                expected: f.expected,
+                divergence: f.divergence,
+                tolerance: Tolerance::for_case(f.case),
+            };
+            let (r, a) = report(opts, &diverged, &stem, None);
             (r, a, None)
         }
     }

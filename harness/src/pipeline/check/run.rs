@@ -8,6 +8,7 @@ use super::subject::{items_of, RunState};
 use super::trace::{self, Traces};
 use super::upstream::{self, UpstreamCases};
 use super::{cohorts, space_of, CheckOptions, CheckRun, Event};
+use crate::failure::report::finish_text;
 use crate::pipeline::draw::tier::StrategyLimits;
 use attn_results::{BackendSummary, CheckSummary, CoverageReport};
 use std::time::Duration;
@@ -78,7 +79,7 @@ pub fn run_check(mut opts: CheckOptions) -> CheckRun {
         &property_items,
         &mut control,
         &mut |item, ran, control| {
-            property::record(opts, (&cases, &mut run), item, ran, control);
+            property::record(opts, &cases, &mut run, item, ran, control);
             (run.tell)(Event::PropertyCase);
         },
     );
@@ -96,7 +97,7 @@ pub fn run_check(mut opts: CheckOptions) -> CheckRun {
         &traces,
         &trace_items,
         &mut control,
-        &mut |item, ran, control| trace::record(opts, (&traces, &mut run), item, ran, control),
+        &mut |item, ran, control| trace::record(opts, &traces, &mut run, item, ran, control),
     );
 
     // Upstream cases are sharded like property cases, so shards' counts add up; a single
@@ -135,22 +136,7 @@ pub fn run_check(mut opts: CheckOptions) -> CheckRun {
     } = run;
     for (i, s) in summaries.iter_mut().enumerate() {
         s.gave_up = control.gave_up(i).map(str::to_string);
-        for f in s.failures.iter_mut() {
-            if let Some(line) = f
-                .class
-                .as_ref()
-                .map(crate::pipeline::check::classes::class_line)
-            {
-                f.text.push_str(&line);
-            }
-        }
-        for f in s.failures.iter_mut().filter(|f| !f.also.is_empty()) {
-            f.text.push_str(&format!(
-                "also:    the same failure on {} more upstream case(s): {}\n",
-                f.also.len(),
-                f.also.join("; ")
-            ));
-        }
+        s.failures.iter_mut().for_each(finish_text);
     }
     // Nothing compared: no worst error to speak of.
     for s in &mut summaries {

@@ -201,14 +201,33 @@ pub fn for_kind(mut budget: ShrinkBudget, kind: attn_results::DivergenceKind) ->
     budget
 }
 
+/// A divergence as its report is built: whose, which subject, the case, the oracle's output
+/// and the tolerance it was judged by.
+#[derive(Clone, Copy)]
+pub struct Diverged<'a> {
+    pub backend: &'a str,
+    pub origin: &'a Origin,
+    pub case: &'a Case,
+    pub expected: &'a [f64],
+    pub divergence: &'a Divergence,
+    pub tolerance: Tolerance,
+}
+
 /// A failure's report and its pending files, named after `stem` under `opts.out_dir`.
 pub fn report(
     opts: &CheckOptions,
-    (backend, origin): (&str, &Origin),
-    (case, expected, d, tol): (&Case, &[f64], &Divergence, Tolerance),
+    diverged: &Diverged<'_>,
     stem: &str,
     shrunk: Option<&Shrunk>,
 ) -> (FailureRecord, Artifact) {
+    let Diverged {
+        backend,
+        origin,
+        case,
+        expected,
+        divergence: d,
+        tolerance: tol,
+    } = *diverged;
     let dir = &opts.out_dir;
     let replay = dir.join(format!("{stem}.json"));
     let heatmap = d

@@ -103,7 +103,8 @@ pub fn items(opts: &CheckOptions, cohorts: &[Cohort]) -> Vec<Item> {
 /// backend shrunk and reported.
 pub fn record(
     opts: &CheckOptions,
-    (traces, run): (&Traces<'_>, &mut RunState<'_>),
+    traces: &Traces<'_>,
+    run: &mut RunState<'_>,
     item: &Item,
     ran: Ran<DrawnIndex, Option<(TraceOutcome, Duration)>>,
     control: &mut RunControl,
@@ -155,13 +156,13 @@ pub fn record(
                         control.note_class();
                         if opts.write_as_found {
                             // On disk before shrinking starts: an interrupt loses nothing.
-                            let file = trace_file(
-                                opts,
-                                backend.name(),
-                                item.index,
+                            let found = DivergedTrace {
+                                index: item.index,
                                 judged,
-                                (*step, divergence),
-                            );
+                                step: *step,
+                                divergence,
+                            };
+                            let file = trace_file(opts, backend.name(), found);
                             crate::artifacts::write_all(&[file]);
                         }
                         (run.tell)(Event::Shrinking {
@@ -171,12 +172,18 @@ pub fn record(
                         let book = &mut run.classes[member];
                         let budget =
                             for_kind(class_budget(opts.shrink, book.shrink_work), divergence.kind);
+                        let diverged = DivergedTrace {
+                            index: item.index,
+                            judged,
+                            step: *step,
+                            divergence,
+                        };
                         let (mut record, artifact, shrunk) = shrink_and_report(
                             backend.as_ref(),
-                            (opts, &traces.cohorts[m.cohort].space, budget),
-                            item.index,
-                            (*step, divergence),
-                            judged,
+                            opts,
+                            &traces.cohorts[m.cohort].space,
+                            budget,
+                            diverged,
                         );
                         book.shrink_work += shrunk.as_ref().map_or(0, |s| s.1);
                         let summary = &mut run.summaries[member];
@@ -208,15 +215,30 @@ fn trace_stem(backend: &str, seed: u64, index: usize) -> String {
     format!("{}-seed{seed}-trace{index}", sanitize(backend))
 }
 
+/// Trace `index` diverging at `step`: what its shrink starts from and its replay file records.
+#[derive(Clone, Copy)]
+struct DivergedTrace<'a> {
+    index: usize,
+    judged: &'a JudgedTrace,
+    step: usize,
+    divergence: &'a Divergence,
+}
+
 /// Shrink trace `index` (diverging at `step`, its symptom kept) and report its smallest
 /// form; with the shrunk step's signature and the shrink's work when it still failed.
 fn shrink_and_report(
     backend: &dyn Backend,
-    (opts, space, budget): (&CheckOptions, &Space, ShrinkBudget),
-    index: usize,
-    (step, divergence): (usize, &Divergence),
-    original: &JudgedTrace,
+    opts: &CheckOptions,
+    space: &Space,
+    budget: ShrinkBudget,
+    found: DivergedTrace<'_>,
 ) -> (FailureRecord, Artifact, Option<(Signature, u64)>) {
+    let DivergedTrace {
+        index,
+        judged: original,
+        step,
+        divergence,
+    } = found;
     let stem = trace_stem(backend.name(), opts.seed, index);
     let path = opts.out_dir.join(format!("{stem}.json"));
     let symptom = Symptom::of(divergence);
@@ -260,7 +282,13 @@ fn shrink_and_report(
         },
         info,
     );
-    let artifact = trace_file(opts, backend.name(), index, judged, (step, &divergence));
+    let shrunk_form = DivergedTrace {
+        index,
+        judged,
+        step,
+        divergence: &divergence,
+    };
+    let artifact = trace_file(opts, backend.name(), shrunk_form);
     (record, artifact, signature)
 }
 
@@ -276,13 +304,13 @@ fn trace_origin(opts: &CheckOptions, index: usize, t: &JudgedTrace, step: usize)
 
 /// The replay file of trace `index` diverging at `step`, with what it records of the run
 /// (written before shrinking, then replaced by the shrunk trace's).
-fn trace_file(
-    opts: &CheckOptions,
-    backend: &str,
-    index: usize,
-    t: &JudgedTrace,
-    (step, divergence): (usize, &Divergence),
-) -> Artifact {
+fn trace_file(opts: &CheckOptions, backend: &str, found: DivergedTrace<'_>) -> Artifact {
+    let DivergedTrace {
+        index,
+        judged: t,
+        step,
+        divergence,
+    } = found;
     let path = opts
         .out_dir
         .join(format!("{}.json", trace_stem(backend, opts.seed, index)));

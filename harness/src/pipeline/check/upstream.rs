@@ -4,7 +4,7 @@
 
 use crate::pipeline::check::control::RunControl;
 use crate::pipeline::check::drive::{Item, Member, Ran, Subjects};
-use crate::pipeline::check::subject::{record_outcome, report, sanitize, RunState};
+use crate::pipeline::check::subject::{record_outcome, report, sanitize, Diverged, RunState};
 use crate::pipeline::check::{CheckOptions, Event};
 use crate::pipeline::runner::{evaluate, Outcome};
 use crate::pipeline::upstream::UpstreamCase;
@@ -88,7 +88,7 @@ pub fn record(
                     // Outside the space it is checked in: not sent, and not one of its
                     // declines.
                     let status = UpstreamStatus::NotDeclared { reason: outside };
-                    rows.push(uc.row(backend.name(), status, (f64::NAN, f64::NAN)));
+                    rows.push(uc.row(backend.name(), status, f64::NAN, f64::NAN));
                     continue;
                 }
                 Ok(v) => v,
@@ -125,20 +125,23 @@ pub fn record(
                             sanitize(backend.name()),
                             uc.label().replace([' ', '/', ','], "_")
                         );
-                        let (r, a) = report(
-                            opts,
-                            (backend.name(), &uc.origin()),
-                            (&c.case, &c.expected, d, Tolerance::upstream()),
-                            &stem,
-                            None,
-                        );
+                        let origin = uc.origin();
+                        let diverged = Diverged {
+                            backend: backend.name(),
+                            origin: &origin,
+                            case: &c.case,
+                            expected: &c.expected,
+                            divergence: d,
+                            tolerance: Tolerance::upstream(),
+                        };
+                        let (r, a) = report(opts, &diverged, &stem, None);
                         summary.failures.push(r);
                         run.artifacts.push(a);
                     }
                     (UpstreamStatus::Diverged { kind: d.kind }, a, r)
                 }
             };
-            rows.push(uc.row(backend.name(), status, (abs, rel)));
+            rows.push(uc.row(backend.name(), status, abs, rel));
             summary.wall_seconds += wall.as_secs_f64();
         }
     }

@@ -1,6 +1,7 @@
 //! What the cases a backend actually ran (declined ones excluded) covered: each case falls in
 //! one bucket of every dimension of `attn_results::coverage::DIMENSIONS` (several for
-//! `features`), which declares them so a report can show the empty ones.
+//! `features`), which declares them so a report can show the empty ones; [`declared`] names
+//! the buckets a backend's space rules out.
 
 use crate::pipeline::recipe::shares_blocks;
 use attn_reference::{Case, Feature, KvCacheDtype, Poison};

@@ -411,7 +411,7 @@ fn flood_batch(flood: Flood) -> impl Strategy<Value = CaseRecipe> {
 /// A big batch of `seqs`: padded requests in one in two, extreme logits in one in two, small
 /// heads.
 fn batch_of(
-    shape: (usize, usize, usize, usize, attn_reference::DType),
+    shape: crate::pipeline::draw::long::LongShape,
     seqs: Vec<(usize, usize)>,
     seed: u64,
 ) -> CaseRecipe {
@@ -436,7 +436,8 @@ pub fn featured(
     r: CaseRecipe,
     features: &LongFeatures,
     ordinal: usize,
-    (big, budget): (bool, usize),
+    big: bool,
+    budget: usize,
 ) -> CaseRecipe {
     if big {
         let r = features.apply(
@@ -464,7 +465,9 @@ pub fn featured(
 /// heads (cut to fit the small budget), a logit shift.
 pub fn small_extremes(
     mut r: CaseRecipe,
-    (order, heads, logits): (BatchOrder, Option<(usize, usize)>, Option<LogitShift>),
+    order: BatchOrder,
+    heads: Option<(usize, usize)>,
+    logits: Option<LogitShift>,
 ) -> CaseRecipe {
     if r.kind != AttentionKind::EncoderOnly {
         order.apply(&mut r.seqs);

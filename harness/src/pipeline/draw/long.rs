@@ -8,12 +8,25 @@ use crate::pipeline::recipe::{
 use attn_reference::{DType, Space};
 use proptest::prelude::*;
 
+/// The heads, sizes and dtype of a long-tier recipe.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LongShape {
+    pub num_kv_heads: usize,
+    pub group: usize,
+    pub head_size: usize,
+    pub block_size: usize,
+    pub dtype: DType,
+}
+
 /// A plain decoder recipe of the long tier: few heads, small head sizes, normal values.
-pub(crate) fn long_base(
-    (num_kv_heads, group, head_size, block_size, dtype): (usize, usize, usize, usize, DType),
-    seqs: Vec<(usize, usize)>,
-    seed: u64,
-) -> CaseRecipe {
+pub(crate) fn long_base(shape: LongShape, seqs: Vec<(usize, usize)>, seed: u64) -> CaseRecipe {
+    let LongShape {
+        num_kv_heads,
+        group,
+        head_size,
+        block_size,
+        dtype,
+    } = shape;
     CaseRecipe {
         num_kv_heads,
         group,
@@ -29,7 +42,8 @@ pub(crate) fn long_base(
     }
 }
 
-pub(crate) fn long_shape() -> impl Strategy<Value = (usize, usize, usize, usize, DType)> {
+/// Few heads, small head sizes, blocks of 16 to 256, any dtype.
+pub(crate) fn long_shape() -> impl Strategy<Value = LongShape> {
     (
         1usize..=2,
         1usize..=2,
@@ -37,6 +51,15 @@ pub(crate) fn long_shape() -> impl Strategy<Value = (usize, usize, usize, usize,
         prop::sample::select(vec![16usize, 32, 128, 256]),
         prop::sample::select(DType::ALL.to_vec()),
     )
+        .prop_map(
+            |(num_kv_heads, group, head_size, block_size, dtype)| LongShape {
+                num_kv_heads,
+                group,
+                head_size,
+                block_size,
+                dtype,
+            },
+        )
 }
 
 /// Contexts of `min..=max` keys (often just around a power of two), decode or a speculative
@@ -92,7 +115,14 @@ pub fn huge_cache() -> impl Strategy<Value = CaseRecipe> {
         any::<u64>(),
     )
         .prop_map(|(seqs, dtype, seed)| {
-            let mut r = long_base((8, 1, 128, 16, dtype), seqs, seed);
+            let shape = LongShape {
+                num_kv_heads: 8,
+                group: 1,
+                head_size: 128,
+                block_size: 16,
+                dtype,
+            };
+            let mut r = long_base(shape, seqs, seed);
             r.cache_blocks = Some(HUGE_CACHE_BLOCKS);
             r
         })

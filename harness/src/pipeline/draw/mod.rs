@@ -65,7 +65,7 @@ fn tier_strategy(index: usize, limits: StrategyLimits) -> BoxedStrategy<CaseReci
     let budget = budget_of(index, limits);
     let with_features = |s: BoxedStrategy<CaseRecipe>, big: bool| {
         (s, long_features())
-            .prop_map(move |(r, f)| featured(r, &f, ordinal, (big, budget)))
+            .prop_map(move |(r, f)| featured(r, &f, ordinal, big, budget))
             .boxed()
     };
     match Tier::of(index, limits) {

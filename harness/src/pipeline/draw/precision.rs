@@ -48,7 +48,13 @@ pub fn precision_case(ordinal: usize) -> impl Strategy<Value = CaseRecipe> {
                 let len = length + 64 + past;
                 let mut seqs = vec![(len - query, query)];
                 seqs.extend(second);
-                let shape = (kv, group, head_size, block_size, dtype);
+                let shape = crate::pipeline::draw::long::LongShape {
+                    num_kv_heads: kv,
+                    group,
+                    head_size,
+                    block_size,
+                    dtype,
+                };
                 let mut r = crate::pipeline::draw::long::long_base(shape, seqs, seed);
                 // One feature at a time: no padded requests beside it.
                 r.padded_requests = 0;

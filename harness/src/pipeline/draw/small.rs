@@ -119,7 +119,8 @@ pub fn recipe(limits: StrategyLimits) -> impl Strategy<Value = CaseRecipe> {
                     ..CaseRecipe::plain()
                 }
                 .without_kind_mismatches();
-                let r = crate::pipeline::draw::extremes::small_extremes(r, extremes);
+                let (order, heads, logits) = extremes;
+                let r = crate::pipeline::draw::extremes::small_extremes(r, order, heads, logits);
                 fit_cost(r, SMALL_COST, &Space::default())
             },
         )

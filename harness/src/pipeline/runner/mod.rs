@@ -1,4 +1,5 @@
-//! Running one backend on one case and judging the result against the oracle.
+//! Running a backend and judging its answer against the oracle: one case here, a trace's steps
+//! on one cache in [`trace`].
 
 pub mod trace;
 

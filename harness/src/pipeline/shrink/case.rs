@@ -34,7 +34,7 @@ where
     while exhausted {
         let candidate = tree.current();
         let next = candidate.work();
-        if !budget.allows((steps, work), next, start) {
+        if !budget.allows(steps, work, next, start) {
             break;
         }
         steps += 1;

@@ -1,5 +1,5 @@
-//! Shrinking a failing recipe to a minimal one with proptest's value trees: simplify while the
-//! failure persists, step back (complicate) when a simplification made it pass.
+//! Shrinking a failing recipe to a minimal one: the greedy shrinker and its budget here,
+//! property cases in [`case`], traces in [`trace`]. Builds on `recipe` only.
 
 pub mod case;
 pub mod trace;
@@ -33,7 +33,7 @@ impl ShrinkBudget {
 
     /// Whether a shrink begun at `start` that has tried `steps` candidates of `work` in all
     /// may try one more of `next` work: within every limit and not interrupted.
-    pub fn allows(&self, (steps, work): (usize, u64), next: u64, start: Instant) -> bool {
+    pub fn allows(&self, steps: usize, work: u64, next: u64, start: Instant) -> bool {
         steps < self.max_steps
             && work.saturating_add(next) <= self.max_work
             && self.max_time.is_none_or(|t| start.elapsed() < t)
@@ -133,7 +133,7 @@ pub fn greedy<R: Clone + PartialEq + Weigh>(
             continue;
         }
         let next = c.work();
-        if !budget.allows((steps, work), next, start) {
+        if !budget.allows(steps, work, next, start) {
             break true;
         }
         steps += 1;

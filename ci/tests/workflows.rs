@@ -1,6 +1,6 @@
 //! Checks on the repository's own workflows (`.github/workflows`, `.github/actions`): what the
 //! threat model in docs/bot.md relies on, read from the YAML itself so a later edit cannot
-//! quietly undo it. Test-only: nothing here is part of `attn-bot`.
+//! quietly undo it. A test of its own: nothing here is part of `attn-bot`.
 //!
 //! The YAML is read by a small parser of the subset the workflows use (block mappings and
 //! sequences, plain and quoted scalars, `|` and `>` block scalars, one-line flow sequences
@@ -891,7 +891,7 @@ mod tests {
         let rendered = title
             .replace("${{ github.event.comment.id }}", "77")
             .replace("${{ github.event.issue.number }}", "5");
-        assert_eq!(rendered, crate::answer::run_title(5, 77));
+        assert_eq!(rendered, attn_ci::answer::run_title(5, 77));
         let post = read(".github/workflows/bot-post.yml");
         let job = post.yaml.get("jobs").unwrap().get("post").unwrap();
         // Only a run of the comment workflow: `issue_comment` runs use the default branch's
