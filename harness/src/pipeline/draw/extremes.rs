@@ -4,7 +4,7 @@
 //! (so pairs such as sinks × window × a context past a split-KV boundary are reached by
 //! design, not by luck).
 
-use crate::pipeline::draw::budget::{fit_cost, SMALL_COST};
+use crate::pipeline::draw::budget::{fit_big_step, fit_cost, windowed_cost, SMALL_COST};
 use crate::pipeline::draw::long::long_shape;
 use crate::pipeline::draw::long_masks::{mask_plan, MaskPlan};
 use crate::pipeline::recipe::{cost, CaseRecipe, LogitShift};
@@ -240,47 +240,6 @@ impl LongFeatures {
     }
 }
 
-/// The big steps' cost ceiling ([`windowed_cost`]): their chunks are long, their windows
-/// keep each query's keys few, so the default run stays within its time budget.
-pub const BIG_STEP_COST: usize = 20_000_000;
-
-/// The big batches' cost ceiling ([`cost`]): a decode batch draws about as many K/V values as
-/// it costs, and thousands of sequences draw them slowly.
-pub const BIG_BATCH_COST: usize = 20_000_000;
-
-/// [`cost`] counting only the keys a window lets a query see (a decoder query at most `w`, a
-/// non-causal or encoder-only one at most `2w`, an R-SWA one its window and its prefix), plus
-/// each PrefixLM range's square (its queries see all of it): still an upper bound of the
-/// oracle's work.
-pub fn windowed_cost(r: &CaseRecipe) -> usize {
-    let (seq_lens, query_lens) = r.lens();
-    let batch = r.batch_shape();
-    let pairs: usize = seq_lens
-        .iter()
-        .zip(&query_lens)
-        .enumerate()
-        .map(|(s, (&l, &q))| {
-            let mask = batch.request_mask(s);
-            let causal = mask.causal;
-            let seen = match (r.kind, r.window, mask.rswa) {
-                (AttentionKind::Decoder, _, Some((w, prefix))) if causal => l.min(w + prefix),
-                (AttentionKind::Decoder, Some(w), None) if causal => l.min(w),
-                (AttentionKind::Decoder | AttentionKind::EncoderOnly, Some(w), None) => {
-                    l.min(2 * w)
-                }
-                _ => l,
-            };
-            let ranges: usize = mask
-                .ranges
-                .iter()
-                .map(|&(a, b)| (b - a + 1) * (b - a + 1).min(q))
-                .sum();
-            seen * q + ranges
-        })
-        .sum();
-    pairs * r.num_heads() * r.head_size
-}
-
 /// Prefill chunks of 8,193 to 32,768 tokens (one or two sequences, behind decodes in the
 /// scheduler's order sometimes), as engines run them: kernels that size a grid for 8,192
 /// tokens skip the rest. Cut to [`BIG_STEP_COST`] by the window, head size and context; the chunk
@@ -305,37 +264,6 @@ pub fn big_step() -> impl Strategy<Value = CaseRecipe> {
             r.window = Some(window);
             r
         })
-}
-
-/// `r` cut to `budget` keeping its longest query past 8,192 tokens: the window first, then
-/// heads and head size, then the contexts, then the query (never to 8,192 or below).
-pub fn fit_big_step(mut r: CaseRecipe, budget: usize) -> CaseRecipe {
-    while windowed_cost(&r) > budget {
-        if r.window.is_some_and(|w| w > 64) {
-            r.window = r.window.map(|w| w / 2);
-        } else if let Some(rswa) = r.rswa.as_mut().filter(|x| x.window > 64) {
-            rswa.window /= 2;
-        } else if r.num_kv_heads * r.group > 1 {
-            (r.num_kv_heads, r.group) = (1, 1);
-        } else if r.head_size > 1 {
-            r.head_size /= 2;
-        } else if let Some(s) = r.seqs.iter_mut().filter(|s| s.0 > 0).max_by_key(|s| s.0) {
-            s.0 /= 2;
-        } else if let Some(q) = r
-            .seqs
-            .iter_mut()
-            .filter(|s| s.1 > 8_193)
-            .max_by_key(|s| s.1)
-        {
-            q.1 = (q.1 * 3 / 4).max(8_193);
-        } else if r.window.is_none() && r.rswa.is_none() && r.kind != AttentionKind::EncoderDecoder
-        {
-            r.window = Some(64);
-        } else {
-            break;
-        }
-    }
-    r
 }
 
 /// A big batch that is all decodes and past 8,192 tokens, as a server at full load steps: a
@@ -482,6 +410,7 @@ pub fn small_extremes(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::pipeline::draw::budget::BIG_STEP_COST;
     use crate::pipeline::recipe::Values;
 
     #[test]

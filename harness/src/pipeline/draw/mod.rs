@@ -30,8 +30,8 @@ pub fn budget_of(index: usize, limits: StrategyLimits) -> usize {
             None => SMALL_COST,
         },
         Tier::LongContext | Tier::DecodeBatch | Tier::HugeCache => LONG_COST,
-        Tier::BigStep => crate::pipeline::draw::extremes::BIG_STEP_COST,
-        Tier::BigBatch => crate::pipeline::draw::extremes::BIG_BATCH_COST,
+        Tier::BigStep => budget::BIG_STEP_COST,
+        Tier::BigBatch => budget::BIG_BATCH_COST,
         Tier::Precision => crate::pipeline::draw::precision::PRECISION_COST,
     }
 }
