@@ -7,10 +7,10 @@
 //! minimal failing case reads like a hand-written one.
 
 mod build;
+mod features;
 
 use attn_reference::{
-    AttentionConfig, AttentionKind, Case, DType, Feature, Fp8KvCache, InputRng, Poison,
-    SharedPrefix,
+    AttentionConfig, AttentionKind, Case, DType, Feature, Fp8KvCache, Poison, SharedPrefix,
 };
 use serde::{Deserialize, Serialize};
 
@@ -335,40 +335,16 @@ impl CaseRecipe {
     }
 
     pub fn config(&self) -> AttentionConfig {
-        let h = self.num_heads();
         let mut c = AttentionConfig::new(
-            h,
+            self.num_heads(),
             self.num_kv_heads,
             self.head_size,
             self.block_size,
             self.dtype,
         );
-        c.kind = self.kind;
         c.scale = self.scale;
-        c.sliding_window = self.window;
-        c.attention_chunk_size = self.chunk;
-        c.chunk_lookback = self.lookback.filter(|&k| k > 0 && self.chunk.is_some());
-        c.logits_soft_cap = self.soft_cap;
-        c.kv_cache = self.kv_cache;
-        if let Some(m) = self.mla {
-            // V stays a prefix of a latent entry shrunk below it.
-            c.mla = Some(attn_reference::Mla {
-                head_size_v: m.head_size_v(self.head_size),
-            });
-            c.scale = Some(m.scale);
-            return c;
-        }
-        if self.alibi {
-            c.alibi_slopes = Some(alibi_slopes(h));
-        }
-        if self.sinks {
-            // Sinks around the typical logit, so they matter without swamping the keys.
-            let mut rng = InputRng::new(0x51c5);
-            c.sinks = Some(
-                (0..h)
-                    .map(|_| self.dtype.round((rng.normal() * 1.5) as f32))
-                    .collect(),
-            );
+        for f in Feature::ALL {
+            features::into_config(f, self, &mut c);
         }
         c
     }
@@ -425,14 +401,9 @@ impl CaseRecipe {
     /// The config's kind and optional features, as this recipe holds them (an MLA recipe
     /// keeps its latent, which the config has no more of).
     pub(crate) fn take_features_of(&mut self, c: &AttentionConfig) {
-        self.kind = c.kind;
-        self.window = c.sliding_window;
-        self.chunk = c.attention_chunk_size;
-        self.lookback = c.chunk_lookback;
-        self.soft_cap = c.logits_soft_cap;
-        self.alibi = c.alibi_slopes.is_some();
-        self.sinks = c.sinks.is_some();
-        self.kv_cache = c.kv_cache;
+        for f in Feature::ALL {
+            features::from_config(f, self, c);
+        }
     }
 
     /// This recipe without the optional features its kind gives no meaning to
