@@ -45,21 +45,21 @@ impl StrategyLimits {
 /// a seed holds the same mix, and shards split it evenly).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Tier {
-    /// Small cases, lengths and sizes aimed at thresholds ([`recipe`]).
+    /// Small cases, lengths and sizes aimed at thresholds ([`super::small::recipe`]).
     Small,
-    /// One or two sequences with contexts from 4k up, few heads ([`long_context`]).
+    /// One or two sequences with contexts from 4k up, few heads ([`super::long::long_context`]).
     LongContext,
-    /// Decode batches of 16 to 256 sequences ([`decode_batch`]).
+    /// Decode batches of 16 to 256 sequences ([`super::long::decode_batch`]).
     DecodeBatch,
     /// A few short sequences whose blocks sit at the top of a cache whose element offsets
-    /// pass 2^31 ([`huge_cache`]).
+    /// pass 2^31 ([`super::long::huge_cache`]).
     HugeCache,
-    /// A prefill chunk of 8,193 to 32,768 tokens ([`crate::pipeline::draw::extremes::big_step`]).
+    /// A prefill chunk of 8,193 to 32,768 tokens ([`super::extremes::big_step`]).
     BigStep,
-    /// Decode batches of 512 to 2,048 sequences ([`crate::pipeline::draw::extremes::big_batch`]).
+    /// Decode batches of 512 to 2,048 sequences ([`super::extremes::big_batch`]).
     BigBatch,
     /// A half dtype with a positional feature just past where its positions round
-    /// ([`crate::pipeline::draw::precision`]).
+    /// ([`super::precision`]).
     Precision,
 }
 
