@@ -6,8 +6,35 @@
 use super::{alibi_slopes, CaseRecipe};
 use attn_reference::{AttentionConfig, Feature, InputRng};
 
+impl CaseRecipe {
+    /// The case's attention config: its shape and scale, and every optional feature the
+    /// config holds.
+    pub fn config(&self) -> AttentionConfig {
+        let mut c = AttentionConfig::new(
+            self.num_heads(),
+            self.num_kv_heads,
+            self.head_size,
+            self.block_size,
+            self.dtype,
+        );
+        c.scale = self.scale;
+        for f in Feature::ALL {
+            into_config(f, self, &mut c);
+        }
+        c
+    }
+
+    /// The config's kind and optional features, as this recipe holds them (an MLA recipe
+    /// keeps its latent, which the config has no more of).
+    pub(crate) fn take_features_of(&mut self, c: &AttentionConfig) {
+        for f in Feature::ALL {
+            from_config(f, self, c);
+        }
+    }
+}
+
 /// Write `r`'s value of feature `f` into `c` (whose shape and scale are `r`'s already).
-pub(super) fn into_config(f: Feature, r: &CaseRecipe, c: &mut AttentionConfig) {
+fn into_config(f: Feature, r: &CaseRecipe, c: &mut AttentionConfig) {
     match f {
         Feature::EncoderOnly | Feature::CrossAttention => c.kind = r.kind,
         Feature::SlidingWindow => c.sliding_window = r.window,
@@ -50,7 +77,7 @@ pub(super) fn into_config(f: Feature, r: &CaseRecipe, c: &mut AttentionConfig) {
 }
 
 /// Read feature `f` of `c` back into `r`.
-pub(super) fn from_config(f: Feature, r: &mut CaseRecipe, c: &AttentionConfig) {
+fn from_config(f: Feature, r: &mut CaseRecipe, c: &AttentionConfig) {
     match f {
         Feature::EncoderOnly | Feature::CrossAttention => r.kind = c.kind,
         Feature::SlidingWindow => r.window = c.sliding_window,

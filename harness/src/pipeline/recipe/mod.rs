@@ -9,9 +9,7 @@
 mod build;
 mod features;
 
-use attn_reference::{
-    AttentionConfig, AttentionKind, Case, DType, Feature, Fp8KvCache, Poison, SharedPrefix,
-};
+use attn_reference::{AttentionKind, Case, DType, Feature, Fp8KvCache, Poison, SharedPrefix};
 use serde::{Deserialize, Serialize};
 
 /// How physical blocks are assigned to the sequences' logical blocks.
@@ -334,21 +332,6 @@ impl CaseRecipe {
         self.num_kv_heads * self.group
     }
 
-    pub fn config(&self) -> AttentionConfig {
-        let mut c = AttentionConfig::new(
-            self.num_heads(),
-            self.num_kv_heads,
-            self.head_size,
-            self.block_size,
-            self.dtype,
-        );
-        c.scale = self.scale;
-        for f in Feature::ALL {
-            features::into_config(f, self, &mut c);
-        }
-        c
-    }
-
     /// This recipe with the optional feature `f` turned off (a shrinking step); None when the
     /// recipe does not use it.
     pub fn without(&self, f: Feature) -> Option<CaseRecipe> {
@@ -396,14 +379,6 @@ impl CaseRecipe {
             }
         };
         used.then_some(c)
-    }
-
-    /// The config's kind and optional features, as this recipe holds them (an MLA recipe
-    /// keeps its latent, which the config has no more of).
-    pub(crate) fn take_features_of(&mut self, c: &AttentionConfig) {
-        for f in Feature::ALL {
-            features::from_config(f, self, c);
-        }
     }
 
     /// This recipe without the optional features its kind gives no meaning to
