@@ -13,6 +13,8 @@ use crate::pipeline::draw::tier::StrategyLimits;
 use attn_results::{BackendSummary, CheckSummary, CoverageReport};
 use std::time::Duration;
 
+/// Run the check `opts` describes and return its summary and the files its failures leave
+/// (not yet written).
 pub fn run_check(mut opts: CheckOptions) -> CheckRun {
     let limits = match (opts.deep, opts.long) {
         (false, false) => StrategyLimits::DEFAULT,
