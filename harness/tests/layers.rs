@@ -9,22 +9,9 @@
 
 mod imports;
 
-use imports::{cycles, import_graph, Graph};
+use imports::{cycles, import_graph, rust_files, Graph};
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-
-fn sources(dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    for entry in std::fs::read_dir(dir).expect("a source folder") {
-        let path = entry.expect("an entry").path();
-        if path.is_dir() {
-            out.extend(sources(&path));
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            out.push(path);
-        }
-    }
-    out
-}
+use std::path::Path;
 
 /// Lines of the files under `folder` naming any of `forbidden`.
 fn uses(folder: &str, forbidden: &[&str]) -> Vec<String> {
@@ -32,7 +19,7 @@ fn uses(folder: &str, forbidden: &[&str]) -> Vec<String> {
         .join("src")
         .join(folder);
     let mut found = Vec::new();
-    for file in sources(&dir) {
+    for file in rust_files(&dir) {
         let text = std::fs::read_to_string(&file).expect("readable source");
         for (n, line) in text.lines().enumerate() {
             let code = line.split("//").next().unwrap_or("");
@@ -48,37 +35,42 @@ fn graph() -> Graph {
     import_graph(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src"))
 }
 
-/// The imports of files under `from` that land in a file under one of `to`.
-fn imports_between(graph: &Graph, from: &str, to: &[&str]) -> Vec<String> {
-    let mut found = Vec::new();
-    for (file, targets) in graph {
-        if !file.starts_with(from) {
-            continue;
-        }
-        for t in targets {
-            if to.iter().any(|folder| t.starts_with(folder)) {
-                found.push(format!("{file} imports {t}"));
-            }
-        }
-    }
-    found
+/// The imports (file, target) of files under `from` that land in a file under one of `to`.
+fn imports_between<'g>(graph: &'g Graph, from: &str, to: &[&str]) -> Vec<(&'g str, &'g str)> {
+    graph
+        .iter()
+        .filter(|(file, _)| file.starts_with(from))
+        .flat_map(|(file, targets)| targets.iter().map(move |t| (file.as_str(), t.as_str())))
+        .filter(|(_, t)| to.iter().any(|folder| t.starts_with(folder)))
+        .collect()
 }
 
 /// The imports of files under `room` into the pipeline that land outside `allowed`.
-fn pipeline_imports_outside(graph: &Graph, room: &str, allowed: &[&str]) -> Vec<String> {
+fn pipeline_imports_outside<'g>(
+    graph: &'g Graph,
+    room: &str,
+    allowed: &[&str],
+) -> Vec<(&'g str, &'g str)> {
     imports_between(graph, room, &["pipeline/"])
         .into_iter()
-        .filter(|line| {
-            let target = line.rsplit(" imports ").next().unwrap_or("");
-            !allowed.iter().any(|a| target.starts_with(a))
-        })
+        .filter(|(_, t)| !allowed.iter().any(|a| t.starts_with(a)))
         .collect()
+}
+
+/// `imports` as an assertion shows them, one per line.
+fn listed(imports: &[(&str, &str)]) -> String {
+    imports
+        .iter()
+        .map(|(file, target)| format!("{file} imports {target}"))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 #[test]
 fn the_pipeline_never_uses_render() {
-    let found = imports_between(&graph(), "pipeline/", &["render/"]);
-    assert!(found.is_empty(), "{}", found.join("\n"));
+    let g = graph();
+    let found = imports_between(&g, "pipeline/", &["render/"]);
+    assert!(found.is_empty(), "{}", listed(&found));
 }
 
 #[test]
@@ -86,10 +78,10 @@ fn render_and_failure_never_use_the_pipeline() {
     let g = graph();
     for folder in ["render/", "failure/"] {
         let found = imports_between(&g, folder, &["pipeline/"]);
-        assert!(found.is_empty(), "{}", found.join("\n"));
+        assert!(found.is_empty(), "{}", listed(&found));
     }
     let found = imports_between(&g, "failure/", &["render/"]);
-    assert!(found.is_empty(), "{}", found.join("\n"));
+    assert!(found.is_empty(), "{}", listed(&found));
 }
 
 #[test]
@@ -119,7 +111,7 @@ fn the_rooms_of_the_pipeline_import_one_way() {
             ));
         }
     }
-    assert!(found.is_empty(), "{}", found.join("\n"));
+    assert!(found.is_empty(), "{}", listed(&found));
 }
 
 #[test]
@@ -223,7 +215,7 @@ fn no_role_is_read_from_a_backend_name() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let mut found = Vec::new();
     for krate in ["backends", "harness", "ci", "results", "reference"] {
-        for file in sources(&root.join(krate).join("src")) {
+        for file in rust_files(&root.join(krate).join("src")) {
             let text = std::fs::read_to_string(&file).expect("readable source");
             // `BackendRef` is where a name's prefix is read and written, once.
             if file.ends_with("results/src/backend_ref.rs") {

@@ -165,6 +165,12 @@ pub fn is_causal(causal: Option<&[bool]>, seq: usize) -> bool {
 }
 
 impl Batch {
+    /// The query lengths of the requests with a token in the step (padded requests, of query
+    /// length 0, left out).
+    pub fn scheduled_query_lens(&self) -> impl Iterator<Item = usize> + '_ {
+        self.query_lens.iter().copied().filter(|&q| q > 0)
+    }
+
     /// Its per-request masks.
     pub fn masks(&self) -> SequenceMasks {
         SequenceMasks {

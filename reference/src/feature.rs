@@ -119,7 +119,7 @@ impl Aspect {
     ];
 
     /// The stable name used in JSON and on the command line.
-    pub fn name(self) -> &'static str {
+    pub const fn name(self) -> &'static str {
         match self {
             Aspect::Feature(f) => f.name(),
             Aspect::Dimension(d) => d.name(),
@@ -152,6 +152,13 @@ impl Aspect {
     }
 }
 
+/// `base` with `edit` applied: one probe of `list`.
+fn edited(base: &AttentionConfig, edit: &dyn Fn(&mut AttentionConfig)) -> AttentionConfig {
+    let mut c = base.clone();
+    edit(&mut c);
+    c
+}
+
 impl From<Feature> for Aspect {
     fn from(f: Feature) -> Aspect {
         Aspect::Feature(f)
@@ -178,7 +185,7 @@ impl PartialEq<Dimension> for Aspect {
 
 impl Dimension {
     /// The stable name used in JSON and on the command line.
-    pub fn name(self) -> &'static str {
+    pub const fn name(self) -> &'static str {
         match self {
             Dimension::Dtype => "dtype",
             Dimension::HeadSize => "head_size",
@@ -210,11 +217,7 @@ impl Dimension {
     /// Probes for `attn-diff list` (see [`Aspect::probes`]): values of this dimension past
     /// what backends commonly take.
     pub fn probes(self, base: &AttentionConfig) -> Vec<(String, AttentionConfig)> {
-        let with = |edit: &dyn Fn(&mut AttentionConfig)| {
-            let mut c = base.clone();
-            edit(&mut c);
-            c
-        };
+        let with = |edit: &dyn Fn(&mut AttentionConfig)| edited(base, edit);
         match self {
             Dimension::Dtype => DType::ALL
                 .into_iter()
@@ -310,7 +313,7 @@ impl Feature {
     ];
 
     /// The stable name used in JSON and on the command line.
-    pub fn name(self) -> &'static str {
+    pub const fn name(self) -> &'static str {
         match self {
             Feature::EncoderOnly => "encoder_only",
             Feature::CrossAttention => "cross_attention",
@@ -397,6 +400,43 @@ impl Feature {
             | Feature::ChunkedLocalAttention
             | Feature::ChunkLookback
             | Feature::Fp8Query => false,
+        }
+    }
+
+    /// Turn this feature of the batch on in `batch` (one sequence or more) with a
+    /// representative value, what `list` asks a backend about; the config's features are
+    /// turned on in a config ([`Feature::turn_on`]).
+    pub fn turn_on_batch(self, batch: &mut crate::Batch) {
+        let seqs = batch.seq_lens.len();
+        match self {
+            Feature::PaddedRequests => {
+                batch.seq_lens.push(0);
+                batch.query_lens.push(0);
+            }
+            Feature::NonCausal => batch.causal = Some(vec![false; seqs]),
+            Feature::PrefixLm => {
+                batch.prefix_lm = Some(crate::PrefixLm {
+                    ranges: vec![vec![(0, 0)]; seqs],
+                    clamp_to_window: false,
+                })
+            }
+            Feature::Rswa => {
+                batch.rswa = Some(crate::Rswa {
+                    window: 1,
+                    prefix_lens: vec![1; seqs],
+                })
+            }
+            Feature::EncoderOnly
+            | Feature::CrossAttention
+            | Feature::SlidingWindow
+            | Feature::LogitsSoftCap
+            | Feature::Alibi
+            | Feature::Sinks
+            | Feature::Fp8KvCache
+            | Feature::Mla
+            | Feature::ChunkedLocalAttention
+            | Feature::ChunkLookback
+            | Feature::Fp8Query => {}
         }
     }
 
@@ -529,11 +569,7 @@ impl Feature {
     /// Probes for `attn-diff list` (see [`Aspect::probes`]): the feature turned on, an FP8
     /// cache in each format; none for the batch's features, which `list` asks directly.
     pub fn probes(self, base: &AttentionConfig) -> Vec<(String, AttentionConfig)> {
-        let with = |edit: &dyn Fn(&mut AttentionConfig)| {
-            let mut c = base.clone();
-            edit(&mut c);
-            c
-        };
+        let with = |edit: &dyn Fn(&mut AttentionConfig)| edited(base, edit);
         match self {
             Feature::Fp8KvCache => Fp8Format::ALL
                 .into_iter()
@@ -668,33 +704,16 @@ impl Serialize for Aspect {
     }
 }
 
-/// Every aspect's name, for serde's "expected one of".
-const ASPECT_NAMES: [&str; 24] = [
-    "dtype",
-    "encoder_only",
-    "cross_attention",
-    "sliding_window",
-    "logits_soft_cap",
-    "alibi",
-    "sinks",
-    "fp8_kv_cache",
-    "padded_requests",
-    "mla",
-    "chunked_local_attention",
-    "chunk_lookback",
-    "non_causal",
-    "prefix_lm",
-    "rswa",
-    "fp8_query",
-    "head_size",
-    "block_size",
-    "head_layout",
-    "batch_shape",
-    "cache_size",
-    "host",
-    "trace",
-    "other",
-];
+/// Every aspect's name, in `Aspect::ALL`'s order, for serde's "expected one of".
+const ASPECT_NAMES: [&str; Aspect::ALL.len()] = {
+    let mut names = [""; Aspect::ALL.len()];
+    let mut i = 0;
+    while i < names.len() {
+        names[i] = Aspect::ALL[i].name();
+        i += 1;
+    }
+    names
+};
 
 impl<'de> Deserialize<'de> for Aspect {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Aspect, D::Error> {
@@ -724,7 +743,6 @@ mod tests {
             );
             assert!(Aspect::ALL.contains(&Aspect::Feature(f)));
         }
-        assert_eq!(Aspect::ALL.map(Aspect::name), ASPECT_NAMES);
         let mut names: Vec<_> = Aspect::ALL.map(Aspect::name).to_vec();
         names.sort();
         names.dedup();
@@ -735,6 +753,13 @@ mod tests {
             bad.to_string().contains("unknown variant `window`"),
             "{bad}"
         );
+        // The names serde offers are every aspect's, as `name` spells them.
+        for a in Aspect::ALL {
+            assert!(
+                bad.to_string().contains(&format!("`{}`", a.name())),
+                "{a}: {bad}"
+            );
+        }
     }
 
     #[test]
@@ -746,6 +771,24 @@ mod tests {
         assert_eq!(u.to_string(), "ALiBi");
         let json = serde_json::to_value(&u).unwrap();
         assert_eq!(json, serde_json::json!({"feature": "alibi", "detail": ""}));
+    }
+
+    #[test]
+    fn the_features_of_the_batch_turn_on_in_a_batch() {
+        for f in Feature::OF_THE_BATCH {
+            let mut batch = crate::Batch {
+                seq_lens: vec![1],
+                query_lens: vec![1],
+                num_padding_tokens: 0,
+                causal: None,
+                prefix_lm: None,
+                rswa: None,
+            };
+            assert!(!f.used_by_batch(&batch), "{f}");
+            f.turn_on_batch(&mut batch);
+            assert!(f.used_by_batch(&batch), "{f}");
+            assert_eq!(Feature::of_batch(&batch).collect::<Vec<_>>(), vec![f]);
+        }
     }
 
     #[test]

@@ -66,37 +66,7 @@ fn entry(backend: &dyn Backend) -> BackendEntry {
                 prefix_lm: None,
                 rswa: None,
             };
-            match f {
-                Feature::PaddedRequests => {
-                    batch.seq_lens.push(0);
-                    batch.query_lens.push(0);
-                }
-                Feature::NonCausal => batch.causal = Some(vec![false]),
-                Feature::PrefixLm => {
-                    batch.prefix_lm = Some(attn_reference::PrefixLm {
-                        ranges: vec![vec![(0, 0)]],
-                        clamp_to_window: false,
-                    })
-                }
-                Feature::Rswa => {
-                    batch.rswa = Some(attn_reference::Rswa {
-                        window: 1,
-                        prefix_lens: vec![1],
-                    })
-                }
-                // Not features of the batch: their probes are configs.
-                Feature::EncoderOnly
-                | Feature::CrossAttention
-                | Feature::SlidingWindow
-                | Feature::LogitsSoftCap
-                | Feature::Alibi
-                | Feature::Sinks
-                | Feature::Fp8KvCache
-                | Feature::Mla
-                | Feature::ChunkedLocalAttention
-                | Feature::ChunkLookback
-                | Feature::Fp8Query => {}
-            }
+            f.turn_on_batch(&mut batch);
             (f.label().to_string(), declines_batch(backend, &batch))
         })
         .collect();

@@ -3,7 +3,7 @@
 //! out: they sit on top of everything and import what they test.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// Each file (relative to the crate's `src`, `/`-separated) and the files it imports.
 pub type Graph = BTreeMap<String, BTreeSet<String>>;
@@ -15,20 +15,27 @@ struct Source {
     code: String,
 }
 
-fn read_sources(root: &Path, dir: &Path, out: &mut Vec<Source>) {
-    let mut entries: Vec<_> = std::fs::read_dir(dir)
+/// Every `.rs` file under `dir`, in path order.
+pub fn rust_files(dir: &Path) -> Vec<PathBuf> {
+    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
         .expect("a source folder")
         .map(|e| e.expect("an entry").path())
         .collect();
     entries.sort();
+    let mut out = Vec::new();
     for path in entries {
         if path.is_dir() {
-            read_sources(root, &path, out);
-            continue;
+            out.extend(rust_files(&path));
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
         }
-        if path.extension().is_none_or(|e| e != "rs") {
-            continue;
-        }
+    }
+    out
+}
+
+fn read_sources(root: &Path) -> Vec<Source> {
+    let mut out = Vec::new();
+    for path in rust_files(root) {
         let file = path
             .strip_prefix(root)
             .expect("under the root")
@@ -58,6 +65,7 @@ fn read_sources(root: &Path, dir: &Path, out: &mut Vec<Source>) {
             code: code.join("\n"),
         });
     }
+    out
 }
 
 /// The paths a use tree names: `a::{b, c::{d, self}}` is `a::b`, `a::c::d` and `a::c`.
@@ -176,8 +184,7 @@ fn children(code: &str) -> BTreeSet<String> {
 
 /// The import graph of the crate whose source root is `root`.
 pub fn import_graph(root: &Path) -> Graph {
-    let mut sources = Vec::new();
-    read_sources(root, root, &mut sources);
+    let sources = read_sources(root);
     let modules: BTreeMap<Vec<String>, String> = sources
         .iter()
         .map(|s| (s.module.clone(), s.file.clone()))

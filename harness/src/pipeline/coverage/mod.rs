@@ -317,13 +317,7 @@ pub fn count(report: &mut CoverageReport, backend: &str, buckets: &[(&str, &str)
 /// 1 + the drafts), and whether its tokens pass 8,192; `has a prefill` otherwise (encoder-only
 /// steps have no decodes).
 fn decode_only_step(case: &Case) -> &'static str {
-    let queries: Vec<usize> = case
-        .batch
-        .query_lens
-        .iter()
-        .copied()
-        .filter(|&q| q > 0)
-        .collect();
+    let queries: Vec<usize> = case.batch.scheduled_query_lens().collect();
     let big = case.num_real_tokens() > 8192;
     if case.config.kind == attn_reference::AttentionKind::EncoderOnly
         || queries.iter().any(|&q| q > 8)

@@ -213,13 +213,7 @@ pub fn shape_buckets(case: &Case) -> [(&'static str, &'static str); 5] {
         AttentionKind::EncoderOnly => "encoder-only",
         AttentionKind::EncoderDecoder => "cross-attention",
     };
-    let queries: Vec<usize> = case
-        .batch
-        .query_lens
-        .iter()
-        .copied()
-        .filter(|&q| q > 0)
-        .collect();
+    let queries: Vec<usize> = case.batch.scheduled_query_lens().collect();
     let step = if c.kind == AttentionKind::EncoderOnly || queries.iter().all(|&q| q > 8) {
         "prefill"
     } else if queries.iter().all(|&q| q == 1) {
