@@ -316,12 +316,8 @@ pub fn case_from_safetensors(bytes: &[u8]) -> Result<(Case, Option<Vec<f64>>), T
     let case = Case {
         config,
         batch: Batch {
-            seq_lens,
-            query_lens,
             num_padding_tokens,
-            causal: None,
-            prefix_lm: None,
-            rswa: None,
+            ..Batch::plain(seq_lens, query_lens)
         },
         layout: PagedLayout {
             num_blocks,

@@ -165,12 +165,8 @@ pub fn build_case(
     let case = Case {
         config,
         batch: Batch {
-            seq_lens: seq_lens.to_vec(),
-            query_lens: query_lens.to_vec(),
             num_padding_tokens: opts.padding_tokens,
-            causal: None,
-            prefix_lm: None,
-            rswa: None,
+            ..Batch::plain(seq_lens.to_vec(), query_lens.to_vec())
         },
         layout: PagedLayout {
             num_blocks,

@@ -165,6 +165,19 @@ pub fn is_causal(causal: Option<&[bool]>, seq: usize) -> bool {
 }
 
 impl Batch {
+    /// Requests of these lengths, with no padding tokens, every request causal and no
+    /// masks.
+    pub fn plain(seq_lens: Vec<usize>, query_lens: Vec<usize>) -> Batch {
+        Batch {
+            seq_lens,
+            query_lens,
+            num_padding_tokens: 0,
+            causal: None,
+            prefix_lm: None,
+            rswa: None,
+        }
+    }
+
     /// The query lengths of the requests with a token in the step (padded requests, of query
     /// length 0, left out).
     pub fn scheduled_query_lens(&self) -> impl Iterator<Item = usize> + '_ {

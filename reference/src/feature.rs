@@ -776,14 +776,7 @@ mod tests {
     #[test]
     fn the_features_of_the_batch_turn_on_in_a_batch() {
         for f in Feature::OF_THE_BATCH {
-            let mut batch = crate::Batch {
-                seq_lens: vec![1],
-                query_lens: vec![1],
-                num_padding_tokens: 0,
-                causal: None,
-                prefix_lm: None,
-                rswa: None,
-            };
+            let mut batch = crate::Batch::plain(vec![1], vec![1]);
             assert!(!f.used_by_batch(&batch), "{f}");
             f.turn_on_batch(&mut batch);
             assert!(f.used_by_batch(&batch), "{f}");

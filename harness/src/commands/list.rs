@@ -58,14 +58,7 @@ fn entry(backend: &dyn Backend) -> BackendEntry {
     let batch_probes: Vec<(String, Result<(), _>)> = Feature::OF_THE_BATCH
         .into_iter()
         .map(|f| {
-            let mut batch = attn_reference::Batch {
-                seq_lens: vec![1],
-                query_lens: vec![1],
-                num_padding_tokens: 0,
-                causal: None,
-                prefix_lm: None,
-                rswa: None,
-            };
+            let mut batch = attn_reference::Batch::plain(vec![1], vec![1]);
             f.turn_on_batch(&mut batch);
             (f.label().to_string(), declines_batch(backend, &batch))
         })

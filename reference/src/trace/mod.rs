@@ -333,14 +333,7 @@ impl Trace {
 
 /// Sequences of `lens` as one prefill each, with `masks`.
 pub(crate) fn whole_batch(lens: Vec<usize>, masks: Option<SequenceMasks>) -> Batch {
-    let mut batch = Batch {
-        seq_lens: lens.clone(),
-        query_lens: lens,
-        num_padding_tokens: 0,
-        causal: None,
-        prefix_lm: None,
-        rswa: None,
-    };
+    let mut batch = Batch::plain(lens.clone(), lens);
     batch.set_masks(masks.unwrap_or_default());
     batch
 }
