@@ -27,11 +27,26 @@ that every real token's slot is the one the op derives from its position
 (stale data in unowned slots, each sequence's context, a trace's writes since its last step)
 is stored straight into the cache tensors, as an earlier step of the op would have left it.
 
-KV-cache precision is set explicitly with ``KV_CACHE_PRECISION``. ``--kv-cache float`` (the
-default, adapter ``openvino-paged``): the cache holds the compute dtype (f32, f16; bf16 where
-the plugin takes a bf16 cache, else f32, which holds every bf16 value exactly: on an x86 host
-without AVX512-BF16 the plugin refuses a bf16 cache at compile time, "expect kvcache type
-f32"). ``--kv-cache u8`` (adapter ``openvino-paged-u8``): the plugin's default cache on x86 (u8,
+Precision: what the CPU plugin runs depends on the CPU (docs/findings-openvino.md, finding
+2), so the adapter asks it rather than assuming. Per case dtype it sets
+``INFERENCE_PRECISION_HINT`` explicitly: the dtype itself where the plugin's
+``OPTIMIZATION_CAPABILITIES`` list it (``BF16``: AVX512-BF16 or AMX; ``FP16``: AVX512-FP16),
+else f32, and f32 for f32 cases (the plugin's default hint on a bf16-capable CPU is bf16,
+which would run an f32 model in bf16). It then compiles the op once with the plugin's own
+default cache and reads the op's executor precision from the compiled model's runtime model
+(``runtimePrecision`` of its PagedAttention node), and the real model is compiled with
+``KV_CACHE_PRECISION`` set to that precision: the cache holds what the executor computes in
+(f32, bf16 or f16), and the cache tensors are made in the element type the compiled model
+reports for its cache inputs. A cache type that cannot hold the case dtype's values exactly
+(an f16 case on a bf16 executor, say) or a compile the plugin refuses is declined per case
+with a typed ``Unsupported`` naming the plugin's answer, never raised; dtypes the plugin
+cannot run at all on this CPU are left out of the declared space at start-up, with the
+reason on stderr. ``ATTN_DIFF_OV_PRECISION=f32`` asks for an f32 executor for every dtype
+(what an AVX2-only CPU runs), ``=default`` leaves the plugin's default hint (GenAI's
+behaviour); ``--probe`` prints, per dtype, the hint, the executor precision, its kernel
+name and the cache.
+
+``--kv-cache u8`` (adapter ``openvino-paged-u8``): the plugin's default cache on x86 (u8,
 per-channel key quantization); attn-diff's oracle compares at the compute dtype's tolerance
 and the protocol carries no quantization tolerance, so every case is declined by feature with
 that reason; ``tests/test_openvino_paged.py`` checks the u8 cache against a bound derived from
@@ -101,10 +116,26 @@ NON_CAUSAL_WINDOW = (
     "a bidirectional request with a window: the op's token_type_ids spans see their whole span "
     "whatever the window (Gemma 3's masks OR'ed), not attn-diff's window both ways"
 )
+# Which executor precision each dtype asks for: "native" (the dtype where the plugin lists it
+# in OPTIMIZATION_CAPABILITIES, else f32), "f32" (f32 for every dtype), "default" (the
+# plugin's own INFERENCE_PRECISION_HINT, not set).
+PRECISION = os.environ.get("ATTN_DIFF_OV_PRECISION", "native")
+# Which cache element types hold every value of a compute dtype exactly.
+HOLDS = {"f32": {"f32"}, "bf16": {"bf16", "f32"}, "f16": {"f16", "f32"}}
 # One JSON line per step run (shapes, features, wall and process CPU time of infer(), the
 # reported kernel time) appended to this file.
 LOG = os.environ.get("ATTN_DIFF_OV_LOG")
 
+
+
+def _type_name(t):
+    """An openvino element type by its short name (f32, bf16, f16, u8, ...), attn-diff's."""
+    return t.get_type_name() if hasattr(t, "get_type_name") else str(t)
+
+
+def _last_line(e):
+    lines = [x for x in str(e).strip().splitlines() if x.strip()]
+    return lines[-1].strip() if lines else type(e).__name__
 
 
 def _bf16_bits(x):
@@ -135,11 +166,25 @@ class OpenVinoPaged(Adapter):
         self.kv_mode = kv_cache
         self.version = ov.get_version()
         self.compiled = {}
-        self.bf16_cache = None  # whether the plugin takes a bf16 cache (found on first need)
         self.spans = spans
+        if PRECISION not in ("native", "f32", "default"):
+            raise RuntimeError(f"ATTN_DIFF_OV_PRECISION={PRECISION!r}: expected native, f32 or default")
+        # What the plugin says about this CPU, before anything is compiled.
+        self.optimization = [str(c) for c in self.core.get_property("CPU", "OPTIMIZATION_CAPABILITIES")]
+        self.default_hint = _type_name(self.core.get_property("CPU", "INFERENCE_PRECISION_HINT"))
+        self.plans = {}
         self.name = ("openvino-paged" if kv_cache == "float" else "openvino-paged-u8") + ("-spans" if spans else "")
+        dtypes = []
+        for dtype in ("f32", "bf16", "f16"):
+            plan = self.plan(dtype)
+            if plan.get("refused"):
+                sys.stderr.write(f"openvino-paged: {dtype} left out of the space: {plan['refused']}\n")
+            else:
+                dtypes.append(dtype)
+        if not dtypes:
+            raise RuntimeError("the CPU plugin runs none of f32, bf16, f16: see --probe")
         caps = {
-            "dtypes": ["f32", "bf16", "f16"],
+            "dtypes": dtypes,
             "block_sizes": [BLOCK_SIZE],
             "kinds": ["decoder", "encoder_only"] if spans else ["decoder"],
             "features": ["sliding_window", "alibi", "sinks"] + (["non_causal"] if spans else []),
@@ -154,9 +199,15 @@ class OpenVinoPaged(Adapter):
             caps["kv_cache_dtypes"] = ["fp8_e4m3"]
             caps["features"] = caps["features"] + ["fp8_kv_cache"]
         self.capabilities = caps
+        paths = "; ".join(
+            f"{d}: {self.plans[d]['executor']} executor ({self.plans[d]['kernel']}), "
+            f"{self.plans[d]['cache'] if kv_cache == 'float' else 'u8'} cache"
+            for d in dtypes
+        )
         self.description = (
-            f"OpenVINO {self.version} PagedAttentionExtension on CPU, "
-            f"{'compute-dtype' if kv_cache == 'float' else 'u8'} KV cache, block size {BLOCK_SIZE}"
+            f"OpenVINO {self.version} PagedAttentionExtension on CPU "
+            f"({', '.join(self.optimization)}; default hint {self.default_hint}), "
+            f"{'executor-precision' if kv_cache == 'float' else 'u8'} KV cache, block size {BLOCK_SIZE}; {paths}"
         )
 
     # ---- the model ------------------------------------------------------------------
@@ -165,27 +216,64 @@ class OpenVinoPaged(Adapter):
         ov = self.ov
         return {"f32": ov.Type.f32, "f16": ov.Type.f16, "bf16": ov.Type.bf16}[dtype]
 
+    def hint(self, dtype):
+        """The INFERENCE_PRECISION_HINT a case of `dtype` is compiled with (None: not set)."""
+        if PRECISION == "default":
+            return None
+        if PRECISION == "f32" or dtype == "f32":
+            return "f32"
+        native = {"bf16": "BF16", "f16": "FP16"}[dtype]
+        return dtype if native in self.optimization else "f32"
+
+    def plan(self, dtype):
+        """What the plugin runs a `dtype` model with on this CPU, asked, not assumed: the op
+        compiled with the hint and the plugin's own default cache, then the executor's
+        precision and kernel read from the compiled model's runtime model; the float cache
+        is the executor's precision (the only float cache every executor takes)."""
+        got = self.plans.get(dtype)
+        if got is not None:
+            return got
+        hint = self.hint(dtype)
+        plan = {"dtype": dtype, "hint": hint or f"{self.default_hint} (plugin default)"}
+        try:
+            cm = self._compile(1, 1, 16, dtype, None, hint)["model"]
+            node = [
+                op.get_rt_info()
+                for op in cm.get_runtime_model().get_ops()
+                if op.get_rt_info()["layerType"].astype(str) == "PagedAttention"
+            ]
+            if len(node) != 1:
+                raise RuntimeError(f"{len(node)} PagedAttention nodes in the compiled model")
+            plan["executor"] = node[0]["runtimePrecision"].astype(str)
+            plan["kernel"] = node[0]["primitiveType"].astype(str)
+        except RuntimeError as e:
+            plan["refused"] = f"the plugin compiles no {dtype} model (hint {plan['hint']}): {_last_line(e)}"
+            self.plans[dtype] = plan
+            return plan
+        plan["cache"] = plan["executor"]
+        if plan["cache"] not in HOLDS[dtype]:
+            plan["refused"] = (
+                f"the plugin runs a {dtype} model in {plan['executor']} on this CPU (hint {plan['hint']}), "
+                f"and a {plan['executor']} cache does not hold {dtype} values exactly"
+            )
+        self.plans[dtype] = plan
+        return plan
+
     def cache_precision(self, config):
         if self.kv_mode == "u8":
             return "u8"
-        if config.dtype == "bf16":
-            if self.bf16_cache is None:
-                try:
-                    self._compile(config.num_heads, config.num_kv_heads, config.head_size, "bf16", "bf16")
-                    self.bf16_cache = True
-                except RuntimeError as e:
-                    if "expect kvcache type f32" not in str(e):
-                        raise
-                    self.bf16_cache = False
-                    sys.stderr.write(
-                        "openvino-paged: this CPU plugin refuses a bf16 KV cache (runtime precision f32, "
-                        "'expect kvcache type f32'); bf16 cases use an f32 cache, which holds bf16 exactly\n"
-                    )
-            return "bf16" if self.bf16_cache else "f32"
-        return config.dtype
+        plan = self.plan(config.dtype)
+        if plan.get("refused"):
+            raise Unsupported(plan["refused"])
+        return plan["cache"]
 
-    def _compile(self, hq, hkv, s, dtype, prec):
-        key = (hq, hkv, s, dtype, prec)
+    def _compile(self, hq, hkv, s, dtype, prec, hint="auto"):
+        """The op compiled for these shapes; `prec` the KV_CACHE_PRECISION (None: the
+        plugin's default), `hint` the INFERENCE_PRECISION_HINT ("auto": self.hint(dtype);
+        None: not set). Raises the plugin's RuntimeError when it refuses."""
+        if hint == "auto":
+            hint = self.hint(dtype)
+        key = (hq, hkv, s, dtype, prec, hint)
         got = self.compiled.get(key)
         if got is not None:
             return got
@@ -238,7 +326,11 @@ class OpenVinoPaged(Adapter):
             node.get_rt_info()[k] = v
         out = ops.convert(node.output(0), f32)
         model = ov.Model([ops.result(out)], params, "paged_attention")
-        cfg = {"KV_CACHE_PRECISION": prec}
+        cfg = {}
+        if prec is not None:
+            cfg["KV_CACHE_PRECISION"] = prec
+        if hint is not None:
+            cfg["INFERENCE_PRECISION_HINT"] = hint
         if THREADS:
             cfg["INFERENCE_NUM_THREADS"] = int(THREADS)
         cm = self.core.compile_model(model, "CPU", cfg)
@@ -272,8 +364,23 @@ class OpenVinoPaged(Adapter):
 
     def new_cache(self, config, num_blocks):
         prec = self.cache_precision(config)
-        got = self._compile(config.num_heads, config.num_kv_heads, config.head_size, config.dtype, prec)
+        try:
+            got = self._compile(config.num_heads, config.num_kv_heads, config.head_size, config.dtype, prec)
+        except RuntimeError as e:
+            raise Unsupported(
+                f"the CPU plugin refuses a {config.dtype} model with a {prec} cache "
+                f"(hint {self.hint(config.dtype)}): {_last_line(e)}"
+            ) from None
         (ket, kshape), (vet, vshape) = got["cache"]["key_cache"], got["cache"]["value_cache"]
+        # The cache is made in the type the compiled model reports for its cache inputs,
+        # which is what the executor reads (it may differ from KV_CACHE_PRECISION).
+        reported = _type_name(ket)
+        if reported != _type_name(vet) or (reported != prec and not (prec in HOLDS[config.dtype] and reported in HOLDS[config.dtype])):
+            raise Unsupported(
+                f"the compiled model's cache inputs are {reported}/{_type_name(vet)}, asked {prec}: "
+                f"not a cache that holds {config.dtype} exactly"
+            )
+        prec = reported
         # u8: the key cache's block carries its per-channel scales and zero points in extra rows.
         if vshape[1] != config.block_size or (prec != "u8" and kshape[1] != config.block_size):
             raise Unsupported(f"block size {config.block_size}: the compiled cache's blocks are {vshape[1]}")
@@ -465,7 +572,8 @@ class OpenVinoPaged(Adapter):
         if LOG:
             with open(LOG, "a") as f:
                 f.write(json.dumps({
-                    "dtype": config.dtype, "cache": prec, "seqs": len(seq_lens), "tokens": n_real,
+                    "dtype": config.dtype, "cache": prec, "hint": self.hint(config.dtype),
+                    "executor": self.plans[config.dtype].get("executor"), "seqs": len(seq_lens), "tokens": n_real,
                     "max_seq_len": int(seq_lens.max()), "heads": [hq, hkv], "head_size": d,
                     "features": config.features(), "kind": config.kind,
                     "wall_s": wall, "process_cpu_s": cpu, "kernel_s": elapsed,
@@ -477,14 +585,21 @@ class OpenVinoPaged(Adapter):
 
 
 def probe(kv_cache):
+    """What the plugin runs on this CPU: its properties, each dtype's plan, and which cache
+    precisions it takes for an f32 model under each hint."""
     a = OpenVinoPaged(kv_cache)
     print(a.description)
-    for name in ("f32", "f16", "bf16", "u8"):
-        try:
-            a._compile(4, 2, 64, "f32", name)
-            print(f"KV_CACHE_PRECISION={name}: compiles", a.compiled[(4, 2, 64, "f32", name)]["cache"])
-        except Exception as e:  # noqa: BLE001 - a probe reports what the plugin says
-            print(f"KV_CACHE_PRECISION={name}: refused: {str(e).strip().splitlines()[-1]}")
+    print("OPTIMIZATION_CAPABILITIES", a.optimization, "default INFERENCE_PRECISION_HINT", a.default_hint)
+    for dtype in ("f32", "bf16", "f16"):
+        print("plan", json.dumps(a.plan(dtype)))
+    for hint in (None, "f32", "bf16", "f16"):
+        for name in ("f32", "f16", "bf16", "u8"):
+            try:
+                got = a._compile(4, 2, 64, "f32", name, hint)
+                print(f"hint {hint} KV_CACHE_PRECISION={name}: compiles, cache inputs",
+                      {k: (_type_name(t), dims) for k, (t, dims) in got["cache"].items()})
+            except RuntimeError as e:
+                print(f"hint {hint} KV_CACHE_PRECISION={name}: refused: {_last_line(e)}")
 
 
 def main(argv):

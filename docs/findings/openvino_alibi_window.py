@@ -40,7 +40,7 @@ def build():
     for k, v in {"k_head_size": S, "num_k_heads": HKV, "v_head_size": S, "num_v_heads": HKV}.items():
         node.get_rt_info()[k] = v
     model = ov.Model([ops.result(node.output(0))], params, "pa")
-    return ov.Core().compile_model(model, "CPU", {"KV_CACHE_PRECISION": "f32"})
+    return ov.Core().compile_model(model, "CPU", {"KV_CACHE_PRECISION": "f32", "INFERENCE_PRECISION_HINT": "f32"})
 
 
 def numpy_attention(q, k, v, window, slopes):

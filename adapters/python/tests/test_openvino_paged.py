@@ -202,8 +202,10 @@ def test_span_semantics_are_gemma3s():
 
 
 def test_finding_no_bf16_cache_without_bf16_hardware():
-    """Finding 2: on an x86 CPU without AVX512-BF16/AMX the plugin refuses KV_CACHE_PRECISION
-    bf16 at compile time (runtime precision f32, 'expect kvcache type f32')."""
+    """Finding 2, on an AVX2-only x86 CPU (OPTIMIZATION_CAPABILITIES without BF16): the plugin
+    refuses KV_CACHE_PRECISION bf16 at compile time (runtime precision f32, 'expect kvcache
+    type f32'). On a CPU with bf16 it compiles; test_finding_cache_is_the_executors_precision
+    covers those."""
     caps = ov.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")
     a = openvino_paged.OpenVinoPaged("float")
     if "BF16" in caps:
@@ -211,6 +213,59 @@ def test_finding_no_bf16_cache_without_bf16_hardware():
         return
     with pytest.raises(RuntimeError, match="expect kvcache type f32"):
         a._compile(4, 2, 64, "bf16", "bf16")
+
+
+def _executor(compiled):
+    (node,) = [
+        op.get_rt_info()
+        for op in compiled.get_runtime_model().get_ops()
+        if op.get_rt_info()["layerType"].astype(str) == "PagedAttention"
+    ]
+    return node["runtimePrecision"].astype(str)
+
+
+@pytest.mark.parametrize("hint", [None, "f32", "bf16", "f16"])
+@pytest.mark.parametrize("dtype", ["f32", "bf16", "f16"])
+def test_finding_cache_is_the_executors_precision(dtype, hint):
+    """Finding 2, on any CPU: the executor's precision is the model's after the hint (bf16 or
+    f16 only where the CPU has them: getRuntimePrecision), and a float cache is taken only in
+    that precision (f16 also beside an f32 executor); any other float cache fails
+    compile_model with 'expect kvcache type <executor>'. The adapter's plan must name a
+    cache the plugin takes. Prints what ran, so a log says which CPU path this was."""
+    a = openvino_paged.OpenVinoPaged("float")
+    executor = _executor(a._compile(1, 1, 16, dtype, None, hint)["model"])
+    taken = {}
+    for prec in ("f32", "bf16", "f16"):
+        try:
+            got = a._compile(4, 2, 64, dtype, prec, hint)
+            taken[prec] = got["cache"]["key_cache"][0].get_type_name()
+        except RuntimeError as e:
+            assert f"expect kvcache type {executor}" in str(e), (prec, str(e))
+    print(f"dtype {dtype} hint {hint}: executor {executor}, float caches taken (asked -> given) {taken}")
+    assert taken.get(executor) == executor, taken
+    caps = [str(c) for c in ov.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")]
+    if executor == "bf16":
+        assert "BF16" in caps
+    if executor == "f16":
+        assert "FP16" in caps
+    plan = a.plan(dtype)
+    if hint == a.hint(dtype):
+        assert plan["executor"] == executor, plan
+
+
+def test_adapter_declines_what_this_cpu_cannot_hold(monkeypatch):
+    """With the plugin's default hint (GenAI's behaviour), a CPU with bf16 runs every model in
+    bf16: the f32 and f16 dtypes are left out with a reason instead of failing in compile."""
+    monkeypatch.setattr(openvino_paged, "PRECISION", "default")
+    a = openvino_paged.OpenVinoPaged("float")
+    for dtype in ("f32", "bf16", "f16"):
+        plan = a.plan(dtype)
+        print(dtype, plan)
+        if plan.get("refused"):
+            assert dtype not in a.capabilities["dtypes"]
+            assert plan.get("executor") not in openvino_paged.HOLDS[dtype]
+        else:
+            assert dtype in a.capabilities["dtypes"] and plan["cache"] in openvino_paged.HOLDS[dtype]
 
 
 def test_float_cache_adapter_passes_a_short_check(attn_diff_binary):
