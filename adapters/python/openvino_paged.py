@@ -110,16 +110,18 @@ THREADS = os.environ.get("ATTN_DIFF_THREADS")
 ALIBI_WITH_WINDOW = os.environ.get("ATTN_DIFF_OV_ALIBI_WITH_WINDOW") == "1"
 # --kv-cache u8 answers FP8-cache cases with its u8 cache (bench's FP8 slot; never `check`).
 U8_AS_FP8 = os.environ.get("ATTN_DIFF_OV_U8_AS_FP8") == "1"
+# Odd head sizes on a bf16/f16 executor unpadded (finding 5; else one zero column is added).
+ODD_HEAD_PREFILL = os.environ.get("ATTN_DIFF_OV_ODD_HEAD_PREFILL") == "1"
 # Run bidirectional requests with ALiBi and sinks anyway (finding 3).
 SPAN_ALIBI_SINKS = os.environ.get("ATTN_DIFF_OV_SPAN_ALIBI_SINKS") == "1"
 NON_CAUSAL_WINDOW = (
     "a bidirectional request with a window: the op's token_type_ids spans see their whole span "
     "whatever the window (Gemma 3's masks OR'ed), not attn-diff's window both ways"
 )
-# Which executor precision each dtype asks for: "native" (the dtype where the plugin lists it
-# in OPTIMIZATION_CAPABILITIES, else f32), "f32" (f32 for every dtype), "default" (the
-# plugin's own INFERENCE_PRECISION_HINT, not set).
-PRECISION = os.environ.get("ATTN_DIFF_OV_PRECISION", "native")
+# Which executor precision each dtype asks for: "auto" (bf16 where the plugin lists BF16 in
+# OPTIMIZATION_CAPABILITIES, f32 for f32 and f16), "native" (also f16 where it lists FP16),
+# "f32" (f32 for every dtype), "default" (the plugin's own INFERENCE_PRECISION_HINT, not set).
+PRECISION = os.environ.get("ATTN_DIFF_OV_PRECISION", "auto")
 # Which cache element types hold every value of a compute dtype exactly.
 HOLDS = {"f32": {"f32"}, "bf16": {"bf16", "f32"}, "f16": {"f16", "f32"}}
 # One JSON line per step run (shapes, features, wall and process CPU time of infer(), the
@@ -131,6 +133,14 @@ LOG = os.environ.get("ATTN_DIFF_OV_LOG")
 def _type_name(t):
     """An openvino element type by its short name (f32, bf16, f16, u8, ...), attn-diff's."""
     return t.get_type_name() if hasattr(t, "get_type_name") else str(t)
+
+
+def _pad(x, d):
+    """[..., S] rows with zero columns up to d (S <= d)."""
+    x = np.asarray(x)
+    if x.shape[-1] == d:
+        return x
+    return np.concatenate([x, np.zeros(x.shape[:-1] + (d - x.shape[-1],), x.dtype)], axis=-1)
 
 
 def _last_line(e):
@@ -167,8 +177,8 @@ class OpenVinoPaged(Adapter):
         self.version = ov.get_version()
         self.compiled = {}
         self.spans = spans
-        if PRECISION not in ("native", "f32", "default"):
-            raise RuntimeError(f"ATTN_DIFF_OV_PRECISION={PRECISION!r}: expected native, f32 or default")
+        if PRECISION not in ("auto", "native", "f32", "default"):
+            raise RuntimeError(f"ATTN_DIFF_OV_PRECISION={PRECISION!r}: expected auto, native, f32 or default")
         # What the plugin says about this CPU, before anything is compiled.
         self.optimization = [str(c) for c in self.core.get_property("CPU", "OPTIMIZATION_CAPABILITIES")]
         self.default_hint = _type_name(self.core.get_property("CPU", "INFERENCE_PRECISION_HINT"))
@@ -222,6 +232,9 @@ class OpenVinoPaged(Adapter):
             return None
         if PRECISION == "f32" or dtype == "f32":
             return "f32"
+        if dtype == "f16" and PRECISION != "native":
+            # The f16 executor (AVX512-FP16 CPUs) gets multi-token prefill wrong: finding 4.
+            return "f32"
         native = {"bf16": "BF16", "f16": "FP16"}[dtype]
         return dtype if native in self.optimization else "f32"
 
@@ -258,6 +271,15 @@ class OpenVinoPaged(Adapter):
             )
         self.plans[dtype] = plan
         return plan
+
+    def op_head_size(self, config):
+        """The head size the op is built with: the case's, or one more (a zero column in q, k
+        and v, which changes no logit and no kept output) for an odd head size on a bf16 or
+        f16 executor, whose multi-token steps get odd head sizes wrong (finding 5)."""
+        plan = self.plans.get(config.dtype) or {}
+        if config.head_size % 2 and plan.get("executor") in ("bf16", "f16") and not ODD_HEAD_PREFILL:
+            return config.head_size + 1
+        return config.head_size
 
     def cache_precision(self, config):
         if self.kv_mode == "u8":
@@ -365,7 +387,7 @@ class OpenVinoPaged(Adapter):
     def new_cache(self, config, num_blocks):
         prec = self.cache_precision(config)
         try:
-            got = self._compile(config.num_heads, config.num_kv_heads, config.head_size, config.dtype, prec)
+            got = self._compile(config.num_heads, config.num_kv_heads, self.op_head_size(config), config.dtype, prec)
         except RuntimeError as e:
             raise Unsupported(
                 f"the CPU plugin refuses a {config.dtype} model with a {prec} cache "
@@ -409,7 +431,7 @@ class OpenVinoPaged(Adapter):
             return
         s = slots[keep]
         blocks, offsets = s // config.block_size, s % config.block_size
-        k, v = key[keep], value[keep]  # [n, Hkv, S]
+        k, v = _pad(key[keep], self.op_head_size(config)), _pad(value[keep], self.op_head_size(config))  # [n, Hkv, S]
         prec = cache["prec"]
         if prec == "f16":
             k, v = k.astype(np.float16), v.astype(np.float16)
@@ -423,7 +445,7 @@ class OpenVinoPaged(Adapter):
     def _prefill_context_u8(self, config, cache, req, writes, step, past, block_indices, begins):
         if not writes or not (past > 0).any():
             return
-        bs, hq, hkv, d = config.block_size, config.num_heads, config.num_kv_heads, config.head_size
+        bs, hq, hkv, d = config.block_size, config.num_heads, config.num_kv_heads, self.op_head_size(config)
         rows = {}
         for key, value, slots in writes:
             for i in np.nonzero(slots >= 0)[0]:
@@ -438,8 +460,8 @@ class OpenVinoPaged(Adapter):
                 raise Unsupported("u8 cache: a context token's K/V was written in an earlier step (the session's own cache)")
             ks.append(np.stack([rows[int(x)][0] for x in want]))
             vs.append(np.stack([rows[int(x)][1] for x in want]))
-        k = np.concatenate(ks)
-        v = np.concatenate(vs)
+        k = _pad(np.concatenate(ks), d)
+        v = _pad(np.concatenate(vs), d)
         n = len(k)
         nbs = np.array([(past[s] + bs - 1) // bs for s in seqs])
         bi = np.concatenate([step.block_table[s][: nbs[j]] for j, s in enumerate(seqs)]).astype(np.int32)
@@ -521,9 +543,10 @@ class OpenVinoPaged(Adapter):
                     "(the op derives where it writes from past_lens and block_indices)"
                 )
         prec = cache["prec"]
-        got = self._compile(config.num_heads, config.num_kv_heads, config.head_size, config.dtype, prec)
+        d = self.op_head_size(config)
+        got = self._compile(config.num_heads, config.num_kv_heads, d, config.dtype, prec)
         req = got["request"]
-        hq, hkv, d = config.num_heads, config.num_kv_heads, config.head_size
+        hq, hkv = config.num_heads, config.num_kv_heads
         block_indices = np.concatenate([step.block_table[s][: nb[s]] for s in range(len(seq_lens))]).astype(np.int32)
         begins = np.concatenate([[0], np.cumsum(nb)]).astype(np.int32)
         if prec == "u8":
@@ -537,9 +560,9 @@ class OpenVinoPaged(Adapter):
                 self._store(config, cache, key, value, slots)
         et = config.dtype
         feed = {
-            "query": self._tensor(step.query[:n_real].reshape(n_real, hq * d), et),
-            "key": self._tensor(step_k[:n_real].reshape(n_real, hkv * d), et),
-            "value": self._tensor(step_v[:n_real].reshape(n_real, hkv * d), et),
+            "query": self._tensor(_pad(step.query[:n_real], d).reshape(n_real, hq * d), et),
+            "key": self._tensor(_pad(step_k[:n_real], d).reshape(n_real, hkv * d), et),
+            "value": self._tensor(_pad(step_v[:n_real], d).reshape(n_real, hkv * d), et),
             "past_lens": self.ov.Tensor(past.astype(np.int32)),
             "subsequence_begins": self.ov.Tensor(qsl.astype(np.int32)),
             "block_indices": self.ov.Tensor(block_indices),
@@ -579,8 +602,8 @@ class OpenVinoPaged(Adapter):
                     "wall_s": wall, "process_cpu_s": cpu, "kernel_s": elapsed,
                 }) + "\n")
         res = req.get_output_tensor(0).data
-        out = np.zeros((step.num_tokens, hq, d), np.float32)
-        out[:n_real] = res.reshape(n_real, hq, d)
+        out = np.zeros((step.num_tokens, hq, config.head_size), np.float32)
+        out[:n_real] = res.reshape(n_real, hq, d)[:, :, : config.head_size]
         return out, elapsed
 
 
