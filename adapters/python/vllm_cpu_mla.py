@@ -32,7 +32,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from attn_diff_adapter import Adapter, Unsupported, serve  # noqa: E402
-from vllm_cpu_attn import DTYPES, load_kernel  # noqa: E402
+from vllm_cpu_attn import DTYPES, PATHS, load_kernel  # noqa: E402
 
 #: What `mla_decode_kvcache` compiles for (it refuses anything else).
 HEAD_SIZE, HEAD_SIZE_V, BLOCK_SIZE = 576, 512, 16
@@ -52,9 +52,13 @@ class VllmCpuMla(Adapter):
     }
 
     def __init__(self, library):
+        # On an AMX CPU vLLM's platform picks AMX_MLA (`decode_attention_cpu`, the
+        # sgl-kernels) for MLA layers unless CPU_MLA is asked for by name: said here, so a run
+        # on such a CPU does not pass for what vLLM would serve.
+        selected = "AMX_MLA" if PATHS.get("amx_cpu") else "CPU_MLA"
         self.description = (
             f"vLLM CPU_MLA decode, mla_decode_kvcache ({os.path.basename(library)}, "
-            f"torch {torch.__version__})"
+            f"torch {torch.__version__}); vLLM's own choice on this CPU: {selected}"
         )
 
     def check(self, config):
@@ -100,5 +104,6 @@ if __name__ == "__main__":
         sys.exit(f"{lib} has no mla_decode_kvcache op")
     if "--probe" in sys.argv[1:]:
         print(f"loaded {lib}")
+        print("paths", PATHS)
         sys.exit(0)
     serve(VllmCpuMla(lib))
