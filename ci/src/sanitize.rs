@@ -116,75 +116,196 @@ fn ends_with_ci(s: &str, suffix: &str) -> bool {
         && s[s.len() - suffix.len()..].eq_ignore_ascii_case(suffix)
 }
 
-/// One line outside the fences, escaped.
-fn escape_line(line: &str) -> String {
-    let mut out = String::with_capacity(line.len() + 16);
+/// Whether `s` starts with `prefix`, ASCII case ignored.
+fn starts_with_ci(s: &str, prefix: &str) -> bool {
+    s.len() >= prefix.len()
+        && s.is_char_boundary(prefix.len())
+        && s[..prefix.len()].eq_ignore_ascii_case(prefix)
+}
+
+/// `s` past the kept tags and entities at its start, in any ASCII case: the text that follows
+/// them. A tag can vanish from the rendered HTML (an end tag that closes nothing is dropped by
+/// HTML parsers; a table cell, list item or heading closes a collapsed section before its own
+/// end tag comes), joining the text on both sides into one text node, where GitHub finds
+/// references: so what makes a reference or a link is looked for past them, not in the next
+/// raw character. (An entity does not vanish, but it is skipped too: a break too many is
+/// harmless.)
+fn past_markup(mut s: &str) -> &str {
+    while let Some(m) = KEPT_TAGS
+        .iter()
+        .chain(KEPT_ENTITIES.iter())
+        .find(|m| starts_with_ci(s, m))
+    {
+        s = &s[m.len()..];
+    }
+    s
+}
+
+/// A kept element: which tag opened it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Element {
+    Details,
+    Summary,
+}
+
+impl Element {
+    fn end(self) -> &'static str {
+        match self {
+            Element::Details => KEPT_TAGS[1],
+            Element::Summary => KEPT_TAGS[3],
+        }
+    }
+
+    /// The element `tag` opens or closes, and whether it closes it.
+    fn of(tag: &str) -> (Element, bool) {
+        match tag {
+            "<details>" => (Element::Details, false),
+            "</details>" => (Element::Details, true),
+            "<summary>" => (Element::Summary, false),
+            _ => (Element::Summary, true),
+        }
+    }
+}
+
+/// The collapsed sections open in the output so far, innermost last. A kept tag is written
+/// only where it cannot vanish from the rendered HTML: on a line that starts with one (an HTML
+/// block at the top level, which no list item, quote, heading or table cell holds and closes),
+/// a start tag, or an end tag that closes the innermost open element. Anything else (an end
+/// tag that closes nothing, a tag inside a paragraph, a heading, a list or a table) is escaped
+/// and shown as text. What is still open at the end is closed, so nothing the bot writes after
+/// the output is folded into a section the output opened.
+#[derive(Debug, Default)]
+struct Open(Vec<Element>);
+
+impl Open {
+    /// Whether `tag`, met at this point of a line that may hold kept tags, is written; the
+    /// open elements follow it.
+    fn keep(&mut self, tag: &str) -> bool {
+        match Element::of(tag) {
+            (e, false) => {
+                self.0.push(e);
+                true
+            }
+            (e, true) if self.0.last() == Some(&e) => {
+                self.0.pop();
+                true
+            }
+            (_, true) => false,
+        }
+    }
+
+    /// End tags for whatever is still open, innermost first, on a line of their own after a
+    /// blank one (empty when nothing is open).
+    fn close_all(&mut self) -> String {
+        if self.0.is_empty() {
+            return String::new();
+        }
+        let mut s = String::from("\n");
+        while let Some(e) = self.0.pop() {
+            s.push_str(e.end());
+        }
+        s.push('\n');
+        s
+    }
+}
+
+/// A line's output, and its text as an HTML parser would leave it should every kept tag in it
+/// vanish: the checks for references and links look back in that.
+#[derive(Default)]
+struct Escaped {
+    out: String,
+    text: String,
+}
+
+impl Escaped {
+    fn push(&mut self, c: char) {
+        self.out.push(c);
+        self.text.push(c);
+    }
+
+    fn push_str(&mut self, s: &str) {
+        self.out.push_str(s);
+        self.text.push_str(s);
+    }
+
+    fn push_tag(&mut self, tag: &str) {
+        self.out.push_str(tag);
+    }
+}
+
+/// One line outside the fences, escaped; `open` is what the lines before left open.
+fn escape_line(line: &str, open: &mut Open) -> String {
+    let mut e = Escaped::default();
+    // Kept tags only on a line that starts with one: an HTML block at the top level.
+    let tags_here = KEPT_TAGS.iter().any(|t| line.starts_with(t));
     let mut rest = line;
     while let Some(c) = rest.chars().next() {
         let len = c.len_utf8();
         let after = &rest[len..];
+        // What follows `c` once kept tags and entities are out of the way.
+        let next = past_markup(after);
         match c {
             // Mentions, team mentions and e-mail autolinks: a full-width at sign is never one.
-            '@' => out.push('＠'),
+            '@' => e.push('＠'),
             '<' => match KEPT_TAGS.iter().find(|t| rest.starts_with(*t)) {
-                Some(tag) => {
-                    out.push_str(tag);
+                Some(tag) if tags_here && open.keep(tag) => {
+                    e.push_tag(tag);
                     rest = &rest[tag.len()..];
                     continue;
                 }
-                None => out.push_str("&lt;"),
+                _ => e.push_str("&lt;"),
             },
-            '&' => match KEPT_ENTITIES.iter().find(|e| rest.starts_with(*e)) {
-                Some(e) => {
-                    out.push_str(e);
-                    rest = &rest[e.len()..];
+            '&' => match KEPT_ENTITIES.iter().find(|k| rest.starts_with(*k)) {
+                Some(k) => {
+                    e.push_str(k);
+                    rest = &rest[k.len()..];
                     continue;
                 }
-                None => out.push_str("&amp;"),
+                None => e.push_str("&amp;"),
             },
             // A backslash of the output would escape the one put before a `[` below, and
             // `\\[` is a literal backslash, then a live `[`: every backslash is escaped, but
             // the table cell's `\\|` (a pipe that is not a cell border), which links nothing.
             '\\' if after.starts_with('|') => {
-                out.push_str("\\|");
+                e.push_str("\\|");
                 rest = &after[1..];
                 continue;
             }
-            '\\' => out.push_str("\\\\"),
+            '\\' => e.push_str("\\\\"),
             // Links, images, reference definitions and footnotes all need a `[`.
-            '[' => out.push_str("\\["),
+            '[' => e.push_str("\\["),
             // Inline and display math (`$…$`, `$$…$$`, `` $`…`$ ``) all need a `$`.
-            '$' => out.push('＄'),
+            '$' => e.push('＄'),
             // Bare URLs: `scheme://` and `www.` are what GitHub autolinks. A scheme without
             // `//` (`http:x`, `javascript:x`, `mailto:x`) is a link only inside `<…>` or a
             // link's `(…)`, which the escapes above rule out; it is broken too, so no other
             // renderer's autolinker finds one either.
-            ':' if after.starts_with("//")
-                || (out.ends_with(|p: char| p.is_ascii_alphabetic())
-                    && after.starts_with(|n: char| !n.is_whitespace())) =>
+            ':' if next.starts_with("//")
+                || (e.text.ends_with(|p: char| p.is_ascii_alphabetic())
+                    && next.starts_with(|n: char| !n.is_whitespace())) =>
             {
-                out.push(':');
-                out.push(BREAK);
+                e.push(':');
+                e.push(BREAK);
             }
-            '.' if ends_with_ci(&out, "www") => {
-                out.push(BREAK);
-                out.push('.');
+            '.' if ends_with_ci(&e.text, "www") => {
+                e.push(BREAK);
+                e.push('.');
             }
-            // Cross-references (#12, GH-12) notify the referenced issue.
-            '#' | '-' if after.starts_with(|d: char| d.is_ascii_digit()) => {
-                if c == '#' || ends_with_ci(&out, "GH") {
-                    out.push(c);
-                    out.push(BREAK);
-                } else {
-                    out.push(c);
+            // Cross-references (#12, GH-12, owner/repo#12, in any case) notify the referenced
+            // issue; the number is looked for past any kept tag (which could vanish) and the
+            // `GH` before the `-` in the text without them.
+            '#' | '-' if next.starts_with(|d: char| d.is_ascii_digit()) => {
+                e.push(c);
+                if c == '#' || ends_with_ci(&e.text, "GH-") {
+                    e.push(BREAK);
                 }
             }
             c if dropped(c) => {}
-            c => out.push(c),
+            c => e.push(c),
         }
         rest = after;
     }
-    out
+    e.out
 }
 
 /// An open fenced block: its fence, lines, and their size so far.
@@ -209,6 +330,7 @@ pub fn sanitize(md: &str) -> String {
     let mut out = String::new();
     let mut chars = 0usize;
     let mut block: Option<Block> = None;
+    let mut open = Open::default();
     let mut cut = false;
     for line in md.lines() {
         // Within a block only controls and hidden characters go (a lone `\r`, a line end to
@@ -250,7 +372,7 @@ pub fn sanitize(md: &str) -> String {
                     continue;
                 }
                 _ => {
-                    let mut s = escape_line(&kept);
+                    let mut s = escape_line(&kept, &mut open);
                     s.push('\n');
                     s
                 }
@@ -268,6 +390,7 @@ pub fn sanitize(md: &str) -> String {
     if let Some(b) = block {
         emit_block(&mut out, &b.lines);
     }
+    out.push_str(&open.close_all());
     if cut {
         out.push_str("\n(cut: the rest is in the workflow run, unsanitised)\n");
     }
@@ -343,6 +466,79 @@ mod tests {
         assert!(
             s.starts_with("&amp;#\u{200b}64;alice &amp;#x3c;img&gt; &lt;ok&gt;"),
             "{s}"
+        );
+    }
+
+    #[test]
+    fn references_are_broken_past_kept_tags_in_any_case() {
+        // An end tag that closes nothing is dropped by HTML parsers, joining `#` and `1234`
+        // into one text node: the break goes after the `#` (or `GH-`), whatever tags follow.
+        for (input, want) in [
+            ("#</summary>1234", "#\u{200b}&lt;/summary>1234\n"),
+            ("GH-</details>99", "GH-\u{200b}&lt;/details>99\n"),
+            (
+                "owner/repo#</summary>7",
+                "owner/repo#\u{200b}&lt;/summary>7\n",
+            ),
+            ("gh-</SUMMARY>5", "gh-\u{200b}&lt;/SUMMARY>5\n"),
+            ("x #&amp;</details>6", "x #\u{200b}&amp;&lt;/details>6\n"),
+        ] {
+            assert_eq!(sanitize(input), want, "{input}");
+        }
+        // On a line of kept tags, where they are written as they are: the same.
+        let s = sanitize("<details><summary>#</summary><summary>8</summary></details>\n");
+        assert_eq!(
+            s,
+            "<details><summary>#\u{200b}</summary><summary>8</summary></details>\n"
+        );
+        // `GH` split by a tag, the `-` after one, a tag between two tags and the number.
+        let s = sanitize("<details>G</details>H-9 <details>gh</details>-10\n");
+        assert!(
+            s.contains("H-\u{200b}9") && s.contains("-\u{200b}10"),
+            "{s}"
+        );
+        let s = sanitize("<summary>#</summary></SUMMARY><details>11\n");
+        assert!(s.starts_with("<summary>#\u{200b}</summary>"), "{s}");
+        // A URL split the same way.
+        let s = sanitize("<details>http:</details>//x <details>www</details>.y\n");
+        assert!(s.contains("http:\u{200b}</details>//x"), "{s}");
+        assert!(s.contains("www</details>\u{200b}.y"), "{s}");
+        // Headings and plain numbers are left alone.
+        assert_eq!(sanitize("### 3 of 4 passed\n"), "### 3 of 4 passed\n");
+    }
+
+    #[test]
+    fn kept_tags_are_written_only_where_they_cannot_vanish() {
+        // An end tag that closes nothing, or not the innermost open element: escaped.
+        let s = sanitize("</summary>a\n<details></summary></details>\n</details>\n");
+        assert_eq!(
+            s,
+            "&lt;/summary>a\n<details>&lt;/summary></details>\n&lt;/details>\n"
+        );
+        // Inside a paragraph, a heading, a list, a quote or a table (whose end closes the
+        // section first): escaped; on a line that starts with one, balanced, across lines.
+        for line in [
+            "text <details>",
+            "### <summary>x",
+            "- <details>",
+            "> <details>",
+            "| <details> |",
+        ] {
+            let s = sanitize(&format!("{line}\n"));
+            assert!(!s.contains("<details>") && !s.contains("<summary>"), "{s}");
+        }
+        let s = sanitize("<details><summary>t</summary>\n\n| a |\n|---|\n| b |\n</details>\n");
+        assert_eq!(
+            s,
+            "<details><summary>t</summary>\n\n| a |\n|---|\n| b |\n</details>\n"
+        );
+        // What the output leaves open is closed before anything the bot adds after it.
+        let s = sanitize("<details><summary>x\n");
+        assert_eq!(s, "<details><summary>x\n\n</summary></details>\n");
+        let b = wrap("<details>\nhidden\n", true, &"0".repeat(40), "u");
+        assert!(
+            b.ends_with("hidden\n\n</details>\n\n(the output was longer than the bot reads: the workflow run has it, unsanitised)\n"),
+            "{b}"
         );
     }
 
