@@ -196,7 +196,14 @@ pub fn production_recipe(seed: u64, index: usize) -> TraceRecipe {
         masks: None,
     };
     if pick(0, 5) == 0 {
-        recipe.config.kv_cache = Some(crate::pipeline::draw::fields::fp8_cache(&mut pick));
+        let mut cache = crate::pipeline::draw::fields::fp8_cache(&mut pick);
+        // An MLA cache entry is one latent tensor written and read back with one scale
+        // (vLLM's `concat_and_cache_mla` takes `k_scale` alone): V, its prefix, has no scale
+        // of its own, so an MLA model's draw keeps `v_scale` equal to `k_scale`.
+        if recipe.config.mla.is_some() {
+            cache.v_scale = cache.k_scale;
+        }
+        recipe.config.kv_cache = Some(cache);
     }
     // Prompts go first (a prefill's square is most of the work); decodes, one step each,
     // are what makes the trace long.
