@@ -19,8 +19,12 @@
 //! The check suites are not tied to this pull request: a commit pushed earlier anywhere in the
 //! repository (a second pull request, opened and closed before the comment) has a suite from
 //! then, and can reach this branch after the comment as a fast-forward. So the head is bound
-//! this way only on a pull request whose author is on the allow-list (who is trusted not to do
-//! that); on anyone else's, the comment must name the commit with `SHA=` ([`bind_request`]).
+//! this way only when whoever controls the pull request's branch is trusted not to do that:
+//! the branch is in this repository (whose writers are its maintainers), or in a fork owned by
+//! an allow-listed login. Who opened the pull request says nothing of that (a maintainer can
+//! open one from an outsider's fork). Anywhere else, or when GitHub no longer names the head's
+//! repository (a deleted fork), the comment must name the commit with `SHA=`
+//! ([`bind_request`]).
 //!
 //! A refusal runs nothing and asks for `SHA=`; the plan job runs as soon as the comment is made
 //! (no queue before it), so a refusal means someone pushed in the seconds around the comment or
@@ -50,6 +54,11 @@ pub struct Evidence {
     pub head_suites: Vec<String>,
     /// The pull request's force-pushes.
     pub force_pushes: Vec<ForcePush>,
+    /// This repository, `owner/name` (the workflow's `github.repository`).
+    pub repo: String,
+    /// The repository of the pull request's branch, `owner/name` (the pulls API's
+    /// `head.repo.full_name`); `None` when GitHub names none (a deleted fork).
+    pub head_repo: Option<String>,
 }
 
 /// How the tested commit was chosen.
@@ -93,27 +102,46 @@ pub enum BindError {
     },
     #[error("cannot tell when {head} became the pull request's head: give SHA={head} to test it")]
     Unknown { head: String },
-    #[error("the pull request's author is not on the allow-list, so its head is not taken on trust: review {head} and give SHA={head} to test it")]
-    AuthorNotAllowed { head: String },
+    #[error("the pull request's branch is in {repo}, neither this repository nor an allow-listed owner's, so its head is not taken on trust: review {head} and give SHA={head} to test it")]
+    HeadNotTrusted { head: String, repo: String },
 }
 
 fn is_full_sha(s: &str) -> bool {
     s.len() == 40 && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }
 
-/// Bind a comment's request to a commit: its `SHA=`, or, on a pull request by an allow-listed
-/// author only, the head at the comment as the evidence shows it ([`bind`]).
+/// Whether the pull request's branch is controlled by someone trusted with an unnamed head:
+/// it is in this repository, or in one owned by a login `owner_allowed` lets (the allow-list).
+pub fn head_trusted(ev: &Evidence, owner_allowed: impl Fn(&str) -> bool) -> bool {
+    match ev.head_repo.as_deref() {
+        Some(r) if !ev.repo.is_empty() && r.eq_ignore_ascii_case(&ev.repo) => true,
+        Some(r) => r
+            .split_once('/')
+            .is_some_and(|(owner, name)| !name.is_empty() && owner_allowed(owner)),
+        None => false,
+    }
+}
+
+/// Bind a comment's request to a commit: its `SHA=`, or, on a pull request whose branch is in
+/// this repository or an allow-listed owner's ([`head_trusted`]) only, the head at the comment
+/// as the evidence shows it ([`bind`]).
 pub fn bind_request(
     requested: Option<&str>,
     ev: &Evidence,
-    author_allowed: bool,
+    owner_allowed: impl Fn(&str) -> bool,
 ) -> Result<Binding, BindError> {
-    if requested.is_none() && !author_allowed {
+    if requested.is_none() && !head_trusted(ev, owner_allowed) {
         if !is_full_sha(&ev.head) {
             return Err(BindError::BadHead(ev.head.chars().take(64).collect()));
         }
-        return Err(BindError::AuthorNotAllowed {
+        return Err(BindError::HeadNotTrusted {
             head: ev.head.clone(),
+            repo: ev
+                .head_repo
+                .as_deref()
+                .map_or("a repository GitHub no longer names".to_string(), |r| {
+                    r.chars().take(140).collect()
+                }),
         });
     }
     bind(requested, ev)
@@ -266,31 +294,72 @@ pub fn force_pushes_from_lines(text: &str) -> Result<Vec<ForcePush>, BindError> 
 mod tests {
     use super::*;
 
+    /// The allow-list of these tests: `alice` (any case).
+    fn alice(owner: &str) -> bool {
+        owner.eq_ignore_ascii_case("alice")
+    }
+
     #[test]
-    fn without_sha_only_an_allow_listed_authors_head_is_bound() {
+    fn without_sha_only_a_head_in_this_or_an_allow_listed_owners_repository_is_bound() {
         // The pre-seeded commit: M pushed in a second pull request before the comment (its
         // suite is older than the comment), fast-forwarded here after it. The evidence cannot
-        // tell, so an author not on the allow-list must be met with SHA=.
-        let e = ev(&["2026-05-01T11:00:00Z"], &[]);
+        // tell, so a branch whose owner is not trusted must be met with SHA=.
+        let mut e = ev(&["2026-05-01T11:00:00Z"], &[]);
+        e.head_repo = Some("mallory/attn-diff".into());
         assert_eq!(
-            bind_request(None, &e, false),
-            Err(BindError::AuthorNotAllowed { head: HEAD.into() })
+            bind_request(None, &e, alice),
+            Err(BindError::HeadNotTrusted {
+                head: HEAD.into(),
+                repo: "mallory/attn-diff".into()
+            })
         );
-        let msg = bind_request(None, &e, false).unwrap_err().to_string();
+        let msg = bind_request(None, &e, alice).unwrap_err().to_string();
         assert!(msg.contains(&format!("SHA={HEAD}")), "{msg}");
-        assert_eq!(bind_request(None, &e, true), bind(None, &e));
-        assert!(bind_request(None, &e, true).is_ok());
-        // SHA= naming the head binds it, whoever the author.
+        // SHA= naming the head binds it, wherever the branch is.
         assert_eq!(
-            bind_request(Some(HEAD), &e, false).map(|b| b.by),
+            bind_request(Some(HEAD), &e, alice).map(|b| b.by),
             Ok(BoundBy::Sha)
         );
-        let mut bad = e.clone();
+        // The branch in this repository, or in an allow-listed owner's fork (any case): bound
+        // as the evidence shows.
+        for trusted in ["o/r", "O/R", "alice/attn-diff", "ALICE/fork"] {
+            e.head_repo = Some(trusted.into());
+            assert_eq!(bind_request(None, &e, alice), bind(None, &e), "{trusted}");
+            assert!(bind_request(None, &e, alice).is_ok(), "{trusted}");
+        }
+        // A deleted fork, a name that is not `owner/name`, an empty repository: refused.
+        for unknown in [None, Some("alice"), Some("alice/"), Some("")] {
+            e.head_repo = unknown.map(str::to_string);
+            assert!(
+                matches!(
+                    bind_request(None, &e, alice),
+                    Err(BindError::HeadNotTrusted { .. })
+                ),
+                "{unknown:?}"
+            );
+        }
+        e.head_repo = Some("o/r".into());
+        e.repo = String::new();
+        assert!(bind_request(None, &e, alice).is_err());
+        let mut bad = ev(&["2026-05-01T11:00:00Z"], &[]);
+        bad.head_repo = Some("mallory/x".into());
         bad.head = "x".into();
         assert!(matches!(
-            bind_request(None, &bad, false),
+            bind_request(None, &bad, alice),
             Err(BindError::BadHead(_))
         ));
+    }
+
+    #[test]
+    fn who_opened_the_pull_request_does_not_matter() {
+        // A maintainer's pull request from an outsider's fork: the outsider controls the
+        // branch, so its head is not taken on trust; an outsider's pull request from a branch
+        // of this repository (pushed by a maintainer) is.
+        let mut e = ev(&["2026-05-01T11:00:00Z"], &[]);
+        e.head_repo = Some("outsider/attn-diff".into());
+        assert!(bind_request(None, &e, alice).is_err());
+        e.head_repo = Some("o/r".into());
+        assert!(bind_request(None, &e, |_| false).is_ok());
     }
 
     const HEAD: &str = "89abcdef0123456789abcdef0123456789abcdef";
@@ -311,6 +380,8 @@ mod tests {
             head: HEAD.into(),
             head_suites: suites.iter().map(|s| s.to_string()).collect(),
             force_pushes: force.to_vec(),
+            repo: "o/r".into(),
+            head_repo: Some("o/r".into()),
         }
     }
 

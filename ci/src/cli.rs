@@ -10,12 +10,14 @@ pub const USAGE: &str = "\
 usage:
   attn-bot plan --out DIR [--comment TEXT | --event FILE] (--local | --allowlist FILE --author LOGIN --association ASSOC)
                 [--pr N] [--sha SHA] [--comment-id N] [--github-output FILE]
-                [--head SHA --comment-at TIME [--pr-author LOGIN] [--head-suites FILE] [--force-pushes FILE]]
+                [--head SHA --comment-at TIME [--repo OWNER/NAME --head-repo OWNER/NAME|-]
+                 [--head-suites FILE] [--force-pushes FILE]]
       the comment (--comment, else the event FILE's comment.body, else $BOT_COMMENT) becomes
       DIR/request.json (+ DIR/reply.md); with --head (required with --allowlist) the tested
       commit is bound to the comment: FILEs hold, one per line, when the head's check suites
       were created, and each force-push of the branch as `TIME BEFORE AFTER` (commits in full,
-      or -); without SHA=, only on a pull request whose author (--pr-author) is allow-listed
+      or -); without SHA=, only when the pull request's branch is in this repository (--repo)
+      or in one (--head-repo, - when GitHub names none) whose owner is allow-listed
   attn-bot shard --request FILE --index I --shards DIR
       run shard I through cargo (in the current folder) into DIR/shard-I/
   attn-bot report --request FILE --shards DIR --out DIR [--replay-artifact NAME] [--run-url URL]
@@ -77,9 +79,11 @@ pub enum GateArgs {
 pub struct EvidenceArgs {
     pub head: String,
     pub comment_at: String,
-    /// Who opened the pull request: without `SHA=`, the head is bound only on an
-    /// allow-listed author's.
-    pub pr_author: Option<String>,
+    /// This repository, `owner/name`.
+    pub repo: Option<String>,
+    /// The repository of the pull request's branch (`-` when GitHub names none): without
+    /// `SHA=`, the head is bound only when it is this one or an allow-listed owner's.
+    pub head_repo: Option<String>,
     pub head_suites: Option<PathBuf>,
     pub force_pushes: Option<PathBuf>,
 }
@@ -219,7 +223,8 @@ pub fn parse_args(args: &[String], env_comment: Option<String>) -> Result<Comman
                     "--github-output",
                     "--head",
                     "--comment-at",
-                    "--pr-author",
+                    "--repo",
+                    "--head-repo",
                     "--head-suites",
                     "--force-pushes",
                 ],
@@ -228,7 +233,8 @@ pub fn parse_args(args: &[String], env_comment: Option<String>) -> Result<Comman
                 (Some(head), Some(comment_at)) => Some(EvidenceArgs {
                     head,
                     comment_at,
-                    pr_author: o.get("--pr-author"),
+                    repo: o.get("--repo"),
+                    head_repo: o.get("--head-repo"),
                     head_suites: o.get("--head-suites").map(PathBuf::from),
                     force_pushes: o.get("--force-pushes").map(PathBuf::from),
                 }),

@@ -56,6 +56,9 @@ fn evidence(args: EvidenceArgs) -> Result<Evidence, RunError> {
         head: args.head,
         head_suites: times(args.head_suites)?,
         force_pushes,
+        repo: args.repo.unwrap_or_default(),
+        // `-`: GitHub names no repository for the branch (a deleted fork).
+        head_repo: args.head_repo.filter(|r| r != "-"),
     })
 }
 
@@ -128,7 +131,6 @@ fn execute(command: Command) -> Result<u8, RunError> {
                     }
                 }
             };
-            let pr_author = evidence_args.as_ref().and_then(|e| e.pr_author.clone());
             let file = run::plan(
                 PlanInput {
                     comment: comment(comment_arg)?,
@@ -137,7 +139,6 @@ fn execute(command: Command) -> Result<u8, RunError> {
                     sha,
                     comment_id,
                     evidence: evidence_args.map(evidence).transpose()?,
-                    pr_author,
                 },
                 &out,
             )?;

@@ -125,11 +125,9 @@ pub struct PlanInput {
     /// The commit to test when there is no evidence to bind one (a local run).
     pub sha: Option<String>,
     pub comment_id: Option<u64>,
-    /// What GitHub says about the pull request's head: the tested commit is bound from it.
+    /// What GitHub says about the pull request's head (and the repository of its branch:
+    /// without `SHA=`, only a head in this repository or an allow-listed owner's is bound).
     pub evidence: Option<Evidence>,
-    /// Who opened the pull request (the event's `issue.user.login`): without `SHA=`, only an
-    /// allow-listed author's head is bound.
-    pub pr_author: Option<String>,
 }
 
 fn write(path: &Path, text: &str) -> Result<(), RunError> {
@@ -199,14 +197,12 @@ pub fn plan(input: PlanInput, out: &Path) -> Result<RequestFile, RunError> {
             file.outcome = Outcome::Refused;
             reply = Some(crate::reply::REFUSAL_REPLY.to_string());
         } else {
-            let author_allowed = match (&input.gate, &input.pr_author) {
-                (Gate::Local, _) => true,
-                (Gate::Comment { allowlist, .. }, Some(a)) => allowlist.allows(a),
-                (Gate::Comment { .. }, None) => false,
+            let owner_allowed = |owner: &str| match &input.gate {
+                Gate::Local => true,
+                Gate::Comment { allowlist, .. } => allowlist.allows(owner),
             };
-            let bound = |req: &BotRequest, e: &Evidence| {
-                bind_request(req.sha.as_deref(), e, author_allowed)
-            };
+            let bound =
+                |req: &BotRequest, e: &Evidence| bind_request(req.sha.as_deref(), e, owner_allowed);
             match parse(&input.comment) {
                 Ok(req) => match input.evidence.as_ref().map(|e| bound(&req, e)) {
                     None => {
@@ -444,12 +440,13 @@ mod tests {
             pr: Some(3),
             sha: None,
             comment_id: Some(9),
-            pr_author: Some("alice".into()),
             evidence: Some(Evidence {
                 comment_at: "2026-05-01T12:00:00Z".into(),
                 head: HEAD.into(),
                 head_suites: suites.iter().map(|s| s.to_string()).collect(),
                 force_pushes: Vec::new(),
+                repo: "o/r".into(),
+                head_repo: Some("o/r".into()),
             }),
         }
     }
@@ -509,22 +506,37 @@ mod tests {
     }
 
     #[test]
-    fn a_pull_request_by_someone_off_the_allow_list_needs_sha() {
+    fn a_branch_outside_this_and_allow_listed_repositories_needs_sha() {
         let out = out_dir("stranger");
-        let mut i = input("bot:test CASES=4", &["2026-05-01T11:00:00Z"]);
-        i.pr_author = Some("mallory".into());
+        let head_in = |repo: Option<&str>, comment: &str, suites: &[&str]| {
+            let mut i = input(comment, suites);
+            if let Some(e) = i.evidence.as_mut() {
+                e.head_repo = repo.map(str::to_string);
+            }
+            i
+        };
+        let i = head_in(
+            Some("mallory/r"),
+            "bot:test CASES=4",
+            &["2026-05-01T11:00:00Z"],
+        );
         let file = plan(i, &out).unwrap();
         assert_eq!((file.outcome, &file.sha), (Outcome::Rejected, &None));
         let reply = std::fs::read_to_string(out.join(REPLY_FILE)).unwrap();
-        assert!(reply.contains("not on the allow-list"), "{reply}");
+        assert!(reply.contains("mallory/r"), "{reply}");
         assert!(reply.contains(&format!("SHA={HEAD}")), "{reply}");
-        // Unknown author: the same.
-        let mut i = input("bot:test CASES=4", &["2026-05-01T11:00:00Z"]);
-        i.pr_author = None;
+        // A deleted fork: the same.
+        let i = head_in(None, "bot:test CASES=4", &["2026-05-01T11:00:00Z"]);
         assert_eq!(plan(i, &out).unwrap().outcome, Outcome::Rejected);
-        // With SHA= naming the head, it runs.
-        let mut i = input(&format!("bot:test SHA={HEAD}"), &[]);
-        i.pr_author = Some("mallory".into());
+        // An allow-listed owner's fork (the allow-list is `alice`): bound.
+        let i = head_in(
+            Some("Alice/r"),
+            "bot:test CASES=4",
+            &["2026-05-01T11:00:00Z"],
+        );
+        assert_eq!(plan(i, &out).unwrap().outcome, Outcome::Run);
+        // With SHA= naming the head, it runs wherever the branch is.
+        let i = head_in(Some("mallory/r"), &format!("bot:test SHA={HEAD}"), &[]);
         let file = plan(i, &out).unwrap();
         assert_eq!(
             (file.outcome, file.bound_by),

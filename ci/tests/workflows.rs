@@ -874,14 +874,24 @@ mod tests {
             .unwrap();
         let run = parse.get("run").unwrap().str().unwrap();
         assert!(run.contains("--event \"$GITHUB_EVENT_PATH\""), "{run}");
-        assert!(run.contains("--pr-author \"$PR_AUTHOR\""), "{run}");
-        assert_eq!(
-            parse
-                .get("env")
-                .and_then(|e| e.get("PR_AUTHOR"))
-                .and_then(Yaml::str),
-            Some("${{ github.event.issue.user.login }}")
+        // Without SHA=, the head is bound only when its branch is in this repository or an
+        // allow-listed owner's: the plan is told where the branch is, by the pulls API read
+        // first, not who opened the pull request.
+        assert!(
+            run.contains("--repo \"$REPO\" --head-repo \"$HEAD_REPO\""),
+            "{run}"
         );
+        assert!(!run.contains("--pr-author"), "{run}");
+        let env = |k: &str| parse.get("env").and_then(|e| e.get(k)).and_then(Yaml::str);
+        assert_eq!(env("REPO"), Some("${{ github.repository }}"));
+        assert_eq!(
+            env("HEAD_REPO"),
+            Some("${{ steps.head.outputs.head-repo }}")
+        );
+        let head = steps[0].get("run").unwrap().str().unwrap();
+        assert!(head.contains(".head.repo.full_name // \"-\""), "{head}");
+        assert!(head.contains("echo \"head-repo=$head_repo\""), "{head}");
+        assert!(!bot.raw.contains("issue.user.login"));
     }
 
     #[test]
