@@ -43,6 +43,11 @@ impl AllowList {
         Ok(AllowList { logins })
     }
 
+    /// The logins listed, in lower case, in the file's order.
+    pub fn logins(&self) -> &[String] {
+        &self.logins
+    }
+
     pub fn allows(&self, login: &str) -> bool {
         let login = login.to_ascii_lowercase();
         self.logins.contains(&login)

@@ -211,6 +211,8 @@ fn checked_request(
     }
     match file.outcome {
         Outcome::Run if file.request.as_ref() != Some(asked) => Err(Unverified::Mismatch),
+        // The comment named its commit: the request's must be that one.
+        Outcome::Run if asked.sha.is_some() && file.sha != asked.sha => Err(Unverified::Mismatch),
         Outcome::Run => match file.sha.as_deref() {
             Some(sha) if in_pull_request(sha, i.commits) => Ok((Outcome::Run, Some(sha.into()))),
             _ => Err(Unverified::ForeignCommit),
@@ -218,6 +220,38 @@ fn checked_request(
         // The comment is an allowed, valid request: the plan cannot have ignored or refused it.
         Outcome::Ignored | Outcome::Refused => Err(Unverified::Mismatch),
         o => Ok((o, None)),
+    }
+}
+
+/// Said under a result when the comment named no commit, so no status was set.
+pub const NO_STATUS_NOTE: &str = "\n(No commit status was set: the comment named no commit. A \
+    status goes only on the commit a comment names with `SHA=`.)\n";
+
+/// The commit the comment names, if any.
+fn asked_sha(req: &BotRequest) -> Option<&str> {
+    req.sha.as_deref()
+}
+
+/// The request artifact as the poster has it: `Err` when there is none to read (`picked` is
+/// false: none was selected) or its download step (`outcome`) did not succeed, else read
+/// from `dir` ([`crate::post::read_request`]).
+pub fn request_from_download(
+    picked: bool,
+    outcome: &str,
+    dir: Option<&std::path::Path>,
+) -> Result<RequestArtifact, Unverified> {
+    if !picked {
+        return Err(Unverified::Missing);
+    }
+    if !crate::post::downloaded(outcome) {
+        return Err(Unverified::Refused);
+    }
+    match dir.filter(|d| crate::post::has_files(d)) {
+        None => Err(Unverified::Missing),
+        Some(dir) => crate::post::read_request(dir).map_err(|e| {
+            eprintln!("attn-bot: the request artifact is refused: {e}");
+            Unverified::Refused
+        }),
     }
 }
 
@@ -234,7 +268,17 @@ pub fn answer(i: &Inputs) -> Result<Option<Post>, PostError> {
     };
     Ok(match checked_request(i, &req) {
         Err(u) => reply(pr, render_unverified_notice(u.why(), &link)),
-        Ok((Outcome::Run, Some(sha))) => Some(compose_run(&sha, pr, i.run, i.result)),
+        Ok((Outcome::Run, Some(sha))) => {
+            let mut post = compose_run(&sha, pr, i.run, i.result);
+            // A status goes only on the commit the comment names (`SHA=`). Any other commit
+            // is one the request artifact names, and "a commit of the pull request" includes
+            // whatever its author pushes by posting time: another pull request's head, say.
+            if asked_sha(&req) != Some(sha.as_str()) {
+                post.status = None;
+                post.body.push_str(NO_STATUS_NOTE);
+            }
+            Some(post)
+        }
         Ok((Outcome::Failed, _)) => reply(
             pr,
             format!(
@@ -377,6 +421,68 @@ mod tests {
     }
 
     #[test]
+    fn a_status_goes_only_on_the_commit_the_comment_names() {
+        // The comment names SHA: the reply and the status, on it.
+        let commits = [SHA.to_string(), OTHER.to_string()];
+        let named = format!("bot:test SHA={SHA}");
+        let post =
+            answer_with(&comment(&named), artifact(run_file(&named, SHA)), &commits).unwrap();
+        assert_eq!(post.status.as_ref().unwrap().0, SHA);
+        assert!(!post.body.contains(NO_STATUS_NOTE), "{}", post.body);
+        // The request artifact names another commit of the pull request (its head at posting
+        // time, pushed there from another pull request): no status anywhere.
+        let mut f = run_file(&named, SHA);
+        f.sha = Some(OTHER.into());
+        let post = answer_with(&comment(&named), artifact(f), &commits).unwrap();
+        assert_eq!(post.status, None);
+        assert!(
+            post.body.contains(Unverified::Mismatch.why()),
+            "{}",
+            post.body
+        );
+        // The comment names no commit: the result is posted under the bound commit's header,
+        // with no status, and says why.
+        for sha in [SHA, OTHER] {
+            let post = answer_with(
+                &comment("bot:test"),
+                artifact(run_file("bot:test", sha)),
+                &commits,
+            )
+            .unwrap();
+            assert_eq!(post.status, None, "{sha}");
+            assert!(
+                post.body.contains(&format!("at commit {sha}")),
+                "{}",
+                post.body
+            );
+            assert!(post.body.ends_with(NO_STATUS_NOTE), "{}", post.body);
+        }
+    }
+
+    #[test]
+    fn a_request_download_that_failed_is_answered_with_the_notice() {
+        assert_eq!(
+            request_from_download(true, "failure", None).unwrap_err(),
+            Unverified::Refused
+        );
+        assert_eq!(
+            request_from_download(false, "skipped", None).unwrap_err(),
+            Unverified::Missing
+        );
+        assert_eq!(
+            request_from_download(true, "success", None).unwrap_err(),
+            Unverified::Missing
+        );
+        let c = comment("bot:test");
+        let post = answer_with(&c, Err(Unverified::Refused), &[SHA.into()]).unwrap();
+        assert!(
+            post.body.contains(Unverified::Refused.why()),
+            "{}",
+            post.body
+        );
+    }
+
+    #[test]
     fn a_request_runs_only_on_a_commit_of_its_pull_request() {
         let commits = [SHA.to_string()];
         let post = answer_with(
@@ -385,7 +491,11 @@ mod tests {
             &commits,
         )
         .unwrap();
-        assert_eq!(post.status.as_ref().unwrap().0, SHA);
+        assert!(
+            post.body.contains(&format!("at commit {SHA}")),
+            "{}",
+            post.body
+        );
         assert!(post.body.contains("all passed"), "{}", post.body);
         // A forged request naming main's head or another pull request's: refused, and no
         // status anywhere.

@@ -26,13 +26,15 @@ usage:
       the bot run's title (its run-name: the pull request and the comment) and its jobs and
       artifacts (JSON lines) -> pr=, comment-id=, and the ids of the plan job's request
       artifact (empty when there is none to trust) and of the result artifact
-  attn-bot post --title TEXT --jobs FILE --artifacts FILE [--request DIR] --comment FILE
-                --commits FILE --allowlist FILE --actor LOGIN --run-created-at TIME
-                --run-url URL --conclusion WORD [--result DIR] --out DIR [--github-output FILE]
+  attn-bot post --title TEXT --jobs FILE --artifacts FILE [--request DIR] --request-download OUTCOME
+                --comment FILE --commits FILE --allowlist FILE --actor LOGIN --run-created-at TIME
+                --run-url URL --conclusion WORD [--result DIR] --result-download OUTCOME --out DIR
+                [--github-output FILE]
       answer the comment the title names, from the comment itself; for a request that ran,
       check the request (DIR holds its zip) against it and its commit against the pull
       request's (FILE: one per line), and read the result (DIR holds its zip; a result that
-      fails the checks is not read); write DIR/comment.json and DIR/status.json (request
+      fails the checks, or whose download step's OUTCOME is not `success`, is not read);
+      write DIR/comment.json and DIR/status.json (request
       bodies for GitHub's API) and pr=, sha=, post=, status=
   attn-bot usage
       print the comment grammar
@@ -119,6 +121,8 @@ pub enum Command {
         jobs: PathBuf,
         artifacts: PathBuf,
         request: Option<PathBuf>,
+        /// How the request's download step ended (`steps.<id>.outcome`).
+        request_download: String,
         comment: PathBuf,
         commits: PathBuf,
         allowlist: PathBuf,
@@ -127,6 +131,8 @@ pub enum Command {
         run_url: String,
         conclusion: String,
         result: Option<PathBuf>,
+        /// How the result's download step ended.
+        result_download: String,
         out: PathBuf,
         github_output: Option<PathBuf>,
     },
@@ -306,6 +312,8 @@ pub fn parse_args(args: &[String], env_comment: Option<String>) -> Result<Comman
                     "--run-url",
                     "--conclusion",
                     "--result",
+                    "--request-download",
+                    "--result-download",
                     "--out",
                     "--github-output",
                 ],
@@ -315,6 +323,7 @@ pub fn parse_args(args: &[String], env_comment: Option<String>) -> Result<Comman
                 jobs: PathBuf::from(o.required("--jobs")?),
                 artifacts: PathBuf::from(o.required("--artifacts")?),
                 request: o.get("--request").map(PathBuf::from),
+                request_download: o.required("--request-download")?,
                 comment: PathBuf::from(o.required("--comment")?),
                 commits: PathBuf::from(o.required("--commits")?),
                 allowlist: PathBuf::from(o.required("--allowlist")?),
@@ -323,6 +332,7 @@ pub fn parse_args(args: &[String], env_comment: Option<String>) -> Result<Comman
                 run_url: o.required("--run-url")?,
                 conclusion: o.required("--conclusion")?,
                 result: o.get("--result").map(PathBuf::from),
+                result_download: o.required("--result-download")?,
                 out: PathBuf::from(o.required("--out")?),
                 github_output: o.get("--github-output").map(PathBuf::from),
             })

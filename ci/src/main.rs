@@ -72,11 +72,6 @@ fn comment(arg: CommentArg) -> Result<String, RunError> {
     }
 }
 
-/// Whether `dir` is a folder with something in it (a download that happened).
-fn has_files(dir: &Path) -> bool {
-    std::fs::read_dir(dir).is_ok_and(|mut entries| entries.next().is_some())
-}
-
 /// The posting step's refusals are errors like any other: nothing is posted.
 fn post_error(e: PostError) -> RunError {
     RunError::Post(e.to_string())
@@ -178,6 +173,7 @@ fn execute(command: Command) -> Result<u8, RunError> {
             jobs,
             artifacts,
             request,
+            request_download,
             comment,
             commits,
             allowlist,
@@ -186,6 +182,7 @@ fn execute(command: Command) -> Result<u8, RunError> {
             run_url,
             conclusion,
             result,
+            result_download,
             out,
             github_output,
         } => {
@@ -193,17 +190,17 @@ fn execute(command: Command) -> Result<u8, RunError> {
             let jobs = post::json_lines(&read(&jobs)?, "the jobs").map_err(post_error)?;
             let artifacts =
                 post::json_lines(&read(&artifacts)?, "the artifacts").map_err(post_error)?;
-            let request = match post::select(&jobs, &artifacts) {
-                Err(PostError::NoRequest) => Err(Unverified::Missing),
-                Err(PostError::Replaced { .. }) => Err(Unverified::Replaced),
+            // A download step that failed (a digest or size other than GitHub recorded) is
+            // answered like a missing or refused artifact: never with silence.
+            let (request, picked_result, oversized) = match post::select(&jobs, &artifacts) {
+                Err(PostError::NoRequest) => (Err(Unverified::Missing), None, false),
+                Err(PostError::Replaced { .. }) => (Err(Unverified::Replaced), None, false),
                 Err(e) => return Err(post_error(e)),
-                Ok(_) => match request.as_deref().filter(|d| has_files(d)) {
-                    None => Err(Unverified::Missing),
-                    Some(dir) => post::read_request(dir).map_err(|e| {
-                        eprintln!("attn-bot: the request artifact is refused: {e}");
-                        Unverified::Refused
-                    }),
-                },
+                Ok(s) => (
+                    answer::request_from_download(true, &request_download, request.as_deref()),
+                    s.result,
+                    s.oversized,
+                ),
             };
             let run = RunFacts {
                 actor,
@@ -218,7 +215,12 @@ fn execute(command: Command) -> Result<u8, RunError> {
                 })?;
             let commits = answer::commits_from_lines(&read(&commits)?).map_err(post_error)?;
             let allowlist = AllowList::parse(&read(&allowlist)?)?;
-            let result = post::read_result(result.as_deref().filter(|d| has_files(d)));
+            let result = post::result_from_download(
+                picked_result,
+                oversized,
+                &result_download,
+                result.as_deref(),
+            );
             if let post::ResultArtifact::Refused(why) = &result {
                 eprintln!("attn-bot: the result artifact is refused: {why}");
             }

@@ -141,6 +141,9 @@ pub fn json_lines<T: for<'de> Deserialize<'de>>(
 pub struct Selected {
     pub request: u64,
     pub result: Option<u64>,
+    /// The run has a result artifact too big to download (none was picked): the answer says
+    /// so instead of "did not finish".
+    pub oversized: bool,
 }
 
 /// Pick the request artifact the plan job wrote, and the newest result artifact.
@@ -180,7 +183,50 @@ pub fn select(jobs: &[Job], artifacts: &[Artifact]) -> Result<Selected, PostErro
             )
         })
         .map(|a| a.id);
-    Ok(Selected { request, result })
+    let oversized = result.is_none()
+        && artifacts
+            .iter()
+            .any(|a| a.name == RESULT_ARTIFACT && !a.expired);
+    Ok(Selected {
+        request,
+        result,
+        oversized,
+    })
+}
+
+/// Whether `dir` is a folder with something in it (a download that happened).
+pub fn has_files(dir: &Path) -> bool {
+    std::fs::read_dir(dir).is_ok_and(|mut entries| entries.next().is_some())
+}
+
+/// How the workflow's download step of an artifact ended (its `steps.<id>.outcome`: the step
+/// may fail, as when the zip's digest or size is not what GitHub recorded at upload, and the
+/// job goes on to answer): only `success` lets what it wrote be read.
+pub fn downloaded(outcome: &str) -> bool {
+    outcome == "success"
+}
+
+/// The reasons a result is refused before any of it is read (fixed words: nothing of the
+/// artifact is repeated).
+pub const RESULT_NOT_DOWNLOADED: &str = "its download failed (a digest or size other than GitHub recorded at upload, or no download at all)";
+pub const RESULT_TOO_BIG: &str = "it is bigger than the bot reads";
+
+/// The result artifact as the poster has it: the one [`select`] picked (`picked`), downloaded
+/// into `dir` by a step that ended with `outcome`. A picked result whose download failed or
+/// left nothing, and one too big to download, are refused (the reply says so, the status is
+/// an error); only a run with no result at all is [`ResultArtifact::Missing`].
+pub fn result_from_download(
+    picked: Option<u64>,
+    oversized: bool,
+    outcome: &str,
+    dir: Option<&Path>,
+) -> ResultArtifact {
+    match (picked, dir.filter(|d| has_files(d))) {
+        (Some(_), Some(dir)) if downloaded(outcome) => read_result(Some(dir)),
+        (Some(_), _) => ResultArtifact::Refused(RESULT_NOT_DOWNLOADED.into()),
+        (None, _) if oversized => ResultArtifact::Refused(RESULT_TOO_BIG.into()),
+        (None, _) => ResultArtifact::Missing,
+    }
 }
 
 /// The run that is being answered, from the `workflow_run` event (GitHub's, not the run's).
@@ -409,7 +455,8 @@ pub(crate) mod tests {
             select(&jobs(), &arts),
             Ok(Selected {
                 request: 7,
-                result: Some(9)
+                result: Some(9),
+                oversized: false,
             })
         );
     }
@@ -464,9 +511,75 @@ pub(crate) mod tests {
             select(&js, &arts),
             Ok(Selected {
                 request: 12,
-                result: Some(9)
+                result: Some(9),
+                oversized: false,
             })
         );
+    }
+
+    #[test]
+    fn a_failed_missing_or_oversized_result_download_is_answered_as_refused() {
+        use crate::artifact::tests::{zip, Entry};
+        let dir = download(
+            "download",
+            &zip(&[Entry::file("reply.md", b"### attn-diff: all passed\n")]),
+        );
+        // The download step ended well: read.
+        assert!(matches!(
+            result_from_download(Some(9), false, "success", Some(&dir)),
+            ResultArtifact::Files { reply: Some(_), .. }
+        ));
+        // It failed (a false digest or size: download-artifact refuses the zip), or was
+        // cancelled or skipped, whatever it left: refused, never read, never silence.
+        for outcome in ["failure", "cancelled", "skipped", ""] {
+            let r = result_from_download(Some(9), false, outcome, Some(&dir));
+            assert_eq!(
+                r,
+                ResultArtifact::Refused(RESULT_NOT_DOWNLOADED.into()),
+                "{outcome}"
+            );
+            let post = compose_run(SHA, 5, &run(), &r);
+            assert!(
+                post.body
+                    .starts_with("### attn-diff: the run's result was refused"),
+                "{}",
+                post.body
+            );
+            assert_eq!(post.status.unwrap().1.state, "error");
+        }
+        // Picked, "downloaded", but nothing there.
+        let empty = std::env::temp_dir().join(format!("attn-ci-post-empty-{}", std::process::id()));
+        std::fs::create_dir_all(&empty).unwrap();
+        assert_eq!(
+            result_from_download(Some(9), false, "success", Some(&empty)),
+            ResultArtifact::Refused(RESULT_NOT_DOWNLOADED.into())
+        );
+        assert_eq!(
+            result_from_download(Some(9), false, "success", None),
+            ResultArtifact::Refused(RESULT_NOT_DOWNLOADED.into())
+        );
+        // Too big to download: refused; none at all: the run did not finish.
+        assert_eq!(
+            result_from_download(None, true, "skipped", None),
+            ResultArtifact::Refused(RESULT_TOO_BIG.into())
+        );
+        assert_eq!(
+            result_from_download(None, false, "skipped", Some(&dir)),
+            ResultArtifact::Missing
+        );
+        let mut big = artifact(13, "bot-result", "2026-05-01T12:31:00Z");
+        big.size_in_bytes = MAX_RESULT_BYTES + 1;
+        let arts = vec![artifact(7, "bot-request", "2026-05-01T12:00:58Z"), big];
+        assert_eq!(
+            select(&jobs(), &arts),
+            Ok(Selected {
+                request: 7,
+                result: None,
+                oversized: true
+            })
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+        let _ = std::fs::remove_dir_all(&empty);
     }
 
     #[test]

@@ -894,6 +894,141 @@ mod tests {
         assert!(!bot.raw.contains("issue.user.login"));
     }
 
+    /// The logins of `contains(fromJSON('[...]'), WHO)` in a condition, lower-cased and
+    /// sorted; `None` when the condition has no such test.
+    fn listed_logins(condition: &str, who: &str) -> Option<Vec<String>> {
+        let end = format!("]'), {who})");
+        let stop = condition.find(&end)?;
+        let start = condition[..stop].rfind("contains(fromJSON('[")? + "contains(fromJSON('".len();
+        let list: Vec<String> = serde_json::from_str(&condition[start..=stop]).ok()?;
+        let mut list: Vec<String> = list.iter().map(|l| l.to_ascii_lowercase()).collect();
+        list.sort();
+        Some(list)
+    }
+
+    #[test]
+    fn the_allow_list_is_checked_before_anything_builds() {
+        // An owner, member or collaborator off the allow-list (a read-only collaborator, any
+        // organisation member) must not start a plan build, a poster build and a refusal per
+        // comment: the jobs' own conditions hold the allow-list's logins, so GitHub skips them.
+        assert_eq!(
+            listed_logins(
+                "a && contains(fromJSON('[\"Bob\", \"al\"]'), x.login)",
+                "x.login"
+            ),
+            Some(vec!["al".to_string(), "bob".to_string()])
+        );
+        assert_eq!(listed_logins("contains(fromJSON('[]'), y)", "x"), None);
+        let text = std::fs::read_to_string(root().join(".github/bot-allowlist.txt")).unwrap();
+        let list = attn_ci::allowlist::AllowList::parse(&text).unwrap();
+        let mut want = list.logins().to_vec();
+        want.sort();
+        for (file, job, who) in [
+            ("bot.yml", "plan", "github.event.comment.user.login"),
+            (
+                "bot-post.yml",
+                "post",
+                "github.event.workflow_run.actor.login",
+            ),
+        ] {
+            let f = read(&format!(".github/workflows/{file}"));
+            let job = f.yaml.get("jobs").unwrap().get(job).unwrap();
+            let condition = job.get("if").and_then(Yaml::str).unwrap();
+            assert!(!condition.contains("||"), "{file}: {condition}");
+            assert_eq!(
+                listed_logins(condition, who).as_ref(),
+                Some(&want),
+                "{file}: the job's condition must list exactly .github/bot-allowlist.txt's logins: {condition}"
+            );
+            assert!(
+                condition
+                    .split("&&")
+                    .any(|c| c.trim().starts_with("contains(fromJSON('[")
+                        && c.trim().ends_with(&format!("'), {who})"))),
+                "{file}: and-ed, not inside another test: {condition}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_failed_download_is_answered_not_met_with_silence() {
+        // The pull request's code can upload a `bot-result` whose digest or size is not what
+        // GitHub recorded; download-artifact then fails. The job goes on, and attn-bot is told
+        // how each download ended, so it answers with its fixed refusal.
+        let post = read(".github/workflows/bot-post.yml");
+        let steps = post.yaml.get("jobs").unwrap().get("post").unwrap();
+        let steps = steps.get("steps").unwrap().items();
+        let by_id = |id: &str| {
+            steps
+                .iter()
+                .find(|s| s.get("id").and_then(Yaml::str) == Some(id))
+                .unwrap_or_else(|| panic!("no step {id}"))
+        };
+        for (id, env, arg) in [
+            ("request", "REQUEST_DOWNLOAD", "--request-download"),
+            ("result", "RESULT_DOWNLOAD", "--result-download"),
+        ] {
+            let s = by_id(id);
+            assert!(uses(s).starts_with("actions/download-artifact@"), "{id}");
+            assert_eq!(
+                s.get("continue-on-error").and_then(Yaml::str),
+                Some("true"),
+                "{id}"
+            );
+            let p = by_id("post");
+            assert_eq!(
+                p.get("env").and_then(|e| e.get(env)).and_then(Yaml::str),
+                Some(format!("${{{{ steps.{id}.outcome }}}}").as_str()),
+                "{id}"
+            );
+            let run = p.get("run").and_then(Yaml::str).unwrap();
+            assert!(run.contains(&format!("{arg} \"${env}\"")), "{run}");
+        }
+        // The answering step itself runs whenever the job gets to it, and nothing between the
+        // downloads and it can fail on what they wrote.
+        assert!(by_id("post").get("if").is_none());
+        let downloads = steps
+            .iter()
+            .filter(|s| uses(s).starts_with("actions/download-artifact@"))
+            .count();
+        assert_eq!(downloads, 2);
+        // attn-bot takes the outcomes (it refuses a command line without them).
+        let args: Vec<String> = [
+            "post",
+            "--title",
+            "t",
+            "--jobs",
+            "j",
+            "--artifacts",
+            "a",
+            "--comment",
+            "c",
+            "--commits",
+            "c",
+            "--allowlist",
+            "l",
+            "--actor",
+            "x",
+            "--run-created-at",
+            "t",
+            "--run-url",
+            "u",
+            "--conclusion",
+            "success",
+            "--out",
+            "o",
+            "--request-download",
+            "failure",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        assert!(attn_ci::cli::parse_args(&args, None).is_err());
+        let mut all = args.clone();
+        all.extend(["--result-download".to_string(), "failure".to_string()]);
+        assert!(attn_ci::cli::parse_args(&all, None).is_ok());
+    }
+
     #[test]
     fn the_poster_reads_the_pull_request_and_comment_from_the_runs_title() {
         let bot = read(".github/workflows/bot.yml");
