@@ -14,5 +14,9 @@ python3 -m venv "$venv"
 import openvino as ov
 from openvino import op
 assert hasattr(op, "_PagedAttentionExtension"), "this openvino has no _PagedAttentionExtension"
-print("openvino", ov.get_version(), "importable; CPU:", ov.Core().get_property("CPU", "FULL_DEVICE_NAME"))
+core = ov.Core()
+print("openvino", ov.get_version(), "importable; CPU:", core.get_property("CPU", "FULL_DEVICE_NAME"))
+# What decides the paged-attention executor's precision on this CPU (docs/findings-openvino.md, finding 2).
+print("OPTIMIZATION_CAPABILITIES:", core.get_property("CPU", "OPTIMIZATION_CAPABILITIES"),
+      "default INFERENCE_PRECISION_HINT:", core.get_property("CPU", "INFERENCE_PRECISION_HINT"))
 PY
