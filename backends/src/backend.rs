@@ -195,6 +195,18 @@ pub trait Backend: Send + Sync {
         None
     }
 
+    /// The most one call may take before it is a timeout, for a backend that enforces one (an
+    /// adapter's `timeout_seconds`); `None` for one that runs in this process.
+    fn call_timeout(&self) -> Option<Duration> {
+        None
+    }
+
+    /// The longest a call that answered with an output has taken so far (for a backend with
+    /// a [`Backend::call_timeout`]): what limits on later calls are scaled from.
+    fn slowest_answer(&self) -> Option<Duration> {
+        None
+    }
+
     /// Environment variables that change what this backend runs (an adapter's plugin path,
     /// say), with their values: replay files and replay lines carry them.
     fn environment(&self) -> BTreeMap<String, String> {

@@ -5,6 +5,7 @@
 //! engine would.
 
 mod backend;
+pub mod call_limit;
 pub mod cpu;
 #[cfg(unix)]
 pub mod external;

@@ -59,6 +59,10 @@ fn main() -> ExitCode {
     let result = run(cli);
     if attn_harness::interrupt::interrupted() {
         // What ran is reported and its failures are on disk; the run itself did not finish.
+        // An error the interrupt caused is still said: an interrupted run never ends silent.
+        if let Err(e) = &result {
+            eprintln!("attn-diff: interrupted: {e:#}");
+        }
         return ExitCode::from(attn_harness::interrupt::EXIT_INTERRUPTED);
     }
     match result {

@@ -127,6 +127,7 @@ fn shrinking_never_leaves_the_space() {
                 max_steps: 4000,
                 max_work: u64::MAX,
                 max_time: None,
+                until: None,
             };
             let shrunk = shrink_fully(&mut tree, budget_steps, &fit, |r| {
                 outside += usize::from(s.admits(&r.build()).is_err());

@@ -32,7 +32,7 @@ pub use check::{
 pub use coverage::CoverageReport;
 pub use list::{AdapterEntry, BackendEntry, Declined, ListDocument, SpecEntry};
 pub use mutants::{MutantRow, MutantsSummary};
-pub use outcome::{CaseSize, DivergenceKind, Mismatch, ShrinkInfo};
+pub use outcome::{CaseSize, DivergenceKind, Mismatch, ShrinkInfo, ShrinkLimits};
 
 /// The version of every JSON document attn-diff writes. Raised when a field changes meaning
 /// or disappears; a reader of another version refuses rather than misreads.

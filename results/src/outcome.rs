@@ -65,6 +65,18 @@ pub struct ShrinkInfo {
     /// smaller failed: the case may not be minimal.
     #[serde(default)]
     pub exhausted: bool,
+    /// How a shrink of a timeout was bounded (other shrinks: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limits: Option<ShrinkLimits>,
+}
+
+/// The bounds of a shrink whose every try could cost a timeout.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ShrinkLimits {
+    /// The limit each try had: scaled to the slowest call that answered, within the timeout.
+    pub per_try_seconds: f64,
+    /// The most the whole shrink could take.
+    pub in_all_seconds: f64,
 }
 
 /// The size of a (minimal) case, as tables show it.

@@ -126,6 +126,8 @@ pub struct ExternalBackend {
     slots: Vec<Slot>,
     next_session: AtomicU64,
     last_kernel: Mutex<Option<Duration>>,
+    /// The longest exchange that came back with an output, in nanoseconds (0: none yet).
+    slowest_answer_ns: AtomicU64,
 }
 
 fn with_stderr(message: String, tail: &str) -> String {
@@ -186,6 +188,7 @@ impl ExternalBackend {
             slots,
             next_session: AtomicU64::new(0),
             last_kernel: Mutex::new(None),
+            slowest_answer_ns: AtomicU64::new(0),
         })
     }
 
@@ -274,13 +277,16 @@ impl ExternalBackend {
         let Some(mut p) = st.process.take() else {
             return Err(self.crashed("the adapter is not running".into()));
         };
-        let bytes = match p.exchange(request, self.spec.timeout) {
+        // A shrink of a timeout tries its candidates under a tighter limit.
+        let timeout = crate::call_limit::narrowed(self.spec.timeout);
+        let asked = std::time::Instant::now();
+        let bytes = match p.exchange(request, timeout) {
             Ok(b) => b,
             Err(ExchangeError::Timeout) => {
                 p.kill();
                 return Err(BackendError::Timeout {
                     backend: self.name.clone(),
-                    seconds: self.spec.timeout.as_secs_f64(),
+                    seconds: timeout.as_secs_f64(),
                 });
             }
             Err(ExchangeError::Ended(how)) => {
@@ -311,6 +317,8 @@ impl ExternalBackend {
                     } => {
                         *self.last_kernel.lock().unwrap_or_else(|p| p.into_inner()) =
                             kernel_seconds.map(Duration::from_secs_f64);
+                        let took = u64::try_from(asked.elapsed().as_nanos()).unwrap_or(u64::MAX);
+                        self.slowest_answer_ns.fetch_max(took, Ordering::Relaxed);
                         *sent = (st.starts, cache.writes.len());
                         Ok(values)
                     }
@@ -503,6 +511,17 @@ impl Backend for ExternalBackend {
     ) -> Result<Vec<f32>, BackendError> {
         let cache = cache_as::<ExternalCache>(&self.name, cache)?;
         self.run_remote(config, cache, step)
+    }
+
+    fn call_timeout(&self) -> Option<Duration> {
+        Some(self.spec.timeout)
+    }
+
+    fn slowest_answer(&self) -> Option<Duration> {
+        match self.slowest_answer_ns.load(Ordering::Relaxed) {
+            0 => None,
+            ns => Some(Duration::from_nanos(ns)),
+        }
     }
 
     /// The adapter's own `kernel_seconds` for its last case.

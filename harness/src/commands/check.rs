@@ -36,11 +36,12 @@ pub fn use_cores(jobs: usize) {
 }
 
 pub fn run(mut args: CheckArgs, global: GlobalArgs) -> anyhow::Result<bool> {
+    // First: a signal from here on stops the run with its summary, never silently.
+    crate::interrupt::install();
     check_writable(&args.out)?;
     let jobs = args.jobs.map_or_else(default_jobs, |n| n as usize);
     args.external.processes = jobs;
     use_cores(jobs);
-    crate::interrupt::install();
     let mut up = if args.upstream {
         upstream::full_suite()
     } else if args.no_upstream {
@@ -55,7 +56,14 @@ pub fn run(mut args: CheckArgs, global: GlobalArgs) -> anyhow::Result<bool> {
             }
         }
     }
-    let backends = select_backends_with(&args.backend, &args.external)?;
+    // An interrupt while an adapter starts (its handshake) fails the start: the run then
+    // runs nothing and says so in its summary, like any interrupted run.
+    let (backends, stopped_while_starting) =
+        match select_backends_with(&args.backend, &args.external) {
+            Ok(b) => (b, None),
+            Err(e) if crate::interrupt::interrupted() => (Vec::new(), Some(e)),
+            Err(e) => return Err(e),
+        };
     let only = args
         .only
         .iter()
@@ -94,7 +102,7 @@ pub fn run(mut args: CheckArgs, global: GlobalArgs) -> anyhow::Result<bool> {
         }
         Event::Shrinking { backend } => bar.phase(format!("shrinking {backend}")),
     });
-    let run = run_check(CheckOptions {
+    let mut run = run_check(CheckOptions {
         backends,
         cases,
         seed: args.seed,
@@ -141,6 +149,13 @@ pub fn run(mut args: CheckArgs, global: GlobalArgs) -> anyhow::Result<bool> {
         on_event: Some(on_event),
     });
     progress.finish();
+    if let Some(e) = &stopped_while_starting {
+        let why = e.to_string();
+        let first_line = why.lines().next().unwrap_or_default();
+        run.summary.stopped = Some(format!(
+            "interrupted while starting the backends ({first_line})"
+        ));
+    }
     run.write_artifacts();
     let detail = if global.verbose {
         Detail::Verbose

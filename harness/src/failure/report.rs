@@ -106,6 +106,14 @@ pub(crate) fn headline(r: &FailureRecord) -> String {
         Some(sh) => format!(", shrunk in {:.1} s ({} steps)", sh.seconds, sh.steps),
         None => String::new(),
     };
+    // A timeout's shrink says how it was bounded: its tries could each hang.
+    let shrunk = match r.shrink.as_ref().and_then(|sh| sh.limits) {
+        Some(l) => format!(
+            "{shrunk}; a timeout's shrink: each try limited to {:.1} s, {:.0} s in all",
+            l.per_try_seconds, l.in_all_seconds
+        ),
+        None => shrunk,
+    };
     format!(
         "── {} diverged ({}) on {}{} ──",
         r.backend, r.kind, r.origin, shrunk

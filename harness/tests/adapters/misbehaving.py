@@ -9,7 +9,9 @@ MODE:
   wrong-shape-on-batches  answers a batch with one output row too few;
   print-on-batches    writes text to stdout before the reply to a batch;
   wrong-then-hang     answers its first case wrong, then never answers again (a divergence
-                      whose shrinking hangs: what an interrupt must survive).
+                      whose shrinking hangs: what an interrupt must survive);
+  hang-every-second   answers its first forward call, hangs on its second, and so on: every
+                      restart answers once, so a timeout's shrink alternates answers and hangs.
 MARKER is ignored: tests find the process (and its children) by it.
 """
 
@@ -36,9 +38,13 @@ class Misbehaving(NumpyReference):
         return mask
 
     answered_wrong = False
+    forward_calls = 0
 
     def forward(self, config, cache, step):
         batch = len(step.seq_lens) > 1
+        Misbehaving.forward_calls += 1
+        if MODE == "hang-every-second" and Misbehaving.forward_calls % 2 == 0:
+            time.sleep(3600)
         if MODE == "wrong-then-hang":
             if Misbehaving.answered_wrong:
                 time.sleep(3600)

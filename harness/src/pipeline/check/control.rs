@@ -1,10 +1,16 @@
 //! When a check stops early, and which backends it stops sending cases to: `--max-failures`
 //! distinct failures (`-x` is 1), an interrupt, and a backend that failed the same way (kind and message, its
 //! numbers aside) `give_up_after` times in a row (an adapter that crashes on every case would
-//! otherwise cost a restart per case), or that timed out on half of what it was sent.
+//! otherwise cost a restart per case), or that timed out on a third of what it was sent
+//! (after at most [`TIMEOUTS_BEFORE_GIVING_UP`] timeouts: each costs the whole timeout).
 
 use crate::pipeline::runner::Outcome;
 use attn_results::DivergenceKind;
+
+/// Timeouts after which a backend that timed out on a third of what it was sent gets no more
+/// (fewer when `--give-up-after` is lower): an adapter that hangs on every second call costs
+/// three timeouts and one bounded shrink, about four timeouts in all.
+pub const TIMEOUTS_BEFORE_GIVING_UP: usize = 3;
 
 pub struct RunControl {
     max_failures: Option<usize>,
@@ -88,10 +94,11 @@ impl RunControl {
         self.sent[i] += 1;
         if kind == DivergenceKind::Timeout {
             self.timeouts[i] += 1;
-            // Timeouts that alternate with passes never make a streak, yet each costs the
-            // whole timeout: half of what it is sent timing out is enough.
+            // Timeouts that alternate with passes (or declines) never make a streak, yet each
+            // costs the whole timeout: a third of what it is sent timing out is enough.
             let (t, n) = (self.timeouts[i], self.sent[i]);
-            if t >= self.give_up_after && 2 * t >= n && self.gave_up[i].is_none() {
+            let enough = self.give_up_after.min(TIMEOUTS_BEFORE_GIVING_UP);
+            if t >= enough && 3 * t >= n && self.gave_up[i].is_none() {
                 self.gave_up[i] = Some(format!("no more cases sent after {t} of {n} timed out"));
             }
         }
@@ -125,16 +132,26 @@ mod tests {
 
     #[test]
     fn timeouts_alternating_with_passes_are_given_up_on() {
-        let mut c = RunControl::new(1, None, 3);
+        let mut c = RunControl::new(1, None, 5);
         for _ in 0..2 {
             c.note_failure(0, DivergenceKind::Timeout, "no answer in 20 s");
             c.note_pass(0);
         }
-        assert!(c.gave_up(0).is_none(), "2 of 4 is under give_up_after");
+        assert!(c.gave_up(0).is_none(), "2 timeouts are not enough");
         c.note_failure(0, DivergenceKind::Timeout, "no answer in 20 s");
-        let why = c.gave_up(0).expect("3 of 5 timed out");
+        let why = c
+            .gave_up(0)
+            .expect("3 of 5 timed out, whatever give_up_after");
         assert!(why.contains("3 of 5 timed out"), "{why}");
-        let mut rare = RunControl::new(1, None, 3);
+        // Every third call hanging (one pass and one decline between) is as bad.
+        let mut third = RunControl::new(1, None, 5);
+        for _ in 0..3 {
+            third.note_failure(0, DivergenceKind::Timeout, "no answer in 20 s");
+            third.note_pass(0);
+            third.note_pass(0);
+        }
+        assert!(third.gave_up(0).is_some(), "3 of 7 timed out");
+        let mut rare = RunControl::new(1, None, 5);
         for _ in 0..3 {
             rare.note_failure(0, DivergenceKind::Timeout, "no answer in 20 s");
             for _ in 0..4 {
@@ -142,5 +159,13 @@ mod tests {
             }
         }
         assert!(rare.gave_up(0).is_none(), "3 of 15 is no large share");
+        let mut quarter = RunControl::new(1, None, 5);
+        for _ in 0..4 {
+            for _ in 0..3 {
+                quarter.note_pass(0);
+            }
+            quarter.note_failure(0, DivergenceKind::Timeout, "no answer in 20 s");
+        }
+        assert!(quarter.gave_up(0).is_none(), "4 of 16 is under a third");
     }
 }

@@ -94,6 +94,11 @@ pub fn drive<S: Subjects>(
             }
             let gave_up = |m: usize| control.gave_up(m).is_some();
             let ran = run_item(subjects, item, &gave_up);
+            // An item an interrupt cut short (its adapter killed mid-call) says nothing of
+            // the backend: dropped, as the workers' results are once the run stops.
+            if control.should_stop() {
+                break;
+            }
             record(item, ran, control);
         }
         return;

@@ -8,6 +8,7 @@ pub mod control;
 pub mod drive;
 pub mod property;
 pub mod run;
+pub mod slow_shrink;
 pub mod subject;
 pub mod trace;
 pub mod upstream;

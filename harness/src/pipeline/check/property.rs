@@ -7,8 +7,9 @@ use crate::failure::class::{Signature, Symptom};
 use crate::pipeline::check::classes::{count_in, Member as ClassMember, Placed};
 use crate::pipeline::check::control::RunControl;
 use crate::pipeline::check::drive::{per_cohort, Item, Member, PerCohort, Ran, Subjects};
+use crate::pipeline::check::slow_shrink::{bounded, TimeoutShrink};
 use crate::pipeline::check::subject::{
-    case_tree, class_budget, for_kind, record_outcome, report, sanitize, Diverged, RunState,
+    case_tree, class_budget, record_outcome, report, sanitize, Diverged, RunState,
 };
 use crate::pipeline::check::{CheckOptions, Cohort, Event};
 use crate::pipeline::draw::budget::fit_space;
@@ -171,8 +172,13 @@ pub fn record(
             divergence: d,
         };
         let book = &mut run.classes[member];
-        let budget = for_kind(class_budget(opts.shrink, book.shrink_work), d.kind);
-        let (mut r, a, shrunk) = shrink_and_report(backend.as_ref(), &failing, opts, budget);
+        let (budget, timeout) = bounded(
+            class_budget(opts.shrink, book.shrink_work),
+            d.kind,
+            backend.as_ref(),
+        );
+        let (mut r, a, shrunk) =
+            shrink_and_report(backend.as_ref(), &failing, opts, (budget, timeout));
         book.shrink_work += shrunk.as_ref().map_or(0, |s| s.1);
         let summary = &mut run.summaries[member];
         summary.wall_seconds += t0.elapsed().as_secs_f64();
@@ -201,27 +207,49 @@ struct FailingCase<'a> {
 }
 
 /// Shrink a failing property case (keeping its symptom: kind, severity, an error's message)
-/// and report it; with the shrunk case's signature and the shrink's work when it still
-/// failed.
+/// within `budget` (and a timeout's bounds) and report it; with the shrunk case's signature
+/// and the shrink's work when it still failed.
 fn shrink_and_report(
     backend: &dyn Backend,
     f: &FailingCase<'_>,
     opts: &CheckOptions,
-    budget: ShrinkBudget,
+    (budget, timeout): (ShrinkBudget, Option<TimeoutShrink>),
 ) -> (FailureRecord, Artifact, Option<(Signature, u64)>) {
     let symptom = Symptom::of(f.divergence);
+    // The divergence of the last try that still failed: the smallest case's, so far.
+    let mut last_failure: Option<Divergence> = None;
     let fails = |r: &CaseRecipe| {
         let c = poisoned_if(opts.poison, r.clone()).build();
         let e = reference_output(&c);
-        matches!(evaluate(backend, &c, &e, Tolerance::for_case(&c)).0, Outcome::Diverged(ref d) if Symptom::of(d) == symptom)
+        match evaluate(backend, &c, &e, Tolerance::for_case(&c)).0 {
+            Outcome::Diverged(d) if Symptom::of(&d) == symptom => {
+                last_failure = Some(d);
+                true
+            }
+            _ => false,
+        }
     };
     let mut tree = case_tree(f.seed, f.index, f.limits, f.space);
     let cost = budget_of(f.index, f.limits);
     let fit = |r: CaseRecipe| fit_space(r, f.space, cost);
-    let shrunk = shrink_fully(&mut tree, budget, &fit, fails);
+    let shrink = || shrink_fully(&mut tree, budget, &fit, fails);
+    let shrunk = match &timeout {
+        Some(t) => t.run(shrink),
+        None => shrink(),
+    };
     let minimal = poisoned_if(opts.poison, shrunk.recipe.clone()).build();
     let e = reference_output(&minimal);
-    let (out, _) = evaluate(backend, &minimal, &e, Tolerance::for_case(&minimal));
+    let out = match (&timeout, last_failure) {
+        // A timeout's smallest case timed out on its last try: another would cost as much.
+        (Some(_), Some(d)) if shrunk.accepted > 0 => Outcome::Diverged(d),
+        // Nothing smaller timed out: the smallest case is the one found.
+        (Some(_), _) => Outcome::Diverged(f.divergence.clone()),
+        (None, _) => evaluate(backend, &minimal, &e, Tolerance::for_case(&minimal)).0,
+    };
+    let info = match &timeout {
+        Some(t) => t.stated(shrunk.info()),
+        None => shrunk.info(),
+    };
     let origin = Origin::Property {
         seed: f.seed,
         index: f.index,
@@ -238,7 +266,7 @@ fn shrink_and_report(
                 divergence: &d,
                 tolerance: Tolerance::for_case(&minimal),
             };
-            let (mut record, artifact) = report(opts, &diverged, &stem, Some(&shrunk));
+            let (mut record, artifact) = report(opts, &diverged, &stem, Some(info));
             // A small case can lose the pattern a large one showed ("only decode tokens
             // diverge"): keep the hint of the case as found when it says something else.
             let before = f

@@ -10,7 +10,7 @@ use crate::pipeline::draw::strategy_for;
 use crate::pipeline::draw::tier::StrategyLimits;
 use crate::pipeline::recipe::CaseRecipe;
 use crate::pipeline::runner::{Divergence, Outcome};
-use crate::pipeline::shrink::{ShrinkBudget, Shrunk};
+use crate::pipeline::shrink::ShrinkBudget;
 use attn_backends::Backend;
 use attn_reference::{Case, InputRng, Recorded, Space};
 use attn_results::compare::Tolerance;
@@ -188,19 +188,6 @@ pub fn class_budget(budget: ShrinkBudget, spent: u64) -> ShrinkBudget {
     }
 }
 
-/// Candidates a shrink of a timeout or a crash may try: each can cost a whole timeout or a
-/// restart, so the shrink stops early and its report says the budget ended it.
-pub const SLOW_SHRINK_STEPS: usize = 16;
-
-/// `budget` for a failure of `kind`: bounded for timeouts and crashes.
-pub fn for_kind(mut budget: ShrinkBudget, kind: attn_results::DivergenceKind) -> ShrinkBudget {
-    use attn_results::DivergenceKind::{Crashed, Timeout};
-    if matches!(kind, Timeout | Crashed) {
-        budget.max_steps = budget.max_steps.min(SLOW_SHRINK_STEPS);
-    }
-    budget
-}
-
 /// A divergence as its report is built: whose, which subject, the case, the oracle's output
 /// and the tolerance it was judged by.
 #[derive(Clone, Copy)]
@@ -218,7 +205,7 @@ pub fn report(
     opts: &CheckOptions,
     diverged: &Diverged<'_>,
     stem: &str,
-    shrunk: Option<&Shrunk>,
+    shrunk: Option<attn_results::ShrinkInfo>,
 ) -> (FailureRecord, Artifact) {
     let Diverged {
         backend,
@@ -239,15 +226,7 @@ pub fn report(
         heatmap: heatmap.as_ref().map(|h| h.path.display().to_string()),
         ..crate::pipeline::check::subject::context_of(opts, backend, &case.config)
     };
-    let record = failure_record(
-        backend,
-        origin,
-        case,
-        expected,
-        d,
-        files,
-        shrunk.map(Shrunk::info),
-    );
+    let record = failure_record(backend, origin, case, expected, d, files, shrunk);
     let mut file = case.clone();
     file.recorded = Some(crate::pipeline::check::subject::recorded(
         opts, backend, origin, tol, d,

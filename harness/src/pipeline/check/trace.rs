@@ -9,7 +9,8 @@ use crate::failure::trace::trace_failure_record;
 use crate::pipeline::check::classes::{count_in, Member as ClassMember, Placed};
 use crate::pipeline::check::control::RunControl;
 use crate::pipeline::check::drive::{per_cohort, Item, Member, PerCohort, Ran, Subjects};
-use crate::pipeline::check::subject::{class_budget, for_kind, sanitize, RunState};
+use crate::pipeline::check::slow_shrink::{bounded, TimeoutShrink};
+use crate::pipeline::check::subject::{class_budget, sanitize, RunState};
 use crate::pipeline::check::{CheckOptions, Cohort, Event};
 use crate::pipeline::draw::trace::{fit_trace, trace_recipe_in};
 use crate::pipeline::runner::trace::{evaluate_trace, JudgedTrace, TraceOutcome};
@@ -170,8 +171,11 @@ pub fn record(
                         });
                         let t0 = std::time::Instant::now();
                         let book = &mut run.classes[member];
-                        let budget =
-                            for_kind(class_budget(opts.shrink, book.shrink_work), divergence.kind);
+                        let bounds = bounded(
+                            class_budget(opts.shrink, book.shrink_work),
+                            divergence.kind,
+                            backend.as_ref(),
+                        );
                         let diverged = DivergedTrace {
                             index: item.index,
                             judged,
@@ -182,7 +186,7 @@ pub fn record(
                             backend.as_ref(),
                             opts,
                             &traces.cohorts[m.cohort].space,
-                            budget,
+                            bounds,
                             diverged,
                         );
                         book.shrink_work += shrunk.as_ref().map_or(0, |s| s.1);
@@ -224,13 +228,14 @@ struct DivergedTrace<'a> {
     divergence: &'a Divergence,
 }
 
-/// Shrink trace `index` (diverging at `step`, its symptom kept) and report its smallest
-/// form; with the shrunk step's signature and the shrink's work when it still failed.
+/// Shrink trace `index` (diverging at `step`, its symptom kept) within `budget` (and a
+/// timeout's bounds) and report its smallest form; with the shrunk step's signature and the
+/// shrink's work when it still failed.
 fn shrink_and_report(
     backend: &dyn Backend,
     opts: &CheckOptions,
     space: &Space,
-    budget: ShrinkBudget,
+    (budget, timeout): (ShrinkBudget, Option<TimeoutShrink>),
     found: DivergedTrace<'_>,
 ) -> (FailureRecord, Artifact, Option<(Signature, u64)>) {
     let DivergedTrace {
@@ -242,21 +247,48 @@ fn shrink_and_report(
     let stem = trace_stem(backend.name(), opts.seed, index);
     let path = opts.out_dir.join(format!("{stem}.json"));
     let symptom = Symptom::of(divergence);
-    let shrunk = shrink_trace(
-        trace_poisoned_if(
-            opts.poison,
-            trace_recipe_in(opts.seed, index, &opts.trace_shapes, space),
-        ),
-        step,
-        budget,
-        &|r| fit_trace(r, space),
-        |r| diverges(backend, r, &symptom),
-    );
+    // The step and divergence of the last try that still failed: the smallest trace's.
+    let mut last_failure: Option<(usize, Divergence)> = None;
+    let mut shrink = || {
+        shrink_trace(
+            trace_poisoned_if(
+                opts.poison,
+                trace_recipe_in(opts.seed, index, &opts.trace_shapes, space),
+            ),
+            step,
+            budget,
+            &|r| fit_trace(r, space),
+            |r| {
+                let (at, d) = divergence_of(backend, r, &symptom)?;
+                last_failure = Some((at, d));
+                Some(at)
+            },
+        )
+    };
+    let shrunk = match &timeout {
+        Some(t) => t.run(shrink),
+        None => shrink(),
+    };
+    let info = match &timeout {
+        Some(t) => t.stated(shrunk.info()),
+        None => shrunk.info(),
+    };
     let minimal = JudgedTrace::new(generate(&shrunk.recipe));
-    let (judged, step, divergence, info) = match evaluate_trace(backend, &minimal).0 {
-        TraceOutcome::Diverged { step, divergence } if Symptom::of(&divergence) == symptom => {
-            (&minimal, step, *divergence, Some(shrunk.info()))
+    let rerun = match (&timeout, last_failure) {
+        // A timeout's smallest trace timed out on its last try: another would cost as much.
+        (Some(_), Some((at, d))) if shrunk.accepted > 0 => Some((at, d)),
+        // Nothing smaller timed out: report the trace as found.
+        (Some(_), _) => None,
+        (None, _) => match evaluate_trace(backend, &minimal).0 {
+            TraceOutcome::Diverged { step, divergence } => Some((step, *divergence)),
+            _ => None,
+        },
+    };
+    let (judged, step, divergence, info) = match rerun {
+        Some((step, divergence)) if Symptom::of(&divergence) == symptom => {
+            (&minimal, step, divergence, Some(info))
         }
+        None if timeout.is_some() => (original, step, divergence.clone(), Some(info)),
         // Flaky: the minimal trace passed (or failed otherwise) when re-run; report the
         // original.
         _ => (original, step, divergence.clone(), None),
@@ -328,13 +360,22 @@ fn trace_file(opts: &CheckOptions, backend: &str, found: DivergedTrace<'_>) -> A
 
 /// The step where `recipe`'s trace diverges on `backend` with `symptom`, if it does.
 pub fn diverges(backend: &dyn Backend, recipe: &TraceRecipe, symptom: &Symptom) -> Option<usize> {
+    divergence_of(backend, recipe, symptom).map(|(step, _)| step)
+}
+
+/// The step where `recipe`'s trace diverges on `backend` with `symptom`, and how.
+fn divergence_of(
+    backend: &dyn Backend,
+    recipe: &TraceRecipe,
+    symptom: &Symptom,
+) -> Option<(usize, Divergence)> {
     let trace = generate(recipe);
     if trace.steps.is_empty() || trace.validate().is_err() {
         return None;
     }
     match evaluate_trace(backend, &JudgedTrace::new(trace)).0 {
         TraceOutcome::Diverged { step, divergence } if Symptom::of(&divergence) == *symptom => {
-            Some(step)
+            Some((step, *divergence))
         }
         _ => None,
     }

@@ -16,6 +16,9 @@ pub struct ShrinkBudget {
     /// Work the candidates tried may add up to, in [`Weigh`] units.
     pub max_work: u64,
     pub max_time: Option<Duration>,
+    /// No try starts after this (a shrink whose every try may cost a timeout is bounded
+    /// in time, across all its passes).
+    pub until: Option<Instant>,
 }
 
 impl ShrinkBudget {
@@ -24,6 +27,7 @@ impl ShrinkBudget {
         max_steps: 0,
         max_work: 0,
         max_time: None,
+        until: None,
     };
 
     /// Work each pass of a shrink may spend by default: 15-20 s of the heaviest candidates
@@ -37,6 +41,7 @@ impl ShrinkBudget {
         steps < self.max_steps
             && work.saturating_add(next) <= self.max_work
             && self.max_time.is_none_or(|t| start.elapsed() < t)
+            && self.until.is_none_or(|u| Instant::now() < u)
             && !crate::interrupt::interrupted()
     }
 }
@@ -47,6 +52,7 @@ impl Default for ShrinkBudget {
             max_steps: 4000,
             max_work: Self::DEFAULT_WORK,
             max_time: None,
+            until: None,
         }
     }
 }
@@ -87,6 +93,7 @@ impl<R> Shrunk<R> {
             accepted: self.accepted,
             seconds: self.elapsed.as_secs_f64(),
             exhausted: self.exhausted,
+            limits: None,
         }
     }
 }
