@@ -951,6 +951,149 @@ mod tests {
     }
 
     #[test]
+    fn a_bot_run_cannot_fail_the_default_branchs_checks() {
+        // An `issue_comment` run belongs to the default branch's latest commit: its jobs are
+        // check runs there. Unless the caller allows it (nightly, on its own commit), no step
+        // of the sharded run can fail its job, the pull request's code runs under step
+        // timeouts below its job's, and its output's workflow commands are not processed.
+        let f = read(".github/workflows/attn-diff-sharded.yml");
+        let input = f
+            .yaml
+            .get("on")
+            .and_then(|o| o.get("workflow_call"))
+            .and_then(|w| w.get("inputs"))
+            .and_then(|i| i.get("may-fail"))
+            .expect("a may-fail input");
+        assert_eq!(input.get("type").and_then(Yaml::str), Some("boolean"));
+        assert_eq!(input.get("default").and_then(Yaml::str), Some("false"));
+        let mut runs_pr_code = 0;
+        for (id, job) in f.yaml.get("jobs").unwrap().entries() {
+            let job_minutes: u32 = job
+                .get("timeout-minutes")
+                .and_then(Yaml::str)
+                .unwrap()
+                .parse()
+                .unwrap();
+            let mut step_minutes = 0;
+            for s in job.get("steps").unwrap().items() {
+                let may_fail_only = condition(s) == "inputs.may-fail";
+                let continues = s.get("continue-on-error").and_then(Yaml::str)
+                    == Some("${{ !inputs.may-fail }}");
+                assert!(
+                    may_fail_only || continues,
+                    "{id}: a step that can fail a bot run's job: {s:?}"
+                );
+                if let Some(run) = s.get("run").and_then(Yaml::str) {
+                    if run.contains("cargo ") {
+                        runs_pr_code += 1;
+                        assert!(
+                            run.starts_with("echo \"::stop-commands::$(openssl rand -hex 16)\"\n"),
+                            "{id}: {run}"
+                        );
+                        assert!(
+                            !run.lines().skip(1).any(|l| l.contains("echo \"::")),
+                            "{id}: commands resumed? {run}"
+                        );
+                        let minutes: u32 = s
+                            .get("timeout-minutes")
+                            .and_then(Yaml::str)
+                            .unwrap_or_else(|| panic!("{id}: no step timeout: {run}"))
+                            .parse()
+                            .unwrap();
+                        step_minutes += minutes;
+                    }
+                }
+            }
+            assert!(
+                step_minutes + 10 <= job_minutes,
+                "{id}: {step_minutes} of {job_minutes}"
+            );
+        }
+        assert_eq!(runs_pr_code, 3);
+        // The bot's call leaves `may-fail` at its default; the nightly run sets it.
+        let with_of = |file: &str| {
+            let f = read(file);
+            f.yaml
+                .get("jobs")
+                .unwrap()
+                .get("run")
+                .unwrap()
+                .get("with")
+                .cloned()
+                .unwrap()
+        };
+        assert_eq!(with_of(".github/workflows/bot.yml").get("may-fail"), None);
+        assert_eq!(
+            with_of(".github/workflows/nightly.yml")
+                .get("may-fail")
+                .and_then(Yaml::str),
+            Some("true")
+        );
+    }
+
+    #[test]
+    fn trusted_jobs_use_a_pinned_toolchain_and_lint_tools_are_checked() {
+        // The jobs whose output is trusted (the bot's plan and poster, the nightly plan) build
+        // with one fixed toolchain, not whatever `stable` is on the day.
+        let mut pins = Vec::new();
+        for (file, job) in [
+            ("bot.yml", "plan"),
+            ("bot-post.yml", "post"),
+            ("nightly.yml", "plan"),
+        ] {
+            let f = read(&format!(".github/workflows/{file}"));
+            let steps = f.yaml.get("jobs").unwrap().get(job).unwrap().get("steps");
+            let toolchains: Vec<&str> = steps
+                .unwrap()
+                .items()
+                .iter()
+                .filter(|s| action_name(s) == "dtolnay/rust-toolchain")
+                .map(|s| with(s, "toolchain").unwrap_or(""))
+                .collect();
+            assert_eq!(toolchains.len(), 1, "{file} {job}");
+            let t = toolchains[0];
+            let parts: Vec<&str> = t.split('.').collect();
+            assert!(
+                parts.len() == 3
+                    && parts
+                        .iter()
+                        .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit())),
+                "{file} {job}: toolchain `{t}` is not a pinned release"
+            );
+            pins.push(t.to_string());
+        }
+        pins.dedup();
+        assert_eq!(pins.len(), 1, "one pinned toolchain: {pins:?}");
+        // CI's actionlint is the release binary, checked by sha256 before it is put on PATH.
+        let ci = read(".github/workflows/ci.yml");
+        let steps = ci.yaml.get("jobs").unwrap().get("actionlint").unwrap();
+        let steps = steps.get("steps").unwrap().items();
+        let fetch = steps
+            .iter()
+            .position(|s| {
+                s.get("run")
+                    .and_then(Yaml::str)
+                    .is_some_and(|r| r.contains("actionlint.tar.gz"))
+            })
+            .expect("the actionlint download");
+        let run = steps[fetch].get("run").and_then(Yaml::str).unwrap();
+        let check = run.find("sha256sum --check").expect("checked");
+        assert!(check < run.find("tar -xzf").unwrap(), "{run}");
+        assert!(check < run.find("GITHUB_PATH").unwrap(), "{run}");
+        let sha = steps[fetch]
+            .get("env")
+            .and_then(|e| e.get("SHA256"))
+            .and_then(Yaml::str)
+            .unwrap();
+        assert!(sha.len() == 64 && sha.bytes().all(|b| b.is_ascii_hexdigit()));
+        let lint = steps
+            .iter()
+            .position(|s| s.get("run").and_then(Yaml::str) == Some("cargo xtask lint actionlint"))
+            .unwrap();
+        assert!(fetch < lint);
+    }
+
+    #[test]
     fn a_failed_download_is_answered_not_met_with_silence() {
         // The pull request's code can upload a `bot-result` whose digest or size is not what
         // GitHub recorded; download-artifact then fails. The job goes on, and attn-bot is told
