@@ -188,6 +188,246 @@ fn sigint_while_shrinking_keeps_the_failure_and_leaves_no_adapter() {
     let _ = std::fs::remove_dir_all(&out);
 }
 
+/// An adapter that answers its first call and hangs on its second, in every process it is
+/// restarted as: each timeout's shrink alternates answers and hangs. Its check ends within
+/// six timeouts (120 s at `--external-timeout 20`), given up on, with its summary, and the
+/// report states how the timeout's shrink was bounded.
+#[test]
+fn an_adapter_hanging_on_every_second_call_is_given_up_on_in_bounded_time() {
+    let timeout = 5.0;
+    let marker = format!("attn-diff-every-second-{}", std::process::id());
+    let out = std::env::temp_dir().join(&marker);
+    let flag = misbehaving("halfhang", "hang-every-second", &marker);
+    let started = Instant::now();
+    let o = Command::new(env!("CARGO_BIN_EXE_attn-diff"))
+        .current_dir(repo())
+        .args([
+            "check",
+            "--backend",
+            "external:halfhang",
+            "--external",
+            &flag,
+        ])
+        .args(["--cases", "8", "--traces", "2", "--format", "json", "-q"])
+        .args(["--external-timeout", &timeout.to_string(), "--out"])
+        .arg(&out)
+        .output()
+        .expect("attn-diff runs");
+    let took = started.elapsed().as_secs_f64();
+    let s: attn_results::CheckSummary = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
+        panic!(
+            "no summary ({e}); stderr: {}",
+            String::from_utf8_lossy(&o.stderr)
+        )
+    });
+    assert_eq!(o.status.code(), Some(1));
+    assert!(took < 6.0 * timeout, "took {took:.1} s");
+    let b = &s.backends[0];
+    let why = b.gave_up.as_deref().expect("given up on");
+    assert!(why.contains("3 of") && why.contains("timed out"), "{why}");
+    let shrink = b.failures[0].shrink.as_ref().expect("shrink info");
+    let limits = shrink.limits.expect("a timeout's shrink states its bounds");
+    assert_eq!(limits.in_all_seconds, timeout);
+    assert!(limits.per_try_seconds < timeout, "{limits:?}");
+    assert!(shrink.seconds <= timeout + 0.5, "{shrink:?}");
+    assert!(
+        b.failures[0]
+            .text
+            .contains("a timeout's shrink: each try limited to"),
+        "{}",
+        b.failures[0].text
+    );
+    assert_eq!(
+        alive(&marker),
+        Vec::<String>::new(),
+        "an adapter outlived it"
+    );
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+/// Whether process `pid` has a handler for SIGTERM installed (`SigCgt` in /proc).
+fn catches_sigterm(pid: u32) -> bool {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("SigCgt:"))
+        .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
+        .is_some_and(|mask| mask & (1 << (libc::SIGTERM - 1)) != 0)
+}
+
+/// A small deterministic generator (xorshift), seeded per run so a failure names its seed.
+struct Draws(u64);
+
+impl Draws {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+}
+
+/// How one stress run was stopped.
+#[derive(Debug, Clone, Copy)]
+enum Stop {
+    Sigint,
+    Sigterm,
+    /// What `timeout` does: the process, then its group, microseconds apart.
+    SigtermTwice,
+}
+
+/// One check of the every-second-hanging adapter signalled `delay_ms` after its handler is
+/// installed: whether the signal landed (the run was still going), with what went wrong.
+fn signalled_run(n: usize, delay_ms: u64, stop: Stop) -> Result<bool, String> {
+    let marker = format!("attn-diff-stress-{}-{n}", std::process::id());
+    let out = std::env::temp_dir().join(&marker);
+    let flag = misbehaving("halfhang", "hang-every-second", &marker);
+    let json = n % 3 != 0;
+    let child = Command::new(env!("CARGO_BIN_EXE_attn-diff"))
+        .current_dir(repo())
+        .args([
+            "check",
+            "--backend",
+            "external:halfhang",
+            "--external",
+            &flag,
+        ])
+        .args([
+            "--cases",
+            "12",
+            "--traces",
+            "2",
+            "--external-timeout",
+            "1",
+            "-q",
+        ])
+        .args(["--format", if json { "json" } else { "text" }, "--out"])
+        .arg(&out)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("attn-diff starts");
+    let pid = child.id();
+    let until = Instant::now() + Duration::from_secs(20);
+    while !catches_sigterm(pid) && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    std::thread::sleep(Duration::from_millis(delay_ms));
+    let signal = |sig| {
+        // SAFETY: a plain signal to our own child (not yet reaped, so its pid is its own).
+        unsafe { libc::kill(pid as libc::pid_t, sig) };
+    };
+    match stop {
+        Stop::Sigint => signal(libc::SIGINT),
+        Stop::Sigterm => signal(libc::SIGTERM),
+        Stop::SigtermTwice => {
+            signal(libc::SIGTERM);
+            signal(libc::SIGTERM);
+        }
+    }
+    let signalled = Instant::now();
+    let o = child.wait_with_output().expect("attn-diff ends");
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    let what = format!(
+        "run {n} ({stop:?} after {delay_ms} ms): status {:?}\nstdout: {stdout}\nstderr: {}",
+        o.status,
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let _ = std::fs::remove_dir_all(&out);
+    if signalled.elapsed() > Duration::from_secs(15) {
+        return Err(format!("took {:?} to stop: {what}", signalled.elapsed()));
+    }
+    let landed = o.status.code() == Some(130);
+    if !landed && o.status.code() != Some(1) {
+        return Err(format!("neither interrupted nor finished: {what}"));
+    }
+    let stopped = if json {
+        let s: attn_results::CheckSummary = serde_json::from_slice(&o.stdout)
+            .map_err(|e| format!("no parsable summary ({e}): {what}"))?;
+        s.stopped.is_some_and(|w| w.starts_with("interrupted"))
+    } else {
+        if !stdout.contains("attn-diff check: ") {
+            return Err(format!("no summary: {what}"));
+        }
+        stdout.contains("STOPPED: interrupted")
+    };
+    if stopped != landed {
+        return Err(format!("the summary and the status disagree: {what}"));
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    let left = alive(&marker);
+    if !left.is_empty() {
+        return Err(format!("adapters outlived the run: {left:?}; {what}"));
+    }
+    Ok(landed)
+}
+
+/// Signals at random moments of a run (its first handshake, cases, timeouts, the shrink of a
+/// timeout, restarts): every run ends with a parsable summary saying whether it was
+/// interrupted, and leaves no adapter. At least 50 signals land on a running check.
+#[test]
+fn a_signal_at_any_moment_leaves_a_summary() {
+    const LANDED: usize = 50;
+    const MOST_RUNS: usize = 90;
+    const AT_ONCE: usize = 3;
+    let seed = std::env::var("ATTN_DIFF_STRESS_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(1, |d| d.as_nanos() as u64)
+                | 1
+        });
+    let mut draws = Draws(seed);
+    let plan: Vec<(u64, Stop)> = (0..MOST_RUNS)
+        .map(|_| {
+            let delay = draws.below(3000);
+            let stop = [Stop::Sigint, Stop::Sigterm, Stop::SigtermTwice][draws.below(3) as usize];
+            (delay, stop)
+        })
+        .collect();
+    let landed = std::sync::atomic::AtomicUsize::new(0);
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let errors = std::sync::Mutex::new(Vec::new());
+    let started = Instant::now();
+    std::thread::scope(|scope| {
+        for _ in 0..AT_ONCE {
+            scope.spawn(|| loop {
+                if landed.load(std::sync::atomic::Ordering::SeqCst) >= LANDED {
+                    return;
+                }
+                let n = next.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let Some(&(delay, stop)) = plan.get(n) else {
+                    return;
+                };
+                match signalled_run(n, delay, stop) {
+                    Ok(true) => {
+                        landed.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    }
+                    Ok(false) => {}
+                    Err(e) => errors.lock().unwrap().push(e),
+                }
+            });
+        }
+    });
+    let errors = errors.into_inner().unwrap();
+    let runs = next
+        .load(std::sync::atomic::Ordering::SeqCst)
+        .min(MOST_RUNS);
+    let landed = landed.into_inner();
+    eprintln!(
+        "signal stress (ATTN_DIFF_STRESS_SEED={seed}): {landed} of {runs} runs interrupted in \
+         {:.0} s",
+        started.elapsed().as_secs_f64()
+    );
+    assert!(errors.is_empty(), "seed {seed}: {}", errors.join("\n\n"));
+    assert!(
+        landed >= LANDED,
+        "seed {seed}: only {landed} signals landed"
+    );
+}
+
 #[test]
 fn a_copied_replay_line_reproduces_an_external_failure() {
     let out = std::env::temp_dir().join(format!("attn-diff-replay-line-{}", std::process::id()));
