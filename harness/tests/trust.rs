@@ -282,7 +282,7 @@ fn signalled_run(n: usize, delay_ms: u64, stop: Stop) -> Result<bool, String> {
     let marker = format!("attn-diff-stress-{}-{n}", std::process::id());
     let out = std::env::temp_dir().join(&marker);
     let flag = misbehaving("halfhang", "hang-every-second", &marker);
-    let json = n % 3 != 0;
+    let json = !n.is_multiple_of(3);
     let child = Command::new(env!("CARGO_BIN_EXE_attn-diff"))
         .current_dir(repo())
         .args([
