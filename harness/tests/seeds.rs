@@ -3,12 +3,12 @@
 //! a cheap check at seeds 1..=32 (the nightly `seeds` workflow runs the full budget, 300
 //! cases and 100 traces, at seeds 1..=64; docs/usage.md says what each covers).
 
-use attn_harness::pipeline::check::run::run_check;
-use attn_harness::pipeline::check::CheckOptions;
 use attn_harness::pipeline::draw::production::is_production;
 use attn_harness::pipeline::draw::trace::{trace_recipe_in, TraceShapes, DEFAULT_TRACES};
 use attn_reference::trace::generate;
 use attn_reference::Space;
+use attn_results::CheckSummary;
+use std::process::Command;
 
 /// Seeds every drawn trace is checked to be valid at.
 const DRAW_SEEDS: u64 = 64;
@@ -46,34 +46,51 @@ fn every_drawn_trace_is_valid_at_every_seed() {
     assert!(production >= 2 * DRAW_SEEDS as usize, "{production}");
 }
 
+/// `attn-diff check --seed S` as a user runs it, over every built-in backend at once.
 #[test]
 fn every_built_in_backend_passes_a_cheap_check_at_every_seed() {
-    let backends = attn_backends::all_backends();
-    let mut traces_reached = vec![0; backends.len()];
+    let out_dir = std::env::temp_dir().join(format!("attn-diff-seeds-{}", std::process::id()));
+    let mut traces_reached = std::collections::BTreeMap::<String, usize>::new();
     let mut failed = Vec::new();
     for seed in 1..=CHECK_SEEDS {
-        let mut opts = CheckOptions::new(
-            backends.clone(),
-            CHECK_CASES,
-            std::env::temp_dir().join(format!("attn-diff-seeds-{}-{seed}", std::process::id())),
+        let o = Command::new(env!("CARGO_BIN_EXE_attn-diff"))
+            .args(["check", "-q", "--no-upstream", "--format", "json", "--seed"])
+            .arg(seed.to_string())
+            .args(["--cases", &CHECK_CASES.to_string()])
+            .args(["--traces", &CHECK_TRACES.to_string()])
+            .arg("--out")
+            .arg(&out_dir)
+            .output()
+            .expect("attn-diff runs");
+        let summary: CheckSummary = serde_json::from_slice(&o.stdout)
+            .unwrap_or_else(|e| panic!("seed {seed}: {e}\n{}", String::from_utf8_lossy(&o.stderr)));
+        assert_eq!(
+            summary.backends.len(),
+            attn_backends::backend_names().len(),
+            "seed {seed}: not every built-in backend ran"
         );
-        opts.seed = seed;
-        opts.traces = CHECK_TRACES;
-        // The upstream suite is the same at every seed: `check_runs_upstream…` runs it.
-        opts.upstream.clear();
-        let run = run_check(opts);
-        for (i, b) in run.summary.backends.iter().enumerate() {
+        for b in &summary.backends {
             let name = &b.backend.name;
             // A run that reached nothing is not a pass.
-            assert!(b.property.reached() > 0, "seed {seed}: no case reached {name}");
-            traces_reached[i] += b.traces.reached();
+            assert!(
+                b.property.reached() > 0,
+                "seed {seed}: no case reached {name}"
+            );
+            *traces_reached.entry(name.clone()).or_default() += b.traces.reached();
             if let Some(f) = b.failures.first() {
                 failed.push(format!("seed {seed}, {name}:\n{}", f.text));
             }
         }
+        if o.status.code() != Some(0) && failed.is_empty() {
+            failed.push(format!("seed {seed}: exit {:?}", o.status.code()));
+        }
     }
+    let _ = std::fs::remove_dir_all(&out_dir);
     assert!(failed.is_empty(), "{}", failed.join("\n\n"));
-    for (b, reached) in backends.iter().zip(traces_reached) {
-        assert!(reached >= CHECK_SEEDS as usize, "{}: {reached} traces reached", b.name());
+    for (name, reached) in traces_reached {
+        assert!(
+            reached >= CHECK_SEEDS as usize,
+            "{name}: {reached} traces reached"
+        );
     }
 }

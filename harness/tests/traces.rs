@@ -201,3 +201,36 @@ fn replay_runs_a_trace_file_and_rejects_a_broken_one_by_field() {
     assert_eq!(o.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("steps[0].seqs[0].block_table"), "{stderr}");
 }
+
+/// An MLA model's trace (16 query heads over one latent entry of 576) shrinks its heads and
+/// both widths (the latent and its rotary tail, together), not only its sequences: a report
+/// of 16 heads of 576 hides which dims are wrong.
+#[cfg(feature = "mutants")]
+#[test]
+fn an_mla_trace_shrinks_its_heads_and_widths() {
+    use attn_harness::failure::class::Symptom;
+    use attn_harness::pipeline::check::trace::diverges;
+    use attn_harness::pipeline::draw::production::{production_recipe, MLA_AT};
+    use attn_harness::pipeline::shrink::trace::shrink_trace;
+
+    let backend = attn_backends::mutants::mutant("mla-default-scale").expect("mutant");
+    let recipe = production_recipe(1, MLA_AT);
+    let (heads, width) = (recipe.config.num_heads, recipe.config.head_size);
+    assert!(recipe.config.mla.is_some() && heads >= 16 && width == 576);
+    let t = JudgedTrace::new(generate(&recipe));
+    let TraceOutcome::Diverged { step, divergence } = evaluate_trace(backend.as_ref(), &t).0 else {
+        panic!("the mutant passes its MLA trace");
+    };
+    let symptom = Symptom::of(&divergence);
+    let budget = CheckOptions::new(vec![], 0, std::env::temp_dir()).shrink;
+    let shrunk = shrink_trace(recipe, step, budget, &|r| r, |r| {
+        diverges(backend.as_ref(), r, &symptom)
+    });
+    let c = &shrunk.recipe.config;
+    let m = c.mla.expect("still MLA");
+    assert_eq!(c.num_heads, 1, "{c:?}");
+    assert!(
+        m.head_size_v < 512 && c.head_size - m.head_size_v < 64,
+        "{c:?}"
+    );
+}

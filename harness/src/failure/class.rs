@@ -2,6 +2,7 @@
 //! far beyond the tolerance, an error's message without its numbers, the hint's pattern, the
 //! logits' magnitude), so a run with several bugs reports each once.
 
+use super::exception::Exception;
 use super::hint::{finding, Identity, Pattern};
 use crate::failure::logit_stats::LogitStats;
 use attn_reference::{Case, DType};
@@ -61,7 +62,8 @@ impl Severity {
 pub struct Symptom {
     pub kind: DivergenceKind,
     pub severity: Severity,
-    /// An error's first line with every run of digits made `#` (mismatches: none).
+    /// An error's exception, normalised ([`Exception::key`]: the last exception of a
+    /// traceback, numbers, addresses and paths out); mismatches: none.
     pub message: Option<String>,
 }
 
@@ -71,25 +73,9 @@ impl Symptom {
         Symptom {
             kind: d.kind,
             severity,
-            message: (severity == Severity::NoOutput).then(|| without_numbers(&d.message)),
+            message: (severity == Severity::NoOutput).then(|| Exception::of(&d.message).key),
         }
     }
-}
-
-/// `message`'s first line, each run of digits replaced by one `#`: "a batch of 3" and "a
-/// batch of 15" are the same failure.
-pub fn without_numbers(message: &str) -> String {
-    let mut out = String::new();
-    for c in message.lines().next().unwrap_or("").chars() {
-        if c.is_ascii_digit() {
-            if !out.ends_with('#') {
-                out.push('#');
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
 }
 
 /// The logits' size in a few coarse steps: precision bugs live at the large end.

@@ -8,6 +8,7 @@
 //! [`FailureRecord`]: attn_results::FailureRecord
 
 pub mod class;
+pub mod exception;
 pub mod hint;
 pub mod logit_stats;
 pub mod report;

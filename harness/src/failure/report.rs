@@ -2,6 +2,7 @@
 //! diverges, a diff of expected and actual rows around the mismatches, a hint from the
 //! error's pattern, and the replay file that reproduces it.
 
+use super::exception::Exception;
 use super::hint::hint;
 use attn_backends::Backend;
 use attn_reference::{AttentionConfig, Case};
@@ -120,6 +121,21 @@ pub(crate) fn headline(r: &FailureRecord) -> String {
     )
 }
 
+/// What diverged: a mismatch's message, or an error's exception first (what was raised,
+/// [`Exception`]) with the message it came in (a traceback, a backtrace) kept below.
+fn write_what(s: &mut String, r: &FailureRecord) {
+    let exception = Exception::of(&r.message);
+    if r.tolerance.is_some() || !exception.has_traceback {
+        let _ = writeln!(s, "what:    {}", r.message);
+        return;
+    }
+    let _ = writeln!(s, "what:    {}", exception.summary);
+    let _ = writeln!(s, "raised:");
+    for line in r.message.lines() {
+        let _ = writeln!(s, "  | {line}");
+    }
+}
+
 fn render(r: &FailureRecord, case: &Case, expected: &[f64], d: &Divergence) -> String {
     format!("{}\n{}", headline(r), body(r, case, expected, d))
 }
@@ -141,7 +157,7 @@ pub(crate) fn body(r: &FailureRecord, case: &Case, expected: &[f64], d: &Diverge
         abbreviate(&case.layout.block_table, 8),
         abbreviate_flat(&case.layout.slot_mapping, 16)
     );
-    let _ = writeln!(s, "what:    {}", r.message);
+    write_what(&mut s, r);
     if let Some(t) = &r.tolerance {
         let _ = writeln!(
             s,
