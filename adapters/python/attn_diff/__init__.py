@@ -12,12 +12,35 @@ import sys
 import sysconfig
 from typing import List, Optional
 
+#: The distribution that carries the binary (named attn-diff-adapter before 0.1.0 was
+#: published; the import names `attn_diff` and `attn_diff_adapter` are unchanged).
+DISTRIBUTION = "attn-diff"
+
+
+def _version() -> str:
+    """The version, written in one place: the workspace's Cargo.toml ([workspace.package]),
+    which maturin puts into the wheel's metadata. An install reads its metadata; a checkout
+    reads Cargo.toml itself."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    cargo = os.path.join(here, "..", "..", "..", "Cargo.toml")
+    if os.path.isfile(cargo) and os.path.isfile(os.path.join(here, "..", "pyproject.toml")):
+        import re
+
+        with open(cargo, encoding="utf-8") as f:
+            found = re.search(r'\[workspace\.package\][^\[]*?\nversion = "([^"]+)"', f.read())
+        if found:
+            return found.group(1)
+    try:
+        from importlib import metadata
+
+        return metadata.version(DISTRIBUTION)
+    except Exception:  # neither a checkout nor an install: unknown
+        return "0+unknown"
+
+
 #: The package's version, which is the binary's (the workspace version in Cargo.toml): the
 #: helper refuses a binary that reports another.
-__version__ = "0.1.0"
-
-#: The distribution that carries the binary.
-DISTRIBUTION = "attn-diff-adapter"
+__version__ = _version()
 
 _EXE = "attn-diff.exe" if os.name == "nt" else "attn-diff"
 

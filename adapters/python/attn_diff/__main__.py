@@ -12,7 +12,7 @@ def main() -> None:
     exe = installed_binary()
     if exe is None:
         sys.stderr.write(
-            "attn-diff: this attn-diff-adapter install carries no attn-diff binary "
+            "attn-diff: this attn-diff install carries no attn-diff binary "
             "(a source checkout, not an installed wheel): `pip install ./adapters/python` "
             "builds one, or run `cargo run -p attn-harness -- ...` in the checkout\n"
         )

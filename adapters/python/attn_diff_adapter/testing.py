@@ -60,7 +60,7 @@ Only = Union[Sequence[str], Mapping[str, Any], None]
 
 #: How to get a binary, for the messages that say there is none.
 HOW_TO_GET_ONE = (
-    "`pip install attn-diff-adapter` (or `pip install ./adapters/python` in an attn-diff "
+    "`pip install attn-diff` (or `pip install ./adapters/python` in an attn-diff "
     "checkout) builds and installs it; from source, `cargo build --release -p attn-harness "
     "--no-default-features --features mutants` needs no libtorch (leave out "
     "`--no-default-features` for the Spyre backends, after `cargo xtask setup`)"
@@ -124,7 +124,7 @@ def find_binary(binary: Optional[str] = None) -> str:
                 break
     raise BinaryNotFound(
         "attn-diff binary not found ("
-        + "; ".join(tried + ([] if installed else ["none installed with attn-diff-adapter"]))
+        + "; ".join(tried + ([] if installed else ["none installed with attn-diff"]))
         + f"). {HOW_TO_GET_ONE}; then pass binary=..., set ${ENV_BINARY} to it "
         "(target/release/attn-diff), or put it on PATH."
     )
@@ -158,9 +158,9 @@ def check_binary_version(exe: str) -> str:
     theirs, ours = binary_version(exe), package_version()
     if theirs != ours:
         raise BinaryVersionMismatch(
-            f"the attn-diff binary {exe} is version {theirs}, but this attn-diff-adapter is "
+            f"the attn-diff binary {exe} is version {theirs}, but this attn-diff is "
             f"{ours}: the helper reads the summary of its own version only. Install the "
-            f"matching pair (`pip install attn-diff-adapter=={theirs}`, or rebuild the binary "
+            f"matching pair (`pip install attn-diff=={theirs}`, or rebuild the binary "
             f"from the checkout this package came from), or point ${ENV_BINARY} at a {ours} "
             "binary."
         )
@@ -462,7 +462,7 @@ def vllm_backend_command(
     ``"CPU_ATTN"``), or a class name with `file` the Python file defining it."""
     script = os.path.join(_package_dir(), "vllm_backend.py")
     if not os.path.isfile(script):
-        raise FileNotFoundError(f"{script} is missing: reinstall attn-diff-adapter")
+        raise FileNotFoundError(f"{script} is missing: reinstall attn-diff")
     cmd = [python or sys.executable, script]
     if file is not None:
         cmd += ["--file", os.path.abspath(file)]

@@ -84,7 +84,7 @@ def test_a_binary_of_another_version_is_a_clear_error(tmp_path):
     fake.chmod(0o755)
     code, out = run_pytest(tmp_path, MARKED_REFERENCE, env={"ATTN_DIFF": str(fake)})
     assert code == 1, out
-    assert "is version 9.9.9, but this attn-diff-adapter is" in out, out
+    assert "is version 9.9.9, but this attn-diff is" in out, out
 
 
 def test_a_marker_with_a_bad_keyword_or_two_targets_is_a_usage_error(tmp_path, attn_diff_binary):
