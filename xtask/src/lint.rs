@@ -32,16 +32,24 @@ const ZIZMOR_SHA256: [&str; 4] = [
 ];
 const ZIZMOR_MIN_SEVERITY: &str = "medium";
 
+/// The folders of workflows actionlint checks: this repository's, and the stand-in plugin
+/// repository's (the composite action's one-step use, `xtask/tests/plugin_repo`).
+const WORKFLOW_DIRS: &[&str] = &[".github/workflows", "xtask/tests/plugin_repo/.github/workflows"];
+
 fn workflows(root: &Path) -> Result<Vec<PathBuf>, String> {
-    let dir = root.join(".github/workflows");
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .map_err(|e| format!("cannot read {}: {e}", dir.display()))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "yml" || x == "yaml"))
-        .collect();
-    files.sort();
-    if files.is_empty() {
-        return Err(format!("no workflows in {}", dir.display()));
+    let mut files = Vec::new();
+    for dir in WORKFLOW_DIRS {
+        let dir = root.join(dir);
+        let mut found: Vec<PathBuf> = std::fs::read_dir(&dir)
+            .map_err(|e| format!("cannot read {}: {e}", dir.display()))?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "yml" || x == "yaml"))
+            .collect();
+        if found.is_empty() {
+            return Err(format!("no workflows in {}", dir.display()));
+        }
+        found.sort();
+        files.extend(found);
     }
     Ok(files)
 }
@@ -199,7 +207,8 @@ fn zizmor_binary() -> Result<PathBuf, String> {
     })
 }
 
-/// zizmor on the workflows and the local actions, offline (no GitHub token is needed, and the
+/// zizmor on the workflows, the local actions and the composite action other repositories use
+/// (`action.yml`), offline (no GitHub token is needed, and the
 /// audits that would query GitHub are skipped), with the pedantic persona (its code-smell
 /// audits too), failing at medium severity and above.
 pub fn zizmor() -> Result<(), String> {
@@ -214,7 +223,7 @@ pub fn zizmor() -> Result<(), String> {
             "--min-severity",
             ZIZMOR_MIN_SEVERITY,
         ])
-        .args([".github/workflows", ".github/actions"])
+        .args([".github/workflows", ".github/actions", "action.yml"])
         .current_dir(&root)
         .status()
         .map_err(|e| format!("cannot run {}: {e}", bin.display()))?

@@ -1,13 +1,19 @@
-//! The Python user's path, end to end: build the wheel of `adapters/python` (which carries the
-//! `attn-diff` binary, built without libtorch), install it into a fresh virtual environment,
-//! and from a project outside the checkout, with no `cargo` on PATH, run two pytest tests
-//! through the plugin (`wheel_project/`): the numpy adapter passes, the same adapter with a
-//! planted bug fails with the shrunk report, whose replay command then runs as printed.
+//! The Python user's path, end to end: build the attn-diff wheel and sdist as a release does
+//! (`tools/release/build.sh`: a py3-none-manylinux_2_17_x86_64 wheel carrying the `attn-diff`
+//! binary, built without libtorch; `auditwheel show` must report that tag), install the wheel
+//! into a fresh virtual environment, and from a project outside the checkout, with no `cargo`
+//! on PATH, run two pytest tests through the plugin (`wheel_project/`): the numpy adapter
+//! passes, the same adapter with a planted bug fails with the shrunk report, whose replay
+//! command then runs as printed. Then the composite action's check step (`action/check.sh`,
+//! the script `action.yml` runs) on a stand-in plugin repository (`plugin_repo/`): it passes
+//! the clean backend and finds the planted bug, writing the summaries, JUnit report and
+//! replay files the action uploads.
 //!
-//! Needs the adapters' Python environment (`cargo xtask setup`) and PyPI (the build's
-//! setuptools-rust, the venv's numpy, safetensors and pytest; pip's cache makes reruns quick).
-//! The binary's cargo build keeps its own target directory, `target/wheel`, so reruns
-//! rebuild only what changed and never wait on the lock of the build running this test.
+//! Needs the adapters' Python environment (`cargo xtask setup`) and PyPI (build.sh's pinned,
+//! hash-checked tools: maturin, ziglang, auditwheel; the venv's numpy, safetensors and pytest;
+//! pip's cache makes reruns quick). The binary's cargo build keeps its own target directory,
+//! `target/wheel`, so reruns rebuild only what changed and never wait on the lock of the
+//! build running this test.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -79,25 +85,19 @@ fn the_wheel_installs_into_a_bare_venv_and_its_pytest_plugin_catches_a_planted_b
     fs::create_dir_all(&work).unwrap();
     let dist = work.join("dist");
 
-    // 1. The wheel, as `pip wheel ./adapters/python` builds it (cargo on PATH here).
+    // 1. The wheel and the sdist, as the release builds them (tools/release/build.sh: maturin,
+    //    zig linking against glibc 2.17's symbols, then auditwheel show and objdump must agree
+    //    on the tag). cargo on PATH here.
     let started = Instant::now();
-    run_ok(
-        Command::new(&python)
-            .args([
-                "-m",
-                "pip",
-                "wheel",
-                "--no-deps",
-                "--disable-pip-version-check",
-                "--quiet",
-                "-w",
-            ])
+    let built = run_ok(
+        Command::new("bash")
+            .arg(repo.join("tools/release/build.sh"))
             .arg(&dist)
-            .arg(repo.join("adapters/python"))
             .env("CARGO_TARGET_DIR", repo.join("target/wheel"))
             .current_dir(&work),
-        "pip wheel ./adapters/python",
+        "tools/release/build.sh (Rust, python3 with venv, binutils and PyPI needed)",
     );
+    let build_log = text(&built);
     let wheels: Vec<PathBuf> = fs::read_dir(&dist)
         .unwrap()
         .map(|e| e.unwrap().path())
@@ -108,10 +108,62 @@ fn the_wheel_installs_into_a_bare_venv_and_its_pytest_plugin_catches_a_planted_b
     let name = wheel.file_name().unwrap().to_string_lossy().to_string();
     let version = env!("CARGO_PKG_VERSION");
     assert!(
-        name.starts_with(&format!("attn_diff_adapter-{version}-")) && !name.contains("-none-any"),
-        "a platform wheel of version {version} (it carries a binary): {name}"
+        name.starts_with(&format!("attn_diff-{version}-py3-none-"))
+            && name.ends_with("manylinux_2_17_x86_64.whl"),
+        "a py3-none-manylinux_2_17 wheel of version {version} (a binary, no extension): {name}"
     );
+    // auditwheel show's verdict, as build.sh printed it (its lines wrap).
+    let words = build_log.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(
+        words.contains(&format!("{name} is consistent with the following platform tag: \"manylinux_2_17_x86_64\""))
+            && words.contains("glibc floor 2.17"),
+        "auditwheel show reports manylinux_2_17_x86_64:\n{build_log}"
+    );
+    assert!(
+        dist.join(format!("attn_diff-{version}.tar.gz")).is_file(),
+        "the sdist is built:\n{build_log}"
+    );
+    // The crates the sdist packages carry their build script: copies of the shared one.
+    let rpath = fs::read_to_string(repo.join("tools/build/rpath.rs")).unwrap();
+    for krate in ["harness", "backends"] {
+        assert_eq!(
+            fs::read_to_string(repo.join(krate).join("build.rs")).unwrap(),
+            rpath,
+            "{krate}/build.rs is a copy of tools/build/rpath.rs"
+        );
+    }
     eprintln!("wheel built in {:.1?}: {name}", started.elapsed());
+
+    // The release's publish step, as a tag's run does it: a dry run by default
+    // (tools/release/publish-mode), and a tag that is not the version is refused.
+    let mode = work.join("publish-mode.out");
+    let verified = run_ok(
+        Command::new("bash")
+            .arg(repo.join("tools/release/verify.sh"))
+            .arg(&dist)
+            .arg(format!("v{version}"))
+            .arg("--mode")
+            .arg(&mode),
+        "tools/release/verify.sh",
+    );
+    assert_eq!(fs::read_to_string(&mode).unwrap(), "publish=false\n");
+    assert!(
+        text(&verified).contains("dry run, nothing is uploaded")
+            && text(&verified).contains(&format!("ready to publish attn-diff {version}")),
+        "{}",
+        text(&verified)
+    );
+    let wrong = Command::new("bash")
+        .arg(repo.join("tools/release/verify.sh"))
+        .arg(&dist)
+        .arg("v0.0.0-not-this")
+        .output()
+        .unwrap();
+    assert!(
+        !wrong.status.success() && text(&wrong).contains("is not v"),
+        "{}",
+        text(&wrong)
+    );
 
     // 2. A fresh venv holding the wheel and a user's test packages; no cargo on its PATH.
     let started = Instant::now();
@@ -304,5 +356,121 @@ fn the_wheel_installs_into_a_bare_venv_and_its_pytest_plugin_catches_a_planted_b
             t.contains(expected) && t.contains("no-such-attn-diff"),
             "{extra:?}:\n{t}"
         );
+    }
+
+    // 6. The composite action's check step, on a stand-in plugin repository.
+    the_action_checks_a_plugin_repository(&repo, &work, &bin, &path, &home);
+}
+
+/// Copy the folder `from` (dot-files included) to `to`.
+fn copy_tree(from: &Path, to: &Path) {
+    fs::create_dir_all(to).unwrap();
+    for entry in fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            if entry.file_name() != "__pycache__" {
+                copy_tree(&entry.path(), &target);
+            }
+        } else {
+            fs::copy(entry.path(), &target).unwrap();
+        }
+    }
+}
+
+/// `action.yml` hands every input to the check step as an ATTN_DIFF_* variable that
+/// `python -m attn_diff_adapter.ci` reads, runs `action/check.sh`, and installs this release;
+/// then that script, as the action runs it, passes the plugin's clean backend and fails on its
+/// planted bug with the files the action uploads and the job summary.
+fn the_action_checks_a_plugin_repository(
+    repo: &Path,
+    work: &Path,
+    bin: &Path,
+    path: &str,
+    home: &Path,
+) {
+    let action = fs::read_to_string(repo.join("action.yml")).unwrap();
+    let ci = fs::read_to_string(repo.join("adapters/python/attn_diff_adapter/ci.py")).unwrap();
+    let inputs = &action[action.find("\ninputs:\n").unwrap()..action.find("\noutputs:").unwrap()];
+    let mut wired = 0;
+    for line in action.lines() {
+        let Some((var, value)) = line.trim().split_once(": ${{ inputs.") else {
+            continue;
+        };
+        let input = value.trim_end_matches(" }}");
+        assert!(
+            inputs.contains(&format!("\n  {input}:\n")),
+            "action.yml uses an undeclared input {input}"
+        );
+        if let Some(key) = var.strip_prefix("ATTN_DIFF_") {
+            wired += 1;
+            let key = key.to_lowercase();
+            assert!(
+                key == "python" || ci.contains(&format!("_env(\"{key}\"")),
+                "ci.py does not read {var}"
+            );
+        }
+    }
+    assert!(wired >= 12, "{wired} inputs reach the check step");
+    assert!(
+        action.contains("\"$GITHUB_ACTION_PATH/action/check.sh\""),
+        "the action runs action/check.sh"
+    );
+    let version = env!("CARGO_PKG_VERSION");
+    assert!(
+        action.contains(&format!("default: attn-diff=={version}\n")),
+        "the action installs this release, attn-diff=={version}"
+    );
+
+    let plugin = work.join("plugin-repo");
+    copy_tree(&repo.join("xtask/tests/plugin_repo"), &plugin);
+    for (planted, expected) in [(false, 0), (true, 1)] {
+        let what = if planted { "planted-bug" } else { "clean" };
+        let out_dir = work.join(format!("action-out-{what}"));
+        let step_summary = work.join(format!("step-summary-{what}.md"));
+        let mut command = bare("bash", path, home);
+        command
+            .arg(repo.join("action/check.sh"))
+            .env("ATTN_DIFF_PYTHON", bin.join("python"))
+            .env("ATTN_DIFF_ADAPTER", "python attn_adapter.py")
+            .env("ATTN_DIFF_NAME", "my-plugin")
+            .env("ATTN_DIFF_ONLY", "dtypes=f32\n")
+            .env("ATTN_DIFF_CASES", "60")
+            .env("ATTN_DIFF_TRACES", "4")
+            .env("ATTN_DIFF_OUT", &out_dir)
+            .env("GITHUB_STEP_SUMMARY", &step_summary)
+            .current_dir(&plugin);
+        if planted {
+            command.env("MY_PLUGIN_PLANTED_BUG", "1");
+        }
+        let started = Instant::now();
+        let out = command.output().expect("action/check.sh runs");
+        let log = text(&out);
+        eprintln!("action/check.sh ({what}) in {:.1?}", started.elapsed());
+        assert_eq!(out.status.code(), Some(expected), "{what}:\n{log}");
+        let summary = fs::read_to_string(out_dir.join("summary.md")).unwrap();
+        let junit = fs::read_to_string(out_dir.join("junit.xml")).unwrap();
+        assert!(out_dir.join("summary.json").is_file(), "{what}");
+        assert_eq!(
+            fs::read_to_string(&step_summary).unwrap().trim(),
+            summary.trim(),
+            "the markdown summary is the job summary"
+        );
+        assert!(junit.starts_with("<?xml") && junit.contains("attn-diff.external:my-plugin"), "{junit}");
+        let replays: Vec<_> = fs::read_dir(out_dir.join("replays"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+            .filter(|n| n.ends_with(".json"))
+            .collect();
+        if planted {
+            assert!(summary.contains("**diverged**") && summary.contains("replay:  "), "{summary}");
+            assert!(junit.contains("<failure message=\""), "{junit}");
+            assert!(!replays.is_empty(), "replay files for the artifact");
+            assert!(log.contains("external:my-plugin diverged"), "{log}");
+        } else {
+            assert!(summary.contains(": passed"), "{summary}");
+            assert!(!junit.contains("<failure"), "{junit}");
+            assert!(replays.is_empty(), "{replays:?}");
+        }
     }
 }

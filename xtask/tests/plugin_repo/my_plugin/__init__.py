@@ -1,0 +1,1 @@
+"""my-plugin: a stand-in vLLM attention plugin (numpy only)."""
