@@ -24,13 +24,13 @@ tag="manylinux_2_17_x86_64"
 # The tools, in a venv named after the requirements' hash.
 req_hash="$(sha256sum "$here/requirements.txt" | cut -c1-12)"
 tools="${ATTN_DIFF_CACHE:-$HOME/.cache/attn-diff}/release-tools-$req_hash"
-if ! "$tools/bin/maturin" --version >/dev/null 2>&1; then
-    rm -rf "$tools.tmp"
-    python3 -m venv "$tools.tmp"
-    "$tools.tmp/bin/python" -m pip install --quiet --disable-pip-version-check \
-        --require-hashes --no-deps --only-binary=:all: -r "$here/requirements.txt"
+# Made in place (a venv's scripts name its path), complete once its marker is written.
+if [ ! -f "$tools/complete" ] || ! "$tools/bin/maturin" --version >/dev/null 2>&1; then
     rm -rf "$tools"
-    mv "$tools.tmp" "$tools"
+    python3 -m venv "$tools"
+    "$tools/bin/python" -m pip install --quiet --disable-pip-version-check \
+        --require-hashes --no-deps --only-binary=:all: -r "$here/requirements.txt"
+    touch "$tools/complete"
 fi
 # maturin --zig finds zig as `python -m ziglang`: the tools' python first on PATH.
 export PATH="$tools/bin:$PATH"
