@@ -7,7 +7,8 @@
 # - `attn-diff --version` and `python -m attn_diff --version` print the wheel's version;
 # - `attn-diff check --backend cpu` passes (a short run: 40 cases, 4 traces);
 # - the pytest plugin's example (xtask/tests/wheel_project): the numpy adapter passes and the
-#   same adapter with a planted bug fails with the shrunk report ("1 failed, 1 passed").
+#   same adapter with a planted bug fails with the shrunk report ("1 failed, 1 passed");
+# - the composite action's check step, `python -m attn_diff_adapter.ci`, passes that adapter.
 #
 # The venv gets the wheel and numpy, safetensors and pytest as a user's pip resolves them for
 # that Python (binary wheels only). Exits non-zero, saying what failed, on any difference.
@@ -56,4 +57,10 @@ if [ "$code" -ne 1 ] || ! grep -q "1 failed, 1 passed" "$work/pytest.log" \
     echo "smoke.sh: the plugin's example should pass the adapter and catch the planted bug (exit $code)" >&2
     exit 1
 fi
-echo "smoke.sh: passed on $("$bin/python" --version): the binary, python -m attn_diff, check --backend cpu, the pytest plugin"
+# The composite action's check step (python -m attn_diff_adapter.ci) on the same adapter.
+(cd "$work/project" && bare python -m attn_diff_adapter.ci --adapter "python numpy_adapter.py" \
+    --cases 20 --traces 2 --out "$work/ci-out" > "$work/ci.log" 2>&1) \
+    || { cat "$work/ci.log" >&2; echo "smoke.sh: python -m attn_diff_adapter.ci failed" >&2; exit 1; }
+[ -s "$work/ci-out/summary.md" ] && [ -s "$work/ci-out/junit.xml" ] \
+    || { echo "smoke.sh: the CI step wrote no summary or JUnit report" >&2; exit 1; }
+echo "smoke.sh: passed on $("$bin/python" --version): the binary, python -m attn_diff, check --backend cpu, the pytest plugin, the CI step"
