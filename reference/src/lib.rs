@@ -20,6 +20,7 @@ pub mod fp8;
 pub mod golden;
 pub mod golden_masks;
 mod json;
+pub mod ladder;
 pub mod mla;
 pub mod oracle;
 pub mod poison;

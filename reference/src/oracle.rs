@@ -212,24 +212,7 @@ pub fn reference_output(case: &Case) -> Vec<f64> {
         let visible = Visibility::of_seq(case, s);
         let seq_len = case.batch.seq_lens[s];
         let ctx = case.context_len(s);
-        let (k32, v32) = case.contiguous_kv(s);
-        let (k, v): (Vec<f64>, Vec<f64>) = match (&c.kv_cache, c.mla) {
-            // One latent entry: V is the prefix of the key as the cache gives it back.
-            (Some(cache), Some(m)) => {
-                let k = cache.read_back_k(&k32);
-                let v = k
-                    .chunks_exact(d)
-                    .flat_map(|row| &row[..m.head_size_v])
-                    .copied()
-                    .collect();
-                (k, v)
-            }
-            (Some(cache), None) => (cache.read_back_k(&k32), cache.read_back_v(&v32)),
-            (None, _) => (
-                k32.iter().map(|&x| x as f64).collect(),
-                v32.iter().map(|&x| x as f64).collect(),
-            ),
-        };
+        let (k, v) = kv_as_read(case, s);
         // (token, head) rows spread over the threads, a decode step's heads too; rows are
         // grouped so each task has some 10^5 multiply-adds (small cases run on one thread).
         let rows = &mut out[starts[s] * hq * dv..starts[s + 1] * hq * dv];
@@ -244,11 +227,7 @@ pub fn reference_output(case: &Case) -> Vec<f64> {
                 let p = ctx + j;
                 let keys = visible.keys(p, seq_len);
                 let kvh = h / group;
-                let q_row = &case.tensors.query[(token * hq + h) * d..(token * hq + h + 1) * d];
-                let q: Vec<f64> = match &c.kv_cache {
-                    Some(cache) => cache.read_back_q(q_row),
-                    None => q_row.iter().map(|&x| x as f64).collect(),
-                };
+                let q = query_as_read(case, token, h);
                 let logits: Vec<f64> = keys
                     .iter()
                     .map(|key| {
@@ -286,4 +265,39 @@ pub fn reference_output(case: &Case) -> Vec<f64> {
             });
     }
     out
+}
+
+/// Sequence `seq`'s keys and values `[seq_len, num_kv_heads, ·]` as a kernel reads them: what
+/// an FP8 cache gives back, and under MLA the values as the latent entry's prefix.
+pub fn kv_as_read(case: &Case, seq: usize) -> (Vec<f64>, Vec<f64>) {
+    let c = &case.config;
+    let (k32, v32) = case.contiguous_kv(seq);
+    match (&c.kv_cache, c.mla) {
+        // One latent entry: V is the prefix of the key as the cache gives it back.
+        (Some(cache), Some(m)) => {
+            let k = cache.read_back_k(&k32);
+            let v = k
+                .chunks_exact(c.head_size)
+                .flat_map(|row| &row[..m.head_size_v])
+                .copied()
+                .collect();
+            (k, v)
+        }
+        (Some(cache), None) => (cache.read_back_k(&k32), cache.read_back_v(&v32)),
+        (None, _) => (
+            k32.iter().map(|&x| x as f64).collect(),
+            v32.iter().map(|&x| x as f64).collect(),
+        ),
+    }
+}
+
+/// Query head `h` of token `token` as a kernel reads it (an FP8 query read back).
+pub fn query_as_read(case: &Case, token: usize, h: usize) -> Vec<f64> {
+    let c = &case.config;
+    let (hq, d) = (c.num_heads, c.head_size);
+    let row = &case.tensors.query[(token * hq + h) * d..(token * hq + h + 1) * d];
+    match &c.kv_cache {
+        Some(cache) => cache.read_back_q(row),
+        None => row.iter().map(|&x| x as f64).collect(),
+    }
 }

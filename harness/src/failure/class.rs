@@ -2,9 +2,11 @@
 //! far beyond the tolerance, an error's message without its numbers, the hint's pattern, the
 //! logits' magnitude), so a run with several bugs reports each once.
 
+use super::arithmetic::Arithmetic;
 use super::exception::Exception;
 use super::hint::{finding, Identity, Pattern};
 use crate::failure::logit_stats::LogitStats;
+use attn_reference::ladder::Rung;
 use attn_reference::{Case, DType};
 use attn_results::compare::Divergence;
 use attn_results::DivergenceKind;
@@ -114,6 +116,9 @@ pub struct Signature {
     pub logits: Option<LogitScale>,
     /// After shrinking: the features the shrunk case still has (values left out).
     pub features: Option<Vec<String>>,
+    /// The precision ladder's rung a 16-bit mismatch's rows are ([`Arithmetic`]): one
+    /// precision cause, whatever rows or heads its errors fell on.
+    pub arithmetic: Option<Rung>,
 }
 
 impl Signature {
@@ -121,16 +126,27 @@ impl Signature {
     pub fn of(case: &Case, d: &Divergence) -> Signature {
         let symptom = Symptom::of(d);
         let has_values = symptom.severity != Severity::NoOutput;
+        let arithmetic = (symptom.kind == DivergenceKind::Mismatch)
+            .then_some(d.output.as_deref())
+            .flatten()
+            .and_then(|out| Arithmetic::explain(case, out))
+            .map(|a| a.rung);
         Signature {
-            pattern: d
-                .comparison
-                .as_ref()
-                .and_then(|c| finding(case, c))
-                .map(|f| f.pattern),
+            // A rung that explains the rows is the pattern: where the errors fell is noise.
+            pattern: match arithmetic {
+                Some(_) => Some(Pattern::Precision),
+                None => d
+                    .comparison
+                    .as_ref()
+                    .and_then(|c| finding(case, c))
+                    .map(|f| f.pattern),
+            },
             // Only a 16-bit dtype's scores lose precision with the logits' size.
-            logits: (has_values && case.config.dtype != DType::F32).then(|| LogitScale::of(case)),
+            logits: (has_values && arithmetic.is_none() && case.config.dtype != DType::F32)
+                .then(|| LogitScale::of(case)),
             symptom,
             features: None,
+            arithmetic,
         }
     }
 
@@ -170,6 +186,10 @@ impl Signature {
         // block read) is one bug whatever else the case had; one that names a feature's edge
         // (the window's, a chunk's) is one bug per attention kind; any other needs the same
         // features left, since they are what tells its bugs apart.
+        // One rung of the ladder is one precision cause, whatever the case had.
+        if self.arithmetic.is_some() || other.arithmetic.is_some() {
+            return self.symptom.kind == other.symptom.kind && self.arithmetic == other.arithmetic;
+        }
         let features = match self.pattern.map(Pattern::identity) {
             Some(Identity::Mechanism) => true,
             Some(Identity::Kind) => {
@@ -201,6 +221,9 @@ impl fmt::Display for Signature {
         }
         if let Some(l) = self.logits {
             write!(f, ", {}", l.label())?;
+        }
+        if let Some(r) = self.arithmetic {
+            write!(f, ", arithmetic: {}", r.name())?;
         }
         if let Some(fs) = &self.features {
             write!(f, ", features {}", fs.join("+"))?;

@@ -403,7 +403,7 @@ fn head_pack(cfg: &attn_reference::AttentionConfig, bad_heads: &BTreeSet<usize>)
 }
 
 /// Spearman's rank correlation of `a` and `b` (ties by order).
-fn rank_correlation(a: &[f64], b: &[f64]) -> f64 {
+pub(crate) fn rank_correlation(a: &[f64], b: &[f64]) -> f64 {
     let n = a.len().min(b.len());
     if n < 2 {
         return 0.0;

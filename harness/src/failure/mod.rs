@@ -7,6 +7,7 @@
 //!
 //! [`FailureRecord`]: attn_results::FailureRecord
 
+pub mod arithmetic;
 pub mod class;
 pub mod exception;
 pub mod hint;

@@ -2,6 +2,7 @@
 //! diverges, a diff of expected and actual rows around the mismatches, a hint from the
 //! error's pattern, and the replay file that reproduces it.
 
+use super::arithmetic::Arithmetic;
 use super::exception::Exception;
 use super::hint::hint;
 use attn_backends::Backend;
@@ -81,7 +82,16 @@ pub fn failure_record(
         shrink,
         first: comparison.and_then(|c| c.first.clone()),
         worst: comparison.and_then(|c| c.worst.clone()),
-        hint: comparison.and_then(|c| hint(case, c)),
+        // A rung of the precision ladder that explains the rows names the cause; otherwise
+        // the pattern of where the errors are.
+        hint: match (comparison, d.output.as_deref()) {
+            (Some(c), Some(out)) if d.kind == attn_results::DivergenceKind::Mismatch => {
+                Arithmetic::explain(case, out)
+                    .map(|a| a.hint())
+                    .or_else(|| hint(case, c))
+            }
+            (c, _) => c.and_then(|c| hint(case, c)),
+        },
         heatmap: files.heatmap.filter(|_| comparison.is_some()),
         tolerance: comparison.map(|c| c.tolerance),
         hint_unshrunk: None,

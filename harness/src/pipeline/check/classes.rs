@@ -112,6 +112,7 @@ mod tests {
             pattern: None,
             logits: None,
             features: features.map(|f| f.iter().map(|s| s.to_string()).collect()),
+            arithmetic: None,
         }
     }
 
