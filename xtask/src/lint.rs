@@ -34,7 +34,10 @@ const ZIZMOR_MIN_SEVERITY: &str = "medium";
 
 /// The folders of workflows actionlint checks: this repository's, and the stand-in plugin
 /// repository's (the composite action's one-step use, `xtask/tests/plugin_repo`).
-const WORKFLOW_DIRS: &[&str] = &[".github/workflows", "xtask/tests/plugin_repo/.github/workflows"];
+const WORKFLOW_DIRS: &[&str] = &[
+    ".github/workflows",
+    "xtask/tests/plugin_repo/.github/workflows",
+];
 
 fn workflows(root: &Path) -> Result<Vec<PathBuf>, String> {
     let mut files = Vec::new();

@@ -115,8 +115,9 @@ fn the_wheel_installs_into_a_bare_venv_and_its_pytest_plugin_catches_a_planted_b
     // auditwheel show's verdict, as build.sh printed it (its lines wrap).
     let words = build_log.split_whitespace().collect::<Vec<_>>().join(" ");
     assert!(
-        words.contains(&format!("{name} is consistent with the following platform tag: \"manylinux_2_17_x86_64\""))
-            && words.contains("glibc floor 2.17"),
+        words.contains(&format!(
+            "{name} is consistent with the following platform tag: \"manylinux_2_17_x86_64\""
+        )) && words.contains("glibc floor 2.17"),
         "auditwheel show reports manylinux_2_17_x86_64:\n{build_log}"
     );
     assert!(
@@ -456,14 +457,20 @@ fn the_action_checks_a_plugin_repository(
             summary.trim(),
             "the markdown summary is the job summary"
         );
-        assert!(junit.starts_with("<?xml") && junit.contains("attn-diff.external:my-plugin"), "{junit}");
+        assert!(
+            junit.starts_with("<?xml") && junit.contains("attn-diff.external:my-plugin"),
+            "{junit}"
+        );
         let replays: Vec<_> = fs::read_dir(out_dir.join("replays"))
             .unwrap()
             .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
             .filter(|n| n.ends_with(".json"))
             .collect();
         if planted {
-            assert!(summary.contains("**diverged**") && summary.contains("replay:  "), "{summary}");
+            assert!(
+                summary.contains("**diverged**") && summary.contains("replay:  "),
+                "{summary}"
+            );
             assert!(junit.contains("<failure message=\""), "{junit}");
             assert!(!replays.is_empty(), "replay files for the artifact");
             assert!(log.contains("external:my-plugin diverged"), "{log}");
