@@ -1,5 +1,5 @@
 """A user's numpy adapter, as a project outside attn-diff writes one: the shipped numpy
-reference (installed with attn-diff-adapter), and with --planted-bug the classic grouped-query
+reference (installed with attn-diff), and with --planted-bug the classic grouped-query
 bug (query head h reading KV head h % num_kv_heads instead of h // group_size)."""
 
 import sys
