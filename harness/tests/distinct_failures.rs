@@ -128,3 +128,53 @@ fn a_stopped_run_says_how_many_cases_ran() {
         "{last}"
     );
 }
+
+/// Five causes of the kinds a real backend has, each one class named by its cause: two
+/// Python exceptions (their tracebacks begin alike), a float16-score softmax (a precision
+/// cause, whatever rows and heads it falls on), a poisoned slot read through a weight of 0,
+/// and q·k overflowing float16 before the scale.
+#[test]
+fn five_causes_are_five_classes_each_named() {
+    let bad = Naive::with(
+        "naive-five-causes",
+        Plant {
+            raises_on_padding_write: true,
+            raises_from_block_size: Some(64),
+            scores_in_f16: true,
+            whole_block_tail: true,
+            ..Plant::default()
+        },
+    );
+    let run = run_check(CheckOptions {
+        traces: 0,
+        ..CheckOptions::new(
+            vec![Arc::new(bad)],
+            CheckOptions::default_cases(),
+            std::env::temp_dir().join("attn-diff-five-causes"),
+        )
+    });
+    let b = &run.summary.backends[0];
+    let named: Vec<(String, String)> = b
+        .failures
+        .iter()
+        .map(|f| {
+            let class = f.class.as_ref().expect("a class").signature.clone();
+            let hint = f.hint.clone().unwrap_or_else(|| f.message.clone());
+            (class, hint)
+        })
+        .collect();
+    let causes: [(&str, &str); 5] = [
+        ("IndexError: index_copy_()", "IndexError"),
+        ("RuntimeError: The size of tensor a", "RuntimeError"),
+        ("arithmetic: scores in the dtype", "q.k scores in f16"),
+        ("poisoned unwritten slots", "unwritten"),
+        ("q.k overflows", "past f16's largest value"),
+    ];
+    for (class, hint) in causes {
+        let found = named.iter().filter(|(c, _)| c.contains(class)).count();
+        assert_eq!(found, 1, "{class}: {found} classes of {named:#?}");
+        let (_, h) = named.iter().find(|(c, _)| c.contains(class)).unwrap();
+        assert!(h.contains(hint), "{class}: the hint does not name it: {h}");
+    }
+    assert_eq!(named.len(), 5, "{named:#?}");
+}

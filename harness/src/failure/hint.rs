@@ -49,6 +49,11 @@ fn locate_tokens(case: &Case) -> Vec<(usize, usize)> {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Pattern {
     NonFinite,
+    /// Non-finite rows exactly where the unscaled q·k passes the dtype's largest value.
+    DotOverflow,
+    /// Non-finite rows of a poisoned case no other rule places: an unwritten slot or a
+    /// padding row read and weighed by 0.
+    PoisonRead,
     PaddingSlot,
     SkippedBlock,
     WideTileRows,
@@ -93,6 +98,8 @@ impl Pattern {
     pub fn identity(self) -> Identity {
         match self {
             Pattern::PaddingSlot
+            | Pattern::DotOverflow
+            | Pattern::PoisonRead
             | Pattern::SkippedBlock
             | Pattern::WideTileRows
             | Pattern::TokensPastLimit
@@ -124,6 +131,10 @@ impl Pattern {
     pub fn label(self) -> &'static str {
         match self {
             Pattern::NonFinite => "non-finite rows",
+            Pattern::DotOverflow => {
+                "non-finite rows where q.k overflows the dtype before the scale"
+            }
+            Pattern::PoisonRead => "non-finite rows of a case with poisoned unwritten slots",
             Pattern::PaddingSlot => "tokens that read the cache's last slot",
             Pattern::SkippedBlock => "non-finite rows of sequences with skipped blocks",
             Pattern::WideTileRows => "non-finite rows past the 64th of a query chunk",
@@ -262,6 +273,29 @@ fn reads_padding_slot(case: &Case, bad: &BTreeSet<usize>) -> bool {
                     .is_some_and(|&b| b as usize * bs + k % bs == last)
             })
     })
+}
+
+/// Whether every non-finite row is one whose unscaled q·k passes the dtype's largest finite
+/// value: it overflows wherever it is held in the dtype (the oracle's f64 never does).
+fn dot_overflow(case: &Case, bad_cells: &[(usize, usize)]) -> Option<String> {
+    let cfg = &case.config;
+    let max = cfg.dtype.max_finite();
+    if cfg.dtype == DType::F32 || bad_cells.is_empty() {
+        return None;
+    }
+    let scale = cfg.effective_scale().abs();
+    let logits = crate::failure::logit_stats::row_logits(case)?;
+    let dot = |t: usize, h: usize| logits[t * cfg.num_heads + h] / scale;
+    let overflowing = bad_cells.iter().all(|&(t, h)| dot(t, h) > max);
+    let largest = bad_cells
+        .iter()
+        .map(|&(t, h)| dot(t, h))
+        .fold(0.0, f64::max);
+    overflowing.then(|| format!(
+        "NaN/Inf only in rows whose unscaled q.k reaches {largest:.3e}, past {}'s largest value {max:.0} (scaled by {scale:.3e}, it is {:.3e}): check that q.k and the scores are held in fp32, or that q is scaled before the product",
+        cfg.dtype,
+        largest * scale
+    ))
 }
 
 /// Row logits below this are no precision problem for a 16-bit dtype's scores.
@@ -462,6 +496,14 @@ pub fn finding(case: &Case, c: &Comparison) -> Option<Finding> {
         return found(Pattern::WideTileRows, "NaN/Inf only in rows past the 64th of a sequence's query chunk, while its first 64 rows agree: check what a wide query tile (128 rows, say) shares between its halves; a row rescaled by another row's running max overflows or underflows once their maxima lie far apart".into());
     }
     if c.non_finite {
+        if let Some(text) = dot_overflow(case, &bad_cells) {
+            return found(Pattern::DotOverflow, text);
+        }
+        if let Some(p) = case.poison {
+            return found(Pattern::PoisonRead, format!(
+                "NaN/Inf reached a real row of a case whose unwritten cache slots and padding rows hold {p} (the oracle never reads them): check that the kernel neither loads an unwritten slot (a partial last block's tail, a spare or freed block) nor a padding row, or that it masks them before P.V, since a weight of 0 times {p} is NaN"
+            ));
+        }
         return found(Pattern::NonFinite, "NaN/Inf reached a real row: a fully masked row, a padding row or an unguarded softmax (no max subtraction) leaked".into());
     }
     if bad_cells.is_empty() {

@@ -45,6 +45,12 @@ pub struct Plant {
     pub padding_into_last_slot: bool,
     /// The forward fails for this one block size.
     pub fails_on_block_size: Option<usize>,
+    /// A padding token's write (slot -1) raises Python's IndexError, as `index_copy_` does.
+    pub raises_on_padding_write: bool,
+    /// The forward raises a shape error (a mask tile of 64) for blocks of this size and up.
+    pub raises_from_block_size: Option<usize>,
+    /// In f16, q·k is held in f16 (rounded, and infinite past 65504) before the scale.
+    pub scores_in_f16: bool,
 }
 
 pub struct Naive {
@@ -101,6 +107,16 @@ impl Backend for Naive {
         let cache = cache_as_mut::<Cache>(&self.name, cache)?;
         let row = c.num_kv_heads * c.head_size;
         let slots = cache.k.len() / row.max(1);
+        if self.plant.raises_on_padding_write && kv.slot_mapping.contains(&-1) {
+            return Err(BackendError::Failed {
+                backend: self.name.clone(),
+                message: python_traceback(
+                    "write_kv",
+                    "cache.index_copy_(0, slots, key)",
+                    &format!("IndexError: index_copy_(): index -1 is out of bounds for dimension 0 with size {slots}"),
+                ),
+            });
+        }
         for (t, &slot) in kv.slot_mapping.iter().enumerate() {
             let s = match slot {
                 s if s >= 0 => s as usize,
@@ -123,6 +139,16 @@ impl Backend for Naive {
             return Err(BackendError::Failed {
                 backend: self.name.clone(),
                 message: format!("no kernel for block size {}", c.block_size),
+            });
+        }
+        if self.plant.raises_from_block_size.is_some_and(|b| c.block_size >= b) {
+            return Err(BackendError::Failed {
+                backend: self.name.clone(),
+                message: python_traceback(
+                    "forward",
+                    "scores = scores + mask",
+                    &format!("RuntimeError: The size of tensor a ({}) must match the size of tensor b (64) at non-singleton dimension 3", 2 * c.block_size),
+                ),
             });
         }
         if self.plant.panic_on_batches && step.seq_lens.len() > 1 {
@@ -158,11 +184,15 @@ impl Backend for Naive {
                     let mut logits: Vec<f64> = (lo..=hi)
                         .map(|k| {
                             let kr = &cache.k[(slot(k) * hkv + kvh) * d..][..d];
-                            let mut l = c.effective_scale()
-                                * q.iter()
-                                    .zip(kr)
-                                    .map(|(a, b)| *a as f64 * *b as f64)
-                                    .sum::<f64>();
+                            let mut dot = q
+                                .iter()
+                                .zip(kr)
+                                .map(|(a, b)| *a as f64 * *b as f64)
+                                .sum::<f64>();
+                            if self.plant.scores_in_f16 && c.dtype == attn_reference::DType::F16 {
+                                dot = c.dtype.round(dot as f32) as f64;
+                            }
+                            let mut l = c.effective_scale() * dot;
                             if let Some(cap) = c.logits_soft_cap {
                                 l = cap as f64 * (l / cap as f64).tanh();
                             }
@@ -200,6 +230,13 @@ impl Backend for Naive {
         }
         Ok(out)
     }
+}
+
+/// An exception as a Python adapter reports it: the traceback, `exception` its last line.
+fn python_traceback(function: &str, line: &str, exception: &str) -> String {
+    format!(
+        "Traceback (most recent call last):\n  File \"/srv/plugin/attention.py\", line 214, in {function}\n    {line}\n{exception}"
+    )
 }
 
 /// `cpu` differing in one way a test needs: a name, optional features it leaves out, a
