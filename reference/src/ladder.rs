@@ -196,7 +196,8 @@ pub fn emulate_rows(case: &Case, rung: Option<Rung>, rows: &[(usize, usize)]) ->
     let starts = case.query_start_loc();
     let points = rung.map_or(Points::EXACT, Points::of);
     let mut out = vec![0.0f64; rows.len() * dv];
-    let mut read: Option<(usize, (Vec<f64>, Vec<f64>))> = None;
+    // The last sequence read, and its K and V: rows come a sequence at a time.
+    let mut read: Option<(usize, ReadKv)> = None;
     for (i, &(token, h)) in rows.iter().enumerate() {
         let s = starts.partition_point(|&x| x <= token) - 1;
         if read.as_ref().is_none_or(|(seq, _)| *seq != s) {
@@ -227,6 +228,9 @@ pub fn emulate_rows(case: &Case, rung: Option<Rung>, rows: &[(usize, usize)]) ->
     }
     out
 }
+
+/// A sequence's read-back K and V ([`kv_as_read`]).
+type ReadKv = (Vec<f64>, Vec<f64>);
 
 /// One kv head's rows of a sequence's read-back K and V.
 #[derive(Clone, Copy)]

@@ -175,12 +175,17 @@ fn sample_rows(case: &Case) -> Vec<(usize, usize)> {
         .collect();
     let total: usize = all.iter().map(|&(t, _)| cost(t)).sum();
     let stride = total.div_ceil(MAX_WORK).max(1);
-    // An odd stride against the head count, so a sample does not keep to one head.
-    let stride = if stride > 1 && hq % 2 == 0 && stride % 2 == 0 {
-        stride + 1
-    } else {
-        stride
+    // A stride with no factor in common with the head count, so a sample meets every head.
+    let gcd = |mut a: usize, mut b: usize| {
+        while b != 0 {
+            (a, b) = (b, a % b);
+        }
+        a
     };
+    let mut stride = stride;
+    while stride > 1 && gcd(stride, hq) > 1 {
+        stride += 1;
+    }
     all.into_iter().step_by(stride).collect()
 }
 

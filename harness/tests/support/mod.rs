@@ -141,7 +141,11 @@ impl Backend for Naive {
                 message: format!("no kernel for block size {}", c.block_size),
             });
         }
-        if self.plant.raises_from_block_size.is_some_and(|b| c.block_size >= b) {
+        if self
+            .plant
+            .raises_from_block_size
+            .is_some_and(|b| c.block_size >= b)
+        {
             return Err(BackendError::Failed {
                 backend: self.name.clone(),
                 message: python_traceback(
