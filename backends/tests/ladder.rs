@@ -67,11 +67,8 @@ fn eager_in_dtype(case: &Case) -> Vec<f64> {
     rows(scores.softmax(-1, kind(case.config.dtype)).matmul(&v))
 }
 
-/// `q @ k.T` in the dtype, everything after it in f32, the output cast back.
-fn scores_in_dtype(case: &Case) -> Vec<f64> {
-    let (q, k, v) = qkv(case);
-    let scale = case.config.effective_scale();
-    let scores = q.matmul(&k.transpose(1, 2)).to_kind(Kind::Float) * scale;
+/// The causal softmax of f32 `scores` and P.V in f32, the output cast to `case`'s dtype.
+fn softmax_pv_in_f32(case: &Case, scores: Tensor, v: &Tensor) -> Vec<f64> {
     let p = scores
         .masked_fill(&causal_mask(), f64::NEG_INFINITY)
         .softmax(-1, Kind::Float);
@@ -79,6 +76,14 @@ fn scores_in_dtype(case: &Case) -> Vec<f64> {
         p.matmul(&v.to_kind(Kind::Float))
             .to_kind(kind(case.config.dtype)),
     )
+}
+
+/// `q @ k.T` in the dtype, everything after it in f32, the output cast back.
+fn scores_in_dtype(case: &Case) -> Vec<f64> {
+    let (q, k, v) = qkv(case);
+    let scale = case.config.effective_scale();
+    let scores = q.matmul(&k.transpose(1, 2)).to_kind(Kind::Float) * scale;
+    softmax_pv_in_f32(case, scores, &v)
 }
 
 /// `(q * scale) @ k.T` in the dtype (PyTorch's SDPA math path), the softmax in f32.
@@ -86,13 +91,7 @@ fn scaled_query_in_dtype(case: &Case) -> Vec<f64> {
     let (q, k, v) = qkv(case);
     let scale = case.config.effective_scale();
     let scores = (q * scale).matmul(&k.transpose(1, 2)).to_kind(Kind::Float);
-    let p = scores
-        .masked_fill(&causal_mask(), f64::NEG_INFINITY)
-        .softmax(-1, Kind::Float);
-    rows(
-        p.matmul(&v.to_kind(Kind::Float))
-            .to_kind(kind(case.config.dtype)),
-    )
+    softmax_pv_in_f32(case, scores, &v)
 }
 
 /// Scores, softmax and P.V in f32, the output cast back.
@@ -100,10 +99,7 @@ fn all_in_f32(case: &Case) -> Vec<f64> {
     let (q, k, v) = qkv(case);
     let f = |t: &Tensor| t.to_kind(Kind::Float);
     let scores = f(&q).matmul(&f(&k).transpose(1, 2)) * case.config.effective_scale();
-    let p = scores
-        .masked_fill(&causal_mask(), f64::NEG_INFINITY)
-        .softmax(-1, Kind::Float);
-    rows(p.matmul(&f(&v)).to_kind(kind(case.config.dtype)))
+    softmax_pv_in_f32(case, scores, &v)
 }
 
 /// f32 scores; the unnormalised weights cast to the dtype for P.V, their sum from f32.
