@@ -34,17 +34,18 @@ fn kind(dtype: DType) -> Kind {
 fn qkv(case: &Case) -> (Tensor, Tensor, Tensor) {
     let k_ = kind(case.config.dtype);
     let (k, v) = case.contiguous_kv(0);
+    let n = case.num_real_tokens();
     let t = |x: &[f32]| {
         Tensor::from_slice(x)
-            .view([TOKENS as i64, HEADS as i64, D as i64])
+            .view([n as i64, HEADS as i64, D as i64])
             .transpose(0, 1)
             .to_kind(k_)
     };
-    (t(&case.tensors.query[..TOKENS * HEADS * D]), t(&k), t(&v))
+    (t(&case.tensors.query[..n * HEADS * D]), t(&k), t(&v))
 }
 
-fn causal_mask() -> Tensor {
-    let n = TOKENS as i64;
+fn causal_mask(case: &Case) -> Tensor {
+    let n = case.num_real_tokens() as i64;
     Tensor::ones([n, n], (Kind::Bool, tch::Device::Cpu)).triu(1)
 }
 
@@ -63,14 +64,14 @@ fn eager_in_dtype(case: &Case) -> Vec<f64> {
     let (q, k, v) = qkv(case);
     let scale = case.config.effective_scale();
     let scores =
-        (q.matmul(&k.transpose(1, 2)) * scale).masked_fill(&causal_mask(), f64::NEG_INFINITY);
+        (q.matmul(&k.transpose(1, 2)) * scale).masked_fill(&causal_mask(case), f64::NEG_INFINITY);
     rows(scores.softmax(-1, kind(case.config.dtype)).matmul(&v))
 }
 
 /// The causal softmax of f32 `scores` and P.V in f32, the output cast to `case`'s dtype.
 fn softmax_pv_in_f32(case: &Case, scores: Tensor, v: &Tensor) -> Vec<f64> {
     let p = scores
-        .masked_fill(&causal_mask(), f64::NEG_INFINITY)
+        .masked_fill(&causal_mask(case), f64::NEG_INFINITY)
         .softmax(-1, Kind::Float);
     rows(
         p.matmul(&v.to_kind(Kind::Float))
@@ -107,7 +108,7 @@ fn probs_in_dtype(case: &Case) -> Vec<f64> {
     let (q, k, v) = qkv(case);
     let f = |t: &Tensor| t.to_kind(Kind::Float);
     let scores = f(&q).matmul(&f(&k).transpose(1, 2)) * case.config.effective_scale();
-    let scores = scores.masked_fill(&causal_mask(), f64::NEG_INFINITY);
+    let scores = scores.masked_fill(&causal_mask(case), f64::NEG_INFINITY);
     let w = (&scores - scores.amax([-1].as_slice(), true)).exp();
     let denom = w.sum_dim_intlist([-1].as_slice(), true, Kind::Float);
     let p = w.to_kind(kind(case.config.dtype)).to_kind(Kind::Float);
@@ -120,8 +121,8 @@ fn online_state_in_dtype(case: &Case) -> Vec<f64> {
     let f = |t: &Tensor| t.to_kind(Kind::Float);
     let dtype = kind(case.config.dtype);
     let scores = f(&q).matmul(&f(&k).transpose(1, 2)) * case.config.effective_scale();
-    let scores = scores.masked_fill(&causal_mask(), f64::NEG_INFINITY);
-    let (h, n) = (HEADS as i64, TOKENS as i64);
+    let scores = scores.masked_fill(&causal_mask(case), f64::NEG_INFINITY);
+    let (h, n) = (HEADS as i64, case.num_real_tokens() as i64);
     let mut m = Tensor::full(
         [h, n, 1],
         f64::NEG_INFINITY,
@@ -146,7 +147,7 @@ fn online_state_in_dtype(case: &Case) -> Vec<f64> {
     rows((f(&acc) / f(&sum)).to_kind(dtype))
 }
 
-fn distance(a: &[f64], b: &[f64]) -> f64 {
+fn distance_of(a: &[f64], b: &[f64]) -> f64 {
     assert_eq!(a.len(), b.len());
     a.iter()
         .zip(b)
@@ -171,7 +172,7 @@ fn each_rung_is_what_torch_computes_that_way_in_the_same_dtype() {
         for (rung, torch) in cases {
             let torch = torch(&case);
             let emulated = emulate(&case, rung);
-            let (to_rung, to_exact) = (distance(&torch, &emulated), distance(&torch, &exact));
+            let (to_rung, to_exact) = (distance_of(&torch, &emulated), distance_of(&torch, &exact));
             println!(
                 "{dtype} {rung:?}: torch is {to_rung:.2e} from the rung, {to_exact:.2e} from exact"
             );
@@ -188,4 +189,32 @@ fn each_rung_is_what_torch_computes_that_way_in_the_same_dtype() {
             );
         }
     }
+}
+
+/// ALiBi's positions built in bf16 (`arange` in the model's dtype), everything else in f32:
+/// past 256 tokens neighbours share a position.
+#[test]
+fn the_positions_rung_is_torch_building_alibi_positions_in_the_dtype() {
+    let dtype = DType::Bf16;
+    let slopes = [0.5f32, 0.25, 0.125, 0.0625];
+    let mut c = AttentionConfig::new(HEADS, HEADS, D, 16, dtype);
+    c.alibi_slopes = Some(slopes.to_vec());
+    let n = 320;
+    let case = build_case(&[n], &[n], c, 5, &BuildOptions::default());
+    let (q, k, v) = qkv(&case);
+    let f = |t: &Tensor| t.to_kind(Kind::Float);
+    let positions =
+        Tensor::arange(n as i64, (Kind::BFloat16, tch::Device::Cpu)).to_kind(Kind::Float);
+    let distance = positions.unsqueeze(0) - positions.unsqueeze(1); // [query, key]: k - p
+    let bias = Tensor::from_slice(&slopes).view([HEADS as i64, 1, 1]) * distance.unsqueeze(0);
+    let scores = f(&q).matmul(&f(&k).transpose(1, 2)) * case.config.effective_scale() + bias;
+    let torch = softmax_pv_in_f32(&case, scores, &v);
+    let (to_rung, to_exact) = (
+        distance_of(&torch, &emulate(&case, Rung::PositionsInDtype)),
+        distance_of(&torch, &reference_output(&case)),
+    );
+    println!(
+        "bf16 PositionsInDtype: torch is {to_rung:.2e} from the rung, {to_exact:.2e} from exact"
+    );
+    assert!(to_rung * 4.0 <= to_exact, "{to_rung:.2e} vs {to_exact:.2e}");
 }
