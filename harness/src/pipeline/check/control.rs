@@ -107,11 +107,9 @@ impl RunControl {
             self.streaks[i] = None;
             return;
         }
-        // Numbers aside: "a batch of 3" and "a batch of 5" are the same failure.
-        let shape: String = message
-            .chars()
-            .map(|c| if c.is_ascii_digit() { '#' } else { c })
-            .collect();
+        // The exception raised, numbers aside: "a batch of 3" and "a batch of 5" are the same
+        // failure, and so are two tracebacks of one exception through other frames.
+        let shape = crate::failure::exception::Exception::of(message).key;
         let n = match &self.streaks[i] {
             Some((k, m, n)) if *k == kind && *m == shape => n + 1,
             _ => 1,

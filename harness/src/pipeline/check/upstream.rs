@@ -111,11 +111,17 @@ pub fn record(
                         .comparison
                         .as_ref()
                         .map_or((f64::NAN, f64::NAN), |c| (c.max_abs_err, c.max_rel_err));
-                    // The same failure on another upstream case folds into the first.
+                    // The same failure on another upstream case folds into the first: the same
+                    // kind, and for an error the same exception (numbers, addresses and paths
+                    // aside); values that diverge only with the same message.
+                    let key = |m: &str| match d.comparison {
+                        None => crate::failure::exception::Exception::of(m).key,
+                        Some(_) => m.to_string(),
+                    };
                     if let Some(same) = summary
                         .failures
                         .iter_mut()
-                        .find(|f| f.kind == d.kind && f.message == d.message)
+                        .find(|f| f.kind == d.kind && key(&f.message) == key(&d.message))
                     {
                         same.also.push(uc.label());
                     } else if summary.failures.len() < MAX_REPORTED {
