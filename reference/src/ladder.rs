@@ -129,14 +129,10 @@ impl Points {
     };
 
     fn of(rung: Rung) -> Points {
+        // Rounding to f32 where a kernel keeps f32, and nowhere to the dtype.
         let none = Points {
             exact: false,
-            scaled_query: false,
-            scores: false,
-            every_op: false,
-            positions: false,
-            probs: false,
-            stats: false,
+            ..Points::EXACT
         };
         match rung {
             Rung::F32 => none,
