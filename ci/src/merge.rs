@@ -54,6 +54,13 @@ fn add(into: &mut BackendSummary, part: &BackendSummary) {
     into.backend_seconds += part.backend_seconds;
     into.wall_seconds += part.wall_seconds;
     into.shared_block_cases += part.shared_block_cases;
+    for f in &part.figures {
+        match into.figures.iter_mut().find(|g| g.dtype == f.dtype) {
+            Some(g) => g.merge(f),
+            None => into.figures.push(f.clone()),
+        }
+    }
+    into.figures.sort_by_key(|f| f.dtype.name());
     // Indices into the whole run: the smallest is the first.
     into.first_failing_case = earliest(into.first_failing_case, part.first_failing_case);
     into.first_failing_trace = earliest(into.first_failing_trace, part.first_failing_trace);
@@ -157,6 +164,7 @@ pub fn merge(mut shards: Vec<CheckSummary>) -> Result<CheckSummary, MergeError> 
         check_agree(i, "deep", s.deep, whole.deep)?;
         check_agree(i, "long", s.long, whole.long)?;
         check_agree(i, "traces", s.traces, whole.traces)?;
+        check_agree(i, "judge", s.judge.flag_value(), whole.judge.flag_value())?;
         let theirs: Vec<String> = s.backends.iter().map(|b| b.backend.name.clone()).collect();
         check_agree(i, "backends", theirs.join(","), names.join(","))?;
         check_agree(
@@ -267,6 +275,7 @@ mod tests {
             requested_specs: Vec::new(),
             stopped: None,
             min_run: 1,
+            judge: Default::default(),
         }
     }
 

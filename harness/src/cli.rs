@@ -197,6 +197,13 @@ pub struct CheckArgs {
     /// one case and trace in four by default): to look past a known finding of that kind.
     #[arg(long)]
     pub no_poison: bool,
+    /// How outputs are judged: `tolerance` (attn-diff's per-dtype tolerance, the default) or
+    /// `ladder[:K[:RUNG]]`: an error at most K times (default 2) that of a precision-ladder
+    /// rung (default `every-op`: eager attention in the case's dtype) against the exact
+    /// result. Rungs: f32, positions, probabilities, scores, scaled-query, softmax-state,
+    /// every-op. The upstream suite keeps vLLM's own tolerance either way.
+    #[arg(long, value_name = "POLICY", default_value = "tolerance", value_parser = attn_reference::Judge::parse)]
+    pub judge: attn_reference::Judge,
     /// Bigger batches and longer sequences.
     #[arg(long)]
     pub deep: bool,
@@ -230,6 +237,10 @@ pub struct ReplayArgs {
     /// The case to run: a replay file (JSON: a case, or a trace, which runs every step on one
     /// cache) or a safetensors file written by `export`.
     pub file: PathBuf,
+    /// How outputs are judged (as `check --judge`); a replay line of a run judged otherwise
+    /// than by the default says which.
+    #[arg(long, value_name = "POLICY", default_value = "tolerance", value_parser = attn_reference::Judge::parse)]
+    pub judge: attn_reference::Judge,
     /// Comma-separated backends to run (default: every registered backend).
     #[arg(long, value_delimiter = ',', value_name = "NAME,...")]
     pub backend: Vec<BackendRef>,

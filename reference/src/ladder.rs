@@ -64,6 +64,24 @@ impl Rung {
         }
     }
 
+    /// The rung as a command line names it (`--judge ladder:2:every-op`).
+    pub fn slug(self) -> &'static str {
+        match self {
+            Rung::F32 => "f32",
+            Rung::PositionsInDtype => "positions",
+            Rung::ProbsInDtype => "probabilities",
+            Rung::ScoresInDtype => "scores",
+            Rung::ScaledQueryInDtype => "scaled-query",
+            Rung::SoftmaxStatsInDtype => "softmax-state",
+            Rung::AllInDtype => "every-op",
+        }
+    }
+
+    /// The rung a [`Rung::slug`] names.
+    pub fn from_slug(slug: &str) -> Option<Rung> {
+        Rung::ALL.into_iter().find(|r| r.slug() == slug)
+    }
+
     /// The rung in a few words, in `dtype`.
     pub fn describe(self, dtype: DType) -> String {
         match self {
@@ -223,6 +241,86 @@ pub fn emulate_rows(case: &Case, rung: Option<Rung>, rows: &[(usize, usize)]) ->
         );
     }
     out
+}
+
+/// The (token, query head) rows of `case` that cost at most about `max_work` multiply-adds
+/// per rung: all of them in a small case, else an even sample (the first row and then every
+/// n-th, n coprime with the head count so that every sequence and head is met).
+pub fn sample_rows(case: &Case, max_work: usize) -> Vec<(usize, usize)> {
+    let c = &case.config;
+    let hq = c.num_heads;
+    let starts = case.query_start_loc();
+    let cost = |t: usize| {
+        let s = starts.partition_point(|&x| x <= t) - 1;
+        case.batch.seq_lens[s] * (c.head_size + c.head_size_v())
+    };
+    let all: Vec<(usize, usize)> = (0..case.num_real_tokens())
+        .flat_map(|t| (0..hq).map(move |h| (t, h)))
+        .collect();
+    let total: usize = all.iter().map(|&(t, _)| cost(t)).sum();
+    let gcd = |mut a: usize, mut b: usize| {
+        while b != 0 {
+            (a, b) = (b, a % b);
+        }
+        a
+    };
+    let mut stride = total.div_ceil(max_work.max(1)).max(1);
+    while stride > 1 && gcd(stride, hq) > 1 {
+        stride += 1;
+    }
+    all.into_iter().step_by(stride).collect()
+}
+
+/// Eager attention in the case's own dtype ([`Rung::AllInDtype`]) on a sample of its rows:
+/// the error a same-dtype computation makes, which a kernel's error is measured against
+/// (PyTorch's flex_attention tests hold a kernel to 1.1 times it, FlashAttention's to twice).
+#[derive(Clone, Debug, PartialEq)]
+pub struct EagerSample {
+    /// The (token, query head) rows sampled.
+    pub rows: Vec<(usize, usize)>,
+    /// Eager attention's largest error on them against the exact result.
+    pub error: f64,
+}
+
+impl EagerSample {
+    /// Eager attention on at most about `max_work` multiply-adds of `case`'s rows;
+    /// `expected` is the oracle's output. None for an f32 case: the rungs accumulate dot
+    /// products exactly, which eager f32 attention does not, so its error would be too small.
+    pub fn of(case: &Case, expected: &[f64], max_work: usize) -> Option<EagerSample> {
+        if case.config.dtype == DType::F32 {
+            return None;
+        }
+        let rows = sample_rows(case, max_work);
+        let eager = emulate_rows(case, Some(Rung::AllInDtype), &rows);
+        let (hq, dv) = (case.config.num_heads, case.config.head_size_v());
+        let mut error = 0.0f64;
+        for (i, &(t, h)) in rows.iter().enumerate() {
+            let exact = &expected[(t * hq + h) * dv..][..dv];
+            for (e, x) in eager[i * dv..][..dv].iter().zip(exact) {
+                error = error.max((e - x).abs());
+            }
+        }
+        Some(EagerSample { rows, error })
+    }
+
+    /// A backend's largest error on the sampled rows of its `output` (`[num_tokens, heads,
+    /// head_size_v]`), against `expected`, divided by eager attention's; None when eager
+    /// attention is exact there or a row is not finite.
+    pub fn ratio(&self, case: &Case, output: &[f32], expected: &[f64]) -> Option<f64> {
+        let (hq, dv) = (case.config.num_heads, case.config.head_size_v());
+        let mut error = 0.0f64;
+        for &(t, h) in &self.rows {
+            let at = (t * hq + h) * dv;
+            let (row, exact) = (output.get(at..at + dv)?, expected.get(at..at + dv)?);
+            for (&a, &x) in row.iter().zip(exact) {
+                if !a.is_finite() {
+                    return None;
+                }
+                error = error.max((a as f64 - x).abs());
+            }
+        }
+        (self.error > 0.0).then(|| error / self.error)
+    }
 }
 
 /// A sequence's read-back K and V ([`kv_as_read`]).

@@ -31,6 +31,9 @@ pub struct Recorded {
     /// The tolerance the comparison applied (of the diverging step, for a trace).
     pub atol: f64,
     pub rtol: f64,
+    /// The verdict policy that chose it, when not the default (`--judge ladder`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub judge: Option<crate::Judge>,
     /// What was seen: a divergence kind (`mismatch`, `panic`, …).
     pub outcome: String,
 }

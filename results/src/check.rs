@@ -81,6 +81,10 @@ pub struct CheckSummary {
     /// `--min-run`: cases and traces that must reach every backend.
     #[serde(default = "one")]
     pub min_run: usize,
+    /// The verdict policy of the property cases and traces (`--judge`); the upstream suite
+    /// keeps vLLM's tolerance.
+    #[serde(default)]
+    pub judge: attn_reference::Judge,
 }
 
 fn one() -> usize {
@@ -386,6 +390,10 @@ pub struct BackendSummary {
     pub worst_abs_err: f64,
     #[serde(deserialize_with = "nullable_f64")]
     pub worst_rel_err: f64,
+    /// Error figures per dtype (NMSE, ulps, the multiple of eager attention's error) over
+    /// the property and upstream cases it produced finite output for.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub figures: Vec<crate::ErrorFigures>,
     /// Time in the backend's forward calls.
     pub backend_seconds: f64,
     /// Wall time spent on this backend's cases (write + forward + compare).
@@ -592,6 +600,10 @@ pub struct FailureRecord {
     /// The tolerance the comparison applied (absent when there was no output to compare).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tolerance: Option<attn_reference::Tolerance>,
+    /// The verdict policy that chose that tolerance, when it was not the default
+    /// (`--judge ladder`); the upstream suite always keeps vLLM's tolerance.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub judge: Option<attn_reference::Judge>,
     /// Other cases that failed the very same way (kind and message), folded into this one.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub also: Vec<String>,

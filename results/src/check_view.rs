@@ -270,6 +270,26 @@ pub fn trust_lines(s: &CheckSummary) -> Vec<String> {
     out
 }
 
+/// Which policy judged, then each backend's error figures per dtype
+/// ([`crate::figures`]): the numbers beside the verdict.
+pub fn figure_lines(s: &CheckSummary) -> Vec<String> {
+    let mut out = vec![format!(
+        "judged by {}{}",
+        s.judge,
+        if s.upstream.is_empty() {
+            ""
+        } else {
+            "; the upstream suite by vLLM's tolerance"
+        }
+    )];
+    for b in &s.backends {
+        for f in &b.figures {
+            out.push(format!("{}: {}", b.backend.name, f.describe()));
+        }
+    }
+    out
+}
+
 /// The backends' names, in the summary's order (the coverage tables' columns).
 pub fn backend_names(s: &CheckSummary) -> Vec<String> {
     s.backends.iter().map(|b| b.backend.name.clone()).collect()

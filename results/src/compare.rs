@@ -33,6 +33,9 @@ pub struct Comparison {
     /// Whether each element failed, `[real_tokens * heads * head_size]`.
     #[serde(skip)]
     pub failed: Vec<bool>,
+    /// NMSE, ulps and the multiple of eager attention's error, when the judge measured them.
+    #[serde(skip)]
+    pub figures: Option<crate::CaseFigures>,
 }
 
 /// A backend's answer that the comparison (or the run) failed: how, in one line, and what
@@ -75,6 +78,7 @@ pub fn compare(
         tolerance: tol,
         err_map: vec![0.0; real_tokens * heads],
         failed: vec![false; expected.len()],
+        figures: None,
     };
     let mut worst_excess = f64::NEG_INFINITY;
     for (i, (&a, &e)) in actual.iter().zip(expected).enumerate() {

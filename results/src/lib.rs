@@ -14,6 +14,7 @@ pub mod check;
 pub mod check_view;
 pub mod compare;
 pub mod coverage;
+pub mod figures;
 pub mod list;
 pub mod markdown;
 pub mod mutants;
@@ -30,6 +31,7 @@ pub use check::{
     UnsupportedGroup, UpstreamRow, UpstreamStatus,
 };
 pub use coverage::CoverageReport;
+pub use figures::{CaseFigures, ErrorFigures};
 pub use list::{AdapterEntry, BackendEntry, Declined, ListDocument, SpecEntry};
 pub use mutants::{MutantRow, MutantsSummary};
 pub use outcome::{CaseSize, DivergenceKind, Mismatch, ShrinkInfo, ShrinkLimits};
@@ -136,6 +138,7 @@ mod tests {
             requested_specs: vec![],
             stopped: None,
             min_run: 1,
+            judge: attn_reference::Judge::Tolerance,
         };
         let back: CheckSummary = from_json(&to_json(&s)).unwrap();
         assert_eq!(back.backends[0].backend, BackendId::builtin("cpu"));

@@ -119,6 +119,7 @@ pub fn check_body(s: &CheckSummary, note_of: &dyn Fn(&FailureRecord) -> String) 
     lines.extend(check_view::traces_line(s));
     lines.extend(check_view::aim_lines(s));
     lines.extend(check_view::trust_lines(s));
+    lines.extend(check_view::figure_lines(s));
     if !lines.is_empty() {
         out.push('\n');
         out.push_str(&bullets(&lines));
@@ -225,6 +226,7 @@ mod tests {
             heatmap: None,
             hint_unshrunk: None,
             tolerance: None,
+            judge: None,
             also: Vec::new(),
             external: None,
             class: None,

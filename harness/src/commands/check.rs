@@ -147,6 +147,7 @@ pub fn run(mut args: CheckArgs, global: GlobalArgs) -> anyhow::Result<bool> {
         write_as_found: true,
         jobs,
         on_event: Some(on_event),
+        judge: args.judge,
     });
     progress.finish();
     if let Some(e) = &stopped_while_starting {

@@ -33,6 +33,13 @@ fn backends_for(
         for line in environment_differences(&r.environment, |k| std::env::var(k).ok()) {
             eprintln!("warning: {line}");
         }
+        if let Some(j) = r.judge.filter(|j| *j != args.judge) {
+            eprintln!(
+                "warning: the failing run was judged by {j}; this replay by {}: add --judge {} to judge as it did",
+                args.judge,
+                j.flag_value()
+            );
+        }
     }
     match recorded {
         Some(r) if args.backend.is_empty() => {
@@ -86,7 +93,7 @@ fn run_trace(args: ReplayArgs) -> anyhow::Result<bool> {
     let name = args.file.display().to_string();
     let trace = Trace::load(&args.file).map_err(|e| super::setup::usage(format!("{name}: {e}")))?;
     let backends = backends_for(&args, trace.recorded.as_ref())?;
-    let judged = JudgedTrace::new(trace);
+    let judged = JudgedTrace::judged_by(trace, &args.judge);
     let mut ok = true;
     // A replay no backend ran tested nothing: not a pass.
     let mut declined = 0;
@@ -117,6 +124,8 @@ fn run_trace(args: ReplayArgs) -> anyhow::Result<bool> {
                     &divergence,
                     crate::failure::report::FailureContext {
                         replay: Some(name.clone()),
+                        judge: (args.judge != attn_reference::Judge::Tolerance)
+                            .then_some(args.judge),
                         ..crate::failure::report::FailureContext::of_backend(
                             b.as_ref(),
                             &[],
@@ -145,7 +154,12 @@ pub fn run(args: ReplayArgs) -> anyhow::Result<bool> {
     let mut ok = true;
     // A replay no backend ran tested nothing: not a pass.
     let mut declined = 0;
-    for r in replay_case(&case, &args.file.display().to_string(), &backends) {
+    for r in replay_case(
+        &case,
+        &args.file.display().to_string(),
+        &backends,
+        args.judge,
+    ) {
         match (&r.outcome, &r.report) {
             (Outcome::Pass(c), _) => println!(
                 "{}: pass (max abs {:.2e}, max rel {:.2e}; tolerance atol {:.2e}, rtol {:.1e})",

@@ -5,7 +5,7 @@
 //! so with the numbers: how far it is from the rung, from the exact result, and how much
 //! closer an f32 computation lands. A 16-bit mismatch no rung explains is a logic bug.
 
-use attn_reference::ladder::{emulate_rows, Rung};
+use attn_reference::ladder::{emulate_rows, sample_rows, Rung};
 use attn_reference::{Case, DType};
 
 /// What explains a precision failure.
@@ -60,7 +60,7 @@ impl Arithmetic {
             return None;
         }
         let dv = case.config.head_size_v();
-        let rows = sample_rows(case);
+        let rows = sample_rows(case, MAX_WORK);
         let hq = case.config.num_heads;
         let mut actual = Vec::with_capacity(rows.len() * dv);
         for &(t, h) in &rows {
@@ -157,36 +157,6 @@ impl Arithmetic {
             self.rung.advice()
         )
     }
-}
-
-/// The (token, query head) rows the ladder judges: all of them in a small case, else an
-/// even sample of at most [`MAX_WORK`] multiply-adds per rung (the first row and then every
-/// n-th, so every sequence and head is met).
-fn sample_rows(case: &Case) -> Vec<(usize, usize)> {
-    let c = &case.config;
-    let hq = c.num_heads;
-    let starts = case.query_start_loc();
-    let cost = |t: usize| {
-        let s = starts.partition_point(|&x| x <= t) - 1;
-        case.batch.seq_lens[s] * (c.head_size + c.head_size_v())
-    };
-    let all: Vec<(usize, usize)> = (0..case.num_real_tokens())
-        .flat_map(|t| (0..hq).map(move |h| (t, h)))
-        .collect();
-    let total: usize = all.iter().map(|&(t, _)| cost(t)).sum();
-    let stride = total.div_ceil(MAX_WORK).max(1);
-    // A stride with no factor in common with the head count, so a sample meets every head.
-    let gcd = |mut a: usize, mut b: usize| {
-        while b != 0 {
-            (a, b) = (b, a % b);
-        }
-        a
-    };
-    let mut stride = stride;
-    while stride > 1 && gcd(stride, hq) > 1 {
-        stride += 1;
-    }
-    all.into_iter().step_by(stride).collect()
 }
 
 fn distance(a: &[f64], b: &[f64]) -> f64 {

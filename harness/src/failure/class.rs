@@ -261,6 +261,7 @@ mod tests {
                 tolerance: Tolerance::rel_abs(1e-2, 1e-3),
                 err_map: Vec::new(),
                 failed: Vec::new(),
+                figures: None,
             }),
             output: None,
         }

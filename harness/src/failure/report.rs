@@ -25,6 +25,8 @@ pub struct FailureContext {
     /// The environment variables the backend declared, for the replay line.
     pub environment: BTreeMap<String, String>,
     pub caveat: Option<String>,
+    /// The verdict policy, when not the default (`--judge ladder`).
+    pub judge: Option<attn_reference::Judge>,
 }
 
 impl FailureContext {
@@ -57,6 +59,9 @@ pub fn replay_command(r: &FailureRecord) -> Option<String> {
     ));
     if let Some(flag) = &r.external {
         cmd.push_str(&format!(" --external {}", quote(flag)));
+    }
+    if let Some(j) = &r.judge {
+        cmd.push_str(&format!(" --judge {}", j.flag_value()));
     }
     Some(cmd)
 }
@@ -94,6 +99,10 @@ pub fn failure_record(
         },
         heatmap: files.heatmap.filter(|_| comparison.is_some()),
         tolerance: comparison.map(|c| c.tolerance),
+        // vLLM's suite is judged by vLLM's tolerance whatever the run's policy.
+        judge: files
+            .judge
+            .filter(|_| !matches!(origin, Origin::Upstream { .. })),
         hint_unshrunk: None,
         also: Vec::new(),
         external: files.external,
@@ -146,6 +155,15 @@ fn write_what(s: &mut String, r: &FailureRecord) {
     }
 }
 
+/// The verdict policy that chose a report's tolerance, in words.
+fn policy(r: &FailureRecord) -> String {
+    match (&r.origin, &r.judge) {
+        (Origin::Upstream { .. }, _) => "vLLM's tolerance, as its backend test".to_string(),
+        (_, Some(j)) => j.describe(),
+        (_, None) => attn_reference::Judge::Tolerance.describe(),
+    }
+}
+
 fn render(r: &FailureRecord, case: &Case, expected: &[f64], d: &Divergence) -> String {
     format!("{}\n{}", headline(r), body(r, case, expected, d))
 }
@@ -171,8 +189,10 @@ pub(crate) fn body(r: &FailureRecord, case: &Case, expected: &[f64], d: &Diverge
     if let Some(t) = &r.tolerance {
         let _ = writeln!(
             s,
-            "tol:     |actual - expected| <= atol {:.3e} or <= rtol {:.1e} × |value|",
-            t.atol, t.rtol
+            "tol:     |actual - expected| <= atol {:.3e} or <= rtol {:.1e} × |value| (by {})",
+            t.atol,
+            t.rtol,
+            policy(r)
         );
     }
 

@@ -3,8 +3,7 @@
 use crate::failure::report::{failure_record, FailureContext};
 use crate::pipeline::runner::{evaluate, Outcome};
 use attn_backends::Backend;
-use attn_reference::{reference_output, Case};
-use attn_results::compare::Tolerance;
+use attn_reference::{reference_output, Case, Judge};
 use std::sync::Arc;
 
 pub struct ReplayResult {
@@ -13,10 +12,15 @@ pub struct ReplayResult {
     pub report: Option<attn_results::FailureRecord>,
 }
 
-/// Run `case` on each backend; a divergence comes with its report.
-pub fn replay_case(case: &Case, origin: &str, backends: &[Arc<dyn Backend>]) -> Vec<ReplayResult> {
+/// Run `case` on each backend, judged by `judge`; a divergence comes with its report.
+pub fn replay_case(
+    case: &Case,
+    origin: &str,
+    backends: &[Arc<dyn Backend>],
+    judge: Judge,
+) -> Vec<ReplayResult> {
     let expected = reference_output(case);
-    let tol = Tolerance::for_case(case);
+    let tol = judge.tolerance(case, &expected);
     backends
         .iter()
         .map(|b| {
@@ -33,6 +37,7 @@ pub fn replay_case(case: &Case, origin: &str, backends: &[Arc<dyn Backend>]) -> 
                     d,
                     FailureContext {
                         replay: Some(origin.to_string()),
+                        judge: (judge != Judge::Tolerance).then_some(judge),
                         ..FailureContext::of_backend(b.as_ref(), &[], &case.config)
                     },
                     None,

@@ -3,8 +3,8 @@
 
 use crate::render::table;
 use attn_results::check_view::{
-    aim_lines, backend_names, backend_rows, traces_line, trust_lines, unsupported_lines,
-    upstream_line, upstream_rows, BACKEND_HEADER, UPSTREAM_HEADER,
+    aim_lines, backend_names, backend_rows, figure_lines, traces_line, trust_lines,
+    unsupported_lines, upstream_line, upstream_rows, BACKEND_HEADER, UPSTREAM_HEADER,
 };
 use attn_results::CheckSummary;
 use std::fmt::Write;
@@ -136,6 +136,9 @@ pub fn render_text(s: &CheckSummary, detail: Detail) -> String {
         let _ = writeln!(out, "{l}");
     }
     for l in trust_lines(s) {
+        let _ = writeln!(out, "{l}");
+    }
+    for l in figure_lines(s) {
         let _ = writeln!(out, "{l}");
     }
     out.push_str(&coverage_text(s, detail));

@@ -28,6 +28,38 @@ pub fn escape(s: &str) -> String {
     out
 }
 
+/// A suite's `<properties>`: the policy that judged, and backend `b`'s error figures per
+/// dtype (NMSE, the largest error in ulps, the geometric mean and largest multiple of eager
+/// attention's error in that dtype).
+fn properties(s: &CheckSummary, b: &BackendSummary) -> String {
+    let mut props = vec![("judge".to_string(), s.judge.flag_value())];
+    for f in &b.figures {
+        let d = f.dtype.name();
+        if let Some(n) = f.nmse() {
+            props.push((format!("{d}.nmse"), format!("{n:.3e}")));
+        }
+        props.push((format!("{d}.max_ulps"), format!("{:.2}", f.max_ulps)));
+        if let Some(m) = f.eager_ratio_mean() {
+            props.push((format!("{d}.error_vs_eager_mean"), format!("{m:.3}")));
+            props.push((
+                format!("{d}.error_vs_eager_max"),
+                format!("{:.3}", f.eager_ratio_max),
+            ));
+        }
+    }
+    let mut out = String::from("    <properties>\n");
+    for (name, value) in props {
+        let _ = writeln!(
+            out,
+            "      <property name=\"{}\" value=\"{}\"/>",
+            escape(&name),
+            escape(&value)
+        );
+    }
+    out.push_str("    </properties>\n");
+    out
+}
+
 /// The test cases of `part` on backend `b`: one failing test per failure class, or one test
 /// for the part; with how many there are, failed and were skipped.
 fn test_cases(b: &BackendSummary, part: RunPart) -> (String, usize, usize, usize) {
@@ -123,9 +155,10 @@ pub fn render(s: &CheckSummary, shortfalls: &[Shortfall]) -> String {
         }
         let _ = write!(
             suites,
-            "  <testsuite name=\"{}\" tests=\"{n}\" failures=\"{f}\" errors=\"0\" skipped=\"{k}\" time=\"{:.3}\">\n{cases}  </testsuite>\n",
+            "  <testsuite name=\"{}\" tests=\"{n}\" failures=\"{f}\" errors=\"0\" skipped=\"{k}\" time=\"{:.3}\">\n{}{cases}  </testsuite>\n",
             escape(&b.backend.name),
-            b.wall_seconds
+            b.wall_seconds,
+            properties(s, b)
         );
         tests += n;
         failures += f;

@@ -8,6 +8,7 @@ pub mod control;
 pub mod drive;
 pub mod property;
 pub mod run;
+pub mod shifted;
 pub mod slow_shrink;
 pub mod subject;
 pub mod trace;
@@ -17,7 +18,7 @@ use crate::artifacts::Artifact;
 use crate::pipeline::shrink::ShrinkBudget;
 use crate::pipeline::upstream::UpstreamCase;
 use attn_backends::{declared_space, Backend};
-use attn_reference::Space;
+use attn_reference::{Judge, Space};
 use proptest::test_runner::Config;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -72,6 +73,8 @@ pub struct CheckOptions {
     pub jobs: usize,
     /// Told what the run is doing (for a progress bar).
     pub on_event: Option<OnEvent>,
+    /// The verdict policy (`--judge`): attn-diff's tolerance, or the precision ladder.
+    pub judge: Judge,
 }
 
 /// Backends that draw from one space: they run the very same cases and traces, each drawn
@@ -160,6 +163,7 @@ impl CheckOptions {
             write_as_found: false,
             jobs: 1,
             on_event: None,
+            judge: Judge::Tolerance,
         }
     }
 

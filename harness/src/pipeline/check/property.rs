@@ -7,6 +7,7 @@ use crate::failure::class::{Signature, Symptom};
 use crate::pipeline::check::classes::{count_in, Member as ClassMember, Placed};
 use crate::pipeline::check::control::RunControl;
 use crate::pipeline::check::drive::{per_cohort, Item, Member, PerCohort, Ran, Subjects};
+use crate::pipeline::check::shifted::{Judged, Pair, Which};
 use crate::pipeline::check::slow_shrink::{bounded, TimeoutShrink};
 use crate::pipeline::check::subject::{
     case_tree, class_budget, record_outcome, report, sanitize, Diverged, RunState,
@@ -16,12 +17,11 @@ use crate::pipeline::draw::budget::fit_space;
 use crate::pipeline::draw::budget_of;
 use crate::pipeline::draw::tier::StrategyLimits;
 use crate::pipeline::recipe::CaseRecipe;
-use crate::pipeline::runner::{evaluate, Divergence, Outcome};
+use crate::pipeline::runner::{Divergence, Outcome};
 use crate::pipeline::shrink::case::shrink_fully;
 use crate::pipeline::shrink::ShrinkBudget;
 use attn_backends::Backend;
-use attn_reference::{reference_output, Case};
-use attn_results::compare::Tolerance;
+use attn_reference::Judge;
 use attn_results::{FailureRecord, Origin, RunPart};
 use proptest::strategy::ValueTree;
 use std::sync::Arc;
@@ -42,13 +42,14 @@ pub struct PropertyCases<'a> {
     pub poison: bool,
     pub cohorts: &'a [Cohort],
     pub backends: &'a [Arc<dyn Backend>],
+    /// The verdict policy (`--judge`).
+    pub judge: Judge,
 }
 
-/// A property case drawn and judged by the oracle.
+/// A property case drawn and judged by the oracle (with its unshifted twin when it shifts
+/// its logits: [`crate::pipeline::check::shifted`]).
 pub struct JudgedCase {
-    pub case: Case,
-    pub expected: Vec<f64>,
-    pub tol: Tolerance,
+    pub pair: Pair,
     shared: bool,
     buckets: Vec<(&'static str, &'static str)>,
 }
@@ -58,7 +59,7 @@ pub type JudgedIndex = PerCohort<JudgedCase>;
 
 impl Subjects for PropertyCases<'_> {
     type Prepared = JudgedIndex;
-    type Verdict = (Outcome, Duration);
+    type Verdict = (Outcome, Duration, Which);
 
     fn prepare(&self, item: &Item) -> JudgedIndex {
         per_cohort(&item.members, self.cohorts.len(), |c| {
@@ -69,33 +70,27 @@ impl Subjects for PropertyCases<'_> {
             )
         })
         .map(|r| {
-            let case = r.build();
-            let expected = reference_output(&case);
-            let buckets = crate::pipeline::coverage::buckets(&case);
+            let pair = Pair::measured(&r, &self.judge);
+            let case = &pair.drawn.case;
             JudgedCase {
-                shared: crate::pipeline::recipe::shares_blocks(&case),
-                buckets,
-                tol: Tolerance::for_case(&case),
-                expected,
-                case,
+                shared: crate::pipeline::recipe::shares_blocks(case),
+                buckets: crate::pipeline::coverage::buckets(case),
+                pair,
             }
         })
     }
 
     fn held_bytes(&self, p: &JudgedIndex) -> usize {
+        let held = |j: &Judged| j.case.held_bytes() + 8 * j.expected.len();
         p.distinct()
-            .map(|c| c.case.held_bytes() + 8 * c.expected.len())
+            .map(|c| held(&c.pair.drawn) + c.pair.twin.as_ref().map_or(0, held))
             .sum()
     }
 
-    fn evaluate(&self, p: &JudgedIndex, m: Member) -> (Outcome, Duration) {
-        let c = p.of(m.cohort);
-        evaluate(
-            self.backends[m.backend].as_ref(),
-            &c.case,
-            &c.expected,
-            c.tol,
-        )
+    fn evaluate(&self, p: &JudgedIndex, m: Member) -> (Outcome, Duration, Which) {
+        p.of(m.cohort)
+            .pair
+            .evaluate(self.backends[m.backend].as_ref())
     }
 }
 
@@ -106,16 +101,18 @@ pub fn record(
     cases: &PropertyCases<'_>,
     run: &mut RunState<'_>,
     item: &Item,
-    ran: Ran<JudgedIndex, (Outcome, Duration)>,
+    ran: Ran<JudgedIndex, (Outcome, Duration, Which)>,
     control: &mut RunControl,
 ) {
     run.oracle_time += ran.oracle;
     let Some(judged) = &ran.prepared else { return };
     for (m, verdict) in item.members.iter().zip(ran.verdicts) {
-        let Some(((outcome, time), wall)) = verdict else {
+        let Some(((outcome, time, which), wall)) = verdict else {
             continue;
         };
         let (member, c) = (m.backend, judged.of(m.cohort));
+        // The case that diverged: the drawn one, or its unshifted twin.
+        let j = c.pair.get(which);
         let backend = &opts.backends[member];
         let summary = &mut run.summaries[member];
         record_outcome(summary, RunPart::Property, &outcome, time);
@@ -130,7 +127,7 @@ pub fn record(
         };
         summary.first_failing_case.get_or_insert(item.index);
         let index = item.index;
-        let found = Signature::of(&c.case, d);
+        let found = Signature::of(&j.case, d);
         if let Placed::Existing(i) = run.classes[member].place(&found) {
             count_in(&mut summary.failures[i], &found, ClassMember::Case(index));
             continue;
@@ -145,10 +142,10 @@ pub fn record(
             let diverged = Diverged {
                 backend: backend.name(),
                 origin: &origin,
-                case: &c.case,
-                expected: &c.expected,
+                case: &j.case,
+                expected: &j.expected,
                 divergence: d,
-                tolerance: c.tol,
+                tolerance: j.tol,
             };
             let unshrunk = report(
                 opts,
@@ -167,8 +164,7 @@ pub fn record(
             index,
             limits: cases.limits,
             space: &cases.cohorts[m.cohort].space,
-            case: &c.case,
-            expected: &c.expected,
+            found: j,
             divergence: d,
         };
         let book = &mut run.classes[member];
@@ -201,8 +197,8 @@ struct FailingCase<'a> {
     index: usize,
     limits: StrategyLimits,
     space: &'a attn_reference::Space,
-    case: &'a Case,
-    expected: &'a [f64],
+    /// The case that diverged (a shifted case's twin, when that is what diverged).
+    found: &'a Judged,
     divergence: &'a Divergence,
 }
 
@@ -219,9 +215,8 @@ fn shrink_and_report(
     // The divergence of the last try that still failed: the smallest case's, so far.
     let mut last_failure: Option<Divergence> = None;
     let fails = |r: &CaseRecipe| {
-        let c = poisoned_if(opts.poison, r.clone()).build();
-        let e = reference_output(&c);
-        match evaluate(backend, &c, &e, Tolerance::for_case(&c)).0 {
+        let pair = Pair::of(&poisoned_if(opts.poison, r.clone()), &opts.judge);
+        match pair.evaluate(backend).0 {
             Outcome::Diverged(d) if Symptom::of(&d) == symptom => {
                 last_failure = Some(d);
                 true
@@ -237,15 +232,21 @@ fn shrink_and_report(
         Some(t) => t.run(shrink),
         None => shrink(),
     };
-    let minimal = poisoned_if(opts.poison, shrunk.recipe.clone()).build();
-    let e = reference_output(&minimal);
-    let out = match (&timeout, last_failure) {
+    let pair = Pair::of(
+        &poisoned_if(opts.poison, shrunk.recipe.clone()),
+        &opts.judge,
+    );
+    let (out, which) = match (&timeout, last_failure) {
         // A timeout's smallest case timed out on its last try: another would cost as much.
-        (Some(_), Some(d)) if shrunk.accepted > 0 => Outcome::Diverged(d),
+        (Some(_), Some(d)) if shrunk.accepted > 0 => (Outcome::Diverged(d), Which::Drawn),
         // Nothing smaller timed out: the smallest case is the one found.
-        (Some(_), _) => Outcome::Diverged(f.divergence.clone()),
-        (None, _) => evaluate(backend, &minimal, &e, Tolerance::for_case(&minimal)).0,
+        (Some(_), _) => (Outcome::Diverged(f.divergence.clone()), Which::Drawn),
+        (None, _) => {
+            let (out, _, which) = pair.evaluate(backend);
+            (out, which)
+        }
     };
+    let minimal = pair.get(which);
     let info = match &timeout {
         Some(t) => t.stated(shrunk.info()),
         None => shrunk.info(),
@@ -257,14 +258,14 @@ fn shrink_and_report(
     let stem = failure_stem(backend.name(), f.seed, f.index);
     match out {
         Outcome::Diverged(d) if Symptom::of(&d) == symptom => {
-            let signature = Signature::shrunk(&minimal, &d);
+            let signature = Signature::shrunk(&minimal.case, &d);
             let diverged = Diverged {
                 backend: backend.name(),
                 origin: &origin,
-                case: &minimal,
-                expected: &e,
+                case: &minimal.case,
+                expected: &minimal.expected,
                 divergence: &d,
-                tolerance: Tolerance::for_case(&minimal),
+                tolerance: minimal.tol,
             };
             let (mut record, artifact) = report(opts, &diverged, &stem, Some(info));
             // A small case can lose the pattern a large one showed ("only decode tokens
@@ -273,7 +274,7 @@ fn shrink_and_report(
                 .divergence
                 .comparison
                 .as_ref()
-                .and_then(|c| crate::failure::hint::hint(f.case, c));
+                .and_then(|c| crate::failure::hint::hint(&f.found.case, c));
             if before.is_some() && before != record.hint {
                 record.hint_unshrunk = before;
             }
@@ -285,10 +286,10 @@ fn shrink_and_report(
             let diverged = Diverged {
                 backend: backend.name(),
                 origin: &origin,
-                case: f.case,
-                expected: f.expected,
+                case: &f.found.case,
+                expected: &f.found.expected,
                 divergence: f.divergence,
-                tolerance: Tolerance::for_case(f.case),
+                tolerance: f.found.tol,
             };
             let (r, a) = report(opts, &diverged, &stem, None);
             (r, a, None)

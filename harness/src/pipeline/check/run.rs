@@ -74,6 +74,7 @@ pub fn run_check(mut opts: CheckOptions) -> CheckRun {
         poison: opts.poison,
         cohorts: &cohorts,
         backends: &opts.backends,
+        judge: opts.judge,
     };
     drive(
         jobs,
@@ -92,6 +93,7 @@ pub fn run_check(mut opts: CheckOptions) -> CheckRun {
         shapes: &opts.trace_shapes,
         cohorts: &cohorts,
         backends: &opts.backends,
+        judge: opts.judge,
     };
     let trace_items = trace::items(opts, &cohorts);
     drive(
@@ -170,6 +172,7 @@ pub fn run_check(mut opts: CheckOptions) -> CheckRun {
             requested_specs: opts.requested_specs.clone(),
             stopped: control.stopped.clone(),
             min_run: opts.min_run,
+            judge: opts.judge,
         },
         artifacts,
     }

@@ -60,8 +60,14 @@ pub fn recorded(
         only: Some(opts.only.clone()).filter(|s| !s.is_full()),
         atol: tol.atol,
         rtol: tol.rtol,
+        judge: non_default(opts.judge),
         outcome: d.kind.to_string(),
     }
+}
+
+/// `judge` when it is not the default policy: what records and replay lines must carry.
+pub fn non_default(judge: attn_reference::Judge) -> Option<attn_reference::Judge> {
+    (judge != attn_reference::Judge::Tolerance).then_some(judge)
 }
 
 /// The run's backend called `name`.
@@ -78,7 +84,7 @@ pub fn context_of(
     backend: &str,
     config: &attn_reference::AttentionConfig,
 ) -> crate::failure::report::FailureContext {
-    match backend_named(opts, backend) {
+    let context = match backend_named(opts, backend) {
         Some(b) => {
             crate::failure::report::FailureContext::of_backend(b, &opts.external_flags, config)
         }
@@ -86,6 +92,10 @@ pub fn context_of(
             external: crate::external::flag_for(backend, &opts.external_flags),
             ..Default::default()
         },
+    };
+    crate::failure::report::FailureContext {
+        judge: non_default(opts.judge),
+        ..context
     }
 }
 
@@ -158,6 +168,14 @@ pub fn record_outcome(
         sent: 1,
         ..Tally::default()
     };
+    let figures = match outcome {
+        Outcome::Pass(c) => c.figures,
+        Outcome::Diverged(d) => d.comparison.as_ref().and_then(|c| c.figures),
+        Outcome::Unsupported(_) => None,
+    };
+    if let Some(f) = &figures {
+        attn_results::figures::add_to(&mut summary.figures, f);
+    }
     match outcome {
         Outcome::Pass(c) => {
             worst(c.max_abs_err, c.max_rel_err);

@@ -19,7 +19,7 @@ use crate::pipeline::shrink::trace::shrink_trace;
 use crate::pipeline::shrink::ShrinkBudget;
 use attn_backends::Backend;
 use attn_reference::trace::generate;
-use attn_reference::{Space, TraceRecipe};
+use attn_reference::{Judge, Space, TraceRecipe};
 use attn_results::{FailureRecord, Origin};
 use std::sync::Arc;
 use std::time::Duration;
@@ -31,6 +31,8 @@ pub struct Traces<'a> {
     pub shapes: &'a crate::pipeline::draw::trace::TraceShapes,
     pub cohorts: &'a [Cohort],
     pub backends: &'a [Arc<dyn Backend>],
+    /// The verdict policy (`--judge`).
+    pub judge: Judge,
 }
 
 /// A trace drawn, its steps judged by the oracle.
@@ -56,7 +58,7 @@ impl Subjects for Traces<'_> {
             )
         })
         .map(|r| {
-            let judged = JudgedTrace::new(generate(&r));
+            let judged = JudgedTrace::judged_by(generate(&r), &self.judge);
             DrawnTrace {
                 buckets: crate::pipeline::coverage::trace_buckets(&judged.trace),
                 judged,
@@ -259,7 +261,7 @@ fn shrink_and_report(
             budget,
             &|r| fit_trace(r, space),
             |r| {
-                let (at, d) = divergence_of(backend, r, &symptom)?;
+                let (at, d) = divergence_of(backend, r, &symptom, &opts.judge)?;
                 last_failure = Some((at, d));
                 Some(at)
             },
@@ -273,7 +275,7 @@ fn shrink_and_report(
         Some(t) => t.stated(shrunk.info()),
         None => shrunk.info(),
     };
-    let minimal = JudgedTrace::new(generate(&shrunk.recipe));
+    let minimal = JudgedTrace::judged_by(generate(&shrunk.recipe), &opts.judge);
     let rerun = match (&timeout, last_failure) {
         // A timeout's smallest trace timed out on its last try: another would cost as much.
         (Some(_), Some((at, d))) if shrunk.accepted > 0 => Some((at, d)),
@@ -347,7 +349,7 @@ fn trace_file(opts: &CheckOptions, backend: &str, found: DivergedTrace<'_>) -> A
         .out_dir
         .join(format!("{}.json", trace_stem(backend, opts.seed, index)));
     let mut file = t.trace.clone();
-    let tol = attn_results::compare::Tolerance::for_case(&t.steps[step]);
+    let tol = t.tolerances[step];
     let origin = trace_origin(opts, index, t, step);
     file.recorded = Some(crate::pipeline::check::subject::recorded(
         opts, backend, &origin, tol, divergence,
@@ -360,7 +362,7 @@ fn trace_file(opts: &CheckOptions, backend: &str, found: DivergedTrace<'_>) -> A
 
 /// The step where `recipe`'s trace diverges on `backend` with `symptom`, if it does.
 pub fn diverges(backend: &dyn Backend, recipe: &TraceRecipe, symptom: &Symptom) -> Option<usize> {
-    divergence_of(backend, recipe, symptom).map(|(step, _)| step)
+    divergence_of(backend, recipe, symptom, &Judge::Tolerance).map(|(step, _)| step)
 }
 
 /// The step where `recipe`'s trace diverges on `backend` with `symptom`, and how.
@@ -368,12 +370,13 @@ fn divergence_of(
     backend: &dyn Backend,
     recipe: &TraceRecipe,
     symptom: &Symptom,
+    judge: &Judge,
 ) -> Option<(usize, Divergence)> {
     let trace = generate(recipe);
     if trace.steps.is_empty() || trace.validate().is_err() {
         return None;
     }
-    match evaluate_trace(backend, &JudgedTrace::new(trace)).0 {
+    match evaluate_trace(backend, &JudgedTrace::judged_by(trace, judge)).0 {
         TraceOutcome::Diverged { step, divergence } if Symptom::of(&divergence) == *symptom => {
             Some((step, *divergence))
         }

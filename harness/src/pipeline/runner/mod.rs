@@ -4,8 +4,10 @@
 pub mod trace;
 
 use attn_backends::{run_case, Backend, BackendError, CaseRun, Unsupported};
+use attn_reference::ladder::EagerSample;
 use attn_reference::Case;
 use attn_results::compare::{compare, Comparison, Tolerance};
+use attn_results::CaseFigures;
 use std::cell::RefCell;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Once;
@@ -78,6 +80,18 @@ pub fn evaluate(
     expected: &[f64],
     tol: Tolerance,
 ) -> (Outcome, Duration) {
+    evaluate_measured(backend, case, expected, tol, None)
+}
+
+/// [`evaluate`], with the output's error also measured against eager attention's on
+/// `eager`'s rows (the figures of [`attn_results::figures`]).
+pub fn evaluate_measured(
+    backend: &dyn Backend,
+    case: &Case,
+    expected: &[f64],
+    tol: Tolerance,
+    eager: Option<&EagerSample>,
+) -> (Outcome, Duration) {
     // A case no output could fail is not run: a pass would say nothing.
     if let Some(v) = tol.vacuous_for(case) {
         return (
@@ -92,7 +106,13 @@ pub fn evaluate(
             Duration::ZERO,
         );
     }
-    judge(catch_panic(|| run_case(backend, case)), case, expected, tol)
+    judge_measured(
+        catch_panic(|| run_case(backend, case)),
+        case,
+        expected,
+        tol,
+        eager,
+    )
 }
 
 /// Judge what a backend did with `case` (a panic's message, its error, or its output).
@@ -101,6 +121,17 @@ pub fn judge(
     case: &Case,
     expected: &[f64],
     tol: Tolerance,
+) -> (Outcome, Duration) {
+    judge_measured(result, case, expected, tol, None)
+}
+
+/// [`judge`], measuring the output's error against eager attention's on `eager`'s rows.
+fn judge_measured(
+    result: Result<Result<CaseRun, BackendError>, String>,
+    case: &Case,
+    expected: &[f64],
+    tol: Tolerance,
+    eager: Option<&EagerSample>,
 ) -> (Outcome, Duration) {
     let diverged = |kind, message: String| {
         Outcome::Diverged(Divergence {
@@ -115,13 +146,14 @@ pub fn judge(
         Ok(Err(BackendError::Unsupported(u))) => (Outcome::Unsupported(u), Duration::ZERO),
         Ok(Err(e)) => (diverged(error_kind(&e), e.to_string()), Duration::ZERO),
         Ok(Ok(run)) => {
-            let c = compare(
+            let mut c = compare(
                 &run.output,
                 expected,
                 case.config.num_heads,
                 case.config.head_size_v(),
                 tol,
             );
+            c.figures = CaseFigures::of(case, &run.output, expected, eager);
             if c.passed() {
                 (Outcome::Pass(c), run.forward_time)
             } else {

@@ -5,7 +5,7 @@ use super::{catch_panic, judge, Divergence, Outcome};
 use crate::pipeline::draw::trace::trace_recipe;
 use attn_backends::{Backend, TraceSession, Unsupported};
 use attn_reference::trace::generate;
-use attn_reference::{reference_output, Case, Trace};
+use attn_reference::{reference_output, Case, Judge, Trace};
 use attn_results::compare::Tolerance;
 use std::time::Duration;
 
@@ -14,17 +14,30 @@ pub struct JudgedTrace {
     pub trace: Trace,
     pub steps: Vec<Case>,
     pub expected: Vec<Vec<f64>>,
+    /// The tolerance each step is judged by.
+    pub tolerances: Vec<Tolerance>,
 }
 
 impl JudgedTrace {
-    /// The steps and oracle of a valid trace.
+    /// The steps and oracle of a valid trace, judged by attn-diff's tolerance.
     pub fn new(trace: Trace) -> JudgedTrace {
+        JudgedTrace::judged_by(trace, &Judge::Tolerance)
+    }
+
+    /// The steps and oracle of a valid trace, each step judged by `judge`.
+    pub fn judged_by(trace: Trace, judge: &Judge) -> JudgedTrace {
         let steps: Vec<Case> = (0..trace.steps.len()).map(|i| trace.step_case(i)).collect();
-        let expected = steps.iter().map(reference_output).collect();
+        let expected: Vec<Vec<f64>> = steps.iter().map(reference_output).collect();
+        let tolerances = steps
+            .iter()
+            .zip(&expected)
+            .map(|(s, e)| judge.tolerance(s, e))
+            .collect();
         JudgedTrace {
             trace,
             steps,
             expected,
+            tolerances,
         }
     }
 
@@ -66,8 +79,7 @@ pub fn evaluate_trace(backend: &dyn Backend, t: &JudgedTrace) -> (TraceOutcome, 
         );
     }
     let failed_start = |result| {
-        let tol = Tolerance::for_case(&t.steps[0]);
-        let (outcome, _) = judge(result, &t.steps[0], &t.expected[0], tol);
+        let (outcome, _) = judge(result, &t.steps[0], &t.expected[0], t.tolerances[0]);
         diverged_or_unsupported(outcome, 0)
     };
     let mut session = match catch_panic(|| TraceSession::start(backend, &t.trace)) {
@@ -78,7 +90,7 @@ pub fn evaluate_trace(backend: &dyn Backend, t: &JudgedTrace) -> (TraceOutcome, 
     let (mut abs, mut rel) = (0.0f64, 0.0f64);
     for (i, (case, expected)) in t.steps.iter().zip(&t.expected).enumerate() {
         let result = catch_panic(|| session.step(case));
-        let (outcome, dt) = judge(result, case, expected, Tolerance::for_case(case));
+        let (outcome, dt) = judge(result, case, expected, t.tolerances[i]);
         time += dt;
         match outcome {
             Outcome::Pass(c) => {
