@@ -72,6 +72,11 @@ const CAUSES: &[(&str, &[&str])] = &[
         "low-precision-accumulation",
         &["precision", "fp32", "softmax"],
     ),
+    // One mutant per rung of the precision ladder that is a fault (rounding P before P.V is
+    // allowed by the tolerance): its hint names its rung.
+    ("scores-in-dtype", &["q.k scores in"]),
+    ("scaled-query-in-dtype", &["query scaled in"]),
+    ("every-op-in-dtype", &["every op in"]),
     ("split-merge-drops-rescale", &["split", "softmax", "decode"]),
     (
         "last-partial-block-ignored",

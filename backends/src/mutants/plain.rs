@@ -24,6 +24,13 @@ pub enum Bug {
     PaddingRowNan,
     MaxQueryLenFromCounts,
     LowPrecisionAccumulation,
+    /// q·k rounded to the dtype before the scale (a half-precision score matmul).
+    ScoresInDtype,
+    /// The query scaled and rounded to the dtype before q·k, the score rounded too.
+    ScaledQueryInDtype,
+    /// Eager attention in the dtype: scores and their scale rounded, the probabilities
+    /// normalised and rounded, P·V rounded once.
+    EveryOpInDtype,
     SplitMergeDropsRescale,
     LastPartialBlockIgnored,
     SharedBlockGatheredOnce,
@@ -555,11 +562,24 @@ impl Backend for PlainBackend {
                         } else {
                             d
                         };
+                        let scaled_query = self.bug == Bug::ScaledQueryInDtype;
                         let mut dot = q[..dims]
                             .iter()
                             .zip(&kr[..dims])
-                            .map(|(a, b)| a * b)
+                            .map(|(a, b)| {
+                                if scaled_query {
+                                    c.dtype.round(a * scale) * b
+                                } else {
+                                    a * b
+                                }
+                            })
                             .sum::<f32>();
+                        if matches!(
+                            self.bug,
+                            Bug::ScoresInDtype | Bug::ScaledQueryInDtype | Bug::EveryOpInDtype
+                        ) {
+                            dot = c.dtype.round(dot);
+                        }
                         if self.bug == Bug::QkOverflowsF16
                             && c.dtype == attn_reference::DType::F16
                             && dot.abs() > 65504.0
@@ -567,7 +587,11 @@ impl Backend for PlainBackend {
                             // The unscaled q·k tile is held in f16.
                             dot = dot.signum() * f32::INFINITY;
                         }
-                        let mut l = scale * dot;
+                        let mut l = match self.bug {
+                            Bug::ScaledQueryInDtype => dot,
+                            Bug::EveryOpInDtype => c.dtype.round(scale * dot),
+                            _ => scale * dot,
+                        };
                         // Positions as ALiBi's bias sees them: rounded to bf16 or f16 when
                         // the bias is built in the compute dtype.
                         let position = |x: usize| match (self.bug, c.dtype) {
@@ -666,6 +690,31 @@ impl Backend for PlainBackend {
                         }
                         part
                     };
+                    if self.bug == Bug::EveryOpInDtype {
+                        // Eager attention with half tensors: the logits as rounded above, the
+                        // softmax's probabilities in the dtype, P·V rounded once.
+                        let rd = |x: f32| c.dtype.round(x);
+                        let logits: Vec<f32> = keys.iter().map(|&k| logit(k)).collect();
+                        let sink = c.sinks.as_ref().map(|x| x[h]);
+                        let m = logits
+                            .iter()
+                            .copied()
+                            .chain(sink)
+                            .fold(f32::NEG_INFINITY, f32::max);
+                        let weights: Vec<f32> = logits.iter().map(|&l| (l - m).exp()).collect();
+                        let denom =
+                            sink.map_or(0.0, |x| (x - m).exp()) + weights.iter().sum::<f32>();
+                        let o = &mut out[(t * hq + h) * d..][..d];
+                        o.fill(0.0);
+                        for (&w, &k) in weights.iter().zip(&keys) {
+                            let p = rd(w / denom);
+                            for (o, v) in o.iter_mut().zip(read(true, k)) {
+                                *o += p * v;
+                            }
+                        }
+                        o.iter_mut().for_each(|x| *x = rd(*x));
+                        continue;
+                    }
                     let (mut a, b) = (split(&keys[..mid]), split(&keys[mid..]));
                     let masked_edge =
                         c.sliding_window.is_some() || c.attention_chunk_size.is_some();
