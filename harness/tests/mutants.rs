@@ -41,6 +41,13 @@ fn bounds(mutant: &str) -> (usize, usize, usize) {
         "mutant:fp8-e4m3fn-read-as-fnuz" => (1, 8, 128),
         // Its corner is head size 256 and a decode past 32 keys, by definition.
         "mutant:wide-decode-chunk-reread" => (1, 40, 256),
+        // A crowd of 8 or more behind 256 keys or more, by definition (the shrink's work
+        // budget may stop it at a few thousand keys).
+        "mutant:cascade-merge-no-rescale" => (64, 4_200, 128),
+        // A decode over 3 pages of a block past 64: at least 2 * 65 + 1 keys.
+        "mutant:page-tiles-floored" => (1, 3 * 255, 64),
+        // 2 kv heads of a group past 16: 34 query heads at least.
+        "mutant:head-tile-crosses-group" => (3, 40, 128),
         // Rows past the 64th of one query chunk, by definition.
         "mutant:half-tile-row-max" => (1, 128, 8),
         _ => (3, 40, 64),
@@ -77,6 +84,9 @@ const CAUSES: &[(&str, &[&str])] = &[
     ("scores-in-dtype", &["q.k scores in"]),
     ("scaled-query-in-dtype", &["query scaled in"]),
     ("every-op-in-dtype", &["every op in"]),
+    ("cascade-merge-no-rescale", &["shared", "cascade", "prefix"]),
+    ("page-tiles-floored", &["page", "tile"]),
+    ("head-tile-crosses-group", &["mapping", "kv head"]),
     ("split-merge-drops-rescale", &["split", "softmax", "decode"]),
     (
         "last-partial-block-ignored",

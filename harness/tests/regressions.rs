@@ -29,7 +29,12 @@ fn pinned_cases_pass_on_every_backend() {
     let mut failures = Vec::new();
     for f in &files {
         let case = Case::load(f).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
-        for r in replay_case(&case, &f.display().to_string(), &backends) {
+        for r in replay_case(
+            &case,
+            &f.display().to_string(),
+            &backends,
+            attn_reference::Judge::Tolerance,
+        ) {
             if let (Outcome::Diverged(d), rep) = (&r.outcome, &r.report) {
                 failures.push(rep.as_ref().map_or_else(
                     || format!("{}: {}: {}", f.display(), r.backend, d.message),

@@ -92,6 +92,38 @@ pub const DIMENSIONS: &[(&str, &[&str])] = &[
     ),
     ("table order", &["ascending", "descending", "mixed"]),
     ("sharing", &["shared blocks", "none"]),
+    // The most sequences one physical block serves: a crowd behind one prefix takes the
+    // shared-prefix (cascade) paths of kernels that have one.
+    ("prefix sharers", &["none", "2-4", "5-16", "above 16"]),
+    // A decode spanning 3 pages or more, by block class and dtype: a kernel whose tiles per
+    // page are floored misreads every page's tail, seen only over several pages.
+    (
+        "long decode pages",
+        &[
+            "no decode past 2 pages",
+            "blocks up to 64 · f32",
+            "blocks up to 64 · bf16",
+            "blocks up to 64 · f16",
+            "blocks past 64, ×64 · f32",
+            "blocks past 64, ×64 · bf16",
+            "blocks past 64, ×64 · f16",
+            "blocks past 64, not ×64 · f32",
+            "blocks past 64, not ×64 · bf16",
+            "blocks past 64, not ×64 · f16",
+        ],
+    ),
+    // The head group of a step with decodes: past 16 and not a multiple of 16 over 2+ kv
+    // heads, a 16-head tile crosses a group boundary on the decode path.
+    (
+        "group at decode",
+        &[
+            "no decode",
+            "up to 16",
+            "past 16, 1 kv head",
+            "past 16, ×16, 2+ kv heads",
+            "past 16, not ×16, 2+ kv heads",
+        ],
+    ),
     ("padding", &["padding tokens", "none"]),
     // What unwritten slots and padding rows hold (`attn_reference::Poison`).
     ("poison", &["none", "nan", "+inf", "-inf", "huge"]),

@@ -225,7 +225,7 @@ mod tests {
         let mut all = Vec::new();
         add_to(&mut all, &f);
         add_to(&mut all, &g);
-        let mut halves = vec![
+        let mut halves = [
             ErrorFigures::new(DType::Bf16),
             ErrorFigures::new(DType::Bf16),
         ];

@@ -28,6 +28,17 @@ pub enum Bug {
     ScoresInDtype,
     /// The query scaled and rounded to the dtype before q·k, the score rounded too.
     ScaledQueryInDtype,
+    /// A shared-prefix (cascade) path for a crowd (8 or more sequences behind one prefix of
+    /// 256 tokens or more): the prefix's and the suffix's partial softmaxes merged without
+    /// rescaling the suffix's by exp(m_suffix - m).
+    CascadeMergeNoRescale,
+    /// A decode path over 3 pages or more that walks each page in 64-key tiles, their count
+    /// floored (block size / 64): every page's tail past its last whole tile is never read.
+    PageTilesFloored,
+    /// A decode path that packs query heads in tiles of 16 and reads every head of a tile
+    /// with the kv head of the tile's first: past a group of 16 not a multiple of 16, a tile
+    /// crossing a group boundary reads the neighbouring kv head.
+    HeadTileCrossesGroup,
     /// Eager attention in the dtype: scores and their scale rounded, the probabilities
     /// normalised and rounded, P·V rounded once.
     EveryOpInDtype,
@@ -370,6 +381,32 @@ impl Backend for PlainBackend {
         // (query length 0) join the count.
         let n = step.seq_lens.len();
         let grid = (step.query_start_loc[n] + 1).saturating_sub(n);
+        // The cascade bug's shared prefix of each sequence, in keys: its leading blocks that
+        // 8 or more sequences read, when they make 256 keys or more.
+        let crowd_prefix: Vec<usize> = if self.bug == Bug::CascadeMergeNoRescale {
+            let mut readers: HashMap<u32, usize> = HashMap::new();
+            for s in 0..n {
+                let mut mine = step.block_table[s][..step.seq_lens[s].div_ceil(bs)].to_vec();
+                mine.sort_unstable();
+                mine.dedup();
+                for b in mine {
+                    *readers.entry(b).or_default() += 1;
+                }
+            }
+            (0..n)
+                .map(|s| {
+                    let used = &step.block_table[s][..step.seq_lens[s].div_ceil(bs)];
+                    let shared = used.iter().take_while(|b| readers[*b] >= 8).count() * bs;
+                    if shared >= 256 {
+                        shared.min(step.seq_lens[s])
+                    } else {
+                        0
+                    }
+                })
+                .collect()
+        } else {
+            vec![0; n]
+        };
         for (s, &seq_hit) in hit.iter().enumerate() {
             let (q0, q1) = (step.query_start_loc[s], step.query_start_loc[s + 1]);
             let seq_len = step.seq_lens[s];
@@ -511,6 +548,15 @@ impl Backend for PlainBackend {
                 if self.bug == Bug::LastPartialBlockIgnored && !seq_len.is_multiple_of(bs) {
                     keys.retain(|&k| k < seq_len / bs * bs);
                 }
+                let decode = query_len == 1 && c.kind == AttentionKind::Decoder;
+                if self.bug == Bug::PageTilesFloored
+                    && decode
+                    && bs > 64
+                    && seq_len.div_ceil(bs) >= 3
+                {
+                    let tiled = bs / 64 * 64;
+                    keys.retain(|&k| k % bs < tiled);
+                }
                 // The corner bug's decode path (head size 256 and up, a half dtype, blocks of
                 // 16 or 32): its second 32-key chunk re-reads the first.
                 let corner = self.bug == Bug::WideDecodeChunkReread
@@ -535,7 +581,15 @@ impl Backend for PlainBackend {
                     row[block] as usize * bs + offset
                 };
                 for h in 0..hq {
-                    let kvh = h / group;
+                    let kvh = if self.bug == Bug::HeadTileCrossesGroup
+                        && decode
+                        && group > 16
+                        && !group.is_multiple_of(16)
+                    {
+                        (h / 16 * 16) / group
+                    } else {
+                        h / group
+                    };
                     let q = &step.query[(t * hq + h) * d..][..d];
                     let (kc, vc, zeros, owner) = (&*rewritten.0, &*rewritten.1, &zeros, &owner);
                     let read = move |value: bool, k: usize| -> &[f32] {
@@ -647,8 +701,11 @@ impl Backend for PlainBackend {
                     });
                     // Two splits over the visible keys, each an online softmax; the partition
                     // bug splits at 256 keys, as a partitioned decode kernel does.
+                    let cascade = crowd_prefix[s] > 0;
                     let mid = if self.bug == Bug::PartitionMergeNoRescale {
                         keys.len().min(256)
+                    } else if cascade {
+                        keys.partition_point(|&k| k < crowd_prefix[s])
                     } else {
                         keys.len() / 2
                     };
@@ -739,6 +796,7 @@ impl Backend for PlainBackend {
                         0.0
                     } else if self.bug == Bug::SplitMergeDropsRescale
                         || (self.bug == Bug::PartitionMergeNoRescale && keys.len() > 256)
+                        || cascade
                     {
                         1.0
                     } else {

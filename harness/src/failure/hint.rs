@@ -75,6 +75,7 @@ pub enum Pattern {
     PrefillOnly,
     BlockFirstSlot,
     PartialLastBlock,
+    SharedPrefix,
     SomeSequences,
     Everywhere,
     /// Some rows diverge, in none of the patterns above.
@@ -107,7 +108,8 @@ impl Pattern {
             | Pattern::HeadPack
             | Pattern::PositionPrecision
             | Pattern::BlockFirstSlot
-            | Pattern::PartialLastBlock => Identity::Mechanism,
+            | Pattern::PartialLastBlock
+            | Pattern::SharedPrefix => Identity::Mechanism,
             Pattern::WindowEdge
             | Pattern::ChunkEdge
             | Pattern::PerRequestCausality
@@ -156,6 +158,7 @@ impl Pattern {
             Pattern::PrefillOnly => "prefill tokens",
             Pattern::BlockFirstSlot => "first slot of a block",
             Pattern::PartialLastBlock => "partial last blocks",
+            Pattern::SharedPrefix => "sequences behind a shared prefix",
             Pattern::SomeSequences => "some sequences",
             Pattern::Everywhere => "every token and head",
             Pattern::NoneFits => "no known pattern",
@@ -655,6 +658,24 @@ pub fn finding(case: &Case, c: &Comparison) -> Option<Finding> {
             ));
         }
     }
+    // A crowd behind one prefix: the errors keep to its sequences while others agree.
+    let crowd = crowd_of(case);
+    if let Some((readers, members)) = &crowd {
+        let bad_seqs: BTreeSet<usize> = bad.iter().map(|f| f.seq).collect();
+        let others_agree = good.iter().any(|f| !members.contains(&f.seq));
+        // A crowd of 8 or more is what cascade paths take: named even when every sequence
+        // of the case is in it.
+        if bad_seqs.is_subset(members) && (others_agree || *readers >= 8) {
+            let which = if others_agree {
+                "and the others agree".to_string()
+            } else {
+                format!("sequence(s) {} of them", list(&bad_seqs))
+            };
+            return found(Pattern::SharedPrefix, format!(
+                "only sequences behind a prefix {readers} sequences share diverge ({which}): check the shared-prefix (cascade) path, the prefix's and each suffix's partial softmaxes merged by their maxima and sums (exp(m_i - m) on both), and those sequences' block-table rows"
+            ));
+        }
+    }
     if only(&|f| f.context_len > 0 && f.query_len > 1) {
         return found(Pattern::ChunkedPrefill, "only tokens of chunked prefills (context before several new tokens) diverge: check the causal offset (position = context_len + j)".into());
     }
@@ -702,8 +723,53 @@ pub fn finding(case: &Case, c: &Comparison) -> Option<Finding> {
         .into_iter()
         .chain(attn_reference::Feature::of_batch(&case.batch).map(|f| f.label().to_string()))
         .collect();
+    // The case's corners a kernel takes a path of its own for, as suspects.
+    let mut corners = features;
+    if let Some((readers, _)) = &crowd {
+        corners.push(format!(
+            "a prefix {readers} sequences share: a cascade path"
+        ));
+    }
+    if let Some(tail) = odd_page_tail(case) {
+        corners.push(format!(
+            "decodes over 3+ pages of {bs} keys: a page walked in 64-key tiles leaves {tail} keys"
+        ));
+    }
     found(Pattern::Everywhere, format!(
         "every token and head diverges: check the scale, the softmax, value gathering, or a feature applied wrongly ({})",
-        features.join(", ")
+        corners.join(", ")
     ))
+}
+
+/// The crowd of `case`: the most sequences one block is read by (5 or more) and the
+/// sequences that read such a block.
+fn crowd_of(case: &Case) -> Option<(usize, BTreeSet<usize>)> {
+    let bs = case.config.block_size.max(1);
+    let used = |s: usize| &case.layout.block_table[s][..case.batch.seq_lens[s].div_ceil(bs)];
+    let mut readers: std::collections::HashMap<u32, BTreeSet<usize>> = Default::default();
+    for s in 0..case.num_seqs() {
+        for &b in used(s) {
+            readers.entry(b).or_default().insert(s);
+        }
+    }
+    let most = readers.values().map(BTreeSet::len).max().unwrap_or(0);
+    (most >= 5).then(|| {
+        let members = readers
+            .values()
+            .filter(|r| r.len() >= 5)
+            .flatten()
+            .copied()
+            .collect();
+        (most, members)
+    })
+}
+
+/// The keys past a page's last 64-key tile, when `case` decodes over 3 pages or more of a
+/// block size past 64 and not a multiple of it.
+fn odd_page_tail(case: &Case) -> Option<usize> {
+    let bs = case.config.block_size;
+    let long_decode = (0..case.num_seqs())
+        .any(|s| case.batch.query_lens[s] == 1 && case.batch.seq_lens[s].div_ceil(bs.max(1)) >= 3);
+    (case.config.kind == AttentionKind::Decoder && bs > 64 && bs % 64 != 0 && long_decode)
+        .then_some(bs % 64)
 }

@@ -94,6 +94,7 @@ pub fn not_declared(space: &Space) -> Vec<(&'static str, &'static str)> {
     out.extend(mla_not_declared(space));
     out.extend(crate::pipeline::draw::covering::shape_not_declared(space));
     out.extend(precision_not_declared(space));
+    out.extend(super::reach::not_declared(space));
     // Production traces keep their layout's head size: none where the space allows none.
     let layouts: Vec<_> = crate::pipeline::draw::production::all_layouts().collect();
     if crate::pipeline::draw::trace::draws_traces(space)

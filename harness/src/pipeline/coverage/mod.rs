@@ -9,6 +9,7 @@ use attn_results::coverage::dimensions;
 use attn_results::CoverageReport;
 
 pub mod declared;
+pub mod reach;
 
 fn range_bucket(x: usize, edges: &[(usize, &'static str)], above: &'static str) -> &'static str {
     edges
@@ -176,6 +177,7 @@ pub fn buckets(case: &Case) -> Vec<(&'static str, &'static str)> {
     ]);
     v.extend(crate::failure::logit_stats::LogitStats::of(case).buckets());
     v.extend(crate::pipeline::draw::covering::shape_buckets(case));
+    v.extend(reach::buckets(case));
     let longest = case.batch.seq_lens.iter().copied().max().unwrap_or(0);
     let longest_query = case.batch.query_lens.iter().copied().max().unwrap_or(0);
     let elements =

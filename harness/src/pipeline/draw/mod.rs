@@ -10,6 +10,7 @@ pub mod long_masks;
 pub mod mla;
 pub mod precision;
 pub mod production;
+pub mod reach;
 pub mod small;
 pub mod tier;
 pub mod trace;
@@ -27,6 +28,7 @@ pub fn budget_of(index: usize, limits: StrategyLimits) -> usize {
     match Tier::of(index, limits) {
         Tier::Small => match crate::pipeline::draw::covering::covering_row(index, limits) {
             Some(_) => crate::pipeline::draw::covering::COVERING_COST,
+            None if reach::reach_of(index, limits).is_some() => reach::REACH_COST,
             None => SMALL_COST,
         },
         Tier::LongContext | Tier::DecodeBatch | Tier::HugeCache => LONG_COST,
@@ -71,7 +73,10 @@ fn tier_strategy(index: usize, limits: StrategyLimits) -> BoxedStrategy<CaseReci
     match Tier::of(index, limits) {
         Tier::Small => match crate::pipeline::draw::covering::covering_row(index, limits) {
             Some(row) => crate::pipeline::draw::covering::covering_case(row, limits).boxed(),
-            None => recipe(limits).boxed(),
+            None => match reach::reach_of(index, limits) {
+                Some((kind, turn)) => reach::reach_case(kind, turn),
+                None => recipe(limits).boxed(),
+            },
         },
         Tier::LongContext => {
             // Past 16k keys, or between 4k and 16k.
