@@ -36,7 +36,7 @@ fn sharers(case: &Case) -> &'static str {
 }
 
 /// The block class of a block size: up to 64, past 64 and a multiple of 64, past 64 and not.
-fn block_class(bs: usize) -> usize {
+pub fn block_class(bs: usize) -> usize {
     match bs {
         0..=64 => 0,
         _ if bs.is_multiple_of(64) => 1,
@@ -72,10 +72,15 @@ fn decodes(case: &Case) -> impl Iterator<Item = usize> + '_ {
     (0..case.num_seqs()).filter(move |&s| decoder && case.batch.query_lens[s] == 1)
 }
 
+/// The long decode pages bucket of block class `class` in `dtype`.
+pub fn long_decode_bucket(class: usize, dtype: DType) -> &'static str {
+    LONG_DECODE[class][dtype_index(dtype)]
+}
+
 fn long_decode_pages(case: &Case) -> &'static str {
     let bs = case.config.block_size.max(1);
     if decodes(case).any(|s| case.batch.seq_lens[s].div_ceil(bs) >= 3) {
-        LONG_DECODE[block_class(bs)][dtype_index(case.config.dtype)]
+        long_decode_bucket(block_class(bs), case.config.dtype)
     } else {
         "no decode past 2 pages"
     }

@@ -8,7 +8,7 @@
 //!   attention off), or none. Cascade kernels take their own path for this (vLLM's earlier
 //!   releases from 8 sharers of 256 tokens; FlashInfer's multi-level cascade).
 //! - **odd pages under long decodes**: decodes spanning 3 to 8 pages of a block size up to
-//!   64, past 64 and a multiple of it, or past 64 and not one (96, 160, 192, 255: hybrid
+//!   64, past 64 and a multiple of it, or past 64 and not one (96, 160, 208, 255: hybrid
 //!   models align attention pages with mamba state), by turns over the three dtypes. A kernel
 //!   that floors its tiles per page misreads every page's tail, seen only over several pages.
 //! - **big odd head groups at decode**: 17 to 56 query heads per kv head, most not a
@@ -62,7 +62,7 @@ pub fn reach_of(index: usize, limits: StrategyLimits) -> Option<(Reach, usize)> 
 }
 
 /// Block sizes by class: up to 64, past 64 and a multiple of 64, past 64 and not.
-pub const PAGE_CLASSES: [&[usize]; 3] = [&[16, 32, 64], &[128, 256], &[96, 160, 192, 255]];
+pub const PAGE_CLASSES: [&[usize]; 3] = [&[16, 32, 64], &[128, 192, 256], &[96, 160, 208, 255]];
 
 /// Reach case `turn` of kind `reach`.
 pub fn reach_case(reach: Reach, turn: usize) -> BoxedStrategy<CaseRecipe> {
@@ -288,6 +288,19 @@ mod tests {
     }
 
     #[test]
+    fn every_page_class_holds_only_its_own_block_sizes() {
+        for (class, sizes) in PAGE_CLASSES.iter().enumerate() {
+            for &bs in *sizes {
+                assert_eq!(
+                    crate::pipeline::coverage::reach::block_class(bs),
+                    class,
+                    "{bs}"
+                );
+            }
+        }
+    }
+
+    #[test]
     fn each_kind_draws_what_it_names_and_builds_a_valid_case() {
         for turn in 0..9 {
             let c = draw(Reach::Crowd, turn);
@@ -299,6 +312,14 @@ mod tests {
 
             let p = draw(Reach::OddPages, turn);
             assert!(PAGE_CLASSES[turn % 3].contains(&p.block_size));
+            // The turn's bucket as coverage counts it, not as this file names it.
+            let want = crate::pipeline::coverage::reach::long_decode_bucket(turn % 3, p.dtype);
+            let case = p.build();
+            assert_eq!(
+                crate::pipeline::coverage::reach::buckets(&case)[1],
+                ("long decode pages", want),
+                "{p:?}"
+            );
             assert_eq!(p.dtype, DType::ALL[turn / 3 % 3]);
             let decodes: Vec<_> = p.seqs.iter().filter(|s| s.1 == 1).collect();
             assert!(
@@ -307,7 +328,6 @@ mod tests {
                     .all(|s| (s.0 + 1).div_ceil(p.block_size) >= 3),
                 "{p:?}"
             );
-            p.build();
 
             let g = draw(Reach::OddGroups, turn);
             assert!(g.group > 16 && g.num_kv_heads >= 2, "{g:?}");
