@@ -599,8 +599,9 @@ fn the_summary_columns_add_up_and_name_the_trace_index() {
 
 fn junit_is_well_formed(xml: &str) {
     // The structure CI tools read (the JUnit schema of Jenkins, GitLab, GitHub actions):
-    // testsuites > testsuite[name tests failures errors skipped time] > testcase[classname
-    // name time] > failure[message type] | skipped | system-out; every tag closed.
+    // testsuites > testsuite[name tests failures errors skipped time] > properties >
+    // property[name value], and testcase[classname name time] > failure[message type] |
+    // skipped | system-out; every tag closed.
     assert!(
         xml.starts_with("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites "),
         "{xml}"
@@ -626,6 +627,9 @@ fn junit_is_well_formed(xml: &str) {
             "testcase" => (Some("testsuite"), &["classname", "name", "time"]),
             "failure" => (Some("testcase"), &["message", "type"]),
             "skipped" | "system-out" => (Some("testcase"), &[]),
+            // A suite's properties (the judging policy and error figures).
+            "properties" => (Some("testsuite"), &[]),
+            "property" => (Some("properties"), &["name", "value"]),
             other => panic!("unexpected element {other}: {xml}"),
         };
         assert_eq!(parent, allowed_parent, "{name} in {parent:?}");
