@@ -26,6 +26,7 @@ pub mod mla;
 pub mod oracle;
 pub mod poison;
 pub mod recorded;
+pub mod relation;
 pub mod rng;
 pub mod space;
 pub mod specs;

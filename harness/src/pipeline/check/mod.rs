@@ -6,6 +6,7 @@
 pub mod classes;
 pub mod control;
 pub mod drive;
+pub mod lifecycle;
 pub mod property;
 pub mod run;
 pub mod shifted;

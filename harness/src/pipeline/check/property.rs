@@ -4,25 +4,24 @@
 
 use crate::artifacts::Artifact;
 use crate::failure::class::{Signature, Symptom};
-use crate::pipeline::check::classes::{count_in, Member as ClassMember, Placed};
+use crate::pipeline::check::classes::Member as ClassMember;
 use crate::pipeline::check::control::RunControl;
 use crate::pipeline::check::drive::{per_cohort, Item, Member, PerCohort, Ran, Subjects};
+use crate::pipeline::check::lifecycle::{self, Bounds, Failing, Reported};
 use crate::pipeline::check::shifted::{Judged, Pair, Which};
-use crate::pipeline::check::slow_shrink::{bounded, TimeoutShrink};
 use crate::pipeline::check::subject::{
-    case_tree, class_budget, record_outcome, report, sanitize, Diverged, RunState,
+    case_tree, record_outcome, report, sanitize, Diverged, RunState,
 };
-use crate::pipeline::check::{CheckOptions, Cohort, Event};
+use crate::pipeline::check::{CheckOptions, Cohort};
 use crate::pipeline::draw::budget::fit_space;
 use crate::pipeline::draw::budget_of;
 use crate::pipeline::draw::tier::StrategyLimits;
 use crate::pipeline::recipe::CaseRecipe;
 use crate::pipeline::runner::{Divergence, Outcome};
 use crate::pipeline::shrink::case::shrink_fully;
-use crate::pipeline::shrink::ShrinkBudget;
 use attn_backends::Backend;
 use attn_reference::Judge;
-use attn_results::{FailureRecord, Origin, RunPart};
+use attn_results::{Origin, RunPart};
 use proptest::strategy::ValueTree;
 use std::sync::Arc;
 use std::time::Duration;
@@ -126,74 +125,21 @@ pub fn record(
             continue;
         };
         summary.first_failing_case.get_or_insert(item.index);
-        let index = item.index;
-        let found = Signature::of(&j.case, d);
-        if let Placed::Existing(i) = run.classes[member].place(&found) {
-            count_in(&mut summary.failures[i], &found, ClassMember::Case(index));
-            continue;
-        }
-        control.note_class();
-        if opts.write_as_found {
-            // On disk before shrinking starts: an interrupt loses nothing.
-            let origin = Origin::Property {
-                seed: opts.seed,
-                index,
-            };
-            let diverged = Diverged {
-                backend: backend.name(),
-                origin: &origin,
-                case: &j.case,
-                expected: &j.expected,
-                divergence: d,
-                tolerance: j.tol,
-            };
-            let unshrunk = report(
-                opts,
-                &diverged,
-                &failure_stem(backend.name(), opts.seed, index),
-                None,
-            );
-            crate::artifacts::write_all(&[unshrunk.1]);
-        }
-        (run.tell)(Event::Shrinking {
-            backend: backend.name(),
-        });
-        let t0 = std::time::Instant::now();
         let failing = FailingCase {
-            seed: opts.seed,
-            index,
+            opts,
+            index: item.index,
             limits: cases.limits,
             space: &cases.cohorts[m.cohort].space,
             found: j,
             divergence: d,
         };
-        let book = &mut run.classes[member];
-        let (budget, timeout) = bounded(
-            class_budget(opts.shrink, book.shrink_work),
-            d.kind,
-            backend.as_ref(),
-        );
-        let (mut r, a, shrunk) =
-            shrink_and_report(backend.as_ref(), &failing, opts, (budget, timeout));
-        book.shrink_work += shrunk.as_ref().map_or(0, |s| s.1);
-        let summary = &mut run.summaries[member];
-        summary.wall_seconds += t0.elapsed().as_secs_f64();
-        let shrunk_sig = shrunk.map(|s| s.0);
-        let named = shrunk_sig.clone().unwrap_or_else(|| found.clone());
-        match book.enter(found.clone(), shrunk_sig, summary.failures.len()) {
-            Some(i) => count_in(&mut summary.failures[i], &found, ClassMember::Case(index)),
-            None => {
-                count_in(&mut r, &named, ClassMember::Case(index));
-                summary.failures.push(r);
-                run.artifacts.push(a);
-            }
-        }
+        lifecycle::enter(opts, run, control, member, &failing);
     }
 }
 
 /// A property case that diverged, with what is needed to regenerate and shrink it.
 struct FailingCase<'a> {
-    seed: u64,
+    opts: &'a CheckOptions,
     index: usize,
     limits: StrategyLimits,
     space: &'a attn_reference::Space,
@@ -208,9 +154,9 @@ struct FailingCase<'a> {
 fn shrink_and_report(
     backend: &dyn Backend,
     f: &FailingCase<'_>,
-    opts: &CheckOptions,
-    (budget, timeout): (ShrinkBudget, Option<TimeoutShrink>),
-) -> (FailureRecord, Artifact, Option<(Signature, u64)>) {
+    (budget, timeout): Bounds,
+) -> Reported {
+    let opts = f.opts;
     let symptom = Symptom::of(f.divergence);
     // The divergence of the last try that still failed: the smallest case's, so far.
     let mut last_failure: Option<Divergence> = None;
@@ -224,7 +170,7 @@ fn shrink_and_report(
             _ => false,
         }
     };
-    let mut tree = case_tree(f.seed, f.index, f.limits, f.space);
+    let mut tree = case_tree(opts.seed, f.index, f.limits, f.space);
     let cost = budget_of(f.index, f.limits);
     let fit = |r: CaseRecipe| fit_space(r, f.space, cost);
     let shrink = || shrink_fully(&mut tree, budget, &fit, fails);
@@ -251,11 +197,8 @@ fn shrink_and_report(
         Some(t) => t.stated(shrunk.info()),
         None => shrunk.info(),
     };
-    let origin = Origin::Property {
-        seed: f.seed,
-        index: f.index,
-    };
-    let stem = failure_stem(backend.name(), f.seed, f.index);
+    let origin = f.origin();
+    let stem = failure_stem(backend.name(), opts.seed, f.index);
     match out {
         Outcome::Diverged(d) if Symptom::of(&d) == symptom => {
             let signature = Signature::shrunk(&minimal.case, &d);
@@ -278,7 +221,11 @@ fn shrink_and_report(
             if before.is_some() && before != record.hint {
                 record.hint_unshrunk = before;
             }
-            (record, artifact, Some((signature, shrunk.work)))
+            Reported {
+                record,
+                artifact,
+                shrunk: Some((signature, shrunk.work)),
+            }
         }
         // Flaky: the minimal case passed (or failed otherwise) when re-run; report the
         // original.
@@ -291,9 +238,54 @@ fn shrink_and_report(
                 divergence: f.divergence,
                 tolerance: f.found.tol,
             };
-            let (r, a) = report(opts, &diverged, &stem, None);
-            (r, a, None)
+            let (record, artifact) = report(opts, &diverged, &stem, None);
+            Reported {
+                record,
+                artifact,
+                shrunk: None,
+            }
         }
+    }
+}
+
+impl FailingCase<'_> {
+    fn origin(&self) -> Origin {
+        Origin::Property {
+            seed: self.opts.seed,
+            index: self.index,
+        }
+    }
+}
+
+impl Failing for FailingCase<'_> {
+    fn member(&self) -> ClassMember {
+        ClassMember::Case(self.index)
+    }
+
+    fn divergence(&self) -> &Divergence {
+        self.divergence
+    }
+
+    fn signature(&self) -> Signature {
+        Signature::of(&self.found.case, self.divergence)
+    }
+
+    fn as_found(&self, backend: &dyn Backend) -> Artifact {
+        let origin = self.origin();
+        let diverged = Diverged {
+            backend: backend.name(),
+            origin: &origin,
+            case: &self.found.case,
+            expected: &self.found.expected,
+            divergence: self.divergence,
+            tolerance: self.found.tol,
+        };
+        let stem = failure_stem(backend.name(), self.opts.seed, self.index);
+        report(self.opts, &diverged, &stem, None).1
+    }
+
+    fn shrink_and_report(&self, backend: &dyn Backend, bounds: Bounds) -> Reported {
+        shrink_and_report(backend, self, bounds)
     }
 }
 

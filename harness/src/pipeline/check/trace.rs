@@ -6,21 +6,20 @@ use crate::artifacts::Artifact;
 use crate::failure::class::{Signature, Symptom};
 use crate::failure::report::FailureContext;
 use crate::failure::trace::trace_failure_record;
-use crate::pipeline::check::classes::{count_in, Member as ClassMember, Placed};
+use crate::pipeline::check::classes::Member as ClassMember;
 use crate::pipeline::check::control::RunControl;
 use crate::pipeline::check::drive::{per_cohort, Item, Member, PerCohort, Ran, Subjects};
-use crate::pipeline::check::slow_shrink::{bounded, TimeoutShrink};
-use crate::pipeline::check::subject::{class_budget, sanitize, RunState};
+use crate::pipeline::check::lifecycle::{self, Bounds, Failing, Reported};
+use crate::pipeline::check::subject::{sanitize, RunState};
 use crate::pipeline::check::{CheckOptions, Cohort, Event};
 use crate::pipeline::draw::trace::{fit_trace, trace_recipe_in};
 use crate::pipeline::runner::trace::{evaluate_trace, JudgedTrace, TraceOutcome};
 use crate::pipeline::runner::Divergence;
 use crate::pipeline::shrink::trace::shrink_trace;
-use crate::pipeline::shrink::ShrinkBudget;
 use attn_backends::Backend;
 use attn_reference::trace::generate;
 use attn_reference::{Judge, Space, TraceRecipe};
-use attn_results::{FailureRecord, Origin};
+use attn_results::Origin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -147,65 +146,15 @@ pub fn record(
                     summary.traces.failed += 1;
                     summary.first_failing_trace.get_or_insert(item.index);
                     *summary.divergences.entry(divergence.kind).or_default() += 1;
-                    let at = judged.diverged_at(*step);
-                    let found = Signature::of(at.case, divergence);
-                    if let Placed::Existing(i) = run.classes[member].place(&found) {
-                        count_in(
-                            &mut summary.failures[i],
-                            &found,
-                            ClassMember::Trace(item.index),
-                        );
-                    } else {
-                        control.note_class();
-                        if opts.write_as_found {
-                            // On disk before shrinking starts: an interrupt loses nothing.
-                            let found = DivergedTrace {
-                                index: item.index,
-                                judged,
-                                step: *step,
-                                divergence,
-                            };
-                            let file = trace_file(opts, backend.name(), found);
-                            crate::artifacts::write_all(&[file]);
-                        }
-                        (run.tell)(Event::Shrinking {
-                            backend: backend.name(),
-                        });
-                        let t0 = std::time::Instant::now();
-                        let book = &mut run.classes[member];
-                        let bounds = bounded(
-                            class_budget(opts.shrink, book.shrink_work),
-                            divergence.kind,
-                            backend.as_ref(),
-                        );
-                        let diverged = DivergedTrace {
-                            index: item.index,
-                            judged,
-                            step: *step,
-                            divergence,
-                        };
-                        let (mut record, artifact, shrunk) = shrink_and_report(
-                            backend.as_ref(),
-                            opts,
-                            &traces.cohorts[m.cohort].space,
-                            bounds,
-                            diverged,
-                        );
-                        book.shrink_work += shrunk.as_ref().map_or(0, |s| s.1);
-                        let summary = &mut run.summaries[member];
-                        summary.wall_seconds += t0.elapsed().as_secs_f64();
-                        let shrunk_sig = shrunk.map(|s| s.0);
-                        let named = shrunk_sig.clone().unwrap_or_else(|| found.clone());
-                        let member_of = ClassMember::Trace(item.index);
-                        match book.enter(found.clone(), shrunk_sig, summary.failures.len()) {
-                            Some(i) => count_in(&mut summary.failures[i], &found, member_of),
-                            None => {
-                                count_in(&mut record, &named, member_of);
-                                summary.failures.push(record);
-                                run.artifacts.push(artifact);
-                            }
-                        }
-                    }
+                    let diverged = DivergedTrace {
+                        opts,
+                        space: &traces.cohorts[m.cohort].space,
+                        index: item.index,
+                        judged,
+                        step: *step,
+                        divergence,
+                    };
+                    lifecycle::enter(opts, run, control, member, &diverged);
                 }
             }
             if !matches!(outcome, TraceOutcome::Unsupported(_)) {
@@ -224,6 +173,9 @@ fn trace_stem(backend: &str, seed: u64, index: usize) -> String {
 /// Trace `index` diverging at `step`: what its shrink starts from and its replay file records.
 #[derive(Clone, Copy)]
 struct DivergedTrace<'a> {
+    opts: &'a CheckOptions,
+    /// The space it was drawn (and shrinks) in.
+    space: &'a Space,
     index: usize,
     judged: &'a JudgedTrace,
     step: usize,
@@ -235,12 +187,12 @@ struct DivergedTrace<'a> {
 /// shrink's work when it still failed.
 fn shrink_and_report(
     backend: &dyn Backend,
-    opts: &CheckOptions,
-    space: &Space,
-    (budget, timeout): (ShrinkBudget, Option<TimeoutShrink>),
+    (budget, timeout): Bounds,
     found: DivergedTrace<'_>,
-) -> (FailureRecord, Artifact, Option<(Signature, u64)>) {
+) -> Reported {
     let DivergedTrace {
+        opts,
+        space,
         index,
         judged: original,
         step,
@@ -317,13 +269,38 @@ fn shrink_and_report(
         info,
     );
     let shrunk_form = DivergedTrace {
-        index,
         judged,
         step,
         divergence: &divergence,
+        ..found
     };
-    let artifact = trace_file(opts, backend.name(), shrunk_form);
-    (record, artifact, signature)
+    Reported {
+        record,
+        artifact: trace_file(backend.name(), shrunk_form),
+        shrunk: signature,
+    }
+}
+
+impl Failing for DivergedTrace<'_> {
+    fn member(&self) -> ClassMember {
+        ClassMember::Trace(self.index)
+    }
+
+    fn divergence(&self) -> &Divergence {
+        self.divergence
+    }
+
+    fn signature(&self) -> Signature {
+        Signature::of(self.judged.diverged_at(self.step).case, self.divergence)
+    }
+
+    fn as_found(&self, backend: &dyn Backend) -> Artifact {
+        trace_file(backend.name(), *self)
+    }
+
+    fn shrink_and_report(&self, backend: &dyn Backend, bounds: Bounds) -> Reported {
+        shrink_and_report(backend, bounds, *self)
+    }
 }
 
 /// Step `step` of trace `index` as a failure's origin.
@@ -338,12 +315,14 @@ fn trace_origin(opts: &CheckOptions, index: usize, t: &JudgedTrace, step: usize)
 
 /// The replay file of trace `index` diverging at `step`, with what it records of the run
 /// (written before shrinking, then replaced by the shrunk trace's).
-fn trace_file(opts: &CheckOptions, backend: &str, found: DivergedTrace<'_>) -> Artifact {
+fn trace_file(backend: &str, found: DivergedTrace<'_>) -> Artifact {
     let DivergedTrace {
+        opts,
         index,
         judged: t,
         step,
         divergence,
+        ..
     } = found;
     let path = opts
         .out_dir
