@@ -213,6 +213,13 @@ pub trait Backend: Send + Sync {
         BTreeMap::new()
     }
 
+    /// The invariance relations this backend guarantees: under each, a request's output rows
+    /// stay the same bits. Where one is declared, any bit that moves is a failure (a
+    /// `variant`); where not, the drift is measured and reported.
+    fn invariant_under(&self) -> Vec<attn_reference::relation::Relation> {
+        Vec::new()
+    }
+
     /// What a person should know about a failure of this backend on `config` that the
     /// numbers cannot say (capabilities it inherited rather than declared, say).
     fn failure_caveat(&self, _config: &AttentionConfig) -> Option<String> {

@@ -16,11 +16,13 @@ pub fn all_backends() -> Vec<Arc<dyn Backend>> {
     v
 }
 
-/// Every registered backend, plus the mutants when the `mutants` feature is on (they are
-/// looked up by name but not part of [`all_backends`], so `check` tests real backends).
+/// Every registered backend, plus `cpu`'s batch-invariant mode and the mutants when the
+/// `mutants` feature is on (looked up by name but not part of [`all_backends`]: the mode is
+/// `cpu`'s kernel again, and `check` tests real backends).
 pub fn lookup_pool() -> Vec<Arc<dyn Backend>> {
     #[allow(unused_mut)]
     let mut v = all_backends();
+    v.push(Arc::new(crate::cpu::CpuBackend::batch_invariant()));
     #[cfg(feature = "mutants")]
     v.extend(crate::mutants::all_mutants());
     v
@@ -79,9 +81,14 @@ pub fn backend_with_threads(
     let Some(n) = threads else {
         return backend_by_name(name);
     };
-    if name == "cpu" {
+    if name == "cpu" || name == crate::cpu::INVARIANT_NAME {
         let settings = crate::cpu::CpuSettings {
             threads: n,
+            split_kv: if name == "cpu" {
+                crate::cpu::SplitKv::Auto
+            } else {
+                crate::cpu::SplitKv::Invariant
+            },
             ..Default::default()
         };
         return crate::cpu::CpuBackend::new(settings)

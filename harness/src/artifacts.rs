@@ -48,8 +48,8 @@ fn register(path: &Path) {
     }
 }
 
-/// Names attn-diff gives property-case and trace failures (`…-seed1-case0.json`, `.png`,
-/// `…-seed1-trace3.json`): files of runs from before the registry are recognised by them.
+/// Names attn-diff gives property-case, trace and invariance failures (`…-seed1-case0.json`,
+/// `.png`, `…-seed1-trace3.json`, `…-seed1-pair2.json`): files of runs from before the registry are recognised by them.
 fn named_like_a_failure(name: &str) -> bool {
     let Some(stem) = name
         .strip_suffix(".json")
@@ -64,6 +64,7 @@ fn named_like_a_failure(name: &str) -> bool {
     }
     digits_after(stem, "-case")
         .or_else(|| digits_after(stem, "-trace"))
+        .or_else(|| digits_after(stem, "-pair"))
         .and_then(|head| digits_after(head, "-seed"))
         .is_some()
 }
@@ -130,6 +131,9 @@ pub struct Artifact {
     /// A diverging trace's replay file.
     pub trace: Option<(PathBuf, attn_reference::Trace)>,
     pub heatmap: Option<HeatMap>,
+    /// The other forms of an invariance failure's case (its batch reordered, split, moved),
+    /// beside its replay file.
+    pub also: Vec<(PathBuf, Case)>,
 }
 
 /// An error heat map (tokens × heads) to draw.
@@ -176,7 +180,7 @@ pub fn write_all(artifacts: &[Artifact]) {
                 Err(e) => eprintln!("warning: cannot write trace file {}: {e}", path.display()),
             }
         }
-        if let Some((path, case)) = &a.replay {
+        for (path, case) in a.replay.iter().chain(&a.also) {
             let written = serde_json::to_string(case)
                 .map_err(|e| e.to_string())
                 .and_then(|json| {
@@ -219,6 +223,7 @@ mod tests {
             "external_numpy-ref-seed12-case340.png"
         ));
         assert!(named_like_a_failure("mutant_x-seed1-trace3.json"));
+        assert!(named_like_a_failure("cpu-seed4-pair12.json"));
         assert!(!named_like_a_failure("notes.json"));
         assert!(!named_like_a_failure("cpu-seed1-case0.txt"));
         assert!(!named_like_a_failure("cpu-seedX-case0.json"));

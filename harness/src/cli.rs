@@ -133,6 +133,12 @@ pub struct CheckArgs {
     /// steps (blocks freed and reused, prefix hits, preemption, chunked prefill).
     #[arg(long, default_value_t = crate::pipeline::draw::trace::DEFAULT_TRACES, value_name = "N")]
     pub traces: u32,
+    /// Invariance pairs to run after the traces (default: one per 10 property cases): a
+    /// drawn case and its form under one relation (the request alone, the batch reversed,
+    /// the prompt chunked, the blocks moved, the call repeated), compared bit for bit.
+    /// `--cases 0 --traces 0 --pairs N` runs them alone.
+    #[arg(long, value_name = "N")]
+    pub pairs: Option<u32>,
     /// Head sizes traces draw from (default: 1,2,4,8,13,16,32,64,80,128), to aim them at
     /// what a backend runs.
     #[arg(long, value_parser = crate::pipeline::draw::trace::parse_sizes, value_name = "D,...")]

@@ -281,7 +281,10 @@ fn chunked(case: &Case, w: &TokenRows, r: usize, split: usize) -> Transformed {
     let with_tokens = |case: &Case, tokens: &[usize]| -> Case {
         let mut out = case.clone();
         out.recorded = None;
-        out.layout.slot_mapping = tokens.iter().map(|&t| case.layout.slot_mapping[t]).collect();
+        out.layout.slot_mapping = tokens
+            .iter()
+            .map(|&t| case.layout.slot_mapping[t])
+            .collect();
         let t = &case.tensors;
         out.tensors.query = gather(&t.query, w.query, tokens.iter().copied());
         out.tensors.key = gather(&t.key, w.key, tokens.iter().copied());

@@ -262,6 +262,12 @@ pub enum Origin {
         step: usize,
         steps: usize,
     },
+    /// Invariance pair `index` of `seed`: a drawn case and its form under `relation`.
+    Invariance {
+        seed: u64,
+        index: usize,
+        relation: attn_reference::relation::Relation,
+    },
     /// A replay file (and the step of a trace file).
     Replay {
         file: String,
@@ -277,7 +283,7 @@ impl Origin {
             Origin::Property { .. } => Some(RunPart::Property),
             Origin::Upstream { .. } => Some(RunPart::Upstream),
             Origin::Trace { .. } => Some(RunPart::Traces),
-            Origin::Replay { .. } => None,
+            Origin::Invariance { .. } | Origin::Replay { .. } => None,
         }
     }
 }
@@ -297,6 +303,11 @@ impl fmt::Display for Origin {
                 step,
                 steps,
             } => write!(f, "trace {index} (seed {seed}), step {step} of {steps}"),
+            Origin::Invariance {
+                seed,
+                index,
+                relation,
+            } => write!(f, "invariance pair {index} (seed {seed}, {relation})"),
             Origin::Replay { file, step: None } => f.write_str(file),
             Origin::Replay {
                 file,
@@ -414,6 +425,10 @@ pub struct BackendSummary {
     /// Why the run stopped sending this backend cases (the same failure again and again).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gave_up: Option<String>,
+    /// Per invariance relation tried: how often it held, and how far rows moved where not
+    /// (`crate::invariance`).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub invariance: BTreeMap<attn_reference::relation::Relation, crate::invariance::RelationTally>,
 }
 
 /// More than this share of a backend's cases declined is worth a warning: its declared space
@@ -638,12 +653,15 @@ pub struct FailureClass {
     /// Trace indices in the class, in run order.
     #[serde(default)]
     pub traces: Vec<usize>,
+    /// Invariance pair indices in the class, in run order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pairs: Vec<usize>,
 }
 
 impl FailureClass {
-    /// Cases and traces in the class.
+    /// Cases, traces and invariance pairs in the class.
     pub fn count(&self) -> usize {
-        self.cases.len() + self.traces.len()
+        self.cases.len() + self.traces.len() + self.pairs.len()
     }
 }
 

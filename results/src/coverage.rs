@@ -124,6 +124,11 @@ pub const DIMENSIONS: &[(&str, &[&str])] = &[
             "past 16, not ×16, 2+ kv heads",
         ],
     ),
+    // The invariance relation a pair was judged under (`attn_reference::relation`).
+    (
+        "invariance relation",
+        &["batch", "order", "chunking", "placement", "repetition"],
+    ),
     ("padding", &["padding tokens", "none"]),
     // What unwritten slots and padding rows hold (`attn_reference::Poison`).
     ("poison", &["none", "nan", "+inf", "-inf", "huge"]),

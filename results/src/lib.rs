@@ -15,6 +15,7 @@ pub mod check_view;
 pub mod compare;
 pub mod coverage;
 pub mod figures;
+pub mod invariance;
 pub mod list;
 pub mod markdown;
 pub mod mutants;

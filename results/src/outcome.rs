@@ -22,6 +22,8 @@ pub enum DivergenceKind {
     Crashed,
     /// An external backend answered something malformed.
     ProtocolError,
+    /// A request's rows changed under an invariance relation the backend declares.
+    Variant,
 }
 
 impl fmt::Display for DivergenceKind {
@@ -34,6 +36,7 @@ impl fmt::Display for DivergenceKind {
             DivergenceKind::Timeout => "timeout",
             DivergenceKind::Crashed => "crashed",
             DivergenceKind::ProtocolError => "protocol error",
+            DivergenceKind::Variant => "variant",
         })
     }
 }

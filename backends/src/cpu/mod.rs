@@ -38,6 +38,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 const NAME: &str = "cpu";
+/// The name of `cpu` in its batch-invariant mode ([`SplitKv::Invariant`]).
+pub const INVARIANT_NAME: &str = "cpu-batch-invariant";
 
 /// Steps whose estimated cost (see `scheduler`) is below this run on the calling thread
 /// alone: a few microseconds of work, about what handing work to a helper costs.
@@ -65,6 +67,10 @@ pub enum SplitKv {
     /// When there are fewer tasks than threads.
     #[default]
     Auto,
+    /// Batch-invariant: a decode task's splits follow from its own keys and the thread
+    /// count alone, never from the rest of the batch, so a request's rows keep their bits
+    /// whatever it is batched with (the `cpu-batch-invariant` backend).
+    Invariant,
     /// Every decode task with at least two keys (to test the merge).
     Always,
     Never,
@@ -135,6 +141,16 @@ impl CpuBackend {
             }
         };
         Ok(Self::with(settings, threads, level))
+    }
+
+    /// The batch-invariant mode: auto settings but [`SplitKv::Invariant`].
+    pub fn batch_invariant() -> Self {
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let settings = CpuSettings {
+            split_kv: SplitKv::Invariant,
+            ..CpuSettings::default()
+        };
+        Self::with(settings, threads, SimdLevel::best())
     }
 
     /// Auto settings: every core, the best SIMD level.
@@ -379,7 +395,24 @@ fn parse_cache_size(s: &str) -> Option<usize> {
 
 impl Backend for CpuBackend {
     fn name(&self) -> &str {
-        NAME
+        match self.settings.split_kv {
+            SplitKv::Invariant => INVARIANT_NAME,
+            _ => NAME,
+        }
+    }
+
+    /// Reordering, moving blocks and repeating a call change no bit: the schedule depends on
+    /// the tasks' lengths and count only, every item is computed alone and merged in split
+    /// order. The default split policy depends on the batch's task count (a short batch
+    /// splits its decodes), so only the invariant mode holds the batch relation. Neither holds
+    /// chunking: a query tile's key tiles are sized by its rows (measured, not declared).
+    fn invariant_under(&self) -> Vec<attn_reference::relation::Relation> {
+        use attn_reference::relation::Relation;
+        let mut held = vec![Relation::Order, Relation::Placement, Relation::Repetition];
+        if self.settings.split_kv == SplitKv::Invariant {
+            held.insert(0, Relation::Batch);
+        }
+        held
     }
 
     fn supports(&self, config: &AttentionConfig) -> Result<(), Unsupported> {

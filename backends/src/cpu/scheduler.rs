@@ -137,6 +137,7 @@ pub fn plan<'m>(
             SplitKv::Never => 1,
             SplitKv::Auto if few_tasks => per_task.min(len / MIN_KEYS_PER_SPLIT).max(1),
             SplitKv::Auto => 1,
+            SplitKv::Invariant => threads.min(len / MIN_KEYS_PER_SPLIT).max(1),
             SplitKv::Always => per_task.max(2).min(len).max(1),
         };
     }

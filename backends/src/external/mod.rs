@@ -357,6 +357,14 @@ impl Backend for ExternalBackend {
         self.hello.environment.clone()
     }
 
+    fn invariant_under(&self) -> Vec<attn_reference::relation::Relation> {
+        if self.hello.batch_invariant {
+            attn_reference::relation::Relation::ALL.to_vec()
+        } else {
+            Vec::new()
+        }
+    }
+
     /// An adapter whose class computes its own way but inherited its capabilities: the
     /// features of a failing case that it was declared to run are the first suspects.
     fn failure_caveat(&self, config: &AttentionConfig) -> Option<String> {

@@ -75,6 +75,9 @@ pub struct Hello {
     /// The class the adapter's capabilities come from, when its own class declares none
     /// but overrides how it computes (a subclass of a shipped reference, say).
     pub inherited_capabilities: Option<String>,
+    /// The capability `batch_invariant`: a request's rows do not depend on the rest of the
+    /// call (every relation of [`attn_reference::relation::Relation`] holds, bit for bit).
+    pub batch_invariant: bool,
 }
 
 /// The adapter's answer to one case.
@@ -180,8 +183,25 @@ pub fn parse_hello(bytes: &[u8]) -> Result<Hello, ProtocolError> {
     };
     let name = get(&m, WHAT, "name")?.to_string();
     let caps_text = m.get("capabilities").map(String::as_str).unwrap_or("{}");
-    let capabilities: Capabilities = serde_json::from_str(caps_text)
+    let mut caps: serde_json::Value = serde_json::from_str(caps_text)
         .map_err(|e| bad("capabilities", caps_text, e.to_string()))?;
+    // `batch_invariant` is a claim about the backend, not a part of its space.
+    let batch_invariant = match caps
+        .as_object_mut()
+        .and_then(|o| o.remove("batch_invariant"))
+    {
+        None => false,
+        Some(serde_json::Value::Bool(b)) => b,
+        Some(other) => {
+            return Err(bad(
+                "capabilities.batch_invariant",
+                &other.to_string(),
+                "expected true or false".into(),
+            ))
+        }
+    };
+    let capabilities: Capabilities =
+        serde_json::from_value(caps).map_err(|e| bad("capabilities", caps_text, e.to_string()))?;
     let environment = match m.get("environment") {
         None => BTreeMap::new(),
         Some(text) => serde_json::from_str::<BTreeMap<String, String>>(text).map_err(|e| {
@@ -210,6 +230,7 @@ pub fn parse_hello(bytes: &[u8]) -> Result<Hello, ProtocolError> {
             .get("inherited_capabilities")
             .filter(|c| !c.trim().is_empty())
             .cloned(),
+        batch_invariant,
     })
 }
 

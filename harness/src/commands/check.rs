@@ -84,7 +84,15 @@ pub fn run(mut args: CheckArgs, global: GlobalArgs) -> anyhow::Result<bool> {
     let shard = args.shard;
     let owned = (0..cases as usize).filter(|&i| shard.owns(i)).count();
     let traces = (0..args.traces as usize).filter(|&i| shard.owns(i)).count();
-    let progress = Progress::new(global.quiet, (owned + traces + up.len()) as u64, "cases");
+    let pairs = args
+        .pairs
+        .unwrap_or_else(|| crate::pipeline::check::invariance::default_pairs(cases));
+    let owned_pairs = (0..pairs as usize).filter(|&i| shard.owns(i)).count();
+    let progress = Progress::new(
+        global.quiet,
+        (owned + traces + owned_pairs + up.len()) as u64,
+        "cases",
+    );
     progress.phase("property cases");
     let bar = progress.handle();
     let on_event = Box::new(move |e: Event<'_>| match e {
@@ -100,6 +108,10 @@ pub fn run(mut args: CheckArgs, global: GlobalArgs) -> anyhow::Result<bool> {
             bar.phase("traces");
             bar.step();
         }
+        Event::InvariancePair => {
+            bar.phase("invariance pairs");
+            bar.step();
+        }
         Event::Shrinking { backend } => bar.phase(format!("shrinking {backend}")),
     });
     let mut run = run_check(CheckOptions {
@@ -110,6 +122,7 @@ pub fn run(mut args: CheckArgs, global: GlobalArgs) -> anyhow::Result<bool> {
         deep: args.deep,
         long: args.long,
         traces: args.traces,
+        pairs,
         trace_shapes: {
             let d = crate::pipeline::draw::trace::TraceShapes::default();
             crate::pipeline::draw::trace::TraceShapes {

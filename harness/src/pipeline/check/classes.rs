@@ -77,11 +77,13 @@ impl ClassBook {
     }
 }
 
-/// Where a property case or a trace failed.
+/// Where a property case, a trace or an invariance pair failed.
 #[derive(Clone, Copy, Debug)]
 pub enum Member {
     Case(usize),
     Trace(usize),
+    /// An invariance pair.
+    Pair(usize),
 }
 
 /// Count `member` into `record`'s class (made when absent, named by `signature`).
@@ -93,6 +95,7 @@ pub fn count_in(record: &mut FailureRecord, signature: &Signature, member: Membe
     match member {
         Member::Case(i) => class.cases.push(i),
         Member::Trace(i) => class.traces.push(i),
+        Member::Pair(i) => class.pairs.push(i),
     }
 }
 

@@ -1,11 +1,13 @@
 //! `attn-diff check`: property cases, traces and upstream specs through every selected
 //! backend, each compared with the oracle computed once per subject. This file holds the
 //! run's options and cohorts; [`run`] is the loop, [`drive`] runs its items on every core,
-//! and [`property`], [`trace`] and [`upstream`] say what each kind of subject does.
+//! [`lifecycle`] takes every kind's failures through one path, and [`property`], [`trace`],
+//! [`invariance`] and [`upstream`] say what each kind of subject does.
 
 pub mod classes;
 pub mod control;
 pub mod drive;
+pub mod invariance;
 pub mod lifecycle;
 pub mod property;
 pub mod run;
@@ -43,6 +45,8 @@ pub struct CheckOptions {
     pub long: bool,
     /// Serving traces to run after the property cases (one cache across many steps).
     pub traces: u32,
+    /// Invariance pairs to run after the traces ([`invariance`]).
+    pub pairs: u32,
     /// The head and block sizes traces draw from.
     pub trace_shapes: crate::pipeline::draw::trace::TraceShapes,
     /// Upstream cases to run besides the property cases.
@@ -120,6 +124,8 @@ pub enum Event<'a> {
     UpstreamCase,
     /// A trace ran on every backend.
     Trace,
+    /// An invariance pair ran on every backend.
+    InvariancePair,
     /// A divergence of `backend` is being shrunk (until the next case event).
     Shrinking { backend: &'a str },
 }
@@ -149,6 +155,7 @@ impl CheckOptions {
             deep: false,
             long: false,
             traces: crate::pipeline::draw::trace::DEFAULT_TRACES,
+            pairs: invariance::default_pairs(cases),
             trace_shapes: Default::default(),
             upstream: Vec::new(),
             out_dir,

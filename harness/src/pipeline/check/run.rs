@@ -1,8 +1,9 @@
-//! The check loop: property cases, then traces, then upstream cases, each through
+//! The check loop: property cases, then traces, then invariance pairs, then upstream cases, each through
 //! [`drive`] on every core, recorded in order into one summary.
 
 use super::control::RunControl;
 use super::drive::{drive, Item, Member};
+use super::invariance::{self, Pairs};
 use super::property::{self, PropertyCases};
 use super::subject::{items_of, RunState};
 use super::trace::{self, Traces};
@@ -102,6 +103,25 @@ pub fn run_check(mut opts: CheckOptions) -> CheckRun {
         &trace_items,
         &mut control,
         &mut |item, ran, control| trace::record(opts, &traces, &mut run, item, ran, control),
+    );
+
+    let pairs = Pairs {
+        seed: opts.seed,
+        limits,
+        poison: opts.poison,
+        cohorts: &cohorts,
+        backends: &opts.backends,
+    };
+    let pair_items = invariance::items(opts, &cohorts);
+    drive(
+        jobs,
+        &pairs,
+        &pair_items,
+        &mut control,
+        &mut |item, ran, control| {
+            invariance::record(opts, &pairs, &mut run, item, ran, control);
+            (run.tell)(Event::InvariancePair);
+        },
     );
 
     // Upstream cases are sharded like property cases, so shards' counts add up; a single

@@ -253,6 +253,7 @@ pub fn report(
         replay: Some((replay, file)),
         trace: None,
         heatmap,
+        also: Vec::new(),
     };
     (record, artifact)
 }

@@ -1,0 +1,430 @@
+//! The invariance pairs of a `check`: a drawn decoder case run as it is and in its form
+//! under one relation ([`attn_reference::relation`]: the request alone, the batch reversed,
+//! the prompt chunked, the blocks moved, the call repeated), the compared rows set beside
+//! each other bit for bit, not beside the oracle. Where the backend declares the relation
+//! ([`Backend::invariant_under`]), a moved bit is a `variant` failure, shrunk to the smallest
+//! case whose forms still differ and reported with both forms' replay files; where it does
+//! not, the drift is measured per relation and reported, never dropped.
+
+use crate::artifacts::Artifact;
+use crate::failure::class::Signature;
+use crate::pipeline::check::classes::Member as ClassMember;
+use crate::pipeline::check::control::RunControl;
+use crate::pipeline::check::drive::{per_cohort, Item, Member, PerCohort, Ran, Subjects};
+use crate::pipeline::check::lifecycle::{self, Bounds, Failing, Reported};
+use crate::pipeline::check::property::poisoned_if;
+use crate::pipeline::check::subject::{case_tree, report, sanitize, Diverged, RunState};
+use crate::pipeline::check::{CheckOptions, Cohort};
+use crate::pipeline::draw::budget::fit_space;
+use crate::pipeline::draw::budget_of;
+use crate::pipeline::draw::tier::StrategyLimits;
+use crate::pipeline::recipe::CaseRecipe;
+use crate::pipeline::runner::{catch_panic, Divergence};
+use crate::pipeline::shrink::case::shrink_fully;
+use attn_backends::{declines_case, run::run_case, Backend};
+use attn_reference::relation::{transform, Relation, Transformed};
+use attn_reference::{reference_output, Case, InputRng, Space};
+use attn_results::compare::Tolerance;
+use attn_results::invariance::Drift;
+use attn_results::{DivergenceKind, Origin};
+use proptest::strategy::ValueTree;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// One invariance pair per this many property cases: a tenth of the budget's calls twice
+/// over (a pair runs its case and the case's other form).
+pub const CASES_PER_PAIR: u32 = 10;
+
+/// Pairs draw their cases from their own stream of the seed, apart from the property cases.
+const PAIR_STREAM: u64 = 0x1A7A_7170_5EED;
+
+/// The pairs a run of `cases` property cases makes by default: one per [`CASES_PER_PAIR`]
+/// (at least one when it runs any).
+pub fn default_pairs(cases: u32) -> u32 {
+    cases.div_ceil(CASES_PER_PAIR)
+}
+
+/// The pairs a check runs: those of its shard, sent to every cohort that draws decoder
+/// cases; none when one property case was asked for by index.
+pub fn items(opts: &CheckOptions, cohorts: &[Cohort]) -> Vec<Item> {
+    let pairs = if opts.case_index.is_some() {
+        0
+    } else {
+        opts.pairs as usize
+    };
+    crate::pipeline::check::subject::items_of(
+        (0..pairs).filter(|&i| opts.shard.owns(i)),
+        cohorts,
+        |c| {
+            c.space
+                .kinds
+                .as_ref()
+                .is_none_or(|k| k.contains(&attn_reference::AttentionKind::Decoder))
+        },
+    )
+}
+
+/// What the workers need to draw and run pairs.
+pub struct Pairs<'a> {
+    pub seed: u64,
+    pub limits: StrategyLimits,
+    pub poison: bool,
+    pub cohorts: &'a [Cohort],
+    pub backends: &'a [Arc<dyn Backend>],
+}
+
+/// Pair `index`'s case index in the case stream: spread like the property cases', so pairs
+/// meet every tier.
+fn case_index(index: usize) -> usize {
+    index * CASES_PER_PAIR as usize + 7
+}
+
+/// The choices a pair's relation makes (which request, where to split, where blocks go).
+fn pick_of(seed: u64, index: usize) -> u64 {
+    InputRng::new(seed ^ PAIR_STREAM ^ (index as u64).wrapping_mul(0x9E37_79B9)).below(u64::MAX)
+}
+
+/// The drawn case of a pair and its other form: the relation of its turn, or the next
+/// that applies to the case.
+pub struct DrawnPair {
+    case: Case,
+    other: Option<Transformed>,
+}
+
+impl DrawnPair {
+    fn draw(recipe: &CaseRecipe, index: usize, pick: u64) -> DrawnPair {
+        let case = recipe.build();
+        let n = Relation::ALL.len();
+        let other = (0..n)
+            .map(|k| Relation::ALL[(index + k) % n])
+            .find_map(|r| transform(&case, r, pick));
+        DrawnPair { case, other }
+    }
+}
+
+/// A pair's verdict on one backend.
+pub enum PairVerdict {
+    /// No relation applies to the case (not a decoder case, say).
+    NotApplicable,
+    /// The backend declined a form or failed one (the property cases judge such failures).
+    NotJudged(Relation),
+    Judged {
+        relation: Relation,
+        drift: Drift,
+    },
+}
+
+impl Subjects for Pairs<'_> {
+    type Prepared = PerCohort<DrawnPair>;
+    type Verdict = (PairVerdict, Duration);
+
+    fn prepare(&self, item: &Item) -> Self::Prepared {
+        let pick = pick_of(self.seed, item.index);
+        per_cohort(&item.members, self.cohorts.len(), |c| {
+            poisoned_if(
+                self.poison,
+                case_tree(
+                    self.seed ^ PAIR_STREAM,
+                    case_index(item.index),
+                    self.limits,
+                    &self.cohorts[c].space,
+                )
+                .current(),
+            )
+        })
+        .map(|r| DrawnPair::draw(&r, item.index, pick))
+    }
+
+    fn held_bytes(&self, p: &Self::Prepared) -> usize {
+        p.distinct()
+            .map(|d| {
+                d.case.held_bytes()
+                    + d.other
+                        .as_ref()
+                        .map_or(0, |t| t.cases.iter().map(Case::held_bytes).sum::<usize>())
+            })
+            .sum()
+    }
+
+    fn evaluate(&self, p: &Self::Prepared, m: Member) -> Self::Verdict {
+        let d = p.of(m.cohort);
+        let t0 = std::time::Instant::now();
+        let verdict = match &d.other {
+            None => PairVerdict::NotApplicable,
+            Some(t) => judge_pair(self.backends[m.backend].as_ref(), &d.case, t),
+        };
+        (verdict, t0.elapsed())
+    }
+}
+
+/// Run `case` and its form `t` on `backend` and set the compared rows beside each other.
+pub fn judge_pair(backend: &dyn Backend, case: &Case, t: &Transformed) -> PairVerdict {
+    let run = |c: &Case| -> Option<Vec<f32>> {
+        declines_case(backend, c).ok()?;
+        catch_panic(|| run_case(backend, c))
+            .ok()?
+            .ok()
+            .map(|r| r.output)
+    };
+    let Some(base) = run(case) else {
+        return PairVerdict::NotJudged(t.relation);
+    };
+    let mut others = Vec::with_capacity(t.cases.len());
+    for c in &t.cases {
+        match run(c) {
+            Some(out) => others.push(out),
+            None => return PairVerdict::NotJudged(t.relation),
+        }
+    }
+    let head = case.config.head_size_v();
+    let width = case.config.num_heads * head;
+    let mantissa = match case.config.dtype {
+        attn_reference::DType::F32 => 23,
+        attn_reference::DType::F16 => 10,
+        attn_reference::DType::Bf16 => 7,
+    };
+    PairVerdict::Judged {
+        relation: t.relation,
+        drift: Drift::of(&base, &others, &t.rows, (width, head), mantissa),
+    }
+}
+
+/// Record pair `item` in order: each backend's tally per relation, and a declared
+/// relation's moved bits entered as a failure.
+pub fn record(
+    opts: &CheckOptions,
+    pairs: &Pairs<'_>,
+    run: &mut RunState<'_>,
+    item: &Item,
+    ran: Ran<PerCohort<DrawnPair>, (PairVerdict, Duration)>,
+    control: &mut RunControl,
+) {
+    run.oracle_time += ran.oracle;
+    let Some(drawn) = &ran.prepared else { return };
+    for (m, verdict) in item.members.iter().zip(ran.verdicts) {
+        let Some(((verdict, time), wall)) = verdict else {
+            continue;
+        };
+        let member = m.backend;
+        let backend = opts.backends[member].as_ref();
+        let summary = &mut run.summaries[member];
+        summary.backend_seconds += time.as_secs_f64();
+        summary.wall_seconds += wall.as_secs_f64();
+        let (relation, drift) = match verdict {
+            PairVerdict::NotApplicable => continue,
+            PairVerdict::NotJudged(r) => {
+                tally(summary, backend, r).not_judged += 1;
+                continue;
+            }
+            PairVerdict::Judged { relation, drift } => (relation, drift),
+        };
+        tally(summary, backend, relation).add(&drift);
+        crate::pipeline::coverage::count(
+            &mut run.coverage,
+            backend.name(),
+            &[("invariance relation", relation.name())],
+        );
+        if drift.held() || !backend.invariant_under().contains(&relation) {
+            control.note_pass(member);
+            continue;
+        }
+        let d = drawn.of(m.cohort);
+        let divergence = variant(relation, &drift);
+        control.note_failure(member, divergence.kind, &divergence.message);
+        *summary.divergences.entry(divergence.kind).or_default() += 1;
+        let failing = VariantPair {
+            opts,
+            index: item.index,
+            limits: pairs.limits,
+            space: &pairs.cohorts[m.cohort].space,
+            case: &d.case,
+            other: d.other.as_ref().expect("judged pairs have another form"),
+            divergence,
+        };
+        lifecycle::enter(opts, run, control, member, &failing);
+    }
+}
+
+/// `summary`'s tally of `relation`, made (marked declared or not) on first use.
+fn tally<'a>(
+    summary: &'a mut attn_results::BackendSummary,
+    backend: &dyn Backend,
+    relation: Relation,
+) -> &'a mut attn_results::invariance::RelationTally {
+    summary
+        .invariance
+        .entry(relation)
+        .or_insert_with(|| attn_results::invariance::RelationTally {
+            declared: backend.invariant_under().contains(&relation),
+            ..Default::default()
+        })
+}
+
+/// The failure of rows that moved under a declared `relation`. Its message starts with
+/// what was changed, so the class is the relation's whatever the numbers.
+fn variant(relation: Relation, d: &Drift) -> Divergence {
+    let first = d.first.map_or(String::new(), |(row, head, a, b)| {
+        format!(" (first: token {row} head {head}, {a:e} as drawn, {b:e} after)")
+    });
+    Divergence {
+        kind: DivergenceKind::Variant,
+        message: format!(
+            "rows changed under the {relation} relation, which the backend declares: {}; {} of \
+             {} compared rows moved, by up to {} ulps{first}",
+            relation.change(),
+            d.moved,
+            d.rows,
+            d.max_ulps
+        ),
+        comparison: None,
+        output: None,
+    }
+}
+
+/// What a variant failure's report says is wrong.
+fn variant_hint(relation: Relation) -> String {
+    format!(
+        "a request's rows depend on what else the call holds ({}: {}): look at {}",
+        relation,
+        relation.change(),
+        relation.suspect()
+    )
+}
+
+/// A pair whose forms' rows differ under a relation its backend declares.
+struct VariantPair<'a> {
+    opts: &'a CheckOptions,
+    index: usize,
+    limits: StrategyLimits,
+    space: &'a Space,
+    case: &'a Case,
+    other: &'a Transformed,
+    divergence: Divergence,
+}
+
+impl VariantPair<'_> {
+    fn origin(&self) -> Origin {
+        Origin::Invariance {
+            seed: self.opts.seed,
+            index: self.index,
+            relation: self.other.relation,
+        }
+    }
+
+    fn stem(&self, backend: &str) -> String {
+        format!(
+            "{}-seed{}-pair{}",
+            sanitize(backend),
+            self.opts.seed,
+            self.index
+        )
+    }
+
+    /// The report of `case` (and its form `other`) diverging as `d`, with both forms' files.
+    fn reported(
+        &self,
+        backend: &dyn Backend,
+        (case, other, d): (&Case, &Transformed, &Divergence),
+        shrunk: Option<attn_results::ShrinkInfo>,
+    ) -> (attn_results::FailureRecord, Artifact) {
+        let origin = self.origin();
+        let stem = self.stem(backend.name());
+        let expected = reference_output(case);
+        let diverged = Diverged {
+            backend: backend.name(),
+            origin: &origin,
+            case,
+            expected: &expected,
+            divergence: d,
+            // Bitwise: the replay file records no tolerance to meet.
+            tolerance: Tolerance::rel_abs(0.0, 0.0),
+        };
+        let (mut record, mut artifact) = report(self.opts, &diverged, &stem, shrunk);
+        record.hint = Some(variant_hint(other.relation));
+        artifact.also = other
+            .cases
+            .iter()
+            .enumerate()
+            .map(|(k, c)| {
+                let name = format!("{stem}.{}{}.json", other.relation, k + 1);
+                (self.opts.out_dir.join(name), c.clone())
+            })
+            .collect();
+        (record, artifact)
+    }
+}
+
+impl Failing for VariantPair<'_> {
+    fn member(&self) -> ClassMember {
+        ClassMember::Pair(self.index)
+    }
+
+    fn divergence(&self) -> &Divergence {
+        &self.divergence
+    }
+
+    fn signature(&self) -> Signature {
+        Signature::of(self.case, &self.divergence)
+    }
+
+    fn as_found(&self, backend: &dyn Backend) -> Artifact {
+        self.reported(backend, (self.case, self.other, &self.divergence), None)
+            .1
+    }
+
+    fn shrink_and_report(&self, backend: &dyn Backend, (budget, _): Bounds) -> Reported {
+        let opts = self.opts;
+        let relation = self.other.relation;
+        let pick = pick_of(opts.seed, self.index);
+        // The smallest case whose forms still differ under the same relation.
+        let mut last: Option<(Case, Transformed, Drift)> = None;
+        let fails = |r: &CaseRecipe| {
+            let case = poisoned_if(opts.poison, r.clone()).build();
+            let Some(t) = transform(&case, relation, pick) else {
+                return false;
+            };
+            match judge_pair(backend, &case, &t) {
+                PairVerdict::Judged { drift, .. } if !drift.held() => {
+                    last = Some((case, t, drift));
+                    true
+                }
+                _ => false,
+            }
+        };
+        let mut tree = case_tree(
+            opts.seed ^ PAIR_STREAM,
+            case_index(self.index),
+            self.limits,
+            self.space,
+        );
+        let cost = budget_of(case_index(self.index), self.limits);
+        let fit = |r: CaseRecipe| fit_space(r, self.space, cost);
+        let shrunk = shrink_fully(&mut tree, budget, &fit, fails);
+        match last {
+            Some((case, other, drift)) if shrunk.accepted > 0 => {
+                let d = variant(relation, &drift);
+                let signature = Signature::shrunk(&case, &d);
+                let (record, artifact) =
+                    self.reported(backend, (&case, &other, &d), Some(shrunk.info()));
+                Reported {
+                    record,
+                    artifact,
+                    shrunk: Some((signature, shrunk.work)),
+                }
+            }
+            // Nothing smaller still differed: the pair as found.
+            _ => {
+                let (record, artifact) = self.reported(
+                    backend,
+                    (self.case, self.other, &self.divergence),
+                    Some(shrunk.info()),
+                );
+                Reported {
+                    record,
+                    artifact,
+                    shrunk: None,
+                }
+            }
+        }
+    }
+}
