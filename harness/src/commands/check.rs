@@ -86,7 +86,7 @@ pub fn run(mut args: CheckArgs, global: GlobalArgs) -> anyhow::Result<bool> {
     let traces = (0..args.traces as usize).filter(|&i| shard.owns(i)).count();
     let pairs = args
         .pairs
-        .unwrap_or_else(|| crate::pipeline::check::invariance::default_pairs(cases));
+        .unwrap_or_else(|| crate::pipeline::draw::pair::default_pairs(cases));
     let owned_pairs = (0..pairs as usize).filter(|&i| shard.owns(i)).count();
     let progress = Progress::new(
         global.quiet,

@@ -12,37 +12,26 @@ use crate::pipeline::check::classes::Member as ClassMember;
 use crate::pipeline::check::control::RunControl;
 use crate::pipeline::check::drive::{per_cohort, Item, Member, PerCohort, Ran, Subjects};
 use crate::pipeline::check::lifecycle::{self, Bounds, Failing, Reported};
-use crate::pipeline::check::property::poisoned_if;
-use crate::pipeline::check::subject::{case_tree, report, sanitize, Diverged, RunState};
+use crate::pipeline::check::subject::{
+    case_tree, poisoned_if, report, sanitize, Diverged, RunState,
+};
 use crate::pipeline::check::{CheckOptions, Cohort};
 use crate::pipeline::draw::budget::fit_space;
 use crate::pipeline::draw::budget_of;
+use crate::pipeline::draw::pair::{case_index, pick_of, PAIR_STREAM};
 use crate::pipeline::draw::tier::StrategyLimits;
 use crate::pipeline::recipe::CaseRecipe;
 use crate::pipeline::runner::{catch_panic, Divergence};
 use crate::pipeline::shrink::case::shrink_fully;
 use attn_backends::{declines_case, run::run_case, Backend};
 use attn_reference::relation::{transform, Relation, Transformed};
-use attn_reference::{reference_output, Case, InputRng, Space};
+use attn_reference::{reference_output, Case, Space};
 use attn_results::compare::Tolerance;
 use attn_results::invariance::Drift;
 use attn_results::{DivergenceKind, Origin};
 use proptest::strategy::ValueTree;
 use std::sync::Arc;
 use std::time::Duration;
-
-/// One invariance pair per this many property cases: a tenth of the budget's calls twice
-/// over (a pair runs its case and the case's other form).
-pub const CASES_PER_PAIR: u32 = 10;
-
-/// Pairs draw their cases from their own stream of the seed, apart from the property cases.
-const PAIR_STREAM: u64 = 0x1A7A_7170_5EED;
-
-/// The pairs a run of `cases` property cases makes by default: one per [`CASES_PER_PAIR`]
-/// (at least one when it runs any).
-pub fn default_pairs(cases: u32) -> u32 {
-    cases.div_ceil(CASES_PER_PAIR)
-}
 
 /// The pairs a check runs: those of its shard, sent to every cohort that draws decoder
 /// cases; none when one property case was asked for by index.
@@ -71,17 +60,6 @@ pub struct Pairs<'a> {
     pub poison: bool,
     pub cohorts: &'a [Cohort],
     pub backends: &'a [Arc<dyn Backend>],
-}
-
-/// Pair `index`'s case index in the case stream: spread like the property cases', so pairs
-/// meet every tier.
-fn case_index(index: usize) -> usize {
-    index * CASES_PER_PAIR as usize + 7
-}
-
-/// The choices a pair's relation makes (which request, where to split, where blocks go).
-fn pick_of(seed: u64, index: usize) -> u64 {
-    InputRng::new(seed ^ PAIR_STREAM ^ (index as u64).wrapping_mul(0x9E37_79B9)).below(u64::MAX)
 }
 
 /// The drawn case of a pair and its other form: the relation of its turn, or the next

@@ -155,7 +155,7 @@ impl CheckOptions {
             deep: false,
             long: false,
             traces: crate::pipeline::draw::trace::DEFAULT_TRACES,
-            pairs: invariance::default_pairs(cases),
+            pairs: crate::pipeline::draw::pair::default_pairs(cases),
             trace_shapes: Default::default(),
             upstream: Vec::new(),
             out_dir,

@@ -10,7 +10,7 @@ use crate::pipeline::check::drive::{per_cohort, Item, Member, PerCohort, Ran, Su
 use crate::pipeline::check::lifecycle::{self, Bounds, Failing, Reported};
 use crate::pipeline::check::shifted::{Judged, Pair, Which};
 use crate::pipeline::check::subject::{
-    case_tree, record_outcome, report, sanitize, Diverged, RunState,
+    case_tree, poisoned_if, record_outcome, report, sanitize, Diverged, RunState,
 };
 use crate::pipeline::check::{CheckOptions, Cohort};
 use crate::pipeline::draw::budget::fit_space;
@@ -25,14 +25,6 @@ use attn_results::{Origin, RunPart};
 use proptest::strategy::ValueTree;
 use std::sync::Arc;
 use std::time::Duration;
-
-/// `r` as a run draws it: without its poison under `--no-poison`.
-pub fn poisoned_if(poison: bool, mut r: CaseRecipe) -> CaseRecipe {
-    if !poison {
-        r.poison = None;
-    }
-    r
-}
 
 /// What the workers need to draw and run property cases.
 pub struct PropertyCases<'a> {

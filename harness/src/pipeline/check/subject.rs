@@ -257,3 +257,11 @@ pub fn report(
     };
     (record, artifact)
 }
+
+/// `r` as a run draws it: without its poison under `--no-poison`.
+pub fn poisoned_if(poison: bool, mut r: CaseRecipe) -> CaseRecipe {
+    if !poison {
+        r.poison = None;
+    }
+    r
+}

@@ -8,6 +8,7 @@ pub mod fields;
 pub mod long;
 pub mod long_masks;
 pub mod mla;
+pub mod pair;
 pub mod precision;
 pub mod production;
 pub mod reach;
