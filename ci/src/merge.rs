@@ -64,6 +64,10 @@ fn add(into: &mut BackendSummary, part: &BackendSummary) {
     // Indices into the whole run: the smallest is the first.
     into.first_failing_case = earliest(into.first_failing_case, part.first_failing_case);
     into.first_failing_trace = earliest(into.first_failing_trace, part.first_failing_trace);
+    into.first_failing_pair = earliest(into.first_failing_pair, part.first_failing_pair);
+    for (relation, tally) in &part.invariance {
+        into.invariance.entry(*relation).or_default().merge(tally);
+    }
     for f in &part.failures {
         if !into.failures.iter().any(|g| g.origin == f.origin) {
             into.failures.push(f.clone());

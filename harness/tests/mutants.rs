@@ -189,6 +189,8 @@ const CAUSES: &[(&str, &[&str])] = &[
     ("mla-v-into-rope", &["mla", "value gathering"]),
     ("mla-default-scale", &["mla", "scale"]),
     ("mla-head-padding-unpadded", &["mla", "head"]),
+    ("split-count-from-batch", &["batch's size", "split"]),
+    ("split-by-batch-position", &["position"]),
 ];
 
 /// The two rules that name no one cause: every row wrong (it lists the usual suspects and
@@ -279,6 +281,19 @@ fn every_mutant_is_killed_and_shrunk_small() {
             problems.push(format!(
                 "{} is trace-only but a single-step case killed it",
                 r.mutant
+            ));
+        }
+        let pairs_only = attn_backends::mutants::CATALOGUE
+            .iter()
+            .any(|m| m.pairs_only && r.mutant == format!("mutant:{}", m.name));
+        if pairs_only != r.pairs_to_kill.is_some() {
+            problems.push(format!(
+                "{}: killed by {} (cases {:?}, traces {:?}, pairs {:?}); pairs only: {pairs_only}",
+                r.mutant,
+                if r.pairs_to_kill.is_some() { "a pair" } else { "a case or trace" },
+                r.cases_to_kill,
+                r.traces_to_kill,
+                r.pairs_to_kill
             ));
         }
         let size = r

@@ -417,6 +417,9 @@ pub struct BackendSummary {
     /// The index of the first trace that diverged.
     #[serde(default)]
     pub first_failing_trace: Option<usize>,
+    /// The index of the first invariance pair whose declared relation moved a bit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_failing_pair: Option<usize>,
     pub failures: Vec<FailureRecord>,
     /// The space this backend's cases and traces were drawn from: what it declares,
     /// narrowed by `--only` (absent: everything).

@@ -101,6 +101,17 @@ impl RelationTally {
         self.max_ulps = self.max_ulps.max(d.max_ulps);
     }
 
+    /// `other`'s pairs (a shard of the same run) added to these.
+    pub fn merge(&mut self, other: &RelationTally) {
+        self.declared |= other.declared;
+        self.tried += other.tried;
+        self.held += other.held;
+        self.rows += other.rows;
+        self.rows_moved += other.rows_moved;
+        self.max_ulps = self.max_ulps.max(other.max_ulps);
+        self.not_judged += other.not_judged;
+    }
+
     /// "held 12 of 12" or "moved 3 of 12 pairs (40 of 900 rows, up to 2 ulps)".
     pub fn words(&self) -> String {
         if self.tried == 0 {

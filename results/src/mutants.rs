@@ -23,6 +23,10 @@ pub struct MutantRow {
     /// property case killed runs none).
     #[serde(default)]
     pub traces_to_kill: Option<usize>,
+    /// Invariance pairs run up to the first whose declared relation moved a bit (pairs run
+    /// after the traces).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pairs_to_kill: Option<usize>,
     pub seconds: f64,
     pub shrunk: Option<CaseSize>,
     /// The hint of the first failure's report (of the shrunk case): what a person is told

@@ -239,6 +239,9 @@ impl CpuBackend {
         let kv_source = match self.settings.kv_tiles {
             KvTiles::Streaming => KvSource::Memory,
             KvTiles::Resident => KvSource::Warm,
+            // The batch-invariant mode keeps one tile width: the auto choice follows the
+            // whole batch's K/V size, which would make a request's bits depend on its batch.
+            KvTiles::Auto if self.settings.split_kv == SplitKv::Invariant => KvSource::Memory,
             KvTiles::Auto => {
                 let kv_bytes = step.seq_lens.iter().sum::<usize>()
                     * geometry.num_kv_heads
@@ -404,7 +407,8 @@ impl Backend for CpuBackend {
     /// Reordering, moving blocks and repeating a call change no bit: the schedule depends on
     /// the tasks' lengths and count only, every item is computed alone and merged in split
     /// order. The default split policy depends on the batch's task count (a short batch
-    /// splits its decodes), so only the invariant mode holds the batch relation. Neither holds
+    /// splits its decodes, and the auto tile width follows the batch's K/V size), so only the
+    /// invariant mode, which fixes both, holds the batch relation. Neither holds
     /// chunking: a query tile's key tiles are sized by its rows (measured, not declared).
     fn invariant_under(&self) -> Vec<attn_reference::relation::Relation> {
         use attn_reference::relation::Relation;

@@ -8,9 +8,12 @@
 //!   switch flipped, for bugs that live inside a kernel;
 //! - [`stateful`] mutants keep state between steps and break only when a cache lives across
 //!   a trace's steps (single cases and the upstream suite cannot see them);
+//! - [`invariance`] mutants compute every row right but let its bits depend on the rest of
+//!   the batch while declaring they do not (only invariance pairs kill them);
 //! - [`mla`] mutants are a small scalar MLA decode kernel (one latent entry per slot) with
 //!   one switch flipped, for bugs of multi-head latent attention.
 
+mod invariance;
 mod mla;
 mod plain;
 mod stateful;
@@ -19,6 +22,7 @@ mod wrap;
 use crate::Backend;
 use std::sync::Arc;
 
+pub use invariance::{Variance, VariantMutant};
 pub use mla::{MlaBug, MlaMutant};
 pub use plain::{Bug, PlainBackend};
 pub use stateful::{StatefulMutant, StepBug};
@@ -32,6 +36,9 @@ pub struct MutantInfo {
     pub public_bug: Option<&'static str>,
     /// It only breaks across the steps of a trace: every single step it runs alone is right.
     pub trace_only: bool,
+    /// Every row it computes is right: only an invariance pair of a relation it declares
+    /// sees that its bits depend on the batch.
+    pub pairs_only: bool,
 }
 
 const fn m(name: &'static str, description: &'static str) -> MutantInfo {
@@ -40,6 +47,7 @@ const fn m(name: &'static str, description: &'static str) -> MutantInfo {
         description,
         public_bug: None,
         trace_only: false,
+        pairs_only: false,
     }
 }
 
@@ -54,6 +62,14 @@ const fn public(name: &'static str, bug: &'static str, description: &'static str
 const fn across_steps(name: &'static str, description: &'static str) -> MutantInfo {
     MutantInfo {
         trace_only: true,
+        ..m(name, description)
+    }
+}
+
+/// A mutant whose rows are right and whose bits move with the batch.
+const fn variant(name: &'static str, description: &'static str) -> MutantInfo {
+    MutantInfo {
+        pairs_only: true,
         ..m(name, description)
     }
 }
@@ -157,6 +173,9 @@ pub const CATALOGUE: &[MutantInfo] = &[
     m("mla-v-into-rope", "MLA: V read from the entry's last head_size_v dims, past the latent (512) into the rotary part"),
     m("mla-default-scale", "MLA: the default head_size^-0.5 (576^-0.5) used instead of the model's scale (DeepSeek: 192^-0.5)"),
     m("mla-head-padding-unpadded", "MLA under tensor-parallel splits: fewer than 16 heads per rank padded to 16 by repeating each, the output taken back as the first num_heads padded rows"),
+    // Batch invariance declared and broken (only invariance pairs see these).
+    variant("split-count-from-batch", "declares batch invariance, but splits a decode along its keys only when its request is alone in the step (a split count chosen from the batch size, as flash-decoding's heuristics do): the merged split rounds differently"),
+    variant("split-by-batch-position", "declares order invariance, but splits the decodes of the requests at odd positions of the step and not the others (work handed out by batch position)"),
 ];
 
 /// Every mutant, as a backend named `mutant:<name>`.
@@ -176,6 +195,7 @@ pub fn mutant(name: &str) -> Option<Arc<dyn Backend>> {
             b,
         )) as Arc<dyn Backend>)
     };
+    let variant = |v: Variance| Some(Arc::new(VariantMutant::new(name, v)) as Arc<dyn Backend>);
     let step = |b: StepBug| Some(Arc::new(StatefulMutant::new(name, b)) as Arc<dyn Backend>);
     let latent = |b: MlaBug| {
         Some(Arc::new(MlaMutant::new(
@@ -231,6 +251,8 @@ pub fn mutant(name: &str) -> Option<Arc<dyn Backend>> {
         "page-offset-past-128" => plain(Bug::PageOffsetPast128),
         "partition-merge-no-rescale" => plain(Bug::PartitionMergeNoRescale),
         "simd-tail-dropped" => plain(Bug::SimdTailDropped),
+        "split-count-from-batch" => variant(Variance::SplitWhenAlone),
+        "split-by-batch-position" => variant(Variance::SplitByPosition),
         "trace-new-block-into-previous" => step(StepBug::NewBlockIntoPrevious),
         "trace-stale-row-table" => step(StepBug::StaleRowTable),
         "trace-prefix-hit-overwritten" => step(StepBug::PrefixHitOverwritten),

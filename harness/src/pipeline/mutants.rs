@@ -54,6 +54,7 @@ pub fn run_mutants(
             // only when no property case killed it.
             cases_to_kill: b.first_failing_case.map(|i| i + 1),
             traces_to_kill: b.first_failing_trace.map(|i| i + 1),
+            pairs_to_kill: b.first_failing_pair.map(|i| i + 1),
             seconds: start.elapsed().as_secs_f64(),
             shrunk: b.failures.first().map(|f| f.size.clone()),
             hint: b.failures.first().and_then(|f| f.hint.clone()),

@@ -12,6 +12,7 @@ fn rows(s: &MutantsSummary) -> Vec<Vec<String>> {
                 if r.killed { "yes".into() } else { "NO".into() },
                 r.cases_to_kill.map_or("-".into(), |n| n.to_string()),
                 r.traces_to_kill.map_or("-".into(), |n| n.to_string()),
+                r.pairs_to_kill.map_or("-".into(), |n| n.to_string()),
                 format!("{:.1}", r.seconds),
                 r.shrunk.as_ref().map_or("-".into(), |s| s.to_string()),
                 if r.killed_by_upstream {
@@ -25,11 +26,12 @@ fn rows(s: &MutantsSummary) -> Vec<Vec<String>> {
         .collect()
 }
 
-const HEADER: [&str; 8] = [
+const HEADER: [&str; 9] = [
     "mutant",
     "killed",
     "cases",
     "traces",
+    "pairs",
     "seconds",
     "shrunk case",
     "upstream suite",

@@ -209,6 +209,7 @@ pub fn record(
         let d = drawn.of(m.cohort);
         let divergence = variant(relation, &drift);
         control.note_failure(member, divergence.kind, &divergence.message);
+        summary.first_failing_pair.get_or_insert(item.index);
         *summary.divergences.entry(divergence.kind).or_default() += 1;
         let failing = VariantPair {
             opts,
