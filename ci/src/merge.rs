@@ -42,6 +42,7 @@ fn add(into: &mut BackendSummary, part: &BackendSummary) {
     into.property += part.property;
     into.upstream += part.upstream;
     into.traces += part.traces;
+    into.pairs += part.pairs;
     into.trace_steps += part.trace_steps;
     for g in &part.unsupported {
         into.add_group(g.clone());
@@ -168,6 +169,7 @@ pub fn merge(mut shards: Vec<CheckSummary>) -> Result<CheckSummary, MergeError> 
         check_agree(i, "deep", s.deep, whole.deep)?;
         check_agree(i, "long", s.long, whole.long)?;
         check_agree(i, "traces", s.traces, whole.traces)?;
+        check_agree(i, "pairs", s.pairs, whole.pairs)?;
         check_agree(i, "judge", s.judge.flag_value(), whole.judge.flag_value())?;
         let theirs: Vec<String> = s.backends.iter().map(|b| b.backend.name.clone()).collect();
         check_agree(i, "backends", theirs.join(","), names.join(","))?;
@@ -271,6 +273,7 @@ mod tests {
             deep: false,
             long: false,
             traces: 0,
+            pairs: 0,
             oracle_seconds: 0.5,
             backends: vec![b],
             upstream: rows,

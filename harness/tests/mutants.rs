@@ -290,7 +290,11 @@ fn every_mutant_is_killed_and_shrunk_small() {
             problems.push(format!(
                 "{}: killed by {} (cases {:?}, traces {:?}, pairs {:?}); pairs only: {pairs_only}",
                 r.mutant,
-                if r.pairs_to_kill.is_some() { "a pair" } else { "a case or trace" },
+                if r.pairs_to_kill.is_some() {
+                    "a pair"
+                } else {
+                    "a case or trace"
+                },
                 r.cases_to_kill,
                 r.traces_to_kill,
                 r.pairs_to_kill

@@ -36,4 +36,8 @@ pub struct Recorded {
     pub judge: Option<crate::Judge>,
     /// What was seen: a divergence kind (`mismatch`, `panic`, …).
     pub outcome: String,
+    /// For an invariance pair's file: the form the case's rows were compared with (replay
+    /// runs both and compares them bit for bit).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pair: Option<crate::relation::PairOf>,
 }

@@ -26,6 +26,16 @@ pub enum Relation {
     Repetition,
 }
 
+/// Which form of a case an invariance pair compared it with: the relation and the choices
+/// it made, so [`transform`] rebuilds the other form exactly (what a pair's replay file
+/// records).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PairOf {
+    pub relation: Relation,
+    pub pick: u64,
+}
+
 impl Relation {
     pub const ALL: [Relation; 5] = [
         Relation::Batch,

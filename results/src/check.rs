@@ -62,6 +62,9 @@ pub struct CheckSummary {
     /// Serving traces (`--traces`), run after the property cases.
     #[serde(default)]
     pub traces: u32,
+    /// Invariance pairs (`--pairs`), run after the traces.
+    #[serde(default)]
+    pub pairs: u32,
     pub oracle_seconds: f64,
     pub backends: Vec<BackendSummary>,
     pub upstream: Vec<UpstreamRow>,
@@ -352,6 +355,10 @@ pub struct Tally {
 }
 
 impl Tally {
+    pub fn is_empty(&self) -> bool {
+        self.sent == 0
+    }
+
     /// Cases that reached the backend: sent, less declined.
     pub fn reached(&self) -> usize {
         self.passed + self.failed
@@ -390,6 +397,11 @@ pub struct BackendSummary {
     pub upstream: Tally,
     /// Serving traces; a trace passes when every step does.
     pub traces: Tally,
+    /// Invariance pairs: a pair fails when a relation the backend declares moved a bit;
+    /// one the backend declined or failed a form of is declined here (the property cases
+    /// judge such failures). What each relation did is in `invariance`.
+    #[serde(default, skip_serializing_if = "Tally::is_empty")]
+    pub pairs: Tally,
     /// Steps of traces compared (up to and including a diverging one).
     pub trace_steps: usize,
     /// Declined cases and traces of every part, one group per (feature, detail), most
@@ -518,6 +530,7 @@ impl BackendSummary {
         let mut t = self.property;
         t += self.upstream;
         t += self.traces;
+        t += self.pairs;
         t
     }
 

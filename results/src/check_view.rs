@@ -197,6 +197,32 @@ pub fn traces_line(s: &CheckSummary) -> Option<String> {
     ))
 }
 
+/// Invariance pairs per backend, one line each: "invariance of cpu (bit for bit; declared
+/// relations marked *): batch moved in 2 of 14 pairs (3 of 40 rows, up to 1 ulps), order*
+/// held 10 of 10". A moved declared relation is a `variant` failure, an undeclared one is
+/// measured drift.
+pub fn invariance_lines(s: &CheckSummary) -> Vec<String> {
+    s.backends
+        .iter()
+        .filter(|b| !b.invariance.is_empty())
+        .map(|b| {
+            let per: Vec<String> = b
+                .invariance
+                .iter()
+                .map(|(relation, t)| {
+                    let mark = if t.declared { "*" } else { "" };
+                    format!("{relation}{mark} {}", t.words())
+                })
+                .collect();
+            format!(
+                "invariance of {} (bit for bit; declared relations marked *): {}",
+                b.backend.name,
+                per.join(", ")
+            )
+        })
+        .collect()
+}
+
 /// Declined cases per backend, grouped by feature and reason.
 pub fn unsupported_lines(s: &CheckSummary) -> Vec<String> {
     s.backends

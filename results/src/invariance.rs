@@ -166,7 +166,13 @@ mod tests {
         assert_eq!(d.first.map(|f| (f.0, f.1)), Some((1, 1)));
         let mut t = RelationTally::default();
         t.add(&d);
-        t.add(&Drift::of(&base, &[base.clone()], &[(0, 0, 0)], (4, 2), 23));
+        t.add(&Drift::of(
+            &base,
+            std::slice::from_ref(&base),
+            &[(0, 0, 0)],
+            (4, 2),
+            23,
+        ));
         // One bf16 ulp is 2^16 f32 ulps.
         let bf = |x: f32| f32::from_bits(x.to_bits() + (1 << 16));
         let d = Drift::of(&[1.0], &[vec![bf(1.0)]], &[(0, 0, 0)], (1, 1), 7);

@@ -131,6 +131,7 @@ mod tests {
             deep: false,
             long: false,
             traces: 0,
+            pairs: 0,
             oracle_seconds: 0.0,
             backends: vec![BackendSummary::new(BackendId::builtin("cpu"))],
             upstream: vec![],

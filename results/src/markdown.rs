@@ -117,6 +117,7 @@ pub fn check_body(s: &CheckSummary, note_of: &dyn Fn(&FailureRecord) -> String) 
     let mut out = backend_table(s);
     let mut lines: Vec<String> = check_view::upstream_line(s).into_iter().collect();
     lines.extend(check_view::traces_line(s));
+    lines.extend(check_view::invariance_lines(s));
     lines.extend(check_view::aim_lines(s));
     lines.extend(check_view::trust_lines(s));
     lines.extend(check_view::figure_lines(s));

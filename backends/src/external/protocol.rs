@@ -616,4 +616,38 @@ mod tests {
             );
         }
     }
+
+    #[test]
+    fn a_handshake_may_declare_batch_invariance_and_nothing_else_reads_as_it() {
+        let hello = |caps: &str| {
+            parse_hello(&reply(
+                &[
+                    ("message", "hello"),
+                    ("protocol", PROTOCOL),
+                    ("version", "2"),
+                    ("name", "x"),
+                    ("capabilities", caps),
+                ],
+                None,
+            ))
+        };
+        assert!(!hello("{}").unwrap().batch_invariant);
+        assert!(
+            hello(r#"{"batch_invariant": true}"#)
+                .unwrap()
+                .batch_invariant
+        );
+        assert!(
+            !hello(r#"{"batch_invariant": false}"#)
+                .unwrap()
+                .batch_invariant
+        );
+        for text in [r#"{"batch_invariant": "yes"}"#, r#"{"batch_invariant": 1}"#] {
+            let bad = hello(text).unwrap_err().to_string();
+            assert!(
+                bad.contains("capabilities.batch_invariant"),
+                "{text}: {bad}"
+            );
+        }
+    }
 }

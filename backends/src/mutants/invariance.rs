@@ -117,8 +117,8 @@ impl Backend for VariantMutant {
                 let split = self.split.forward(config, cache, step)?;
                 let width = out.len() / step.num_tokens.max(1);
                 for seq in (1..step.seq_lens.len()).step_by(2) {
-                    let rows = step.query_start_loc[seq] * width
-                        ..step.query_start_loc[seq + 1] * width;
+                    let rows =
+                        step.query_start_loc[seq] * width..step.query_start_loc[seq + 1] * width;
                     out[rows.clone()].copy_from_slice(&split[rows]);
                 }
                 Ok(out)

@@ -3,11 +3,13 @@
 use super::setup::{is_trace_file, load_case, select_backends_with};
 use crate::cli::ReplayArgs;
 use crate::failure::trace::trace_failure_record;
+use crate::pipeline::check::invariance::{judge_pair, moved_words, PairVerdict};
 use crate::pipeline::replay::replay_case;
 use crate::pipeline::runner::trace::{evaluate_trace, JudgedTrace, TraceOutcome};
 use crate::pipeline::runner::Outcome;
 use attn_backends::Backend;
-use attn_reference::{Recorded, Trace};
+use attn_reference::relation::{transform, PairOf};
+use attn_reference::{Case, Recorded, Trace};
 use std::sync::Arc;
 
 /// The backends to replay on: those named, else the one the file records (an adapter
@@ -145,11 +147,62 @@ fn run_trace(args: ReplayArgs) -> anyhow::Result<bool> {
     Ok(ok)
 }
 
+/// An invariance pair's file: the case and its other form (rebuilt from the relation and
+/// choices it records) on every backend, their rows compared bit for bit. Moved bits fail a
+/// backend that declares the relation; on one that does not they are measured drift.
+fn run_pair(args: &ReplayArgs, case: &Case, pair: PairOf) -> anyhow::Result<bool> {
+    let relation = pair.relation;
+    let other = transform(case, relation, pair.pick).ok_or_else(|| {
+        super::setup::usage(format!(
+            "{}: recorded.pair.relation `{relation}` does not apply to this case",
+            args.file.display()
+        ))
+    })?;
+    let backends = backends_for(args, case.recorded.as_ref())?;
+    println!("pair: {}", relation.change());
+    let (mut ok, mut judged) = (true, 0);
+    for b in &backends {
+        let name = b.name();
+        match judge_pair(b.as_ref(), case, &other) {
+            PairVerdict::Judged { drift, .. } => {
+                judged += 1;
+                if drift.held() {
+                    println!("{name}: held ({} compared rows, bit for bit)", drift.rows);
+                } else if b.invariant_under().contains(&relation) {
+                    ok = false;
+                    println!(
+                        "{name}: variant: {}, and {name} declares the {relation} relation",
+                        moved_words(&drift)
+                    );
+                } else {
+                    println!(
+                        "{name}: {} ({name} does not declare the {relation} relation: measured \
+                         drift, not a failure)",
+                        moved_words(&drift)
+                    );
+                }
+            }
+            PairVerdict::NotJudged(_) | PairVerdict::NotApplicable => println!(
+                "{name}: not judged (it declined or failed a form; replay the case without \
+                 its pair to see why)"
+            ),
+        }
+    }
+    if judged == 0 {
+        println!("not tested: no backend ran both forms");
+        return Ok(false);
+    }
+    Ok(ok)
+}
+
 pub fn run(args: ReplayArgs) -> anyhow::Result<bool> {
     if is_trace_file(&args.file) {
         return run_trace(args);
     }
     let case = load_case(&args.file)?;
+    if let Some(pair) = case.recorded.as_ref().and_then(|r| r.pair) {
+        return run_pair(&args, &case, pair);
+    }
     let backends = backends_for(&args, case.recorded.as_ref())?;
     let mut ok = true;
     // A replay no backend ran tested nothing: not a pass.

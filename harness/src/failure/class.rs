@@ -23,6 +23,9 @@ pub enum Severity {
     FarBeyond,
     /// Beyond the tolerance, but within 10× of it.
     Beyond,
+    /// Bits that moved between two forms of one request (an invariance pair): no error
+    /// against the oracle is measured.
+    BitsMoved,
 }
 
 /// How many times the tolerance an error must exceed to count as [`Severity::FarBeyond`].
@@ -30,6 +33,9 @@ pub const FAR_BEYOND: f64 = 10.0;
 
 impl Severity {
     pub fn of(d: &Divergence) -> Severity {
+        if d.kind == DivergenceKind::Variant {
+            return Severity::BitsMoved;
+        }
         let Some(c) = &d.comparison else {
             return Severity::NoOutput;
         };
@@ -53,6 +59,7 @@ impl Severity {
             Severity::NonFinite => "non-finite",
             Severity::FarBeyond => "beyond 10x the tolerance",
             Severity::Beyond => "within 10x the tolerance",
+            Severity::BitsMoved => "bits moved",
         }
     }
 }
@@ -75,7 +82,12 @@ impl Symptom {
         Symptom {
             kind: d.kind,
             severity,
-            message: (severity == Severity::NoOutput).then(|| Exception::of(&d.message).key),
+            message: match severity {
+                Severity::NoOutput => Some(Exception::of(&d.message).key),
+                // The relation that broke, in words with no numbers: one class per relation.
+                Severity::BitsMoved => d.message.split(';').next().map(str::to_string),
+                _ => None,
+            },
         }
     }
 }
@@ -125,7 +137,7 @@ impl Signature {
     /// The signature of `d`, a divergence on `case` as found (no features yet).
     pub fn of(case: &Case, d: &Divergence) -> Signature {
         let symptom = Symptom::of(d);
-        let has_values = symptom.severity != Severity::NoOutput;
+        let has_values = !matches!(symptom.severity, Severity::NoOutput | Severity::BitsMoved);
         let arithmetic = (symptom.kind == DivergenceKind::Mismatch)
             .then_some(d.output.as_deref())
             .flatten()

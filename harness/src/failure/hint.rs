@@ -770,6 +770,6 @@ fn odd_page_tail(case: &Case) -> Option<usize> {
     let bs = case.config.block_size;
     let long_decode = (0..case.num_seqs())
         .any(|s| case.batch.query_lens[s] == 1 && case.batch.seq_lens[s].div_ceil(bs.max(1)) >= 3);
-    (case.config.kind == AttentionKind::Decoder && bs > 64 && bs % 64 != 0 && long_decode)
+    (case.config.kind == AttentionKind::Decoder && bs > 64 && !bs.is_multiple_of(64) && long_decode)
         .then_some(bs % 64)
 }

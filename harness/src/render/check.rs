@@ -3,8 +3,8 @@
 
 use crate::render::table;
 use attn_results::check_view::{
-    aim_lines, backend_names, backend_rows, figure_lines, traces_line, trust_lines,
-    unsupported_lines, upstream_line, upstream_rows, BACKEND_HEADER, UPSTREAM_HEADER,
+    aim_lines, backend_names, backend_rows, figure_lines, invariance_lines, traces_line,
+    trust_lines, unsupported_lines, upstream_line, upstream_rows, BACKEND_HEADER, UPSTREAM_HEADER,
 };
 use attn_results::CheckSummary;
 use std::fmt::Write;
@@ -35,12 +35,13 @@ fn headline(s: &CheckSummary) -> String {
         None => asked.to_string(),
     };
     format!(
-        "attn-diff check: {} property case(s){}{} seed {}{shard}, {} trace(s), {} upstream case(s): {verdict}",
+        "attn-diff check: {} property case(s){}{} seed {}{shard}, {} trace(s), {} invariance pair(s), {} upstream case(s): {verdict}",
         ran(s.cases as usize, &|b| b.property.sent),
         if s.deep { " (deep)" } else { "" },
         if s.long { " (long)" } else { "" },
         s.seed,
         ran(s.traces as usize, &|b| b.traces.sent),
+        ran(s.pairs as usize, &|b| b.pairs.sent),
         s.upstream.len() / s.backends.len().max(1)
     )
 }
@@ -130,6 +131,9 @@ pub fn render_text(s: &CheckSummary, detail: Detail) -> String {
         let _ = writeln!(out, "{l}");
     }
     if let Some(l) = traces_line(s) {
+        let _ = writeln!(out, "{l}");
+    }
+    for l in invariance_lines(s) {
         let _ = writeln!(out, "{l}");
     }
     for l in aim_lines(s) {

@@ -24,7 +24,7 @@ use crate::pipeline::recipe::CaseRecipe;
 use crate::pipeline::runner::{catch_panic, Divergence};
 use crate::pipeline::shrink::case::shrink_fully;
 use attn_backends::{declines_case, run::run_case, Backend};
-use attn_reference::relation::{transform, Relation, Transformed};
+use attn_reference::relation::{transform, PairOf, Relation, Transformed};
 use attn_reference::{reference_output, Case, Space};
 use attn_results::compare::Tolerance;
 use attn_results::invariance::Drift;
@@ -191,11 +191,14 @@ pub fn record(
         let (relation, drift) = match verdict {
             PairVerdict::NotApplicable => continue,
             PairVerdict::NotJudged(r) => {
+                summary.pairs.sent += 1;
+                summary.pairs.declined += 1;
                 tally(summary, backend, r).not_judged += 1;
                 continue;
             }
             PairVerdict::Judged { relation, drift } => (relation, drift),
         };
+        summary.pairs.sent += 1;
         tally(summary, backend, relation).add(&drift);
         crate::pipeline::coverage::count(
             &mut run.coverage,
@@ -203,9 +206,11 @@ pub fn record(
             &[("invariance relation", relation.name())],
         );
         if drift.held() || !backend.invariant_under().contains(&relation) {
+            summary.pairs.passed += 1;
             control.note_pass(member);
             continue;
         }
+        summary.pairs.failed += 1;
         let d = drawn.of(m.cohort);
         let divergence = variant(relation, &drift);
         control.note_failure(member, divergence.kind, &divergence.message);
@@ -242,22 +247,27 @@ fn tally<'a>(
 /// The failure of rows that moved under a declared `relation`. Its message starts with
 /// what was changed, so the class is the relation's whatever the numbers.
 fn variant(relation: Relation, d: &Drift) -> Divergence {
-    let first = d.first.map_or(String::new(), |(row, head, a, b)| {
-        format!(" (first: token {row} head {head}, {a:e} as drawn, {b:e} after)")
-    });
     Divergence {
         kind: DivergenceKind::Variant,
         message: format!(
-            "rows changed under the {relation} relation, which the backend declares: {}; {} of \
-             {} compared rows moved, by up to {} ulps{first}",
+            "rows changed under the {relation} relation, which the backend declares: {}; {}",
             relation.change(),
-            d.moved,
-            d.rows,
-            d.max_ulps
+            moved_words(d)
         ),
         comparison: None,
         output: None,
     }
+}
+
+/// "1 of 2 compared rows moved, by up to 3 ulps (first: token 1 head 0, … as drawn, … after)".
+pub fn moved_words(d: &Drift) -> String {
+    let first = d.first.map_or(String::new(), |(row, head, a, b)| {
+        format!(" (first: token {row} head {head}, {a:e} as drawn, {b:e} after)")
+    });
+    format!(
+        "{} of {} compared rows moved, by up to {} ulps{first}",
+        d.moved, d.rows, d.max_ulps
+    )
 }
 
 /// What a variant failure's report says is wrong.
@@ -320,6 +330,18 @@ impl VariantPair<'_> {
         };
         let (mut record, mut artifact) = report(self.opts, &diverged, &stem, shrunk);
         record.hint = Some(variant_hint(other.relation));
+        // The replay file rebuilds the other form and compares the two.
+        let pair = PairOf {
+            relation: other.relation,
+            pick: pick_of(self.opts.seed, self.index),
+        };
+        if let Some(r) = artifact
+            .replay
+            .as_mut()
+            .and_then(|(_, c)| c.recorded.as_mut())
+        {
+            r.pair = Some(pair);
+        }
         artifact.also = other
             .cases
             .iter()

@@ -184,6 +184,11 @@ pub fn run_check(mut opts: CheckOptions) -> CheckRun {
             } else {
                 opts.traces
             },
+            pairs: if opts.case_index.is_some() {
+                0
+            } else {
+                opts.pairs
+            },
             oracle_seconds: oracle_time.as_secs_f64(),
             backends: summaries,
             upstream: upstream_rows,

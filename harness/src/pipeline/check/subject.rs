@@ -62,6 +62,7 @@ pub fn recorded(
         rtol: tol.rtol,
         judge: non_default(opts.judge),
         outcome: d.kind.to_string(),
+        pair: None,
     }
 }
 

@@ -86,7 +86,7 @@ fn base(seed: u64, dtype: DType) -> CaseRecipe {
 
 fn crowd(turn: usize) -> impl Strategy<Value = CaseRecipe> {
     // The sharer counts by turns: 5-16 and past 16 (the coverage buckets), from 8 up.
-    let sharers = if turn % 2 == 0 {
+    let sharers = if turn.is_multiple_of(2) {
         8usize..=16
     } else {
         17usize..=64

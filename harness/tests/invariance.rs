@@ -1,0 +1,130 @@
+//! Invariance pairs: what `cpu` declares holds at every seed (and its batch-invariant mode
+//! holds the batch relation too), and a backend that declares a relation and breaks it is
+//! failed, once per relation, with a replay file that rebuilds both forms and fails again.
+
+use attn_harness::pipeline::check::run::run_check;
+use attn_harness::pipeline::check::CheckOptions;
+use attn_reference::relation::Relation;
+use attn_reference::Case;
+use attn_results::Origin;
+use std::process::Command;
+
+fn pairs_only(backends: &[&str], pairs: u32, seed: u64, out: &std::path::Path) -> CheckOptions {
+    let backends = backends
+        .iter()
+        .map(|n| attn_backends::backend_by_name(n).expect("a registered backend"))
+        .collect();
+    CheckOptions {
+        seed,
+        traces: 0,
+        pairs,
+        ..CheckOptions::new(backends, 0, out.to_path_buf())
+    }
+}
+
+#[test]
+fn cpu_keeps_every_relation_it_declares_at_every_seed() {
+    let out = std::env::temp_dir().join(format!("attn-diff-invariance-{}", std::process::id()));
+    let mut tried = std::collections::BTreeMap::<(String, Relation), usize>::new();
+    for seed in 1..=6 {
+        let run = run_check(pairs_only(&["cpu", "cpu-batch-invariant"], 40, seed, &out));
+        for b in &run.summary.backends {
+            let name = &b.backend.name;
+            assert_eq!(b.failed(), 0, "{name} at seed {seed}: {:?}", b.failures);
+            // Most pairs reach it (a few cases have no relation that applies).
+            assert!(b.pairs.sent >= 30, "{name} at seed {seed}: {:?}", b.pairs);
+            for (relation, t) in &b.invariance {
+                let declared = match name.as_str() {
+                    "cpu" => [Relation::Order, Relation::Placement, Relation::Repetition]
+                        .contains(relation),
+                    _ => *relation != Relation::Chunking,
+                };
+                assert_eq!(t.declared, declared, "{name} {relation}");
+                if declared {
+                    assert_eq!(t.held, t.tried, "{name} {relation} at seed {seed}: {t:?}");
+                }
+                *tried.entry((name.clone(), *relation)).or_default() += t.tried;
+            }
+        }
+    }
+    // Every relation was tried on both, so the assertions above judged something.
+    for name in ["cpu", "cpu-batch-invariant"] {
+        for relation in Relation::ALL {
+            let n = tried
+                .get(&(name.to_string(), relation))
+                .copied()
+                .unwrap_or(0);
+            assert!(n >= 10, "{name} {relation}: {n} pairs over six seeds");
+        }
+    }
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+#[test]
+fn a_declared_relation_that_moves_a_bit_is_a_variant_failure_its_file_replays() {
+    let out = std::env::temp_dir().join(format!("attn-diff-variant-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&out);
+    let run = run_check(pairs_only(&["mutant:split-by-batch-position"], 40, 1, &out));
+    run.write_artifacts();
+    let b = &run.summary.backends[0];
+    assert!(b.pairs.failed > 0, "{:?}", b.pairs);
+    assert_eq!(b.first_failing_pair, Some(1));
+    let order = &b.invariance[&Relation::Order];
+    assert!(order.declared && order.held < order.tried, "{order:?}");
+    // Moved drift of a relation it does not declare is measured, never a failure.
+    for f in &b.failures {
+        assert!(
+            matches!(
+                f.origin,
+                Origin::Invariance {
+                    relation: Relation::Order,
+                    ..
+                }
+            ),
+            "{:?}",
+            f.origin
+        );
+    }
+    // One cause, one class: every moved pair is the order relation's.
+    let classes: std::collections::BTreeSet<_> = b
+        .failures
+        .iter()
+        .map(|f| f.class.as_ref().map(|c| c.signature.clone()))
+        .collect();
+    assert_eq!(classes.len(), 1, "{classes:?}");
+    let f = &b.failures[0];
+    let hint = f.hint.as_deref().unwrap_or_default();
+    assert!(hint.contains("position"), "{hint}");
+    assert!(
+        f.size.sequences >= 2 && f.size.sequences <= 4,
+        "{:?}",
+        f.size
+    );
+
+    // The replay file records the pair; the other form is written beside it.
+    let file = out.join("mutant_split-by-batch-position-seed1-pair1.json");
+    let case = Case::load(&file).expect("the replay file loads");
+    let pair = case.recorded.as_ref().and_then(|r| r.pair).expect("a pair");
+    assert_eq!(pair.relation, Relation::Order);
+    assert!(out
+        .join("mutant_split-by-batch-position-seed1-pair1.order1.json")
+        .is_file());
+    let replay = |backend: &str| {
+        Command::new(env!("CARGO_BIN_EXE_attn-diff"))
+            .args(["replay", "-q"])
+            .arg(&file)
+            .args(["--backend", backend])
+            .output()
+            .expect("attn-diff runs")
+    };
+    let again = replay("mutant:split-by-batch-position");
+    let text = String::from_utf8_lossy(&again.stdout);
+    assert_eq!(again.status.code(), Some(1), "{text}");
+    assert!(text.contains("variant:"), "{text}");
+    // On a backend that keeps the relation, the same file holds.
+    let cpu = replay("cpu");
+    let text = String::from_utf8_lossy(&cpu.stdout);
+    assert_eq!(cpu.status.code(), Some(0), "{text}");
+    assert!(text.contains("cpu: held"), "{text}");
+    let _ = std::fs::remove_dir_all(&out);
+}
