@@ -17,7 +17,9 @@ under protocol version 2) this does what vLLM's model runner does with it:
   ``block_size_multiple_of`` (sizes the kernel runs unsplit); ``supported_kv_cache_dtypes``
   to ``kv_cache_dtypes``; ``supports_attn_type`` to ``kinds``; ``supports_sliding_window``
   and ``supports_sink`` to ``features`` (soft-cap and ALiBi are not declared by vLLM's
-  interface: the impl's constructor refuses them when it cannot run them). Per case,
+  interface: the impl's constructor refuses them when it cannot run them);
+  ``supports_batch_invariance``, under ``VLLM_BATCH_INVARIANT=1`` (the mode it promises it
+  in), to ``batch_invariant``. Per case,
   ``validate_configuration`` (what vLLM's selector calls) gives the remaining refusals:
   a case it finds reasons against is ``unsupported`` with upstream's reasons.
 - **Construction.** vLLM's own ``Attention`` layer is built with the class as its backend
@@ -225,6 +227,16 @@ def capabilities_of(backend: type) -> Capabilities:
         if "fp8_kv_cache" not in features:
             caps["kv_cache_dtypes"] = [k for k in kv if k == "auto"]
     caps["features"] = features
+    # vLLM declares batch invariance per class (`supports_batch_invariance`, vllm#40193), and
+    # promises it only in its batch-invariant mode: the claim is judged when the adapter runs
+    # under VLLM_BATCH_INVARIANT=1, and is otherwise measured drift.
+    supports_invariance = getattr(backend, "supports_batch_invariance", None)
+    if (
+        callable(supports_invariance)
+        and supports_invariance()
+        and os.environ.get("VLLM_BATCH_INVARIANT", "0") not in ("", "0")
+    ):
+        caps["batch_invariant"] = True
     return caps
 
 

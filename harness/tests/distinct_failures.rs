@@ -178,3 +178,51 @@ fn five_causes_are_five_classes_each_named() {
     }
     assert_eq!(named.len(), 5, "{named:#?}");
 }
+
+#[test]
+fn upstream_specs_failing_alike_are_one_class_that_names_them_all() {
+    // The scale squared fails every spec of the small suite the same way.
+    let backend = attn_backends::backend_by_name("mutant:scale-applied-twice").unwrap();
+    let upstream = attn_harness::pipeline::upstream::small_suite();
+    let run = run_check(CheckOptions {
+        traces: 0,
+        pairs: 0,
+        upstream: upstream.clone(),
+        ..CheckOptions::new(
+            vec![backend],
+            0,
+            std::env::temp_dir().join("attn-diff-upstream-classes"),
+        )
+    });
+    let b = &run.summary.backends[0];
+    assert!(b.upstream.failed >= 3, "{:?}", b.upstream);
+    // Every failed spec is counted in exactly one class.
+    let counted: usize = b
+        .failures
+        .iter()
+        .map(|f| f.class.as_ref().map_or(0, |c| c.upstream.len()))
+        .sum();
+    assert_eq!(counted, b.upstream.failed);
+    // Fewer classes than failed specs: a class holds several, the reported one first and
+    // the others named in its `also` and its text.
+    assert!(b.failures.len() < b.upstream.failed, "{}", b.failures.len());
+    let widest = b
+        .failures
+        .iter()
+        .max_by_key(|f| f.class.as_ref().map_or(0, |c| c.upstream.len()))
+        .unwrap();
+    let members = widest.class.as_ref().unwrap().upstream.len();
+    assert!(members >= 2);
+    assert_eq!(widest.also.len(), members - 1);
+    assert!(
+        widest.text.contains("more upstream case(s)"),
+        "{}",
+        widest.text
+    );
+    let labels: Vec<String> = upstream.iter().map(|u| u.label()).collect();
+    assert!(
+        widest.also.iter().all(|a| labels.contains(a)),
+        "{:?}",
+        widest.also
+    );
+}

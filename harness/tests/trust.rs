@@ -91,6 +91,8 @@ fn an_adapter_that_declines_everything_is_not_green() {
         "5",
         "--traces",
         "0",
+        "--pairs",
+        "0",
         "--no-upstream",
         "--min-run",
         "6",
@@ -589,10 +591,11 @@ fn the_summary_columns_add_up_and_name_the_trace_index() {
             .unwrap()
     };
     assert_eq!(
-        get("property") + get("upstream") + get("traces"),
+        get("property") + get("upstream") + get("traces") + get("pairs"),
         get("passed") + get("failed") + get("declined"),
         "{text}"
     );
+    assert!(get("pairs") >= 1, "{text}");
     assert_eq!(get("property"), 30);
     assert_eq!(get("traces"), 4);
 }

@@ -119,8 +119,8 @@ impl CheckSummary {
     }
 
     /// Why this run tested less than it was asked to, one line each: a backend that no
-    /// property case, trace or named spec reached although some were sent (all declined), or
-    /// that fewer than `min_run` cases and traces reached in all. A run with any is not a
+    /// property case, trace, invariance pair or named spec reached although some were sent
+    /// (all declined), or that fewer than `min_run` cases, traces and pairs reached in all. A run with any is not a
     /// pass.
     pub fn shortfalls(&self, min_run: usize) -> Vec<Shortfall> {
         let mut out = Vec::new();
@@ -130,6 +130,7 @@ impl CheckSummary {
                 ("property cases", &b.property),
                 ("upstream cases", &b.upstream),
                 ("traces", &b.traces),
+                ("invariance pairs", &b.pairs),
             ] {
                 if t.sent > 0 && t.reached() == 0 {
                     out.push(Shortfall::new(
@@ -161,12 +162,14 @@ impl CheckSummary {
                     ));
                 }
             }
-            if b.reached() < min_run {
+            // Pairs rerun drawn cases, but a run of pairs alone tested the backend too.
+            let reached = b.reached() + b.pairs.reached();
+            if reached < min_run {
                 out.push(Shortfall::new(
                     name,
                     format!(
-                        "{} case(s) and trace(s) reached it, fewer than --min-run {min_run}",
-                        b.reached()
+                        "{reached} case(s), trace(s) and invariance pair(s) reached it, fewer \
+                         than --min-run {min_run}"
                     ),
                 ));
             }
@@ -530,13 +533,13 @@ impl BackendSummary {
         let mut t = self.property;
         t += self.upstream;
         t += self.traces;
-        t += self.pairs;
         t
     }
 
-    /// Cases and traces that failed, every part together.
+    /// Cases, traces and invariance pairs that failed, every part together. (Pairs rerun
+    /// drawn cases, so what reached a backend counts cases and traces only.)
     pub fn failed(&self) -> usize {
-        self.total().failed
+        self.total().failed + self.pairs.failed
     }
 
     /// Cases and traces sent to this backend, declined ones included.
@@ -672,12 +675,16 @@ pub struct FailureClass {
     /// Invariance pair indices in the class, in run order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pairs: Vec<usize>,
+    /// Upstream case indices in the class (in the run's suite), in run order; their labels
+    /// beside the reported one are the failure's `also`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub upstream: Vec<usize>,
 }
 
 impl FailureClass {
-    /// Cases, traces and invariance pairs in the class.
+    /// Cases, traces, invariance pairs and upstream cases in the class.
     pub fn count(&self) -> usize {
-        self.cases.len() + self.traces.len() + self.pairs.len()
+        self.cases.len() + self.traces.len() + self.pairs.len() + self.upstream.len()
     }
 }
 

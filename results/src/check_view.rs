@@ -20,7 +20,7 @@ pub enum Verdict {
 impl Verdict {
     pub fn of(b: &BackendSummary) -> Verdict {
         match (b.backend.is_mutant(), b.failed() > 0) {
-            (false, false) if b.reached() == 0 => Verdict::RanNothing,
+            (false, false) if b.reached() == 0 && b.pairs.reached() == 0 => Verdict::RanNothing,
             (false, false) => Verdict::Pass,
             (false, true) => Verdict::Diverged,
             (true, true) => Verdict::Caught,
@@ -52,12 +52,13 @@ pub fn err_cell(x: f64) -> String {
     }
 }
 
-pub const BACKEND_HEADER: [&str; 12] = [
+pub const BACKEND_HEADER: [&str; 13] = [
     "backend",
     "verdict",
     "property",
     "upstream",
     "traces",
+    "pairs",
     "passed",
     "failed",
     "declined",
@@ -68,12 +69,13 @@ pub const BACKEND_HEADER: [&str; 12] = [
 ];
 
 /// Per-backend rows; a backend that ran nothing shows "-" rather than rates or errors. The
-/// columns add up: passed + failed + declined = property + upstream + traces.
+/// columns add up: passed + failed + declined = property + upstream + traces + pairs.
 pub fn backend_rows(s: &CheckSummary) -> Vec<Vec<String>> {
     s.backends
         .iter()
         .map(|b| {
-            let t = b.total();
+            let mut t = b.total();
+            t += b.pairs;
             let ran = t.sent > 0;
             let dash = || "-".to_string();
             vec![
@@ -82,6 +84,7 @@ pub fn backend_rows(s: &CheckSummary) -> Vec<Vec<String>> {
                 b.property.sent.to_string(),
                 b.upstream.sent.to_string(),
                 b.traces.sent.to_string(),
+                b.pairs.sent.to_string(),
                 if ran { t.passed.to_string() } else { dash() },
                 if ran { b.failed_by_kind() } else { dash() },
                 if ran { t.declined.to_string() } else { dash() },

@@ -25,7 +25,9 @@ pub struct Drift {
     pub rows: usize,
     /// Rows with any bit changed.
     pub moved: usize,
-    /// The largest change of one value, in ulps of the output's dtype.
+    /// The largest change of one value, in ulps of the output's dtype at the largest
+    /// magnitude of its head's row (a value near 0 that moves a little is a small move, not
+    /// millions of ulps of its own magnitude); non-finite or all-zero rows count raw ulps.
     pub max_ulps: u64,
     /// The first moved row: (original row, head, the original's value, the other run's).
     pub first: Option<(usize, usize, f32, f32)>,
@@ -34,7 +36,8 @@ pub struct Drift {
 impl Drift {
     /// Compare `base`'s rows (`width` values each, `head_width` per head) with `runs`' as
     /// `pairs` (original row, run, row there) pair them; ulps are counted in a dtype of
-    /// `mantissa` bits (23: f32, 10: f16, 7: bf16) carried as f32.
+    /// `mantissa` bits (23: f32, 10: f16, 7: bf16) carried as f32, at the scale of each
+    /// head's row ([`Drift::max_ulps`]).
     pub fn of(
         base: &[f32],
         runs: &[Vec<f32>],
@@ -53,7 +56,14 @@ impl Drift {
             let mut moved = false;
             for (i, (&p, &q)) in x.iter().zip(y).enumerate() {
                 if p.to_bits() != q.to_bits() {
-                    let u = ulps(p, q).div_ceil(1 << shift);
+                    let h = i / head_width.max(1) * head_width.max(1);
+                    let head = &x[h..(h + head_width.max(1)).min(x.len())];
+                    let u = match ulp_at(head, mantissa) {
+                        Some(step) if p.is_finite() && q.is_finite() => {
+                            ((p as f64 - q as f64).abs() / step).ceil() as u64
+                        }
+                        _ => ulps(p, q).div_ceil(1 << shift),
+                    };
                     if !moved && d.first.is_none() {
                         d.first = Some((a, i / head_width.max(1), p, q));
                     }
@@ -69,6 +79,17 @@ impl Drift {
     pub fn held(&self) -> bool {
         self.moved == 0
     }
+}
+
+/// One ulp of a dtype of `mantissa` bits at the largest magnitude of `values`; `None` when
+/// that is 0, subnormal or not finite.
+fn ulp_at(values: &[f32], mantissa: u32) -> Option<f64> {
+    let top = values.iter().map(|v| v.abs()).fold(0.0f32, f32::max);
+    if !top.is_normal() {
+        return None;
+    }
+    let exponent = ((top.to_bits() >> 23) & 0xff) as i32 - 127;
+    Some(2f64.powi(exponent - mantissa as i32))
 }
 
 /// One relation on one backend over a run.
@@ -177,6 +198,14 @@ mod tests {
         let bf = |x: f32| f32::from_bits(x.to_bits() + (1 << 16));
         let d = Drift::of(&[1.0], &[vec![bf(1.0)]], &[(0, 0, 0)], (1, 1), 7);
         assert_eq!(d.max_ulps, 1);
+        // A value near 0 beside a 1.0 in its head moves by the head's ulps, not its own:
+        // 1e-8 to 2e-8 is a fraction of one f32 ulp at 1.0 (thousands of its own).
+        let d = Drift::of(&[1.0, 1e-8], &[vec![1.0, 2e-8]], &[(0, 0, 0)], (2, 2), 23);
+        assert_eq!((d.moved, d.max_ulps), (1, 1));
+        assert!(ulps(1e-8, 2e-8) > 1000);
+        // In another head, the same move counts at that head's scale.
+        let d = Drift::of(&[1.0, 1e-8], &[vec![1.0, 2e-8]], &[(0, 0, 0)], (2, 1), 23);
+        assert!(d.max_ulps > 1000);
         assert_eq!(
             t.words(),
             "moved in 1 of 2 pairs (1 of 3 rows, up to 1 ulps)"

@@ -166,6 +166,10 @@ class Capabilities(TypedDict, total=False):
       (vLLM's ``"fp8"``), ``"fp8_e5m2"``. An FP8 format listed here declares the FP8 cache by
       itself; without this key, ``"fp8_kv_cache"`` in ``features`` does.
     - ``kv_layouts``: from ``"mha"``, ``"mla"``: an MLA-only adapter lists ``["mla"]``.
+    - ``batch_invariant``: ``True`` when a request's rows keep every bit whatever else its
+      call holds (other requests, their order, its blocks' physical ids, a repeated call):
+      attn-diff's invariance pairs then fail any bit that moves, where otherwise they only
+      measure the drift. A claim about the backend, not a part of its case space.
     """
 
     dtypes: Optional[List[str]]
@@ -182,10 +186,11 @@ class Capabilities(TypedDict, total=False):
     max_group: Optional[int]
     kv_cache_dtypes: Optional[List[str]]
     kv_layouts: Optional[List[str]]
+    batch_invariant: Optional[bool]
 
 
 #: Every capability key: "choice" lists take values from the tuple, "sizes" lists positive
-#: integers, "int" is one positive integer.
+#: integers, "int" is one positive integer, "bool" is true or false.
 CAPABILITY_KEYS: Dict[str, Union[Tuple[str, ...], str]] = {
     "dtypes": DTYPES,
     "head_sizes": "sizes",
@@ -201,6 +206,7 @@ CAPABILITY_KEYS: Dict[str, Union[Tuple[str, ...], str]] = {
     "max_group": "int",
     "kv_cache_dtypes": KV_CACHE_DTYPES,
     "kv_layouts": KV_LAYOUTS,
+    "batch_invariant": "bool",
 }
 
 
@@ -234,6 +240,11 @@ def validate_capabilities(capabilities: Mapping[str, Any]) -> Dict[str, Any]:
             known = ", ".join(CAPABILITY_KEYS)
             raise CapabilityError(f"unknown capability key {key!r} (known: {known})")
         if value is None:
+            continue
+        if kind == "bool":
+            if not isinstance(value, bool):
+                raise CapabilityError(f"{key}: {value!r} is not true or false")
+            out[key] = value
             continue
         if kind == "int":
             if not _positive_int(value):

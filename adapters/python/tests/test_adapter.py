@@ -39,6 +39,7 @@ def test_every_key_is_accepted_and_fp8_is_e4m3():
     out = validate_capabilities(caps)
     assert out["kv_cache_dtypes"] == ["auto", "fp8_e4m3", "fp8_e5m2"]
     assert validate_capabilities({"dtypes": None}) == {}
+    assert validate_capabilities({"batch_invariant": True}) == {"batch_invariant": True}
 
 
 @pytest.mark.parametrize(
@@ -52,6 +53,8 @@ def test_every_key_is_accepted_and_fp8_is_e4m3():
         ({"head_sizes": [64, "128"]}, "'128' is not a positive integer"),
         ({"features": ["softcap"]}, "unknown value 'softcap'"),
         ({"kv_cache_dtypes": ["int8"]}, "unknown value 'int8'"),
+        ({"batch_invariant": "yes"}, "'yes' is not true or false"),
+        ({"batch_invariant": 1}, "1 is not true or false"),
     ],
 )
 def test_malformed_capabilities_are_named(caps, message):

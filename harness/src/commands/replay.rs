@@ -182,10 +182,12 @@ fn run_pair(args: &ReplayArgs, case: &Case, pair: PairOf) -> anyhow::Result<bool
                     );
                 }
             }
-            PairVerdict::NotJudged(_) | PairVerdict::NotApplicable => println!(
-                "{name}: not judged (it declined or failed a form; replay the case without \
-                 its pair to see why)"
-            ),
+            PairVerdict::NotJudged(_, Some((kind, message))) => {
+                println!("{name}: not judged: a form failed ({kind}: {message})")
+            }
+            PairVerdict::NotJudged(_, None) | PairVerdict::NotApplicable => {
+                println!("{name}: not judged (it declined a form)")
+            }
         }
     }
     if judged == 0 {

@@ -360,6 +360,12 @@ pub fn class_line(class: &FailureClass) -> String {
     if !class.traces.is_empty() {
         parts.push(list("trace(s)", &class.traces));
     }
+    if !class.pairs.is_empty() {
+        parts.push(list("invariance pair(s)", &class.pairs));
+    }
+    if !class.upstream.is_empty() {
+        parts.push(format!("{} upstream case(s)", class.upstream.len()));
+    }
     format!(
         "class:   {} failure(s) in this class ({}): {}\n",
         class.count(),

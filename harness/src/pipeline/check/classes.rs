@@ -77,13 +77,15 @@ impl ClassBook {
     }
 }
 
-/// Where a property case, a trace or an invariance pair failed.
-#[derive(Clone, Copy, Debug)]
+/// Where a property case, a trace, an invariance pair or an upstream case failed.
+#[derive(Clone, Debug)]
 pub enum Member {
     Case(usize),
     Trace(usize),
     /// An invariance pair.
     Pair(usize),
+    /// An upstream case: its index in the run's suite and its label.
+    Upstream(usize, String),
 }
 
 /// Count `member` into `record`'s class (made when absent, named by `signature`).
@@ -96,6 +98,13 @@ pub fn count_in(record: &mut FailureRecord, signature: &Signature, member: Membe
         Member::Case(i) => class.cases.push(i),
         Member::Trace(i) => class.traces.push(i),
         Member::Pair(i) => class.pairs.push(i),
+        Member::Upstream(i, label) => {
+            // The first is the reported case; the rest are named beside it.
+            if !class.upstream.is_empty() {
+                record.also.push(label);
+            }
+            class.upstream.push(i);
+        }
     }
 }
 

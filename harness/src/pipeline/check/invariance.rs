@@ -21,7 +21,7 @@ use crate::pipeline::draw::budget_of;
 use crate::pipeline::draw::pair::{case_index, pick_of, PAIR_STREAM};
 use crate::pipeline::draw::tier::StrategyLimits;
 use crate::pipeline::recipe::CaseRecipe;
-use crate::pipeline::runner::{catch_panic, Divergence};
+use crate::pipeline::runner::{catch_panic, error_kind, Divergence};
 use crate::pipeline::shrink::case::shrink_fully;
 use attn_backends::{declines_case, run::run_case, Backend};
 use attn_reference::relation::{transform, PairOf, Relation, Transformed};
@@ -84,8 +84,9 @@ impl DrawnPair {
 pub enum PairVerdict {
     /// No relation applies to the case (not a decoder case, say).
     NotApplicable,
-    /// The backend declined a form or failed one (the property cases judge such failures).
-    NotJudged(Relation),
+    /// The backend declined a form (no failure) or failed one (its kind and message: the
+    /// property cases judge such failures, the run's control counts them).
+    NotJudged(Relation, Option<(DivergenceKind, String)>),
     Judged {
         relation: Relation,
         drift: Drift,
@@ -137,21 +138,25 @@ impl Subjects for Pairs<'_> {
 
 /// Run `case` and its form `t` on `backend` and set the compared rows beside each other.
 pub fn judge_pair(backend: &dyn Backend, case: &Case, t: &Transformed) -> PairVerdict {
-    let run = |c: &Case| -> Option<Vec<f32>> {
-        declines_case(backend, c).ok()?;
-        catch_panic(|| run_case(backend, c))
-            .ok()?
-            .ok()
-            .map(|r| r.output)
+    // A form's output, or how it failed (none: declined).
+    let run = |c: &Case| -> Result<Vec<f32>, Option<(DivergenceKind, String)>> {
+        declines_case(backend, c).map_err(|_| None)?;
+        match catch_panic(|| run_case(backend, c)) {
+            Err(panic) => Err(Some((DivergenceKind::Panic, panic))),
+            Ok(Err(attn_backends::BackendError::Unsupported(_))) => Err(None),
+            Ok(Err(e)) => Err(Some((error_kind(&e), e.to_string()))),
+            Ok(Ok(r)) => Ok(r.output),
+        }
     };
-    let Some(base) = run(case) else {
-        return PairVerdict::NotJudged(t.relation);
+    let base = match run(case) {
+        Ok(out) => out,
+        Err(failed) => return PairVerdict::NotJudged(t.relation, failed),
     };
     let mut others = Vec::with_capacity(t.cases.len());
     for c in &t.cases {
         match run(c) {
-            Some(out) => others.push(out),
-            None => return PairVerdict::NotJudged(t.relation),
+            Ok(out) => others.push(out),
+            Err(failed) => return PairVerdict::NotJudged(t.relation, failed),
         }
     }
     let head = case.config.head_size_v();
@@ -190,7 +195,11 @@ pub fn record(
         summary.wall_seconds += wall.as_secs_f64();
         let (relation, drift) = match verdict {
             PairVerdict::NotApplicable => continue,
-            PairVerdict::NotJudged(r) => {
+            PairVerdict::NotJudged(r, failed) => {
+                // A backend failing every call the same way is given up on here too.
+                if let Some((kind, message)) = failed {
+                    control.note_failure(member, kind, &message);
+                }
                 summary.pairs.sent += 1;
                 summary.pairs.declined += 1;
                 tally(summary, backend, r).not_judged += 1;

@@ -1,12 +1,18 @@
 //! The upstream cases of a `check` (vLLM's backend test specs at its tolerance): each built
 //! and judged by the oracle once, sent to every backend whose space admits it, with a row per
-//! backend; a failure repeated on another spec folds into the first.
+//! backend; a failure goes through the one lifecycle ([`lifecycle`]), so a spec failing as
+//! another did is counted in that one's class and named beside it. Specs are fixed cases:
+//! they are reported as found, never shrunk.
 
+use crate::artifacts::Artifact;
+use crate::failure::class::Signature;
+use crate::pipeline::check::classes::Member as ClassMember;
 use crate::pipeline::check::control::RunControl;
 use crate::pipeline::check::drive::{Item, Member, Ran, Subjects};
+use crate::pipeline::check::lifecycle::{self, Bounds, Failing, Reported};
 use crate::pipeline::check::subject::{record_outcome, report, sanitize, Diverged, RunState};
 use crate::pipeline::check::{CheckOptions, Event};
-use crate::pipeline::runner::{evaluate, Outcome};
+use crate::pipeline::runner::{evaluate, Divergence, Outcome};
 use crate::pipeline::upstream::UpstreamCase;
 use attn_backends::Backend;
 use attn_reference::{reference_output, Case, Space, Unsupported};
@@ -14,9 +20,6 @@ use attn_results::compare::Tolerance;
 use attn_results::{RunPart, UpstreamStatus};
 use std::sync::Arc;
 use std::time::Duration;
-
-/// Failures of one backend on upstream cases reported in full (others fold or are counted).
-const MAX_REPORTED: usize = 8;
 
 /// What the workers need to build and run upstream cases.
 pub struct UpstreamCases<'a> {
@@ -111,45 +114,76 @@ pub fn record(
                         .comparison
                         .as_ref()
                         .map_or((f64::NAN, f64::NAN), |c| (c.max_abs_err, c.max_rel_err));
-                    // The same failure on another upstream case folds into the first: the same
-                    // kind, and for an error the same exception (numbers, addresses and paths
-                    // aside); values that diverge only with the same message.
-                    let key = |m: &str| match d.comparison {
-                        None => crate::failure::exception::Exception::of(m).key,
-                        Some(_) => m.to_string(),
+                    let failing = UpstreamFailure {
+                        opts,
+                        index: item.index,
+                        spec: uc,
+                        judged: c,
+                        divergence: d,
                     };
-                    if let Some(same) = summary
-                        .failures
-                        .iter_mut()
-                        .find(|f| f.kind == d.kind && key(&f.message) == key(&d.message))
-                    {
-                        same.also.push(uc.label());
-                    } else if summary.failures.len() < MAX_REPORTED {
-                        control.note_class();
-                        let stem = format!(
-                            "{}-{}",
-                            sanitize(backend.name()),
-                            uc.label().replace([' ', '/', ','], "_")
-                        );
-                        let origin = uc.origin();
-                        let diverged = Diverged {
-                            backend: backend.name(),
-                            origin: &origin,
-                            case: &c.case,
-                            expected: &c.expected,
-                            divergence: d,
-                            tolerance: Tolerance::upstream(),
-                        };
-                        let (r, a) = report(opts, &diverged, &stem, None);
-                        summary.failures.push(r);
-                        run.artifacts.push(a);
-                    }
+                    lifecycle::enter(opts, run, control, member, &failing);
                     (UpstreamStatus::Diverged { kind: d.kind }, a, r)
                 }
             };
             rows.push(uc.row(backend.name(), status, abs, rel));
-            summary.wall_seconds += wall.as_secs_f64();
+            run.summaries[member].wall_seconds += wall.as_secs_f64();
         }
     }
     (run.tell)(Event::UpstreamCase);
+}
+
+/// An upstream case that diverged on one backend.
+struct UpstreamFailure<'a> {
+    opts: &'a CheckOptions,
+    index: usize,
+    spec: &'a UpstreamCase,
+    judged: &'a JudgedUpstream,
+    divergence: &'a Divergence,
+}
+
+impl UpstreamFailure<'_> {
+    fn reported(&self, backend: &dyn Backend) -> (attn_results::FailureRecord, Artifact) {
+        let stem = format!(
+            "{}-{}",
+            sanitize(backend.name()),
+            self.spec.label().replace([' ', '/', ','], "_")
+        );
+        let origin = self.spec.origin();
+        let diverged = Diverged {
+            backend: backend.name(),
+            origin: &origin,
+            case: &self.judged.case,
+            expected: &self.judged.expected,
+            divergence: self.divergence,
+            tolerance: Tolerance::upstream(),
+        };
+        report(self.opts, &diverged, &stem, None)
+    }
+}
+
+impl Failing for UpstreamFailure<'_> {
+    fn member(&self) -> ClassMember {
+        ClassMember::Upstream(self.index, self.spec.label())
+    }
+
+    fn divergence(&self) -> &Divergence {
+        self.divergence
+    }
+
+    fn signature(&self) -> Signature {
+        Signature::of(&self.judged.case, self.divergence)
+    }
+
+    fn as_found(&self, backend: &dyn Backend) -> Artifact {
+        self.reported(backend).1
+    }
+
+    fn shrink_and_report(&self, backend: &dyn Backend, _: Bounds) -> Reported {
+        let (record, artifact) = self.reported(backend);
+        Reported {
+            record,
+            artifact,
+            shrunk: None,
+        }
+    }
 }

@@ -189,7 +189,8 @@ fn judge_measured(
     }
 }
 
-fn error_kind(e: &BackendError) -> DivergenceKind {
+/// The kind of divergence a backend's error is.
+pub fn error_kind(e: &BackendError) -> DivergenceKind {
     match e {
         BackendError::Timeout { .. } => DivergenceKind::Timeout,
         BackendError::Crashed { .. } => DivergenceKind::Crashed,
