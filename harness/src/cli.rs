@@ -139,6 +139,11 @@ pub struct CheckArgs {
     /// `--cases 0 --traces 0 --pairs N` runs them alone.
     #[arg(long, value_name = "N")]
     pub pairs: Option<u32>,
+    /// Judge these relations (comma-separated, or `all`) as if every backend declared them:
+    /// their moved bits become variant failures, shrunk, with replay files (to reproduce a
+    /// backend's drift, or to hold it to invariance it does not claim).
+    #[arg(long, value_name = "RELATION,...", value_parser = parse_relations)]
+    pub hold: Option<Relations>,
     /// Head sizes traces draw from (default: 1,2,4,8,13,16,32,64,80,128), to aim them at
     /// what a backend runs.
     #[arg(long, value_parser = crate::pipeline::draw::trace::parse_sizes, value_name = "D,...")]
@@ -484,4 +489,12 @@ mod tests {
             assert!(help.contains(value), "{value} missing from:\n{help}");
         }
     }
+}
+
+/// `--hold`'s relations (one value holding a comma-separated list).
+#[derive(Clone, Debug)]
+pub struct Relations(pub Vec<attn_reference::relation::Relation>);
+
+fn parse_relations(text: &str) -> Result<Relations, String> {
+    attn_reference::relation::Relation::parse_list(text).map(Relations)
 }

@@ -34,6 +34,10 @@ pub enum Relation {
 pub struct PairOf {
     pub relation: Relation,
     pub pick: u64,
+    /// The run held the backend to the relation (`check --hold`) though it does not
+    /// declare it: replay judges it so too.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub held_to: bool,
 }
 
 impl Relation {
@@ -92,6 +96,22 @@ impl Relation {
     /// The relation named `name`.
     pub fn parse(name: &str) -> Option<Relation> {
         Relation::ALL.into_iter().find(|r| r.name() == name)
+    }
+
+    /// A comma-separated list of relation names (`all`: every one), or an error naming the
+    /// unknown one and the known.
+    pub fn parse_list(text: &str) -> Result<Vec<Relation>, String> {
+        if text == "all" {
+            return Ok(Relation::ALL.to_vec());
+        }
+        text.split(',')
+            .map(|n| {
+                Relation::parse(n.trim()).ok_or_else(|| {
+                    let known: Vec<&str> = Relation::ALL.iter().map(|r| r.name()).collect();
+                    format!("unknown relation `{n}` (known: {}, or all)", known.join(", "))
+                })
+            })
+            .collect()
     }
 }
 

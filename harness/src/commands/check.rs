@@ -123,6 +123,7 @@ pub fn run(mut args: CheckArgs, global: GlobalArgs) -> anyhow::Result<bool> {
         long: args.long,
         traces: args.traces,
         pairs,
+        hold: args.hold.clone().map(|h| h.0).unwrap_or_default(),
         trace_shapes: {
             let d = crate::pipeline::draw::trace::TraceShapes::default();
             crate::pipeline::draw::trace::TraceShapes {

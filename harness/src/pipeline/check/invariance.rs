@@ -202,26 +202,26 @@ pub fn record(
                 }
                 summary.pairs.sent += 1;
                 summary.pairs.declined += 1;
-                tally(summary, backend, r).not_judged += 1;
+                tally(summary, held_to(opts, backend, r), r).not_judged += 1;
                 continue;
             }
             PairVerdict::Judged { relation, drift } => (relation, drift),
         };
         summary.pairs.sent += 1;
-        tally(summary, backend, relation).add(&drift);
+        tally(summary, held_to(opts, backend, relation), relation).add(&drift);
         crate::pipeline::coverage::count(
             &mut run.coverage,
             backend.name(),
             &[("invariance relation", relation.name())],
         );
-        if drift.held() || !backend.invariant_under().contains(&relation) {
+        if drift.held() || !held_to(opts, backend, relation) {
             summary.pairs.passed += 1;
             control.note_pass(member);
             continue;
         }
         summary.pairs.failed += 1;
         let d = drawn.of(m.cohort);
-        let divergence = variant(relation, &drift);
+        let divergence = variant(relation, &drift, backend.invariant_under().contains(&relation));
         control.note_failure(member, divergence.kind, &divergence.message);
         summary.first_failing_pair.get_or_insert(item.index);
         *summary.divergences.entry(divergence.kind).or_default() += 1;
@@ -238,28 +238,39 @@ pub fn record(
     }
 }
 
+/// Whether `backend`'s bits must not move under `relation`: it declares it, or the run
+/// holds every backend to it (`--hold`).
+fn held_to(opts: &CheckOptions, backend: &dyn Backend, relation: Relation) -> bool {
+    opts.hold.contains(&relation) || backend.invariant_under().contains(&relation)
+}
+
 /// `summary`'s tally of `relation`, made (marked declared or not) on first use.
-fn tally<'a>(
-    summary: &'a mut attn_results::BackendSummary,
-    backend: &dyn Backend,
+fn tally(
+    summary: &mut attn_results::BackendSummary,
+    declared: bool,
     relation: Relation,
-) -> &'a mut attn_results::invariance::RelationTally {
+) -> &mut attn_results::invariance::RelationTally {
     summary
         .invariance
         .entry(relation)
         .or_insert_with(|| attn_results::invariance::RelationTally {
-            declared: backend.invariant_under().contains(&relation),
+            declared,
             ..Default::default()
         })
 }
 
 /// The failure of rows that moved under a declared `relation`. Its message starts with
 /// what was changed, so the class is the relation's whatever the numbers.
-fn variant(relation: Relation, d: &Drift) -> Divergence {
+fn variant(relation: Relation, d: &Drift, declared: bool) -> Divergence {
+    let why = if declared {
+        "which the backend declares"
+    } else {
+        "which the run holds it to (--hold)"
+    };
     Divergence {
         kind: DivergenceKind::Variant,
         message: format!(
-            "rows changed under the {relation} relation, which the backend declares: {}; {}",
+            "rows changed under the {relation} relation, {why}: {}; {}",
             relation.change(),
             moved_words(d)
         ),
@@ -343,6 +354,7 @@ impl VariantPair<'_> {
         let pair = PairOf {
             relation: other.relation,
             pick: pick_of(self.opts.seed, self.index),
+            held_to: !backend.invariant_under().contains(&other.relation),
         };
         if let Some(r) = artifact
             .replay
@@ -412,7 +424,11 @@ impl Failing for VariantPair<'_> {
         let shrunk = shrink_fully(&mut tree, budget, &fit, fails);
         match last {
             Some((case, other, drift)) if shrunk.accepted > 0 => {
-                let d = variant(relation, &drift);
+                let d = variant(
+                    relation,
+                    &drift,
+                    backend.invariant_under().contains(&relation),
+                );
                 let signature = Signature::shrunk(&case, &d);
                 let (record, artifact) =
                     self.reported(backend, (&case, &other, &d), Some(shrunk.info()));

@@ -47,6 +47,8 @@ pub struct CheckOptions {
     pub traces: u32,
     /// Invariance pairs to run after the traces ([`invariance`]).
     pub pairs: u32,
+    /// Relations judged as declared on every backend (`--hold`).
+    pub hold: Vec<attn_reference::relation::Relation>,
     /// The head and block sizes traces draw from.
     pub trace_shapes: crate::pipeline::draw::trace::TraceShapes,
     /// Upstream cases to run besides the property cases.
@@ -156,6 +158,7 @@ impl CheckOptions {
             long: false,
             traces: crate::pipeline::draw::trace::DEFAULT_TRACES,
             pairs: crate::pipeline::draw::pair::default_pairs(cases),
+            hold: Vec::new(),
             trace_shapes: Default::default(),
             upstream: Vec::new(),
             out_dir,
