@@ -128,3 +128,38 @@ fn a_declared_relation_that_moves_a_bit_is_a_variant_failure_its_file_replays() 
     assert!(text.contains("cpu: held"), "{text}");
     let _ = std::fs::remove_dir_all(&out);
 }
+
+#[test]
+fn a_held_relation_turns_measured_drift_into_a_failure_with_its_file() {
+    // cpu does not declare the batch relation and moves under it at this seed; its
+    // batch-invariant mode keeps it.
+    let out = std::env::temp_dir().join(format!("attn-diff-hold-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&out);
+    let run = run_check(CheckOptions {
+        hold: vec![Relation::Batch],
+        ..pairs_only(&["cpu", "cpu-batch-invariant"], 100, 2, &out)
+    });
+    run.write_artifacts();
+    let (cpu, invariant) = (&run.summary.backends[0], &run.summary.backends[1]);
+    assert!(invariant.failures.is_empty(), "{:?}", invariant.failures);
+    assert!(cpu.invariance[&Relation::Batch].declared);
+    assert!(!cpu.failures.is_empty(), "{:?}", cpu.invariance);
+    for f in &cpu.failures {
+        assert!(f.message.contains("--hold"), "{}", f.message);
+        let Origin::Invariance {
+            index,
+            relation: Relation::Batch,
+            ..
+        } = f.origin
+        else {
+            panic!("{:?}", f.origin)
+        };
+        let case = Case::load(&out.join(format!("cpu-seed2-pair{index}.json"))).unwrap();
+        let pair = case.recorded.and_then(|r| r.pair).expect("a pair");
+        assert!(pair.held_to && pair.relation == Relation::Batch);
+    }
+    // Without the hold the same drift is measured, never failed.
+    let run = run_check(pairs_only(&["cpu"], 100, 2, &out));
+    assert!(run.summary.backends[0].failures.is_empty());
+    let _ = std::fs::remove_dir_all(&out);
+}

@@ -108,7 +108,10 @@ impl Relation {
             .map(|n| {
                 Relation::parse(n.trim()).ok_or_else(|| {
                     let known: Vec<&str> = Relation::ALL.iter().map(|r| r.name()).collect();
-                    format!("unknown relation `{n}` (known: {}, or all)", known.join(", "))
+                    format!(
+                        "unknown relation `{n}` (known: {}, or all)",
+                        known.join(", ")
+                    )
                 })
             })
             .collect()

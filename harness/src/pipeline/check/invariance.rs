@@ -221,7 +221,11 @@ pub fn record(
         }
         summary.pairs.failed += 1;
         let d = drawn.of(m.cohort);
-        let divergence = variant(relation, &drift, backend.invariant_under().contains(&relation));
+        let divergence = variant(
+            relation,
+            &drift,
+            backend.invariant_under().contains(&relation),
+        );
         control.note_failure(member, divergence.kind, &divergence.message);
         summary.first_failing_pair.get_or_insert(item.index);
         *summary.divergences.entry(divergence.kind).or_default() += 1;
