@@ -3,7 +3,7 @@
 use super::setup::{is_trace_file, load_case, select_backends_with};
 use crate::cli::ReplayArgs;
 use crate::failure::trace::trace_failure_record;
-use crate::pipeline::check::invariance::{judge_pair, moved_words, PairVerdict};
+use crate::pipeline::check::invariance::{judge_pair, moved_words, Claim, PairVerdict};
 use crate::pipeline::replay::replay_case;
 use crate::pipeline::runner::trace::{evaluate_trace, JudgedTrace, TraceOutcome};
 use crate::pipeline::runner::Outcome;
@@ -168,16 +168,12 @@ fn run_pair(args: &ReplayArgs, case: &Case, pair: PairOf) -> anyhow::Result<bool
                 judged += 1;
                 if drift.held() {
                     println!("{name}: held ({} compared rows, bit for bit)", drift.rows);
-                } else if pair.held_to || b.invariant_under().contains(&relation) {
+                } else if let Some(claim) = Claim::of(b.as_ref(), relation, pair.held_to) {
                     ok = false;
-                    let why = if pair.held_to {
-                        "the run held it to"
-                    } else {
-                        "it declares"
-                    };
                     println!(
-                        "{name}: variant: {}, under the {relation} relation {why}",
-                        moved_words(&drift)
+                        "{name}: variant: {}, under the {relation} relation, {}",
+                        moved_words(&drift),
+                        claim.words()
                     );
                 } else {
                     println!(

@@ -105,9 +105,10 @@ pub fn drive<S: Subjects>(
     }
 
     // Hints for the workers, set by the recorder: results they would produce for these are
-    // dropped anyway.
+    // dropped anyway. A backend given up on in an earlier part of the run starts marked, so
+    // no worker sends it this part's first items (each a timeout on a hanging adapter).
     let gave_up: Vec<AtomicBool> = (0..backend_count(items))
-        .map(|_| AtomicBool::new(false))
+        .map(|m| AtomicBool::new(control.gave_up(m).is_some()))
         .collect();
     let stop = AtomicBool::new(false);
     let next = AtomicUsize::new(0);

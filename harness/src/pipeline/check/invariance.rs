@@ -21,7 +21,7 @@ use crate::pipeline::draw::budget_of;
 use crate::pipeline::draw::pair::{case_index, pick_of, PAIR_STREAM};
 use crate::pipeline::draw::tier::StrategyLimits;
 use crate::pipeline::recipe::CaseRecipe;
-use crate::pipeline::runner::{catch_panic, error_kind, Divergence};
+use crate::pipeline::runner::{catch_panic, output_of, Divergence, NoOutput};
 use crate::pipeline::shrink::case::shrink_fully;
 use attn_backends::{declines_case, run::run_case, Backend};
 use attn_reference::relation::{transform, PairOf, Relation, Transformed};
@@ -141,11 +141,10 @@ pub fn judge_pair(backend: &dyn Backend, case: &Case, t: &Transformed) -> PairVe
     // A form's output, or how it failed (none: declined).
     let run = |c: &Case| -> Result<Vec<f32>, Option<(DivergenceKind, String)>> {
         declines_case(backend, c).map_err(|_| None)?;
-        match catch_panic(|| run_case(backend, c)) {
-            Err(panic) => Err(Some((DivergenceKind::Panic, panic))),
-            Ok(Err(attn_backends::BackendError::Unsupported(_))) => Err(None),
-            Ok(Err(e)) => Err(Some((error_kind(&e), e.to_string()))),
-            Ok(Ok(r)) => Ok(r.output),
+        match output_of(catch_panic(|| run_case(backend, c))) {
+            Ok(r) => Ok(r.output),
+            Err(NoOutput::Declined(_)) => Err(None),
+            Err(NoOutput::Failed(kind, message)) => Err(Some((kind, message))),
         }
     };
     let base = match run(case) {
@@ -202,30 +201,28 @@ pub fn record(
                 }
                 summary.pairs.sent += 1;
                 summary.pairs.declined += 1;
-                tally(summary, held_to(opts, backend, r), r).not_judged += 1;
+                let claim = Claim::of(backend, r, opts.hold.contains(&r));
+                tally(summary, claim.is_some(), r).not_judged += 1;
                 continue;
             }
             PairVerdict::Judged { relation, drift } => (relation, drift),
         };
         summary.pairs.sent += 1;
-        tally(summary, held_to(opts, backend, relation), relation).add(&drift);
+        let claim = Claim::of(backend, relation, opts.hold.contains(&relation));
+        tally(summary, claim.is_some(), relation).add(&drift);
         crate::pipeline::coverage::count(
             &mut run.coverage,
             backend.name(),
             &[("invariance relation", relation.name())],
         );
-        if drift.held() || !held_to(opts, backend, relation) {
+        let Some(claim) = claim.filter(|_| !drift.held()) else {
             summary.pairs.passed += 1;
             control.note_pass(member);
             continue;
-        }
+        };
         summary.pairs.failed += 1;
         let d = drawn.of(m.cohort);
-        let divergence = variant(
-            relation,
-            &drift,
-            backend.invariant_under().contains(&relation),
-        );
+        let divergence = variant(relation, &drift, claim);
         control.note_failure(member, divergence.kind, &divergence.message);
         summary.first_failing_pair.get_or_insert(item.index);
         *summary.divergences.entry(divergence.kind).or_default() += 1;
@@ -236,16 +233,39 @@ pub fn record(
             space: &pairs.cohorts[m.cohort].space,
             case: &d.case,
             other: d.other.as_ref().expect("judged pairs have another form"),
+            claim,
             divergence,
         };
         lifecycle::enter(opts, run, control, member, &failing);
     }
 }
 
-/// Whether `backend`'s bits must not move under `relation`: it declares it, or the run
-/// holds every backend to it (`--hold`).
-fn held_to(opts: &CheckOptions, backend: &dyn Backend, relation: Relation) -> bool {
-    opts.hold.contains(&relation) || backend.invariant_under().contains(&relation)
+/// Why a backend's bits must not move under a relation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Claim {
+    /// The backend declares the relation.
+    Declared,
+    /// The run holds the backend to it (`check --hold`, or a replay file that records it).
+    Held,
+}
+
+impl Claim {
+    /// What holds `backend` to `relation`, if anything: its declaration first, then `held`.
+    pub fn of(backend: &dyn Backend, relation: Relation, held: bool) -> Option<Claim> {
+        if backend.invariant_under().contains(&relation) {
+            Some(Claim::Declared)
+        } else {
+            held.then_some(Claim::Held)
+        }
+    }
+
+    /// "which the backend declares", as a failure's message says it.
+    pub fn words(self) -> &'static str {
+        match self {
+            Claim::Declared => "which the backend declares",
+            Claim::Held => "which the run holds it to (--hold)",
+        }
+    }
 }
 
 /// `summary`'s tally of `relation`, made (marked declared or not) on first use.
@@ -265,16 +285,12 @@ fn tally(
 
 /// The failure of rows that moved under a declared `relation`. Its message starts with
 /// what was changed, so the class is the relation's whatever the numbers.
-fn variant(relation: Relation, d: &Drift, declared: bool) -> Divergence {
-    let why = if declared {
-        "which the backend declares"
-    } else {
-        "which the run holds it to (--hold)"
-    };
+fn variant(relation: Relation, d: &Drift, claim: Claim) -> Divergence {
     Divergence {
         kind: DivergenceKind::Variant,
         message: format!(
-            "rows changed under the {relation} relation, {why}: {}; {}",
+            "rows changed under the {relation} relation, {}: {}; {}",
+            claim.words(),
             relation.change(),
             moved_words(d)
         ),
@@ -312,6 +328,7 @@ struct VariantPair<'a> {
     space: &'a Space,
     case: &'a Case,
     other: &'a Transformed,
+    claim: Claim,
     divergence: Divergence,
 }
 
@@ -358,7 +375,7 @@ impl VariantPair<'_> {
         let pair = PairOf {
             relation: other.relation,
             pick: pick_of(self.opts.seed, self.index),
-            held_to: !backend.invariant_under().contains(&other.relation),
+            held_to: self.claim == Claim::Held,
         };
         if let Some(r) = artifact
             .replay
@@ -428,11 +445,7 @@ impl Failing for VariantPair<'_> {
         let shrunk = shrink_fully(&mut tree, budget, &fit, fails);
         match last {
             Some((case, other, drift)) if shrunk.accepted > 0 => {
-                let d = variant(
-                    relation,
-                    &drift,
-                    backend.invariant_under().contains(&relation),
-                );
+                let d = variant(relation, &drift, self.claim);
                 let signature = Signature::shrunk(&case, &d);
                 let (record, artifact) =
                     self.reported(backend, (&case, &other, &d), Some(shrunk.info()));

@@ -170,6 +170,7 @@ pub fn run_check(mut opts: CheckOptions) -> CheckRun {
         }
     }
 
+    let alone = opts.case_index.is_some();
     CheckRun {
         summary: CheckSummary {
             schema_version: attn_results::SCHEMA_VERSION,
@@ -178,17 +179,9 @@ pub fn run_check(mut opts: CheckOptions) -> CheckRun {
             shard: opts.shard,
             deep: opts.deep,
             long: opts.long,
-            // A single case asked for by its index runs alone: no traces.
-            traces: if opts.case_index.is_some() {
-                0
-            } else {
-                opts.traces
-            },
-            pairs: if opts.case_index.is_some() {
-                0
-            } else {
-                opts.pairs
-            },
+            // A single case asked for by its index runs alone: no traces, no pairs.
+            traces: if alone { 0 } else { opts.traces },
+            pairs: if alone { 0 } else { opts.pairs },
             oracle_seconds: oracle_time.as_secs_f64(),
             backends: summaries,
             upstream: upstream_rows,

@@ -133,19 +133,18 @@ fn judge_measured(
     tol: Tolerance,
     eager: Option<&EagerSample>,
 ) -> (Outcome, Duration) {
-    let diverged = |kind, message: String| {
-        Outcome::Diverged(Divergence {
-            kind,
-            message,
-            comparison: None,
-            output: None,
-        })
-    };
-    match result {
-        Err(msg) => (diverged(DivergenceKind::Panic, msg), Duration::ZERO),
-        Ok(Err(BackendError::Unsupported(u))) => (Outcome::Unsupported(u), Duration::ZERO),
-        Ok(Err(e)) => (diverged(error_kind(&e), e.to_string()), Duration::ZERO),
-        Ok(Ok(run)) => {
+    match output_of(result) {
+        Err(NoOutput::Declined(u)) => (Outcome::Unsupported(u), Duration::ZERO),
+        Err(NoOutput::Failed(kind, message)) => (
+            Outcome::Diverged(Divergence {
+                kind,
+                message,
+                comparison: None,
+                output: None,
+            }),
+            Duration::ZERO,
+        ),
+        Ok(run) => {
             let mut c = compare(
                 &run.output,
                 expected,
@@ -189,8 +188,27 @@ fn judge_measured(
     }
 }
 
-/// The kind of divergence a backend's error is.
-pub fn error_kind(e: &BackendError) -> DivergenceKind {
+/// Why a backend's call gave no output.
+pub enum NoOutput {
+    Declined(Unsupported),
+    /// Its panic or its error: the divergence's kind and message.
+    Failed(DivergenceKind, String),
+}
+
+/// What a backend did with a case (a panic's message, its error, or its run): its run, or
+/// why there is no output.
+pub fn output_of(
+    result: Result<Result<CaseRun, BackendError>, String>,
+) -> Result<CaseRun, NoOutput> {
+    match result {
+        Err(msg) => Err(NoOutput::Failed(DivergenceKind::Panic, msg)),
+        Ok(Err(BackendError::Unsupported(u))) => Err(NoOutput::Declined(u)),
+        Ok(Err(e)) => Err(NoOutput::Failed(error_kind(&e), e.to_string())),
+        Ok(Ok(run)) => Ok(run),
+    }
+}
+
+fn error_kind(e: &BackendError) -> DivergenceKind {
     match e {
         BackendError::Timeout { .. } => DivergenceKind::Timeout,
         BackendError::Crashed { .. } => DivergenceKind::Crashed,
