@@ -2,7 +2,7 @@
 //! usage or set-up error.
 
 use attn_harness::cli::Cli;
-use attn_harness::commands::run;
+use attn_harness::commands::{run, Outcome};
 use clap::Parser;
 use std::process::ExitCode;
 
@@ -57,17 +57,15 @@ fn main() -> ExitCode {
         ensure_passive_openmp();
     }
     let result = run(cli);
-    if attn_harness::interrupt::interrupted() {
-        // What ran is reported and its failures are on disk; the run itself did not finish.
-        // An error the interrupt caused is still said: an interrupted run never ends silent.
-        if let Err(e) = &result {
-            eprintln!("attn-diff: interrupted: {e:#}");
-        }
-        return ExitCode::from(attn_harness::interrupt::EXIT_INTERRUPTED);
-    }
     match result {
-        Ok(true) => ExitCode::SUCCESS,
-        Ok(false) => ExitCode::from(1),
+        Ok(Outcome::Passed) => ExitCode::SUCCESS,
+        Ok(Outcome::Failed) => ExitCode::from(1),
+        Ok(Outcome::Interrupted) => ExitCode::from(attn_harness::interrupt::EXIT_INTERRUPTED),
+        // An error the interrupt caused is still said: an interrupted run never ends silent.
+        Err(e) if attn_harness::interrupt::interrupted() => {
+            eprintln!("attn-diff: interrupted: {e:#}");
+            ExitCode::from(attn_harness::interrupt::EXIT_INTERRUPTED)
+        }
         Err(e) => {
             // Every error that reaches here is one of usage or set-up (bad input, unknown name).
             eprintln!("attn-diff: {e:#}");

@@ -2,6 +2,7 @@
 //! against the oracle; the summary rendered, failures' files written.
 
 use super::setup::{select_backends_with, usage};
+use super::Outcome;
 use crate::cli::{CheckArgs, CheckFormat, GlobalArgs};
 use crate::pipeline::check::run::run_check;
 use crate::pipeline::check::{CheckOptions, Event};
@@ -35,7 +36,7 @@ pub fn use_cores(jobs: usize) {
     attn_reference::oracle::use_threads(jobs);
 }
 
-pub fn run(mut args: CheckArgs, global: GlobalArgs) -> anyhow::Result<bool> {
+pub fn run(mut args: CheckArgs, global: GlobalArgs) -> anyhow::Result<Outcome> {
     // First: a signal from here on stops the run with its summary, never silently.
     crate::interrupt::install();
     check_writable(&args.out)?;
@@ -195,5 +196,16 @@ pub fn run(mut args: CheckArgs, global: GlobalArgs) -> anyhow::Result<bool> {
     if let Some(why) = &run.summary.stopped {
         eprintln!("attn-diff: the run stopped early: {why}");
     }
-    Ok(run.summary.passed())
+    // The summary decides: a signal after the run's last item leaves a complete summary,
+    // and the exit status says what that summary says.
+    let interrupted = run
+        .summary
+        .stopped
+        .as_deref()
+        .is_some_and(|w| w.starts_with("interrupted"));
+    Ok(if interrupted {
+        Outcome::Interrupted
+    } else {
+        run.summary.passed().into()
+    })
 }

@@ -1,6 +1,6 @@
 //! One file per subcommand: each takes its parsed arguments, runs the pipeline, writes the
-//! artifacts and prints the rendered result. `Ok(true)`: everything agreed (exit 0);
-//! `Ok(false)`: a divergence (exit 1); `Err`: a usage or set-up error (exit 2).
+//! artifacts and prints the rendered result as an [`Outcome`]; `Err`: a usage or set-up error
+//! (exit 2).
 
 mod bench;
 mod check;
@@ -17,8 +17,29 @@ use crate::cli::{Cli, Command};
 #[cfg(not(feature = "mutants"))]
 use setup::usage;
 
+/// How a command ended, as its exit status says it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Everything agreed (exit 0).
+    Passed,
+    /// A divergence, or less tested than asked (exit 1).
+    Failed,
+    /// Stopped by a signal before it finished; its summary says so (exit 130).
+    Interrupted,
+}
+
+impl From<bool> for Outcome {
+    fn from(passed: bool) -> Self {
+        if passed {
+            Outcome::Passed
+        } else {
+            Outcome::Failed
+        }
+    }
+}
+
 /// Run the parsed command line.
-pub fn run(cli: Cli) -> anyhow::Result<bool> {
+pub fn run(cli: Cli) -> anyhow::Result<Outcome> {
     let global = cli.global;
     crate::progress::set_quiet(global.quiet);
     match cli.command {
@@ -27,14 +48,14 @@ pub fn run(cli: Cli) -> anyhow::Result<bool> {
             crate::artifacts::prune_failures(&args.out);
             check::run(args, global)
         }
-        Command::Replay(args) => replay::run(args),
-        Command::Export(args) => export::run(args),
-        Command::Bench(args) => bench::run(args, global),
-        Command::List(args) => list::run(args),
-        Command::Handshake(args) => handshake::run(args),
-        Command::NewAdapter(args) => new_adapter::run(args),
+        Command::Replay(args) => replay::run(args).map(Outcome::from),
+        Command::Export(args) => export::run(args).map(Outcome::from),
+        Command::Bench(args) => bench::run(args, global).map(Outcome::from),
+        Command::List(args) => list::run(args).map(Outcome::from),
+        Command::Handshake(args) => handshake::run(args).map(Outcome::from),
+        Command::NewAdapter(args) => new_adapter::run(args).map(Outcome::from),
         #[cfg(feature = "mutants")]
-        Command::Mutants(args) => mutants::run(args, global),
+        Command::Mutants(args) => mutants::run(args, global).map(Outcome::from),
         #[cfg(not(feature = "mutants"))]
         Command::Mutants(_) => Err(usage(
             "this attn-diff was built without the mutants (deliberately wrong backends); they \

@@ -201,7 +201,12 @@ pub fn drive<S: Subjects>(
                         waiting.insert(j, (ran, held));
                     }
                     // Every worker ended (stopped, or one panicked: the scope re-raises it).
-                    Err(_) => break 'recording,
+                    // Workers end on an interrupt before the recorder sees it: note it here,
+                    // or the summary would not say the run was cut short.
+                    Err(_) => {
+                        control.should_stop();
+                        break 'recording;
+                    }
                 }
             }
             if control.should_stop() {
