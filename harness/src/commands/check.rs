@@ -2,7 +2,7 @@
 //! against the oracle; the summary rendered, failures' files written.
 
 use super::setup::{select_backends_with, usage};
-use super::Outcome;
+use super::outcome::Outcome;
 use crate::cli::{CheckArgs, CheckFormat, GlobalArgs};
 use crate::pipeline::check::run::run_check;
 use crate::pipeline::check::{CheckOptions, Event};

@@ -10,33 +10,15 @@ mod list;
 #[cfg(feature = "mutants")]
 mod mutants;
 mod new_adapter;
+mod outcome;
 mod replay;
 pub mod setup;
+
+pub use outcome::Outcome;
 
 use crate::cli::{Cli, Command};
 #[cfg(not(feature = "mutants"))]
 use setup::usage;
-
-/// How a command ended, as its exit status says it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
-    /// Everything agreed (exit 0).
-    Passed,
-    /// A divergence, or less tested than asked (exit 1).
-    Failed,
-    /// Stopped by a signal before it finished; its summary says so (exit 130).
-    Interrupted,
-}
-
-impl From<bool> for Outcome {
-    fn from(passed: bool) -> Self {
-        if passed {
-            Outcome::Passed
-        } else {
-            Outcome::Failed
-        }
-    }
-}
 
 /// Run the parsed command line.
 pub fn run(cli: Cli) -> anyhow::Result<Outcome> {
