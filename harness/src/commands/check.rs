@@ -1,8 +1,8 @@
 //! `attn-diff check`: property cases, serving traces and upstream specs through backends
 //! against the oracle; the summary rendered, failures' files written.
 
-use super::setup::{select_backends_with, usage};
 use super::outcome::Outcome;
+use super::setup::{select_backends_with, usage};
 use crate::cli::{CheckArgs, CheckFormat, GlobalArgs};
 use crate::pipeline::check::run::run_check;
 use crate::pipeline::check::{CheckOptions, Event};
