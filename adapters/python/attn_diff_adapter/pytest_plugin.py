@@ -65,6 +65,9 @@ SETTINGS = (
 
 DEFAULTS = {"cases": 300, "traces": 20, "seed": 1}
 
+#: Every check's counts and invariance lines, per test, for the terminal summary.
+_NOTES = pytest.StashKey[list]()
+
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("attn-diff", "attn-diff: check attention backends against its oracle")
@@ -151,7 +154,7 @@ class AttnDiff:
         for key in ("file", "adapter_args", "python"):
             if key in settings:
                 raise pytest.UsageError(f"attn_diff: {key}= applies to backend= checks only")
-        return testing.check_adapter(command, binary=self.binary, out_dir=self.out_dir, **settings)
+        return self._judged(testing.check_adapter, command, settings)
 
     def check_script(self, script: str, **given: Any) -> CheckResult:
         """An adapter script run by this interpreter; a relative path is taken from the test
@@ -166,7 +169,25 @@ class AttnDiff:
             raise pytest.UsageError("attn_diff: name= applies to adapter checks only")
         if "file" in settings:
             settings["file"] = self._beside_test(settings["file"])
-        return testing.check_backend(backend, binary=self.binary, out_dir=self.out_dir, **settings)
+        return self._judged(testing.check_backend, backend, settings)
+
+    def _judged(self, check: Any, target: Any, settings: Dict[str, Any]) -> CheckResult:
+        """Run `check` unjudged, note what it did on the test (passed or not), then judge it
+        as `check` would have."""
+        fail = settings.pop("fail", True)
+        result = check(target, binary=self.binary, out_dir=self.out_dir, fail=False, **settings)
+        self._note(result)
+        return testing._judge(result, fail, settings.get("min_reached", 1))
+
+    def _note(self, result: CheckResult) -> None:
+        """What a check did, where a passing test shows it too: the test's user properties
+        (JUnit's ``<property>``) and the session's attn-diff summary section."""
+        if result.summary is None:
+            return
+        lines = [result.counts_line()] + result.invariance_lines()
+        for line in lines:
+            self._node.user_properties.append(("attn_diff", line))
+        self._config.stash.setdefault(_NOTES, []).append((self._node.nodeid, lines))
 
     def _beside_test(self, path: str) -> str:
         if os.path.isabs(path):
@@ -191,6 +212,19 @@ class AttnDiff:
         if target == "script":
             return self.check_script(value)
         return self.check_backend(value)
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    """One section listing every attn-diff check of the session: its counts and, per
+    backend, which invariance relations held bit for bit and how far the others moved."""
+    notes = config.stash.get(_NOTES, [])
+    if not notes:
+        return
+    terminalreporter.section("attn-diff")
+    for nodeid, lines in notes:
+        terminalreporter.write_line(nodeid)
+        for line in lines:
+            terminalreporter.write_line(f"  {line}")
 
 
 def _reject_unknown(kwargs: Dict[str, Any], allowed: Sequence[str], what: str) -> None:

@@ -243,14 +243,37 @@ class CheckResult:
                 lines.append(f"{name}: {g.get('cases')} unsupported: {detail}{extra}")
         return lines
 
+    @property
+    def pairs(self) -> Dict[str, int]:
+        """Invariance pairs of every backend ("sent", "passed", "failed", "declined"): a pair
+        fails when a relation the backend declares moved a bit. Pairs rerun drawn cases, so
+        they are counted apart from `drawn` and `reached`."""
+        keys = ("sent", "passed", "failed", "declined")
+        return {k: sum(int((b.get("pairs") or {}).get(k) or 0) for b in self._backends) for k in keys}
+
+    def invariance_lines(self) -> List[str]:
+        """Per backend, what each invariance relation did, as attn-diff's text summary says it:
+        "invariance of external:x (bit for bit; declared relations marked *): batch held 3 of
+        3, order* moved in 1 of 4 pairs (1 of 9 rows, up to 2 ulps)"."""
+        lines = []
+        for b in self._backends:
+            relations = b.get("invariance") or {}
+            if not relations:
+                continue
+            per = [f"{name}{'*' if t.get('declared') else ''} {_relation_words(t)}" for name, t in relations.items()]
+            name = (b.get("backend") or {}).get("name")
+            lines.append(f"invariance of {name} (bit for bit; declared relations marked *): {', '.join(per)}")
+        return lines
+
     def report(self) -> str:
-        """The shrunk failure reports as attn-diff prints them, then the counts; without a
-        JSON summary, attn-diff's own output."""
+        """The shrunk failure reports as attn-diff prints them, then the counts, what the
+        invariance relations did and what was declined; without a JSON summary, attn-diff's
+        own output."""
         if self.summary is None:
             parts = [self.stdout.strip(), self.stderr.strip()[-8000:]]
             return "\n".join(p for p in parts if p) or f"attn-diff exited {self.returncode}"
         texts = [self._runnable(str(f.get("text", "")).rstrip()) for b in self._backends for f in b.get("failures") or []]
-        lines = texts + [self.counts_line()] + self.unsupported_lines()
+        lines = texts + [self.counts_line()] + self.invariance_lines() + self.unsupported_lines()
         return "\n".join(line for line in lines if line)
 
     def _runnable(self, text: str) -> str:
@@ -270,10 +293,30 @@ class CheckResult:
         ]
 
     def counts_line(self) -> str:
+        pairs = self.pairs
+        judged = pairs["passed"] + pairs["failed"]
+        pair_words = f", {judged} invariance pair(s) judged, {pairs['failed']} moved" if pairs["sent"] else ""
         return (
             f"attn-diff check: {self.drawn} drawn, {self.reached} reached the backend, "
-            f"{self.declined} declined, {self.failed} failed (exit {self.returncode})"
+            f"{self.declined} declined, {self.failed} failed{pair_words} (exit {self.returncode})"
         )
+
+
+def _relation_words(t: Mapping[str, Any]) -> str:
+    """One relation's tally in words, as `attn_results::invariance::RelationTally::words`."""
+    tried, held, not_judged = int(t.get("tried") or 0), int(t.get("held") or 0), int(t.get("not_judged") or 0)
+    if tried == 0:
+        return f"not tried ({not_judged} not judged)"
+    if held == tried:
+        words = f"held {held} of {tried}"
+    else:
+        words = (
+            f"moved in {tried - held} of {tried} pairs ({t.get('rows_moved', 0)} of {t.get('rows', 0)} "
+            f"rows, up to {t.get('max_ulps', 0)} ulps)"
+        )
+    if not_judged:
+        words += f", {not_judged} not judged"
+    return words
 
 
 def _only_args(only: Only) -> List[str]:

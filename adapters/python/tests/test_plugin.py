@@ -40,10 +40,21 @@ MARKED_REFERENCE = f"""
 
 
 def test_a_marked_adapter_that_agrees_passes(tmp_path, attn_diff_binary):
-    code, out = run_pytest(tmp_path, MARKED_REFERENCE, "--attn-diff-cases", "12",
-                           env={"ATTN_DIFF": attn_diff_binary})
+    junit = tmp_path / "junit.xml"
+    code, out = run_pytest(tmp_path, MARKED_REFERENCE, "--attn-diff-cases", "30",
+                           "--junitxml", str(junit), env={"ATTN_DIFF": attn_diff_binary})
     assert code == 0, out
     assert "1 passed" in out, out
+    # A passing check still says what reached the backend and what its invariance pairs did
+    # (30 cases draw 3 pairs), in the session's summary and in the test's JUnit properties.
+    summary = out.split("attn-diff ==")[-1]
+    assert "test_user.py::test_reference" in summary, out
+    judged = re.search(r"reached the backend, .*, (\d+) invariance pair\(s\) judged, 0 moved", summary)
+    assert judged and int(judged.group(1)) >= 1, out
+    line = re.search(r"invariance of external:adapter \(bit for bit; declared relations marked \*\): .+", summary)
+    assert line and re.search(r"(held|moved in) \d+ of \d+", line.group(0)), out
+    xml = junit.read_text()
+    assert '<property name="attn_diff" value="invariance of external:adapter' in xml, xml
 
 
 def test_the_fixture_catches_a_wrong_adapter_with_a_replay_command_that_runs(tmp_path, attn_diff_binary):

@@ -145,3 +145,27 @@ def test_replay_lines_keep_the_declared_environment_before_the_binary():
     )
     assert lines[1] == "replay:  env A=1 /opt/bin/attn-diff replay g.json --backend cpu"
     assert lines[2].startswith("what:    attn-diff")
+
+
+def test_relation_words_say_what_the_text_summary_says():
+    # The same words as attn_results::invariance::RelationTally::words.
+    words = testing._relation_words
+    assert words({"tried": 3, "held": 3}) == "held 3 of 3"
+    assert words({"tried": 2, "held": 1, "rows": 3, "rows_moved": 1, "max_ulps": 1}) == (
+        "moved in 1 of 2 pairs (1 of 3 rows, up to 1 ulps)"
+    )
+    assert words({"tried": 0, "not_judged": 2}) == "not tried (2 not judged)"
+    assert words({"tried": 4, "held": 4, "not_judged": 1}) == "held 4 of 4, 1 not judged"
+    result = testing.CheckResult(command=[], returncode=0, stdout="", stderr="", summary={"backends": [{
+        "backend": {"name": "external:x", "role": "external"},
+        "pairs": {"sent": 3, "passed": 2, "failed": 1, "declined": 0},
+        "invariance": {"batch": {"declared": False, "tried": 1, "held": 1},
+                       "order": {"declared": True, "tried": 2, "held": 1, "rows": 4, "rows_moved": 1,
+                                 "max_ulps": 2}},
+    }]})
+    assert result.invariance_lines() == [
+        "invariance of external:x (bit for bit; declared relations marked *): batch held 1 of 1, "
+        "order* moved in 1 of 2 pairs (1 of 4 rows, up to 2 ulps)"
+    ]
+    assert "3 invariance pair(s) judged, 1 moved" in result.counts_line()
+
