@@ -163,3 +163,59 @@ fn a_held_relation_turns_measured_drift_into_a_failure_with_its_file() {
     assert!(run.summary.backends[0].failures.is_empty());
     let _ = std::fs::remove_dir_all(&out);
 }
+
+/// A reduction whose order changes from one call to the next (atomics, a scheduling
+/// dependent split-K merge) is right on every call, so no property case or trace can fail
+/// it; a repetition pair does, in one class whose hint names non-determinism, shrunk to one
+/// request, and its replay file moves again.
+#[test]
+fn a_call_that_rounds_otherwise_when_repeated_fails_the_repetition_relation_only() {
+    let out = std::env::temp_dir().join(format!("attn-diff-repetition-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&out);
+    let name = "mutant:split-every-other-call";
+    let run = run_check(pairs_only(&[name], 60, 1, &out));
+    run.write_artifacts();
+    let b = &run.summary.backends[0];
+    assert!(b.pairs.failed > 0, "{:?}", b.pairs);
+    for (relation, t) in &b.invariance {
+        assert_eq!(t.declared, *relation == Relation::Repetition, "{relation}");
+    }
+    let classes: std::collections::BTreeSet<_> = b
+        .failures
+        .iter()
+        .map(|f| f.class.as_ref().map(|c| c.signature.clone()))
+        .collect();
+    assert_eq!(classes.len(), 1, "{:#?}", b.failures);
+    let f = &b.failures[0];
+    assert!(
+        matches!(
+            f.origin,
+            Origin::Invariance {
+                relation: Relation::Repetition,
+                ..
+            }
+        ),
+        "{:?}",
+        f.origin
+    );
+    let hint = f.hint.as_deref().unwrap_or_default();
+    assert!(
+        hint.contains("the same call ran again") && hint.contains("non-determinism"),
+        "{hint}"
+    );
+    // The report a person reads says it too.
+    assert!(f.text.contains(&format!("hint:    {hint}")), "{}", f.text);
+    assert_eq!(f.size.sequences, 1, "{:?}", f.size);
+    let pair = b.first_failing_pair.expect("a first failing pair");
+    let file = out.join(format!(
+        "mutant_split-every-other-call-seed1-pair{pair}.json"
+    ));
+    let o = Command::new(env!("CARGO_BIN_EXE_attn-diff"))
+        .args(["replay", file.to_str().unwrap(), "--backend", name])
+        .output()
+        .expect("attn-diff runs");
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(1), "{text}");
+    assert!(text.contains("variant") && text.contains("repetition"), "{text}");
+    let _ = std::fs::remove_dir_all(&out);
+}

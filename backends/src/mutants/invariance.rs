@@ -1,8 +1,8 @@
 //! Mutants that compute every row correctly (within the oracle's tolerance) but whose bits
-//! depend on what else the step holds, while they declare that they do not: only invariance
-//! pairs can kill them. Each is the real `cpu` kernel run with its decode split along the keys
-//! or not (the split's log-sum-exp merge rounds differently from one pass), chosen from the
-//! batch as a split heuristic would.
+//! depend on what else the step holds, or on when it runs, while they declare that they do
+//! not: only invariance pairs can kill them. Each is the real `cpu` kernel run with its decode
+//! split along the keys or not (the split's log-sum-exp merge rounds differently from one
+//! pass), chosen from the batch as a split heuristic would, or from the call's turn.
 
 use crate::cpu::{CpuBackend, CpuSettings, SplitKv};
 use crate::{Backend, BackendError, CacheLayout, KvCache, KvWrite, StepInputs, Unsupported};
@@ -17,6 +17,17 @@ pub enum Variance {
     /// The requests at odd positions of the step split their decodes, the others do not: work
     /// handed out by batch position (declares the order relation, not the batch one).
     SplitByPosition,
+    /// Whether a decode splits alternates with each call its thread makes: the same call run
+    /// twice rounds two ways, as a split-K merge by atomic adds does when the order in which
+    /// workers arrive changes (declares the repetition relation only).
+    SplitEveryOtherCall,
+}
+
+thread_local! {
+    /// Calls this thread made to a [`Variance::SplitEveryOtherCall`] mutant: per thread, so
+    /// that two calls in a row (a pair's two forms, a shrink's tries) always alternate,
+    /// whatever the other workers of the run do.
+    static CALLS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
 
 pub struct VariantMutant {
@@ -65,6 +76,8 @@ impl Backend for VariantMutant {
             Variance::SplitByPosition => {
                 vec![Relation::Order, Relation::Placement, Relation::Repetition]
             }
+            // Any pair's two forms are two calls, so it can hold to no other relation.
+            Variance::SplitEveryOtherCall => vec![Relation::Repetition],
         }
     }
 
@@ -122,6 +135,14 @@ impl Backend for VariantMutant {
                     out[rows.clone()].copy_from_slice(&split[rows]);
                 }
                 Ok(out)
+            }
+            Variance::SplitEveryOtherCall => {
+                let call = CALLS.with(|c| c.replace(c.get() + 1));
+                if call % 2 == 1 {
+                    self.split.forward(config, cache, step)
+                } else {
+                    self.whole.forward(config, cache, step)
+                }
             }
         }
     }

@@ -176,6 +176,7 @@ pub const CATALOGUE: &[MutantInfo] = &[
     // Batch invariance declared and broken (only invariance pairs see these).
     variant("split-count-from-batch", "declares batch invariance, but splits a decode along its keys only when its request is alone in the step (a split count chosen from the batch size, as flash-decoding's heuristics do): the merged split rounds differently"),
     variant("split-by-batch-position", "declares order invariance, but splits the decodes of the requests at odd positions of the step and not the others (work handed out by batch position)"),
+    variant("split-every-other-call", "declares run-to-run determinism, but whether a decode splits along its keys alternates from one call to the next (a split-K merge by atomic adds, whose order follows which worker arrives first): the same call repeated rounds differently"),
 ];
 
 /// Every mutant, as a backend named `mutant:<name>`.
@@ -253,6 +254,7 @@ pub fn mutant(name: &str) -> Option<Arc<dyn Backend>> {
         "simd-tail-dropped" => plain(Bug::SimdTailDropped),
         "split-count-from-batch" => variant(Variance::SplitWhenAlone),
         "split-by-batch-position" => variant(Variance::SplitByPosition),
+        "split-every-other-call" => variant(Variance::SplitEveryOtherCall),
         "trace-new-block-into-previous" => step(StepBug::NewBlockIntoPrevious),
         "trace-stale-row-table" => step(StepBug::StaleRowTable),
         "trace-prefix-hit-overwritten" => step(StepBug::PrefixHitOverwritten),

@@ -164,7 +164,9 @@ fn policy(r: &FailureRecord) -> String {
     }
 }
 
-fn render(r: &FailureRecord, case: &Case, expected: &[f64], d: &Divergence) -> String {
+/// `r`'s text as its report prints it; a kind of subject that sets a field of `r` after
+/// [`failure_record`] built it (a hint only it can give) renders it again with this.
+pub fn render(r: &FailureRecord, case: &Case, expected: &[f64], d: &Divergence) -> String {
     format!("{}\n{}", headline(r), body(r, case, expected, d))
 }
 

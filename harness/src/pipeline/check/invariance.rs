@@ -371,6 +371,8 @@ impl VariantPair<'_> {
         };
         let (mut record, mut artifact) = report(self.opts, &diverged, &stem, shrunk);
         record.hint = Some(variant_hint(other.relation));
+        // The report's text was rendered without it: the hint is the pair's to give.
+        record.text = crate::failure::report::render(&record, case, &expected, d);
         // The replay file rebuilds the other form and compares the two.
         let pair = PairOf {
             relation: other.relation,
