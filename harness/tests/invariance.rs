@@ -216,6 +216,9 @@ fn a_call_that_rounds_otherwise_when_repeated_fails_the_repetition_relation_only
         .expect("attn-diff runs");
     let text = String::from_utf8_lossy(&o.stdout);
     assert_eq!(o.status.code(), Some(1), "{text}");
-    assert!(text.contains("variant") && text.contains("repetition"), "{text}");
+    assert!(
+        text.contains("variant") && text.contains("repetition"),
+        "{text}"
+    );
     let _ = std::fs::remove_dir_all(&out);
 }

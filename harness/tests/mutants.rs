@@ -191,7 +191,10 @@ const CAUSES: &[(&str, &[&str])] = &[
     ("mla-head-padding-unpadded", &["mla", "head"]),
     ("split-count-from-batch", &["batch's size", "split"]),
     ("split-by-batch-position", &["position"]),
-    ("split-every-other-call", &["the same call ran again", "non-determinism"]),
+    (
+        "split-every-other-call",
+        &["the same call ran again", "non-determinism"],
+    ),
 ];
 
 /// The two rules that name no one cause: every row wrong (it lists the usual suspects and
