@@ -94,3 +94,60 @@ fn every_built_in_backend_passes_a_cheap_check_at_every_seed() {
         );
     }
 }
+
+/// A narrow space turns a cheap draw into a huge cache: a batch of thousands of one-block
+/// decodes is little work, but with 256-token blocks and head size 512 each holds 256 slots
+/// of 1,024 elements (a pair's drawn case of 8,882 such decodes asked tens of GiB, and the
+/// run was killed for memory). Every property case and every pair's case of the default
+/// budget keeps its blocks under the ceiling, in such spaces and in the whole one.
+#[test]
+fn every_drawn_case_fits_its_cache_under_the_ceiling_in_narrow_spaces_too() {
+    use attn_harness::pipeline::check::subject::case_tree;
+    use attn_harness::pipeline::draw::budget::{cache_elements, CACHE_ELEMENTS};
+    use attn_harness::pipeline::draw::pair::{case_index, PAIR_STREAM};
+    use attn_harness::pipeline::draw::tier::StrategyLimits;
+    use attn_reference::{AttentionKind, DType};
+    use proptest::strategy::ValueTree;
+
+    let spyre_like = Space {
+        dtypes: Some(vec![DType::F16]),
+        head_size_multiple_of: Some(64),
+        block_size_multiple_of: Some(64),
+        kinds: Some(vec![AttentionKind::Decoder]),
+        ..Space::default()
+    };
+    let wide_pages = Space {
+        head_sizes: Some(vec![256, 512]),
+        block_sizes: Some(vec![256]),
+        ..Space::default()
+    };
+    let limits = StrategyLimits::DEFAULT;
+    for (name, space) in [
+        ("whole", Space::default()),
+        ("spyre-like", spyre_like),
+        ("wide pages", wide_pages),
+    ] {
+        let mut largest = 0;
+        for seed in 1..=3u64 {
+            let property = (0..500).map(|i| (seed, i));
+            let pairs = (0..100).map(|i| (seed ^ PAIR_STREAM, case_index(i)));
+            for (stream, index) in property.chain(pairs) {
+                let r = case_tree(stream, index, limits, &space).current();
+                if r.cache_blocks.is_some() {
+                    continue; // A huge cache is what it is for: backends allocate it lazily.
+                }
+                let n = cache_elements(&r);
+                largest = largest.max(n);
+                assert!(
+                    n <= CACHE_ELEMENTS,
+                    "{name} space, stream {stream:#x}, index {index}: {n} K/V elements in \
+                     {} sequences of block size {} and head size {}",
+                    r.seqs.len(),
+                    r.block_size,
+                    r.head_size
+                );
+            }
+        }
+        eprintln!("{name} space: the largest drawn cache holds {largest} K/V elements");
+    }
+}

@@ -93,11 +93,63 @@ pub fn fit_space(mut r: CaseRecipe, space: &Space, budget: usize) -> CaseRecipe 
             r.share = None;
         }
     }
-    if r.mla.is_some() {
+    let r = if r.mla.is_some() {
         // MLA recipes have their own cost model (K's and V's widths; heads kept longest).
-        return fit_mla_cost(r, MLA_COST);
+        fit_mla_cost(r, MLA_COST)
+    } else {
+        fit_cost(r, budget, space)
+    };
+    fit_cache(r, space)
+}
+
+/// The most K/V elements a fitted case's sequences may hold in whole blocks (512 MiB as f32,
+/// K and V together). A draw's cost counts attention's work, not its cache: a batch of
+/// thousands of one-block decodes is cheap work, but a space of 256-token blocks and head
+/// size 512 turns each into 256 slots of 1,024 elements, tens of GiB for the backend (and
+/// twice that for an invariance pair's other placement).
+pub const CACHE_ELEMENTS: usize = 1 << 27;
+
+/// K/V elements of the blocks `r`'s sequences fill: whole blocks, every kv head, K's and V's
+/// widths, a shared prefix's blocks once. (A huge cache's unused blocks are not counted:
+/// backends allocate those lazily or decline them.)
+pub fn cache_elements(r: &CaseRecipe) -> usize {
+    let bs = r.block_size.max(1);
+    let blocks: usize = r.lens().0.iter().map(|l| l.div_ceil(bs)).sum();
+    let shared = r.sharing().map_or(0, |g| (g.seqs.len() - 1) * g.blocks);
+    let (kv_heads, dv) = match r.mla {
+        Some(m) => (1, m.head_size_v(r.head_size)),
+        None => (r.num_kv_heads, r.head_size),
+    };
+    blocks.saturating_sub(shared) * bs * kv_heads * (r.head_size + dv)
+}
+
+/// `r` with its sequences' blocks under [`CACHE_ELEMENTS`], deterministically: the head size
+/// down to the largest allowed at most 64 and one kv head first (what a space's large sizes
+/// blew up), then half the sequences at a time (the batch stays a batch as long as it can),
+/// contexts halved last.
+pub fn fit_cache(mut r: CaseRecipe, space: &Space) -> CaseRecipe {
+    let allowed = space.head_size_values();
+    let smaller_head = |d: usize| {
+        allowed
+            .as_ref()
+            .and_then(|a| a.iter().rev().find(|&&x| x <= 64).or(a.first()).copied())
+            .unwrap_or(d.min(64))
+    };
+    while cache_elements(&r) > CACHE_ELEMENTS {
+        if r.mla.is_none() && r.head_size > smaller_head(r.head_size) {
+            r.head_size = smaller_head(r.head_size);
+        } else if r.mla.is_none() && r.num_kv_heads > 1 {
+            r.num_kv_heads = 1;
+        } else if r.seqs.len() > 1 {
+            r.seqs
+                .truncate(r.seqs.len().div_ceil(2).min(r.seqs.len() - 1));
+        } else if let Some(s) = r.seqs.iter_mut().find(|s| s.0 > 0) {
+            s.0 /= 2;
+        } else {
+            break;
+        }
     }
-    fit_cost(r, budget, space)
+    r
 }
 
 /// `r` under `budget`, keeping what MLA cases are for as long as it can: chunks shortened
