@@ -22,6 +22,26 @@ fn pairs_only(backends: &[&str], pairs: u32, seed: u64, out: &std::path::Path) -
     }
 }
 
+/// `attn-diff replay -q FILE --backend BACKEND`.
+fn replay(file: &std::path::Path, backend: &str) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_attn-diff"))
+        .args(["replay", "-q"])
+        .arg(file)
+        .args(["--backend", backend])
+        .output()
+        .expect("attn-diff runs")
+}
+
+/// The distinct class signatures of a backend's failures.
+fn class_signatures(
+    b: &attn_results::BackendSummary,
+) -> std::collections::BTreeSet<Option<String>> {
+    b.failures
+        .iter()
+        .map(|f| f.class.as_ref().map(|c| c.signature.clone()))
+        .collect()
+}
+
 #[test]
 fn cpu_keeps_every_relation_it_declares_at_every_seed() {
     let out = std::env::temp_dir().join(format!("attn-diff-invariance-{}", std::process::id()));
@@ -86,11 +106,7 @@ fn a_declared_relation_that_moves_a_bit_is_a_variant_failure_its_file_replays() 
         );
     }
     // One cause, one class: every moved pair is the order relation's.
-    let classes: std::collections::BTreeSet<_> = b
-        .failures
-        .iter()
-        .map(|f| f.class.as_ref().map(|c| c.signature.clone()))
-        .collect();
+    let classes = class_signatures(b);
     assert_eq!(classes.len(), 1, "{classes:?}");
     let f = &b.failures[0];
     let hint = f.hint.as_deref().unwrap_or_default();
@@ -109,14 +125,7 @@ fn a_declared_relation_that_moves_a_bit_is_a_variant_failure_its_file_replays() 
     assert!(out
         .join("mutant_split-by-batch-position-seed1-pair1.order1.json")
         .is_file());
-    let replay = |backend: &str| {
-        Command::new(env!("CARGO_BIN_EXE_attn-diff"))
-            .args(["replay", "-q"])
-            .arg(&file)
-            .args(["--backend", backend])
-            .output()
-            .expect("attn-diff runs")
-    };
+    let replay = |backend: &str| replay(&file, backend);
     let again = replay("mutant:split-by-batch-position");
     let text = String::from_utf8_lossy(&again.stdout);
     assert_eq!(again.status.code(), Some(1), "{text}");
@@ -180,11 +189,7 @@ fn a_call_that_rounds_otherwise_when_repeated_fails_the_repetition_relation_only
     for (relation, t) in &b.invariance {
         assert_eq!(t.declared, *relation == Relation::Repetition, "{relation}");
     }
-    let classes: std::collections::BTreeSet<_> = b
-        .failures
-        .iter()
-        .map(|f| f.class.as_ref().map(|c| c.signature.clone()))
-        .collect();
+    let classes = class_signatures(b);
     assert_eq!(classes.len(), 1, "{:#?}", b.failures);
     let f = &b.failures[0];
     assert!(
@@ -210,10 +215,7 @@ fn a_call_that_rounds_otherwise_when_repeated_fails_the_repetition_relation_only
     let file = out.join(format!(
         "mutant_split-every-other-call-seed1-pair{pair}.json"
     ));
-    let o = Command::new(env!("CARGO_BIN_EXE_attn-diff"))
-        .args(["replay", file.to_str().unwrap(), "--backend", name])
-        .output()
-        .expect("attn-diff runs");
+    let o = replay(&file, name);
     let text = String::from_utf8_lossy(&o.stdout);
     assert_eq!(o.status.code(), Some(1), "{text}");
     assert!(

@@ -22,17 +22,7 @@ pub const LONG_COST: usize = 200_000_000;
 /// about) go last. Head sizes stay among those `space` allows.
 pub fn fit_cost(mut r: CaseRecipe, budget: usize, space: &Space) -> CaseRecipe {
     let allowed = space.head_size_values();
-    // The largest allowed head size at most `target` (the smallest allowed one if none is).
-    let head_at_most = |target: usize| match &allowed {
-        None => target,
-        Some(a) => a
-            .iter()
-            .rev()
-            .find(|&&d| d <= target)
-            .or(a.first())
-            .copied()
-            .unwrap_or(target),
-    };
+    let head_at_most = |target: usize| head_at_most(allowed.as_deref(), target);
     while cost(&r) > budget {
         if r.group > 1 {
             r.group = 1;
@@ -51,6 +41,21 @@ pub fn fit_cost(mut r: CaseRecipe, budget: usize, space: &Space) -> CaseRecipe {
         }
     }
     r
+}
+
+/// The largest of the `allowed` head sizes at most `target` (the smallest allowed one if none
+/// is); `target` itself when every size is allowed.
+fn head_at_most(allowed: Option<&[usize]>, target: usize) -> usize {
+    match allowed {
+        None => target,
+        Some(a) => a
+            .iter()
+            .rev()
+            .find(|&&d| d <= target)
+            .or(a.first())
+            .copied()
+            .unwrap_or(target),
+    }
 }
 
 /// `r` moved inside `space` ([`Space::fit_config`], [`Space::fit_lengths`]), then within
@@ -128,16 +133,10 @@ pub fn cache_elements(r: &CaseRecipe) -> usize {
 /// blew up), then half the sequences at a time (the batch stays a batch as long as it can),
 /// contexts halved last.
 pub fn fit_cache(mut r: CaseRecipe, space: &Space) -> CaseRecipe {
-    let allowed = space.head_size_values();
-    let smaller_head = |d: usize| {
-        allowed
-            .as_ref()
-            .and_then(|a| a.iter().rev().find(|&&x| x <= 64).or(a.first()).copied())
-            .unwrap_or(d.min(64))
-    };
+    let smaller_head = head_at_most(space.head_size_values().as_deref(), 64);
     while cache_elements(&r) > CACHE_ELEMENTS {
-        if r.mla.is_none() && r.head_size > smaller_head(r.head_size) {
-            r.head_size = smaller_head(r.head_size);
+        if r.mla.is_none() && r.head_size > smaller_head {
+            r.head_size = smaller_head;
         } else if r.mla.is_none() && r.num_kv_heads > 1 {
             r.num_kv_heads = 1;
         } else if r.seqs.len() > 1 {
