@@ -60,10 +60,12 @@ fn head_at_most(allowed: Option<&[usize]>, target: usize) -> usize {
 
 /// `r` moved inside `space` ([`Space::fit_config`], [`Space::fit_lengths`]), then within
 /// `budget`: what every strategy and every shrink candidate goes through, so a case drawn or
-/// shrunk for a backend is one it declares it runs. The identity on the full space.
+/// shrunk for a backend is one it declares it runs. On the full space only the cache ceiling
+/// ([`fit_cache`]) applies, so a space that leaves out a feature draws what the full one
+/// draws wherever that feature was not drawn.
 pub fn fit_space(mut r: CaseRecipe, space: &Space, budget: usize) -> CaseRecipe {
     if space.is_full() {
-        return r;
+        return fit_cache(r, space);
     }
     let mut c = r.config();
     space.fit_config(&mut c);
@@ -129,16 +131,16 @@ pub fn cache_elements(r: &CaseRecipe) -> usize {
 }
 
 /// `r` with its sequences' blocks under [`CACHE_ELEMENTS`], deterministically: the head size
-/// down to the largest allowed at most 64 and one kv head first (what a space's large sizes
-/// blew up), then half the sequences at a time (the batch stays a batch as long as it can),
-/// contexts halved last.
+/// down to the largest allowed at most 64 and the kv heads halved first (what a space's large
+/// sizes blew up; a GQA case keeps several kv heads as long as it can), then half the
+/// sequences at a time (the batch stays a batch as long as it can), contexts halved last.
 pub fn fit_cache(mut r: CaseRecipe, space: &Space) -> CaseRecipe {
     let smaller_head = head_at_most(space.head_size_values().as_deref(), 64);
     while cache_elements(&r) > CACHE_ELEMENTS {
         if r.mla.is_none() && r.head_size > smaller_head {
             r.head_size = smaller_head;
         } else if r.mla.is_none() && r.num_kv_heads > 1 {
-            r.num_kv_heads = 1;
+            r.num_kv_heads /= 2;
         } else if r.seqs.len() > 1 {
             r.seqs
                 .truncate(r.seqs.len().div_ceil(2).min(r.seqs.len() - 1));

@@ -51,9 +51,6 @@ pub fn strategy_for(
     if crate::pipeline::draw::mla::draws_mla(index, limits, space) {
         return crate::pipeline::draw::mla::mla_strategy(index, limits, space);
     }
-    if space.is_full() {
-        return tier_strategy(index, limits);
-    }
     let space = space.clone();
     let budget = budget_of(index, limits);
     tier_strategy(index, limits)
