@@ -24,6 +24,7 @@ fn a_real_summary_round_trips() {
             .into_iter()
             .take(2)
             .collect(),
+        recorded: Vec::new(),
         ..CheckOptions::new(vec![cpu], 8, dir.clone())
     });
     let json = render_json(&run.summary);

@@ -75,6 +75,7 @@ fn run(shard: Shard, out: &std::path::Path) -> CheckSummary {
             .into_iter()
             .filter(|c| c.spec == "small_decode")
             .collect(),
+        recorded: Vec::new(),
         shrink: ShrinkBudget {
             max_steps: 200,
             ..ShrinkBudget::default()

@@ -66,6 +66,11 @@ pub enum Command {
     /// description, capabilities: its case space) and exit.
     #[command(after_help = EXIT_CODES)]
     Handshake(HandshakeArgs),
+    /// Run a command (a vLLM server or script) with the engine recorder loaded in every vLLM
+    /// process, writing its attention calls, values and all, to a folder that
+    /// `check --recording` judges.
+    #[command(after_help = EXIT_CODES)]
+    Record(RecordArgs),
     /// Write a runnable adapter (numpy paged attention on the Python helper) and a README
     /// saying how to run it into a new directory.
     #[command(after_help = EXIT_CODES)]
@@ -116,6 +121,28 @@ impl std::fmt::Display for Heads {
 fn dtype_parser() -> impl clap::builder::TypedValueParser<Value = DType> {
     PossibleValuesParser::new(DType::ALL.map(DType::name))
         .map(|s| s.parse::<DType>().expect("a listed dtype parses"))
+}
+
+#[derive(Args, Debug)]
+pub struct RecordArgs {
+    /// The recording's folder (created; calls already there are kept).
+    #[arg(long, value_name = "DIR")]
+    pub out: std::path::PathBuf,
+    /// Record only these layers (indices, comma-separated; default: every layer).
+    #[arg(long, value_delimiter = ',', value_name = "I,...")]
+    pub layers: Vec<usize>,
+    /// Record every N-th call of a layer.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub every: usize,
+    /// Record at most N calls per engine process.
+    #[arg(long, default_value_t = 2000, value_name = "N")]
+    pub max_calls: usize,
+    /// Leave out calls of more than N tokens.
+    #[arg(long, default_value_t = 4096, value_name = "N")]
+    pub max_tokens: usize,
+    /// The command and its arguments, after `--`.
+    #[arg(last = true, required = true, value_name = "COMMAND")]
+    pub command: Vec<String>,
 }
 
 #[derive(Args, Debug)]
@@ -175,6 +202,12 @@ pub struct CheckArgs {
     /// Skip the upstream suite (the small specs a check runs by default).
     #[arg(long, conflicts_with = "upstream")]
     pub no_upstream: bool,
+    /// Judge a real engine's recorded attention calls (a folder `attn-diff record` wrote)
+    /// instead of drawn cases: the engine's own outputs (`engine:CLASS`) and every selected
+    /// backend on the same calls with the same values. No property cases, traces, pairs or
+    /// upstream cases run beside them.
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["cases", "pairs", "upstream", "specs"])]
+    pub recording: Option<std::path::PathBuf>,
     /// Every backend must be reached by at least N cases and traces (declined ones do not
     /// count), else the run fails (exit 1). A backend reached by none always fails it.
     #[arg(long, default_value_t = 1, value_name = "N")]

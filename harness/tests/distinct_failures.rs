@@ -188,6 +188,7 @@ fn upstream_specs_failing_alike_are_one_class_that_names_them_all() {
         traces: 0,
         pairs: 0,
         upstream: upstream.clone(),
+        recorded: Vec::new(),
         ..CheckOptions::new(
             vec![backend],
             0,

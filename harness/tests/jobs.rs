@@ -84,6 +84,7 @@ fn check(backends: Vec<Arc<dyn Backend>>, jobs: usize, out: &str) -> serde_json:
     let run = run_check(CheckOptions {
         traces: 8,
         upstream: small_suite(),
+        recorded: Vec::new(),
         jobs,
         ..CheckOptions::new(backends, 60, std::env::temp_dir().join(out))
     });

@@ -5,7 +5,7 @@ use serde::de::DeserializeOwned;
 
 /// `text` as a `T`, or (line, column, message) with the path of the field at fault leading
 /// the message. Files parse at full speed; only a failed parse is repeated, tracking the path.
-pub(crate) fn parse<T: DeserializeOwned>(text: &str) -> Result<T, (usize, usize, String)> {
+pub fn parse<T: DeserializeOwned>(text: &str) -> Result<T, (usize, usize, String)> {
     let first = match serde_json::from_str(text) {
         Ok(v) => return Ok(v),
         Err(e) => e,

@@ -19,7 +19,7 @@ mod feature;
 pub mod fp8;
 pub mod golden;
 pub mod golden_masks;
-mod json;
+pub mod json;
 pub mod judge;
 pub mod ladder;
 pub mod mla;

@@ -207,6 +207,33 @@ pub fn transform(case: &Case, relation: Relation, pick: u64) -> Option<Transform
     t.cases.iter().all(|c| c.validate().is_ok()).then_some(t)
 }
 
+/// `case` with only the sequences `seqs`, in that order, its values kept (padding tokens
+/// kept at the end): what shrinking a fixed case (a recorded engine call) tries. `None` where
+/// the result would not be valid.
+pub fn keep_sequences(case: &Case, seqs: &[usize]) -> Option<Case> {
+    let rows = TokenRows::of(case)?;
+    if seqs.iter().any(|&s| s >= case.num_seqs()) {
+        return None;
+    }
+    let (out, _) = reorder(case, &rows, seqs);
+    out.validate().is_ok().then_some(out)
+}
+
+/// `case` without its padding tokens (rows that belong to no sequence).
+pub fn without_padding(case: &Case) -> Option<Case> {
+    let rows = TokenRows::of(case)?;
+    let real = case.num_real_tokens();
+    let mut out = case.clone();
+    out.recorded = None;
+    out.batch.num_padding_tokens = 0;
+    out.layout.slot_mapping.truncate(real);
+    let t = &case.tensors;
+    out.tensors.query = gather(&t.query, rows.query, 0..real);
+    out.tensors.key = gather(&t.key, rows.key, 0..real);
+    out.tensors.value = gather(&t.value, rows.value, 0..real);
+    out.validate().is_ok().then_some(out)
+}
+
 /// The widths of one token's rows in a case's per-token tensors.
 struct TokenRows {
     query: usize,

@@ -274,6 +274,12 @@ pub enum Origin {
         index: usize,
         relation: attn_reference::relation::Relation,
     },
+    /// Call `call` of layer `layer` of a real engine, recorded in `file`.
+    Recorded {
+        file: String,
+        layer: String,
+        call: usize,
+    },
     /// A replay file (and the step of a trace file).
     Replay {
         file: String,
@@ -289,6 +295,7 @@ impl Origin {
             Origin::Property { .. } => Some(RunPart::Property),
             Origin::Upstream { .. } => Some(RunPart::Upstream),
             Origin::Trace { .. } => Some(RunPart::Traces),
+            Origin::Recorded { .. } => Some(RunPart::Recorded),
             Origin::Invariance { .. } | Origin::Replay { .. } => None,
         }
     }
@@ -314,6 +321,9 @@ impl fmt::Display for Origin {
                 index,
                 relation,
             } => write!(f, "invariance pair {index} (seed {seed}, {relation})"),
+            Origin::Recorded { file, layer, call } => {
+                write!(f, "recorded call {call} of {layer} ({file})")
+            }
             Origin::Replay { file, step: None } => f.write_str(file),
             Origin::Replay {
                 file,
@@ -330,17 +340,25 @@ pub enum RunPart {
     Property,
     Upstream,
     Traces,
+    /// A real engine's recorded attention calls.
+    Recorded,
 }
 
 impl RunPart {
-    pub const ALL: [RunPart; 3] = [RunPart::Property, RunPart::Upstream, RunPart::Traces];
+    pub const ALL: [RunPart; 4] = [
+        RunPart::Property,
+        RunPart::Upstream,
+        RunPart::Traces,
+        RunPart::Recorded,
+    ];
 
-    /// Words for a person: "property cases", "upstream suite", "traces".
+    /// Words for a person: "property cases", "upstream suite", "traces", "recorded calls".
     pub fn label(self) -> &'static str {
         match self {
             RunPart::Property => "property cases",
             RunPart::Upstream => "upstream suite",
             RunPart::Traces => "traces",
+            RunPart::Recorded => "recorded calls",
         }
     }
 }
@@ -400,6 +418,10 @@ pub struct BackendSummary {
     pub upstream: Tally,
     /// Serving traces; a trace passes when every step does.
     pub traces: Tally,
+    /// A real engine's recorded attention calls (`check --recording`), each judged as one
+    /// case.
+    #[serde(default, skip_serializing_if = "Tally::is_empty")]
+    pub recorded: Tally,
     /// Invariance pairs: a pair fails when a relation the backend declares moved a bit;
     /// one the backend declined or failed a form of is declined here (the property cases
     /// judge such failures). What each relation did is in `invariance`.
@@ -516,6 +538,7 @@ impl BackendSummary {
             RunPart::Property => self.property,
             RunPart::Upstream => self.upstream,
             RunPart::Traces => self.traces,
+            RunPart::Recorded => self.recorded,
         }
     }
 
@@ -525,6 +548,7 @@ impl BackendSummary {
             RunPart::Property => &mut self.property,
             RunPart::Upstream => &mut self.upstream,
             RunPart::Traces => &mut self.traces,
+            RunPart::Recorded => &mut self.recorded,
         }
     }
 
@@ -533,6 +557,7 @@ impl BackendSummary {
         let mut t = self.property;
         t += self.upstream;
         t += self.traces;
+        t += self.recorded;
         t
     }
 
@@ -679,12 +704,19 @@ pub struct FailureClass {
     /// beside the reported one are the failure's `also`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub upstream: Vec<usize>,
+    /// Recorded engine calls in the class (indices in the recording, file-name order).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub recorded: Vec<usize>,
 }
 
 impl FailureClass {
-    /// Cases, traces, invariance pairs and upstream cases in the class.
+    /// Cases, traces, invariance pairs, upstream cases and recorded calls in the class.
     pub fn count(&self) -> usize {
-        self.cases.len() + self.traces.len() + self.pairs.len() + self.upstream.len()
+        self.cases.len()
+            + self.traces.len()
+            + self.pairs.len()
+            + self.upstream.len()
+            + self.recorded.len()
     }
 }
 

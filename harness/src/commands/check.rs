@@ -59,12 +59,27 @@ pub fn run(mut args: CheckArgs, global: GlobalArgs) -> anyhow::Result<Outcome> {
     }
     // An interrupt while an adapter starts (its handshake) fails the start: the run then
     // runs nothing and says so in its summary, like any interrupted run.
-    let (backends, stopped_while_starting) =
+    // A recording replaces drawn cases: its calls alone, on the engine and every backend.
+    let recorded = match &args.recording {
+        Some(dir) => {
+            let r = crate::pipeline::recording::load(dir).map_err(|e| usage(e.to_string()))?;
+            for (why, n) in r.left_out() {
+                eprintln!("attn-diff: the engine left {n} calls out of the recording: {why}");
+            }
+            up.clear();
+            r.calls
+        }
+        None => Vec::new(),
+    };
+    let (mut backends, stopped_while_starting) =
         match select_backends_with(&args.backend, &args.external) {
             Ok(b) => (b, None),
             Err(e) if crate::interrupt::interrupted() => (Vec::new(), Some(e)),
             Err(e) => return Err(e),
         };
+    for engine in crate::pipeline::recording::engine::EngineOutputs::of(&recorded) {
+        backends.push(std::sync::Arc::new(engine));
+    }
     let only = args
         .only
         .iter()
@@ -81,17 +96,26 @@ pub fn run(mut args: CheckArgs, global: GlobalArgs) -> anyhow::Result<Outcome> {
             )));
         }
     }
-    let cases = args.cases.unwrap_or_else(CheckOptions::default_cases);
+    let replaying = args.recording.is_some();
+    let cases = match args.cases {
+        _ if replaying => 0,
+        Some(n) => n,
+        None => CheckOptions::default_cases(),
+    };
+    let trace_count = if replaying { 0 } else { args.traces };
     let shard = args.shard;
     let owned = (0..cases as usize).filter(|&i| shard.owns(i)).count();
-    let traces = (0..args.traces as usize).filter(|&i| shard.owns(i)).count();
+    let traces = (0..trace_count as usize)
+        .filter(|&i| shard.owns(i))
+        .count();
     let pairs = args
         .pairs
         .unwrap_or_else(|| crate::pipeline::draw::pair::default_pairs(cases));
     let owned_pairs = (0..pairs as usize).filter(|&i| shard.owns(i)).count();
+    let owned_calls = (0..recorded.len()).filter(|&i| shard.owns(i)).count();
     let progress = Progress::new(
         global.quiet,
-        (owned + traces + owned_pairs + up.len()) as u64,
+        (owned + traces + owned_pairs + up.len() + owned_calls) as u64,
         "cases",
     );
     progress.phase("property cases");
@@ -113,6 +137,10 @@ pub fn run(mut args: CheckArgs, global: GlobalArgs) -> anyhow::Result<Outcome> {
             bar.phase("invariance pairs");
             bar.step();
         }
+        Event::RecordedCall => {
+            bar.phase("recorded calls");
+            bar.step();
+        }
         Event::Shrinking { backend } => bar.phase(format!("shrinking {backend}")),
     });
     let mut run = run_check(CheckOptions {
@@ -122,7 +150,7 @@ pub fn run(mut args: CheckArgs, global: GlobalArgs) -> anyhow::Result<Outcome> {
         shard,
         deep: args.deep,
         long: args.long,
-        traces: args.traces,
+        traces: trace_count,
         pairs,
         hold: args.hold.clone().map(|h| h.0).unwrap_or_default(),
         trace_shapes: {
@@ -133,6 +161,7 @@ pub fn run(mut args: CheckArgs, global: GlobalArgs) -> anyhow::Result<Outcome> {
             }
         },
         upstream: up,
+        recorded,
         out_dir: args.out,
         shrink: match (args.no_shrink, args.shrink_time) {
             (true, _) => ShrinkBudget::NONE,

@@ -11,6 +11,7 @@ mod list;
 mod mutants;
 mod new_adapter;
 mod outcome;
+mod record;
 mod replay;
 pub mod setup;
 
@@ -36,6 +37,7 @@ pub fn run(cli: Cli) -> anyhow::Result<Outcome> {
         Command::List(args) => list::run(args).map(Outcome::from),
         Command::Handshake(args) => handshake::run(args).map(Outcome::from),
         Command::NewAdapter(args) => new_adapter::run(args).map(Outcome::from),
+        Command::Record(args) => record::run(args),
         #[cfg(feature = "mutants")]
         Command::Mutants(args) => mutants::run(args, global).map(Outcome::from),
         #[cfg(not(feature = "mutants"))]

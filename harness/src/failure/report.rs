@@ -368,6 +368,9 @@ pub fn class_line(class: &FailureClass) -> String {
     if !class.upstream.is_empty() {
         parts.push(format!("{} upstream case(s)", class.upstream.len()));
     }
+    if !class.recorded.is_empty() {
+        parts.push(list("recorded call(s)", &class.recorded));
+    }
     format!(
         "class:   {} failure(s) in this class ({}): {}\n",
         class.count(),

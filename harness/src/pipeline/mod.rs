@@ -11,6 +11,7 @@ pub mod draw;
 #[cfg(feature = "mutants")]
 pub mod mutants;
 pub mod recipe;
+pub mod recording;
 pub mod replay;
 pub mod runner;
 pub mod shrink;

@@ -34,8 +34,15 @@ fn headline(s: &CheckSummary) -> String {
         }
         None => asked.to_string(),
     };
+    // A recording's calls, when the run judged one (the same calls reach every backend).
+    let calls = s.backends.iter().map(|b| b.recorded.sent).max().unwrap_or(0);
+    let recorded = if calls > 0 {
+        format!(", {calls} recorded call(s)")
+    } else {
+        String::new()
+    };
     format!(
-        "attn-diff check: {} property case(s){}{} seed {}{shard}, {} trace(s), {} invariance pair(s), {} upstream case(s): {verdict}",
+        "attn-diff check: {} property case(s){}{} seed {}{shard}, {} trace(s), {} invariance pair(s), {} upstream case(s){recorded}: {verdict}",
         ran(s.cases as usize, &|b| b.property.sent),
         if s.deep { " (deep)" } else { "" },
         if s.long { " (long)" } else { "" },

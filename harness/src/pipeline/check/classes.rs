@@ -86,6 +86,8 @@ pub enum Member {
     Pair(usize),
     /// An upstream case: its index in the run's suite and its label.
     Upstream(usize, String),
+    /// A recorded engine call: its index in the recording.
+    Recorded(usize),
 }
 
 /// Count `member` into `record`'s class (made when absent, named by `signature`).
@@ -105,6 +107,7 @@ pub fn count_in(record: &mut FailureRecord, signature: &Signature, member: Membe
             }
             class.upstream.push(i);
         }
+        Member::Recorded(i) => class.recorded.push(i),
     }
 }
 

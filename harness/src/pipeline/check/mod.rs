@@ -7,6 +7,7 @@
 pub mod classes;
 pub mod control;
 pub mod drive;
+pub mod engine_calls;
 pub mod invariance;
 pub mod lifecycle;
 pub mod property;
@@ -53,6 +54,8 @@ pub struct CheckOptions {
     pub trace_shapes: crate::pipeline::draw::trace::TraceShapes,
     /// Upstream cases to run besides the property cases.
     pub upstream: Vec<UpstreamCase>,
+    /// A real engine's recorded calls to judge (`--recording`).
+    pub recorded: Vec<crate::pipeline::recording::EngineCall>,
     pub out_dir: PathBuf,
     pub shrink: ShrinkBudget,
     /// `--only`: narrows every backend's declared space (the full space: no narrowing).
@@ -128,6 +131,8 @@ pub enum Event<'a> {
     Trace,
     /// An invariance pair ran on every backend.
     InvariancePair,
+    /// A recorded engine call ran on every backend.
+    RecordedCall,
     /// A divergence of `backend` is being shrunk (until the next case event).
     Shrinking { backend: &'a str },
 }
@@ -161,6 +166,7 @@ impl CheckOptions {
             hold: Vec::new(),
             trace_shapes: Default::default(),
             upstream: Vec::new(),
+            recorded: Vec::new(),
             out_dir,
             shrink: ShrinkBudget::default(),
             only: Space::default(),

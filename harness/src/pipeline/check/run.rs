@@ -1,8 +1,10 @@
-//! The check loop: property cases, then traces, then invariance pairs, then upstream cases, each through
-//! [`drive`] on every core, recorded in order into one summary.
+//! The check loop: property cases, then traces, then invariance pairs, then upstream cases,
+//! then recorded engine calls, each through [`drive`] on every core, recorded in order into
+//! one summary.
 
 use super::control::RunControl;
 use super::drive::{drive, Item, Member};
+use super::engine_calls::{self, EngineCalls};
 use super::invariance::{self, Pairs};
 use super::property::{self, PropertyCases};
 use super::subject::{items_of, RunState};
@@ -149,6 +151,20 @@ pub fn run_check(mut opts: CheckOptions) -> CheckRun {
         &mut |item, ran, control| {
             upstream::record(opts, &mut run, &mut upstream_rows, item, ran, control)
         },
+    );
+
+    let calls = EngineCalls {
+        calls: &opts.recorded,
+        backends: &opts.backends,
+        spaces: run.summaries.iter().map(|s| s.space.clone()).collect(),
+        judge: opts.judge,
+    };
+    drive(
+        jobs,
+        &calls,
+        &engine_calls::items(opts),
+        &mut control,
+        &mut |item, ran, control| engine_calls::record(opts, &mut run, item, ran, control),
     );
 
     let RunState {

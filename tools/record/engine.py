@@ -1,0 +1,175 @@
+"""Serve tiny random-weight models on vLLM's CPU engine under named workloads, so that
+`attn-diff record` can record their attention calls.
+
+    python tools/record/engine.py MODEL WORKLOAD     # one model under one workload
+    python tools/record/engine.py --list            # what MODEL and WORKLOAD may be
+
+Models are written here as Hugging Face `config.json` files only: `load_format="dummy"` gives
+them random weights, and prompts are token ids, so nothing is downloaded and no tokenizer is
+needed. Prints the generated token ids (one line per request), so that a run with and without
+the recorder can be compared.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import time
+
+# Small enough to serve on two cores in under a minute; each keeps the feature its family
+# is known for.
+MODELS = {
+    # GQA: 4 query heads per KV head pair.
+    "llama-gqa": {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_size": 128,
+        "intermediate_size": 256,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 32,
+        "num_hidden_layers": 2,
+        "vocab_size": 512,
+        "max_position_embeddings": 4096,
+        "rms_norm_eps": 1e-5,
+        "rope_theta": 10000.0,
+        "torch_dtype": "bfloat16",
+    },
+    # Gemma 2: logit soft-cap 50, sliding-window layers alternating with global ones.
+    "gemma2-softcap-window": {
+        "architectures": ["Gemma2ForCausalLM"],
+        "model_type": "gemma2",
+        "hidden_size": 128,
+        "intermediate_size": 256,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 32,
+        "num_hidden_layers": 2,
+        "vocab_size": 512,
+        "max_position_embeddings": 4096,
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 10000.0,
+        "attn_logit_softcapping": 50.0,
+        "final_logit_softcapping": 30.0,
+        "query_pre_attn_scalar": 32,
+        "sliding_window": 48,
+        "hidden_activation": "gelu_pytorch_tanh",
+        "torch_dtype": "bfloat16",
+    },
+    # Qwen2 with a sliding window on every layer, MHA (no grouping), head size 64.
+    "qwen2-window": {
+        "architectures": ["Qwen2ForCausalLM"],
+        "model_type": "qwen2",
+        "hidden_size": 128,
+        "intermediate_size": 256,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 2,
+        "num_hidden_layers": 2,
+        "vocab_size": 512,
+        "max_position_embeddings": 4096,
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 10000.0,
+        "use_sliding_window": True,
+        "sliding_window": 40,
+        "max_window_layers": 0,
+        "torch_dtype": "bfloat16",
+    },
+    # A large GQA group: 8 query heads on one KV head, f32.
+    "llama-mqa-f32": {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_size": 256,
+        "intermediate_size": 256,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 1,
+        "head_dim": 32,
+        "num_hidden_layers": 1,
+        "vocab_size": 512,
+        "max_position_embeddings": 4096,
+        "rms_norm_eps": 1e-5,
+        "rope_theta": 10000.0,
+        "torch_dtype": "float32",
+    },
+}
+
+
+def _prompt(seed: int, n: int) -> list[int]:
+    return [(seed * 7919 + i * 104729) % 500 + 1 for i in range(n)]
+
+
+# Each workload: (prompts, max new tokens, engine arguments).
+WORKLOADS = {
+    # Prompts longer than a step's token budget: prefill split over steps, decodes mixed in.
+    "chunked-prefill": (
+        [_prompt(s, n) for s, n in enumerate([150, 90, 40])],
+        6,
+        {"max_num_batched_tokens": 64, "enable_chunked_prefill": True},
+    ),
+    # Requests sharing a 64-token system prompt: later ones hit the prefix cache.
+    "prefix-cache": (
+        [_prompt(1, 64) + _prompt(s + 10, 9 + s) for s in range(4)],
+        5,
+        {"enable_prefix_caching": True, "max_num_batched_tokens": 128},
+    ),
+    # Many short requests decoding together: batches of decodes with odd lengths.
+    "many-short": (
+        [_prompt(s, 3 + s % 11) for s in range(24)],
+        8,
+        {"max_num_seqs": 16},
+    ),
+    # A small cache: requests wait and are preempted and recomputed.
+    "preemption": (
+        [_prompt(s, 60 + 13 * s) for s in range(6)],
+        24,
+        {"num_gpu_blocks_override": 12, "max_num_batched_tokens": 256, "max_model_len": 320},
+    ),
+}
+
+
+def main(argv: list[str]) -> int:
+    if argv[1:2] == ["--list"] or len(argv) != 3:
+        print("models:", ", ".join(MODELS))
+        print("workloads:", ", ".join(WORKLOADS))
+        return 0 if argv[1:2] == ["--list"] else 2
+    model, workload = argv[1], argv[2]
+    if model not in MODELS or workload not in WORKLOADS:
+        print(f"unknown model or workload: {model} {workload}", file=sys.stderr)
+        return 2
+    from vllm import LLM, SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    prompts, new_tokens, engine = WORKLOADS[workload]
+    engine = {"max_model_len": 1024, **engine}
+    config = MODELS[model]
+    with tempfile.TemporaryDirectory() as d:
+        with open(os.path.join(d, "config.json"), "w") as f:
+            json.dump(config, f)
+        llm = LLM(
+            model=d,
+            load_format="dummy",
+            skip_tokenizer_init=True,
+            enforce_eager=True,
+            dtype=config["torch_dtype"],
+            block_size=32,
+            seed=0,
+            # The KV cache in bytes rather than a share of memory: a tiny model needs little,
+            # and the CPU backend refuses to start where the share is not free.
+            kv_cache_memory_bytes=64 << 20,
+            **engine,
+        )
+        params = SamplingParams(max_tokens=new_tokens, temperature=0.0, detokenize=False)
+        t0 = time.perf_counter()
+        outs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params)
+        seconds = time.perf_counter() - t0
+        tokens = sum(len(p) for p in prompts) + sum(len(o.outputs[0].token_ids) for o in outs)
+        print(f"generate: {seconds:.2f} s, {tokens} tokens, {tokens / seconds:.0f} tokens/s",
+              file=sys.stderr)
+        for o in outs:
+            print(" ".join(str(t) for t in o.outputs[0].token_ids))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
