@@ -465,6 +465,7 @@ impl Cli {
             | Command::List(_)
             | Command::Handshake(_)
             | Command::NewAdapter(_)
+            | Command::Record(_)
             | Command::Mutants(_) => false,
         }
     }
