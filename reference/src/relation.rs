@@ -219,6 +219,30 @@ pub fn keep_sequences(case: &Case, seqs: &[usize]) -> Option<Case> {
     out.validate().is_ok().then_some(out)
 }
 
+/// `case` with sequence `seq` cut after its first `keep` new tokens (the later ones not yet
+/// scheduled), values kept: a causal request's earlier rows do not depend on the rest.
+/// `None` where that does not apply (a non-causal request, PrefixLM ranges, `keep` not
+/// below its new tokens) or the result would not be valid.
+pub fn first_tokens(case: &Case, seq: usize, keep: usize) -> Option<Case> {
+    let rows = TokenRows::of(case)?;
+    let q = *case.batch.query_lens.get(seq)?;
+    let ranged = case
+        .batch
+        .prefix_lm
+        .as_ref()
+        .is_some_and(|p| p.ranges.get(seq).is_some_and(|r| !r.is_empty()));
+    if keep == 0
+        || keep >= q
+        || ranged
+        || case.config.kind != AttentionKind::Decoder
+        || !crate::is_causal(case.batch.causal.as_deref(), seq)
+    {
+        return None;
+    }
+    let out = chunked(case, &rows, seq, keep).cases.into_iter().next()?;
+    out.validate().is_ok().then_some(out)
+}
+
 /// `case` without its padding tokens (rows that belong to no sequence).
 pub fn without_padding(case: &Case) -> Option<Case> {
     let rows = TokenRows::of(case)?;

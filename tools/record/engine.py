@@ -150,7 +150,7 @@ def main(argv: list[str]) -> int:
     prompts, new_tokens, engine = WORKLOADS[workload]
     engine = {"max_model_len": 1024, **engine}
     config = MODELS[model]
-    with tempfile.TemporaryDirectory() as d:
+    with tempfile.TemporaryDirectory(prefix=f"{model}-") as d:
         with open(os.path.join(d, "config.json"), "w") as f:
             json.dump(config, f)
         llm = LLM(

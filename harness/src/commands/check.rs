@@ -105,9 +105,7 @@ pub fn run(mut args: CheckArgs, global: GlobalArgs) -> anyhow::Result<Outcome> {
     let trace_count = if replaying { 0 } else { args.traces };
     let shard = args.shard;
     let owned = (0..cases as usize).filter(|&i| shard.owns(i)).count();
-    let traces = (0..trace_count as usize)
-        .filter(|&i| shard.owns(i))
-        .count();
+    let traces = (0..trace_count as usize).filter(|&i| shard.owns(i)).count();
     let pairs = args
         .pairs
         .unwrap_or_else(|| crate::pipeline::draw::pair::default_pairs(cases));

@@ -35,7 +35,12 @@ fn headline(s: &CheckSummary) -> String {
         None => asked.to_string(),
     };
     // A recording's calls, when the run judged one (the same calls reach every backend).
-    let calls = s.backends.iter().map(|b| b.recorded.sent).max().unwrap_or(0);
+    let calls = s
+        .backends
+        .iter()
+        .map(|b| b.recorded.sent)
+        .max()
+        .unwrap_or(0);
     let recorded = if calls > 0 {
         format!(", {calls} recorded call(s)")
     } else {

@@ -17,7 +17,7 @@ use crate::pipeline::recording::EngineCall;
 use crate::pipeline::runner::{evaluate, Divergence, Outcome};
 use crate::pipeline::shrink::{SEQ_WORK, TRY_WORK};
 use attn_backends::Backend;
-use attn_reference::relation::{keep_sequences, without_padding};
+use attn_reference::relation::{first_tokens, keep_sequences, without_padding};
 use attn_reference::{Case, Space, Unsupported};
 use attn_results::{Origin, RunPart, ShrinkInfo};
 use std::sync::Arc;
@@ -170,7 +170,8 @@ impl CallFailure<'_> {
 }
 
 /// The smaller forms of `case` a shrink tries, largest step first: each sequence alone,
-/// each sequence dropped, the padding dropped. Values are kept, never redrawn.
+/// each sequence dropped, the padding dropped, a sequence's later new tokens cut (half, then
+/// all but one). Values are kept, never redrawn.
 fn smaller(case: &Case) -> Vec<Case> {
     let n = case.num_seqs();
     let mut out = Vec::new();
@@ -184,6 +185,13 @@ fn smaller(case: &Case) -> Vec<Case> {
     if case.batch.num_padding_tokens > 0 {
         out.extend(without_padding(case));
     }
+    for s in 0..n {
+        let q = case.batch.query_lens[s];
+        out.extend(first_tokens(case, s, q / 2));
+        if q / 2 > 1 {
+            out.extend(first_tokens(case, s, q - 1));
+        }
+    }
     out
 }
 
@@ -196,10 +204,7 @@ fn work_of(case: &Case) -> u64 {
     let attention: u64 = (0..case.num_seqs())
         .map(|s| case.batch.query_lens[s] as u64 * case.batch.seq_lens[s] as u64 * per_key)
         .sum();
-    attention
-        + (case.held_bytes() / 4) as u64
-        + case.num_seqs() as u64 * SEQ_WORK
-        + TRY_WORK
+    attention + (case.held_bytes() / 4) as u64 + case.num_seqs() as u64 * SEQ_WORK + TRY_WORK
 }
 
 impl Failing for CallFailure<'_> {
@@ -240,8 +245,7 @@ impl Failing for CallFailure<'_> {
                 steps += 1;
                 work += next;
                 let j = Judged::of(candidate, &self.opts.judge);
-                if let (Outcome::Diverged(d), _) = evaluate(backend, &j.case, &j.expected, j.tol)
-                {
+                if let (Outcome::Diverged(d), _) = evaluate(backend, &j.case, &j.expected, j.tol) {
                     if Symptom::of(&d) == symptom {
                         accepted += 1;
                         best = (j, d);

@@ -97,6 +97,14 @@ impl Backend for EngineOutputs {
         Ok(())
     }
 
+    fn failure_caveat(&self, _: &AttentionConfig) -> Option<String> {
+        Some(
+            "the engine's own output, as recorded: the engine is not run again, so the replay \
+             file replays the call on another backend (`--backend cpu`)"
+                .into(),
+        )
+    }
+
     fn forward(
         &self,
         config: &AttentionConfig,
@@ -113,7 +121,10 @@ impl Backend for EngineOutputs {
         };
         // Padding rows: the engine wrote none; they may hold anything finite.
         let mut full = out.clone();
-        full.resize(step.num_tokens * config.num_heads * config.head_size_v(), 0.0);
+        full.resize(
+            step.num_tokens * config.num_heads * config.head_size_v(),
+            0.0,
+        );
         Ok(full)
     }
 }

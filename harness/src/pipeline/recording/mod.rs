@@ -112,7 +112,11 @@ pub fn load(dir: &Path) -> Result<Recording, RecordingError> {
     };
     let mut engines = Vec::new();
     for entry in sorted_entries(dir).map_err(io)? {
-        let file = entry.file_name().unwrap_or_default().to_string_lossy().to_string();
+        let file = entry
+            .file_name()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .to_string();
         if file.starts_with("engine-") && file.ends_with(".json") {
             let text = std::fs::read_to_string(&entry).map_err(io)?;
             let m: EngineManifest = attn_reference::json::parse(&text).map_err(|(l, c, m)| {
