@@ -169,7 +169,9 @@ def main(argv: list[str]) -> int:
         import realistic_weights
 
         llm.apply_model(realistic_weights.initialize)
-        params = SamplingParams(max_tokens=new_tokens, temperature=0.0, detokenize=False)
+        params = SamplingParams(
+            max_tokens=new_tokens, temperature=0.0, detokenize=False, ignore_eos=True
+        )
         t0 = time.perf_counter()
         outs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params)
         seconds = time.perf_counter() - t0

@@ -276,17 +276,31 @@ def _case_of(impl: Any, query: Any, key: Any, value: Any, kv_cache: Any, md: Any
     if total > max_tokens:
         raise _LeftOut(f"more than ATTN_DIFF_RECORD_MAX_TOKENS ({max_tokens}) tokens")
     block_size = _block_size(kv_cache, kv_heads, d)
+    window = _window(getattr(impl, "sliding_window", None))
     table = md.block_table.tolist()
+    # The lowest key each sequence's queries can see: below it, a sliding-window layer's
+    # blocks are freed and reused while the block table keeps their stale ids.
+    lowest = [
+        max(0, length - q - window + 1) if window and attn_type == "decoder" else 0
+        for length, q in zip(seq_lens, query_lens)
+    ]
     # The call's blocks renumbered 1..n in order of first use (0 stays the null block);
-    # blocks two sequences share stay shared.
-    renumber: dict[int, int] = {}
+    # blocks two sequences share stay shared. A block wholly below what its sequence can see
+    # gets a block of its own: its stale id may name a block reused since.
+    renumber: dict[Any, int] = {}
     rows = []
     for s, length in enumerate(seq_lens):
         used = -(-length // block_size)
         physical = [int(b) for b in table[s][:used]]
         if len(physical) < used:
             raise _LeftOut("a block table row shorter than its sequence")
-        rows.append([renumber.setdefault(b, len(renumber) + 1) for b in physical])
+        unseen = lambda i: (i + 1) * block_size <= lowest[s]  # noqa: E731
+        rows.append(
+            [
+                renumber.setdefault(("unseen", s, i) if unseen(i) else b, len(renumber) + 1)
+                for i, b in enumerate(physical)
+            ]
+        )
     width = max((len(r) for r in rows), default=0)
     block_table = [r + [0] * (width - len(r)) for r in rows]
     engine_slots = [int(x) for x in md.slot_mapping.tolist()]
@@ -305,6 +319,9 @@ def _case_of(impl: Any, query: Any, key: Any, value: Any, kv_cache: Any, md: Any
         for p in range(ctx):
             slot = int(table[s][p // block_size]) * block_size + p % block_size
             written = mirror.get(slot)
+            if written is None and p < lowest[s]:
+                # Never read: what the freed slot holds does not matter.
+                written = (torch.zeros(kv_heads, d), torch.zeros(kv_heads, d))
             if written is None:
                 raise _LeftOut("a context slot the recorder never saw written")
             ks.append(written[0])
@@ -325,7 +342,7 @@ def _case_of(impl: Any, query: Any, key: Any, value: Any, kv_cache: Any, md: Any
         "dtype": dtypes[query.dtype],
         "scale": float(impl.scale),
         "kind": kinds[attn_type],
-        "sliding_window": _window(getattr(impl, "sliding_window", None)),
+        "sliding_window": window,
         "logits_soft_cap": (float(impl.logits_soft_cap) or None)
         if getattr(impl, "logits_soft_cap", None) is not None else None,
         "alibi_slopes": _floats(getattr(impl, "alibi_slopes", None)),

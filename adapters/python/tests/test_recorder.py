@@ -83,3 +83,30 @@ def test_a_call_becomes_a_case():
     md.slot_mapping = torch.tensor([14, 36, 37, -1])
     with pytest.raises(recorder._LeftOut, match="slot mapping"):
         recorder._case_of(impl, query, key, -key, Shaped(10, kv, bs, 2 * d), md, mirror, 64)
+
+
+def test_a_windowed_layers_stale_blocks_get_blocks_of_their_own():
+    torch = pytest.importorskip("torch")
+    bs, kv, heads, d = 2, 1, 1, 2
+    impl = types.SimpleNamespace(
+        attn_type="decoder", kv_cache_dtype="auto", num_heads=heads, num_kv_heads=kv,
+        head_size=d, scale=0.5, sliding_window=2, logits_soft_cap=0, alibi_slopes=None,
+        sinks=None,
+    )
+    mirror = recorder._Mirror()
+    # Context of 6 tokens in blocks 5, 6, 7; with a window of 2 the query at position 6
+    # sees keys 5 and 6 alone, so vLLM freed block 5 and reused it for position 6.
+    mirror.write(torch.ones(6, kv, d), torch.ones(6, kv, d), torch.tensor([10, 11, 12, 13, 14, 15]))
+    query = torch.ones(1, heads, d)
+    key = torch.full((1, kv, d), 3.0)
+    mirror.write(key, key, torch.tensor([10]))
+    md = types.SimpleNamespace(
+        query_start_loc=torch.tensor([0, 1]), seq_lens=torch.tensor([7]),
+        block_table=torch.tensor([[5, 6, 7, 5]]), slot_mapping=torch.tensor([10]),
+        num_actual_tokens=1, causal=True, dynamic_causal=None,
+    )
+    case = recorder._case_of(impl, query, key, key, Shaped(10, kv, bs, 2 * d), md, mirror, 64)
+    # Block 5 at index 0 is below the window: a block of its own, not the one written now.
+    assert case["layout"]["block_table"] == [[1, 2, 3, 4]]
+    assert case["layout"]["slot_mapping"] == [4 * bs]
+    assert case["config"]["sliding_window"] == 2
