@@ -119,11 +119,12 @@ WORKLOADS = {
         8,
         {"max_num_seqs": 16},
     ),
-    # A small cache: requests wait and are preempted and recomputed.
+    # A small cache (24 blocks of 32 tokens, split between the window and global layers of
+    # a hybrid model): requests wait and are preempted and recomputed.
     "preemption": (
-        [_prompt(s, 60 + 13 * s) for s in range(6)],
+        [_prompt(s, 60 + 20 * s) for s in range(6)],
         24,
-        {"num_gpu_blocks_override": 12, "max_num_batched_tokens": 256, "max_model_len": 320},
+        {"num_gpu_blocks_override": 24, "max_num_batched_tokens": 256, "max_model_len": 320},
     ),
 }
 

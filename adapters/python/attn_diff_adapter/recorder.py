@@ -284,20 +284,19 @@ def _case_of(impl: Any, query: Any, key: Any, value: Any, kv_cache: Any, md: Any
         max(0, length - q - window + 1) if window and attn_type == "decoder" else 0
         for length, q in zip(seq_lens, query_lens)
     ]
-    # The call's blocks renumbered 1..n in order of first use (0 stays the null block);
-    # blocks two sequences share stay shared. A block wholly below what its sequence can see
-    # gets a block of its own: its stale id may name a block reused since.
-    renumber: dict[Any, int] = {}
+    # The call's blocks renumbered 1..n in order of first use; blocks two sequences share
+    # stay shared. A block wholly below what its sequence can see becomes the null block 0,
+    # as vLLM means it: never read (its stale id may name a block reused since).
+    renumber: dict[int, int] = {}
     rows = []
     for s, length in enumerate(seq_lens):
         used = -(-length // block_size)
         physical = [int(b) for b in table[s][:used]]
         if len(physical) < used:
             raise _LeftOut("a block table row shorter than its sequence")
-        unseen = lambda i: (i + 1) * block_size <= lowest[s]  # noqa: E731
         rows.append(
             [
-                renumber.setdefault(("unseen", s, i) if unseen(i) else b, len(renumber) + 1)
+                0 if (i + 1) * block_size <= lowest[s] else renumber.setdefault(b, len(renumber) + 1)
                 for i, b in enumerate(physical)
             ]
         )

@@ -106,7 +106,8 @@ def test_a_windowed_layers_stale_blocks_get_blocks_of_their_own():
         num_actual_tokens=1, causal=True, dynamic_causal=None,
     )
     case = recorder._case_of(impl, query, key, key, Shaped(10, kv, bs, 2 * d), md, mirror, 64)
-    # Block 5 at index 0 is below the window: a block of its own, not the one written now.
-    assert case["layout"]["block_table"] == [[1, 2, 3, 4]]
-    assert case["layout"]["slot_mapping"] == [4 * bs]
+    # Blocks 5 and 6 at indices 0 and 1 are below the window: the null block, never read
+    # (block 5 is the one written now).
+    assert case["layout"]["block_table"] == [[0, 0, 1, 2]]
+    assert case["layout"]["slot_mapping"] == [2 * bs]
     assert case["config"]["sliding_window"] == 2
