@@ -615,6 +615,31 @@ mod prefix_sharing {
             "{e:?}"
         );
     }
+
+    /// vLLM's prefix cache hits a block another request of the same step computes: the
+    /// writer's new K/V are the very values the reader holds as context there.
+    #[test]
+    fn a_block_computed_in_the_same_step_may_be_read_as_context() {
+        let mut c = shared();
+        c.batch.seq_lens[1] = 4;
+        c.batch.query_lens[1] = 2;
+        c.tensors.context_key[1].truncate(2 * 2);
+        c.tensors.context_value[1].truncate(2 * 2);
+        let b = c.layout.block_table[1][1] as i64;
+        c.layout.slot_mapping[2] = b * 2;
+        c.layout.slot_mapping[3] = b * 2 + 1;
+        let row = c.config.num_kv_heads * c.config.head_size;
+        let (k, v) = (c.tensors.context_key[0].clone(), c.tensors.context_value[0].clone());
+        c.tensors.key[2 * row..4 * row].copy_from_slice(&k[2 * row..4 * row]);
+        c.tensors.value[2 * row..4 * row].copy_from_slice(&v[2 * row..4 * row]);
+        assert_eq!(c.validate(), Ok(()));
+        // One value off: two tokens on one slot again.
+        c.tensors.value[3 * row] += 1.0;
+        assert!(matches!(
+            c.validate(),
+            Err(CaseError::NewTokenInSharedBlock { seq: 1, other: 0, .. })
+        ));
+    }
 }
 
 mod prefix_builder {
