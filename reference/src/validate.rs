@@ -702,8 +702,7 @@ impl Case {
         let v_row = self.config.value_row();
         let same = |new: &[f32], ctx: &[f32], row: usize| {
             row == 0
-                || new.get(token * row..(token + 1) * row)
-                    == ctx.get(pos * row..(pos + 1) * row)
+                || new.get(token * row..(token + 1) * row) == ctx.get(pos * row..(pos + 1) * row)
         };
         same(&t.key, &t.context_key[seq], k_row)
             && (t.value.is_empty() || same(&t.value, &t.context_value[seq], v_row))

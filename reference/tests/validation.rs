@@ -629,7 +629,10 @@ mod prefix_sharing {
         c.layout.slot_mapping[2] = b * 2;
         c.layout.slot_mapping[3] = b * 2 + 1;
         let row = c.config.num_kv_heads * c.config.head_size;
-        let (k, v) = (c.tensors.context_key[0].clone(), c.tensors.context_value[0].clone());
+        let (k, v) = (
+            c.tensors.context_key[0].clone(),
+            c.tensors.context_value[0].clone(),
+        );
         c.tensors.key[2 * row..4 * row].copy_from_slice(&k[2 * row..4 * row]);
         c.tensors.value[2 * row..4 * row].copy_from_slice(&v[2 * row..4 * row]);
         assert_eq!(c.validate(), Ok(()));
@@ -637,7 +640,11 @@ mod prefix_sharing {
         c.tensors.value[3 * row] += 1.0;
         assert!(matches!(
             c.validate(),
-            Err(CaseError::NewTokenInSharedBlock { seq: 1, other: 0, .. })
+            Err(CaseError::NewTokenInSharedBlock {
+                seq: 1,
+                other: 0,
+                ..
+            })
         ));
     }
 }
