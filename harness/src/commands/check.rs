@@ -57,8 +57,6 @@ pub fn run(mut args: CheckArgs, global: GlobalArgs) -> anyhow::Result<Outcome> {
             }
         }
     }
-    // An interrupt while an adapter starts (its handshake) fails the start: the run then
-    // runs nothing and says so in its summary, like any interrupted run.
     // A recording replaces drawn cases: its calls alone, on the engine and every backend.
     let recorded = match &args.recording {
         Some(dir) => {
@@ -71,6 +69,8 @@ pub fn run(mut args: CheckArgs, global: GlobalArgs) -> anyhow::Result<Outcome> {
         }
         None => Vec::new(),
     };
+    // An interrupt while an adapter starts (its handshake) fails the start: the run then
+    // runs nothing and says so in its summary, like any interrupted run.
     let (mut backends, stopped_while_starting) =
         match select_backends_with(&args.backend, &args.external) {
             Ok(b) => (b, None),
