@@ -232,21 +232,42 @@ fn malformed_recordings_are_refused_by_file_and_field() {
 fn check_recording_on_the_command_line_judges_every_call_and_nothing_else() {
     let out = std::env::temp_dir().join(format!("attn-diff-engine-cli-{}", std::process::id()));
     let o = std::process::Command::new(env!("CARGO_BIN_EXE_attn-diff"))
-        .args(["check", "--backend", "cpu", "--format", "json", "-q", "--recording"])
+        .args([
+            "check",
+            "--backend",
+            "cpu",
+            "--format",
+            "json",
+            "-q",
+            "--recording",
+        ])
         .arg(fixture())
         .arg("--out")
         .arg(&out)
         .output()
         .expect("attn-diff runs");
-    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     let s: attn_results::CheckSummary = serde_json::from_slice(&o.stdout).unwrap();
     let calls = recording().calls.len();
     let names: Vec<&str> = s.backends.iter().map(|b| b.backend.name.as_str()).collect();
     assert_eq!(names, ["cpu", "engine:CPUAttentionBackendImpl"]);
     for b in &s.backends {
-        assert_eq!((b.recorded.sent, b.recorded.passed), (calls, calls), "{}", b.backend.name);
+        assert_eq!(
+            (b.recorded.sent, b.recorded.passed),
+            (calls, calls),
+            "{}",
+            b.backend.name
+        );
         // A recording replaces drawn cases.
-        assert_eq!(b.property.sent + b.traces.sent + b.pairs.sent + b.upstream.sent, 0);
+        assert_eq!(
+            b.property.sent + b.traces.sent + b.pairs.sent + b.upstream.sent,
+            0
+        );
     }
     let _ = std::fs::remove_dir_all(&out);
 }
