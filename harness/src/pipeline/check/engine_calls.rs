@@ -1,8 +1,9 @@
 //! A real engine's recorded calls as subjects (`check --recording`): each call is a fixed
 //! case with real values, judged by the oracle once and sent to every backend, the engine's
 //! own answers (`engine:CLASS`) among them. A failure goes through the one lifecycle
-//! ([`lifecycle`]) and shrinks by dropping sequences and padding, never by redrawing values:
-//! the smallest form keeps the rows the engine really computed with.
+//! ([`lifecycle`]) and shrinks by dropping sequences, padding and a sequence's later new
+//! tokens, never by redrawing values: the smallest form keeps the rows the engine really
+//! computed with.
 
 use crate::artifacts::Artifact;
 use crate::failure::class::{Signature, Symptom};
