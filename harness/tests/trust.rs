@@ -231,7 +231,14 @@ fn an_adapter_hanging_on_every_second_call_is_given_up_on_in_bounded_time() {
     let limits = shrink.limits.expect("a timeout's shrink states its bounds");
     assert_eq!(limits.in_all_seconds, timeout);
     assert!(limits.per_try_seconds < timeout, "{limits:?}");
-    assert!(shrink.seconds <= timeout + 0.5, "{shrink:?}");
+    // The last try starts at most one try's limit before the shrink's end, and a hung
+    // adapter's restart (its start-up, which no try's limit covers; seconds for a Python
+    // adapter on a loaded 2-core machine) comes on top: bounded, far below the 16 tries of
+    // an unbounded shrink.
+    assert!(
+        shrink.seconds <= limits.in_all_seconds + 2.0 * limits.per_try_seconds,
+        "{shrink:?}"
+    );
     assert!(
         b.failures[0]
             .text
