@@ -591,10 +591,9 @@ mod prefix_sharing {
         );
     }
 
-    #[test]
-    fn new_token_in_a_shared_block() {
+    /// [`shared`] with seq 1's new tokens moved into seq 0's second (full context) block.
+    fn new_tokens_in_seq_0s_block() -> Case {
         let mut c = shared();
-        // Seq 1's new tokens move into seq 0's second (full context) block.
         c.batch.seq_lens[1] = 4;
         c.batch.query_lens[1] = 2;
         c.tensors.context_key[1].truncate(2 * 2);
@@ -602,6 +601,12 @@ mod prefix_sharing {
         let b = c.layout.block_table[1][1] as i64;
         c.layout.slot_mapping[2] = b * 2;
         c.layout.slot_mapping[3] = b * 2 + 1;
+        c
+    }
+
+    #[test]
+    fn new_token_in_a_shared_block() {
+        let c = new_tokens_in_seq_0s_block();
         let e = c.validate().unwrap_err();
         assert!(
             matches!(
@@ -620,14 +625,7 @@ mod prefix_sharing {
     /// writer's new K/V are the very values the reader holds as context there.
     #[test]
     fn a_block_computed_in_the_same_step_may_be_read_as_context() {
-        let mut c = shared();
-        c.batch.seq_lens[1] = 4;
-        c.batch.query_lens[1] = 2;
-        c.tensors.context_key[1].truncate(2 * 2);
-        c.tensors.context_value[1].truncate(2 * 2);
-        let b = c.layout.block_table[1][1] as i64;
-        c.layout.slot_mapping[2] = b * 2;
-        c.layout.slot_mapping[3] = b * 2 + 1;
+        let mut c = new_tokens_in_seq_0s_block();
         let row = c.config.num_kv_heads * c.config.head_size;
         let (k, v) = (
             c.tensors.context_key[0].clone(),

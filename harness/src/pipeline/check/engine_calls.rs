@@ -12,17 +12,18 @@ use crate::pipeline::check::control::RunControl;
 use crate::pipeline::check::drive::{Item, Member, Ran, Subjects};
 use crate::pipeline::check::lifecycle::{self, Bounds, Failing, Reported};
 use crate::pipeline::check::shifted::Judged;
+use crate::pipeline::check::subject::items_for_every_backend;
 use crate::pipeline::check::subject::{record_outcome, report, sanitize, Diverged, RunState};
 use crate::pipeline::check::{CheckOptions, Event};
 use crate::pipeline::recording::EngineCall;
 use crate::pipeline::runner::{evaluate, Divergence, Outcome};
-use crate::pipeline::shrink::{SEQ_WORK, TRY_WORK};
+use crate::pipeline::shrink::{greedy, AfterAccept, Weigh, SEQ_WORK, TRY_WORK};
 use attn_backends::Backend;
 use attn_reference::relation::{first_tokens, keep_sequences, without_padding};
 use attn_reference::{Case, Space, Unsupported};
 use attn_results::{Origin, RunPart, ShrinkInfo};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// What the workers need to judge recorded calls.
 pub struct EngineCalls<'a> {
@@ -70,17 +71,10 @@ impl Subjects for EngineCalls<'_> {
     }
 }
 
-/// The loop items: every call, sent to every backend.
+/// The loop items: every call of this shard, sent to every backend.
 pub fn items(opts: &CheckOptions) -> Vec<Item> {
-    (0..opts.recorded.len())
-        .filter(|&i| opts.shard.owns(i))
-        .map(|index| Item {
-            index,
-            members: (0..opts.backends.len())
-                .map(|backend| Member { backend, cohort: 0 })
-                .collect(),
-        })
-        .collect()
+    let indices = (0..opts.recorded.len()).filter(|&i| opts.shard.owns(i));
+    items_for_every_backend(indices, opts.backends.len())
 }
 
 /// Record call `item` in order: tallies, coverage, failures.
@@ -196,16 +190,17 @@ fn smaller(case: &Case) -> Vec<Case> {
     out
 }
 
-/// What trying `case` costs, in the shrinker's units
-/// ([`crate::pipeline::shrink::Weigh`]): the oracle's multiply-adds, the elements written,
-/// each sequence's own cost.
-fn work_of(case: &Case) -> u64 {
-    let c = &case.config;
-    let per_key = (c.num_heads * (c.head_size + c.head_size_v())) as u64;
-    let attention: u64 = (0..case.num_seqs())
-        .map(|s| case.batch.query_lens[s] as u64 * case.batch.seq_lens[s] as u64 * per_key)
-        .sum();
-    attention + (case.held_bytes() / 4) as u64 + case.num_seqs() as u64 * SEQ_WORK + TRY_WORK
+/// What trying a recorded call's form costs, in the shrinker's units: the oracle's
+/// multiply-adds, the elements written, each sequence's own cost.
+impl Weigh for Case {
+    fn work(&self) -> u64 {
+        let c = &self.config;
+        let per_key = (c.num_heads * (c.head_size + c.head_size_v())) as u64;
+        let attention: u64 = (0..self.num_seqs())
+            .map(|s| self.batch.query_lens[s] as u64 * self.batch.seq_lens[s] as u64 * per_key)
+            .sum();
+        attention + (self.held_bytes() / 4) as u64 + self.num_seqs() as u64 * SEQ_WORK + TRY_WORK
+    }
 }
 
 impl Failing for CallFailure<'_> {
@@ -225,50 +220,49 @@ impl Failing for CallFailure<'_> {
         self.reported(backend, self.judged, self.divergence, None).1
     }
 
-    /// Greedy: the first smaller form that keeps the symptom replaces the case, until none
-    /// does or the budget ends.
-    fn shrink_and_report(&self, backend: &dyn Backend, (budget, _): Bounds) -> Reported {
-        let t0 = Instant::now();
+    /// The one greedy shrinker over [`smaller`] forms, keeping the symptom, under a timeout's
+    /// per-try limit when the failure is one.
+    fn shrink_and_report(&self, backend: &dyn Backend, (budget, timeout): Bounds) -> Reported {
         let symptom = Symptom::of(self.divergence);
-        let mut best: (Judged, Divergence) = (
-            Judged::of(self.judged.case.clone(), &self.opts.judge),
-            self.divergence.clone(),
-        );
-        let (mut steps, mut accepted, mut work) = (0usize, 0usize, 0u64);
-        let mut exhausted = false;
-        'shrink: loop {
-            for candidate in smaller(&best.0.case) {
-                let next = work_of(&candidate);
-                if !budget.allows(steps, work, next, t0) {
-                    exhausted = true;
-                    break 'shrink;
+        // The judged form and divergence of the last try that still failed.
+        let mut last: Option<(Judged, Divergence)> = None;
+        let still_fails = |c: &Case| {
+            let j = Judged::of(c.clone(), &self.opts.judge);
+            match evaluate(backend, &j.case, &j.expected, j.tol).0 {
+                Outcome::Diverged(d) if Symptom::of(&d) == symptom => {
+                    last = Some((j, d));
+                    Some(c.clone())
                 }
-                steps += 1;
-                work += next;
-                let j = Judged::of(candidate, &self.opts.judge);
-                if let (Outcome::Diverged(d), _) = evaluate(backend, &j.case, &j.expected, j.tol) {
-                    if Symptom::of(&d) == symptom {
-                        accepted += 1;
-                        best = (j, d);
-                        continue 'shrink;
-                    }
-                }
+                _ => None,
             }
-            break;
-        }
-        let info = ShrinkInfo {
-            steps,
-            accepted,
-            seconds: t0.elapsed().as_secs_f64(),
-            exhausted,
-            limits: None,
         };
-        let (judged, d) = &best;
+        let start = self.judged.case.clone();
+        let shrink = || {
+            greedy(
+                start,
+                budget,
+                AfterAccept::FromTheTop,
+                &smaller,
+                still_fails,
+            )
+        };
+        let shrunk = match &timeout {
+            Some(t) => t.run(shrink),
+            None => shrink(),
+        };
+        let info = match &timeout {
+            Some(t) => t.stated(shrunk.info()),
+            None => shrunk.info(),
+        };
+        let (judged, d) = match &last {
+            Some((j, d)) => (j, d),
+            None => (self.judged, self.divergence),
+        };
         let (record, artifact) = self.reported(backend, judged, d, Some(info));
         Reported {
             record,
             artifact,
-            shrunk: Some((Signature::shrunk(&judged.case, d), work)),
+            shrunk: Some((Signature::shrunk(&judged.case, d), shrunk.work)),
         }
     }
 }

@@ -3,11 +3,11 @@
 //! one summary.
 
 use super::control::RunControl;
-use super::drive::{drive, Item, Member};
+use super::drive::drive;
 use super::engine_calls::{self, EngineCalls};
 use super::invariance::{self, Pairs};
 use super::property::{self, PropertyCases};
-use super::subject::{items_of, RunState};
+use super::subject::{items_for_every_backend, items_of, RunState};
 use super::trace::{self, Traces};
 use super::upstream::{self, UpstreamCases};
 use super::{cohorts, space_of, CheckOptions, CheckRun, Event};
@@ -128,15 +128,10 @@ pub fn run_check(mut opts: CheckOptions) -> CheckRun {
 
     // Upstream cases are sharded like property cases, so shards' counts add up; a single
     // property case asked for by its index runs alone.
-    let upstream_items: Vec<Item> = (0..opts.upstream.len())
-        .filter(|&j| opts.shard.owns(j) && opts.case_index.is_none())
-        .map(|index| Item {
-            index,
-            members: (0..opts.backends.len())
-                .map(|backend| Member { backend, cohort: 0 })
-                .collect(),
-        })
-        .collect();
+    let upstream_items = items_for_every_backend(
+        (0..opts.upstream.len()).filter(|&j| opts.shard.owns(j) && opts.case_index.is_none()),
+        opts.backends.len(),
+    );
     let upstream = UpstreamCases {
         cases: &opts.upstream,
         backends: &opts.backends,

@@ -112,6 +112,19 @@ pub struct RunState<'t> {
     pub tell: &'t mut dyn FnMut(Event<'_>),
 }
 
+/// The loop items of `indices` for fixed subjects (upstream cases, recorded calls): each
+/// sent to every one of `backends` backends, in one cohort.
+pub fn items_for_every_backend(indices: impl Iterator<Item = usize>, backends: usize) -> Vec<Item> {
+    indices
+        .map(|index| Item {
+            index,
+            members: (0..backends)
+                .map(|backend| Member { backend, cohort: 0 })
+                .collect(),
+        })
+        .collect()
+}
+
 /// The loop items of `indices`: one per index, sent to the members of every cohort that
 /// `draws`, in cohort order.
 pub fn items_of(
