@@ -92,7 +92,27 @@ MODELS = {
         "rope_theta": 10000.0,
         "torch_dtype": "float32",
     },
+    # float16 with head size 64 on pages of 64: the space of Spyre-style backends (float16,
+    # head sizes and pages in multiples of 64), so their adapters can replay the calls.
+    "llama-f16-h64": {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_size": 256,
+        "intermediate_size": 256,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 64,
+        "num_hidden_layers": 2,
+        "vocab_size": 512,
+        "max_position_embeddings": 4096,
+        "rms_norm_eps": 1e-5,
+        "rope_theta": 10000.0,
+        "torch_dtype": "float16",
+    },
 }
+
+# Page size per model where it is not 32 (CPU_ATTN takes multiples of 32).
+BLOCK_SIZES = {"llama-f16-h64": 64}
 
 
 def _prompt(seed: int, n: int) -> list[int]:
@@ -125,6 +145,20 @@ WORKLOADS = {
         [_prompt(s, 60 + 20 * s) for s in range(6)],
         24,
         {"num_gpu_blocks_override": 24, "max_num_batched_tokens": 256, "max_model_len": 320},
+    ),
+    # n-gram speculative decoding: prompts that repeat themselves give the drafter proposals,
+    # so decode steps verify several tokens per request at once (query length 1 + drafts).
+    "spec-decode": (
+        [_prompt(s, 12) * 4 for s in range(4)],
+        16,
+        {
+            "speculative_config": {
+                "method": "ngram",
+                "num_speculative_tokens": 3,
+                "prompt_lookup_min": 2,
+                "prompt_lookup_max": 4,
+            },
+        },
     ),
 }
 
@@ -160,7 +194,7 @@ def main(argv: list[str]) -> int:
             skip_tokenizer_init=True,
             enforce_eager=True,
             dtype=config["torch_dtype"],
-            block_size=32,
+            block_size=BLOCK_SIZES.get(model, 32),
             seed=0,
             # The KV cache in bytes rather than a share of memory: a tiny model needs little,
             # and the CPU backend refuses to start where the share is not free.
