@@ -2,6 +2,7 @@
 //! narrows), a narrow backend gets its whole budget, and the summary says what reached it.
 
 use attn_backends::{backend_by_name, declared_space, Backend};
+use attn_harness::pipeline::check::drive::map_ordered;
 use attn_harness::pipeline::check::run::run_check;
 use attn_harness::pipeline::check::subject::case_tree;
 use attn_harness::pipeline::check::{cohorts, CheckOptions};
@@ -115,31 +116,46 @@ fn the_full_space_draws_what_it_always_drew() {
 
 #[test]
 fn shrinking_never_leaves_the_space() {
-    for (key, s) in spaces() {
-        {
-            let index = 2;
-            let mut tree = case_tree(5, index, LIMITS, &s);
-            let budget = budget_of(index, LIMITS);
-            let fit = |r: CaseRecipe| fit_space(r, &s, budget);
-            let mut outside = 0;
-            // Everything "fails": the shrinker goes as far as it can.
-            let budget_steps = ShrinkBudget {
-                max_steps: 4000,
-                max_work: u64::MAX,
-                max_time: None,
-                until: None,
-            };
-            let shrunk = shrink_fully(&mut tree, budget_steps, &fit, |r| {
-                outside += usize::from(s.admits(&r.build()).is_err());
-                true
-            });
-            assert_eq!(outside, 0, "{key}: a shrink candidate left the space");
-            // Everything failing, the greedy loop must still end on its own (no cycle).
-            assert!(!shrunk.exhausted, "{key}: the shrink ran out of budget");
-            let minimal = shrunk.recipe.build();
-            assert_eq!(s.admits(&minimal), Ok(()), "{key}");
-            assert!(shrunk.accepted > 0, "{key}: nothing shrank");
-        }
+    // One full shrink per space, the spaces spread over the cores: alone, this test was the
+    // last of its binary for minutes on one core.
+    let jobs = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let problems = map_ordered(jobs, &spaces(), &|(key, s)| shrink_stays_inside(key, s));
+    let problems: Vec<String> = problems.into_iter().flatten().collect();
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// Shrink a drawn case of `s` as far as the shrinker goes (every candidate "fails"): what is
+/// wrong, if anything.
+fn shrink_stays_inside(key: &str, s: &Space) -> Option<String> {
+    let index = 2;
+    let mut tree = case_tree(5, index, LIMITS, s);
+    let budget = budget_of(index, LIMITS);
+    let fit = |r: CaseRecipe| fit_space(r, s, budget);
+    let mut outside = 0;
+    let budget_steps = ShrinkBudget {
+        max_steps: 4000,
+        max_work: u64::MAX,
+        max_time: None,
+        until: None,
+    };
+    let shrunk = shrink_fully(&mut tree, budget_steps, &fit, |r| {
+        outside += usize::from(s.admits(&r.build()).is_err());
+        true
+    });
+    let minimal = shrunk.recipe.build();
+    if outside > 0 {
+        Some(format!(
+            "{key}: {outside} shrink candidate(s) left the space"
+        ))
+    } else if shrunk.exhausted {
+        // Everything failing, the greedy loop must still end on its own (no cycle).
+        Some(format!("{key}: the shrink ran out of budget"))
+    } else if let Err(e) = s.admits(&minimal) {
+        Some(format!("{key}: the smallest case is outside: {e:?}"))
+    } else if shrunk.accepted == 0 {
+        Some(format!("{key}: nothing shrank"))
+    } else {
+        None
     }
 }
 

@@ -287,14 +287,19 @@ fn dot_overflow(case: &Case, bad_cells: &[(usize, usize)]) -> Option<String> {
         return None;
     }
     let scale = cfg.effective_scale().abs();
-    let logits = crate::failure::logit_stats::row_logits(case)?;
-    let dot = |t: usize, h: usize| logits[t * cfg.num_heads + h] / scale;
-    let overflowing = bad_cells.iter().all(|&(t, h)| dot(t, h) > max);
-    let largest = bad_cells
-        .iter()
-        .map(|&(t, h)| dot(t, h))
-        .fold(0.0, f64::max);
-    overflowing.then(|| format!(
+    // Row by row, stopping at the first that does not overflow: a large case's rows are
+    // computed only as far as needed (every row of a case past the size where all of its
+    // logits are computed would otherwise leave an overflow unnamed).
+    let mut rows = crate::failure::logit_stats::RowLogits::new(case);
+    let mut largest: f64 = 0.0;
+    for &(t, h) in bad_cells {
+        let dot = rows.get(t, h)? / scale;
+        if !(dot > max) {
+            return None;
+        }
+        largest = largest.max(dot);
+    }
+    Some(format!(
         "NaN/Inf only in rows whose unscaled q.k reaches {largest:.3e}, past {}'s largest value {max:.0} (scaled by {scale:.3e}, it is {:.3e}): check that q.k and the scores are held in fp32, or that q is scaled before the product",
         cfg.dtype,
         largest * scale

@@ -107,7 +107,7 @@ struct StatsBound {
 /// heads]`; `None` past [`EXACT_WORK`] (the precision hint then stays silent).
 pub fn row_logits(case: &Case) -> Option<Vec<f64>> {
     let c = &case.config;
-    let (hq, hkv, d) = (c.num_heads, c.num_kv_heads.max(1), c.head_size);
+    let (hq, d) = (c.num_heads, c.head_size);
     let work: usize = (0..case.num_seqs())
         .map(|s| case.batch.query_lens[s] * case.batch.seq_lens[s])
         .sum::<usize>()
@@ -116,30 +116,56 @@ pub fn row_logits(case: &Case) -> Option<Vec<f64>> {
     if work > EXACT_WORK {
         return None;
     }
-    let group = hq / hkv;
-    let scale = c.effective_scale();
-    let starts = case.query_start_loc();
-    let q: Vec<f64> = case.tensors.query.iter().map(|&x| x as f64).collect();
-    let mut out = vec![0.0; case.num_real_tokens() * hq];
-    for (s, &start) in starts.iter().take(case.num_seqs()).enumerate() {
-        let k = read_keys(case, s);
-        let (seq_len, ctx) = (case.batch.seq_lens[s], case.context_len(s));
-        for j in 0..case.batch.query_lens[s] {
-            let t = start + j;
-            let keys = Visibility::of_seq(case, s).keys(ctx + j, seq_len);
-            for h in 0..hq {
-                let qr = &q[(t * hq + h) * d..][..d];
-                out[t * hq + h] = keys
-                    .iter()
-                    .map(|key| {
-                        let kr = &k[(key * hkv + h / group) * d..][..d];
-                        (scale * qr.iter().zip(kr).map(|(a, b)| a * b).sum::<f64>()).abs()
-                    })
-                    .fold(0.0, f64::max);
-            }
+    let mut rows = RowLogits::new(case);
+    (0..case.num_real_tokens() * hq)
+        .map(|cell| rows.get(cell / hq, cell % hq))
+        .collect()
+}
+
+/// Rows' largest |scale · q·k| over the keys they see, each computed when asked: a rule
+/// that looks at a few rows (and stops at the first that does not fit) costs only those,
+/// whatever the case's size.
+pub struct RowLogits<'a> {
+    case: &'a Case,
+    starts: Vec<usize>,
+    query: Vec<f64>,
+    /// Per sequence, its keys as a kernel reads them, read once.
+    keys: Vec<Option<Vec<f64>>>,
+}
+
+impl<'a> RowLogits<'a> {
+    pub fn new(case: &'a Case) -> RowLogits<'a> {
+        RowLogits {
+            case,
+            starts: case.query_start_loc(),
+            query: case.tensors.query.iter().map(|&x| x as f64).collect(),
+            keys: vec![None; case.num_seqs()],
         }
     }
-    Some(out)
+
+    /// Row (`t`, `h`)'s largest |scale · q·k|; `None` for a padding token.
+    pub fn get(&mut self, t: usize, h: usize) -> Option<f64> {
+        let case = self.case;
+        let c = &case.config;
+        let (hq, hkv, d) = (c.num_heads, c.num_kv_heads.max(1), c.head_size);
+        let s = (0..case.num_seqs())
+            .find(|&s| (self.starts[s]..self.starts[s] + case.batch.query_lens[s]).contains(&t))?;
+        let k = self.keys[s].get_or_insert_with(|| read_keys(case, s));
+        let j = t - self.starts[s];
+        let keys =
+            Visibility::of_seq(case, s).keys(case.context_len(s) + j, case.batch.seq_lens[s]);
+        let qr = &self.query[(t * hq + h) * d..][..d];
+        let kvh = h / (hq / hkv);
+        let scale = c.effective_scale();
+        Some(
+            keys.iter()
+                .map(|key| {
+                    let kr = &k[(key * hkv + kvh) * d..][..d];
+                    (scale * qr.iter().zip(kr).map(|(a, b)| a * b).sum::<f64>()).abs()
+                })
+                .fold(0.0, f64::max),
+        )
+    }
 }
 
 /// Sequence `s`'s keys as a kernel reads them, `[seq_len, num_kv_heads, head_size]`.

@@ -24,6 +24,16 @@ struct Entry {
     failure: usize,
 }
 
+impl Entry {
+    /// What a new failure is compared with: the shrunk signature, or for a precision class
+    /// that was not shrunk the signature it was found with (its rung is its identity).
+    fn representative(&self) -> Option<&Signature> {
+        self.shrunk
+            .as_ref()
+            .or(self.found.first().filter(|f| f.arithmetic.is_some()))
+    }
+}
+
 /// Where a failure goes.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Placed {
@@ -54,16 +64,23 @@ impl ClassBook {
     /// The class of a failure found as `found` whose shrunk case has `shrunk`: an existing
     /// class whose representative shrank to the same signature (two patterns of one bug), or
     /// `None` once the new class is entered as `failures[failure]`.
+    ///
+    /// A precision failure's rung names its cause whatever its size, so one that was not
+    /// shrunk (the backend's shrink budget spent) still joins its rung's class: a backend
+    /// with many causes otherwise reported one rung twice, once shrunk and once as found.
     pub fn enter(
         &mut self,
         found: Signature,
         shrunk: Option<Signature>,
         failure: usize,
     ) -> Option<usize> {
-        if let Some(e) = shrunk.as_ref().and_then(|s| {
+        let key = shrunk
+            .as_ref()
+            .or(Some(&found).filter(|f| f.arithmetic.is_some()));
+        if let Some(e) = key.and_then(|s| {
             self.entries
                 .iter_mut()
-                .find(|e| e.shrunk.as_ref().is_some_and(|t| t.same_bug(s)))
+                .find(|e| e.representative().is_some_and(|t| t.same_bug(s)))
         }) {
             e.found.push(found);
             return Some(e.failure);
@@ -148,5 +165,37 @@ mod tests {
         assert_eq!(book.enter(c.clone(), None, 1), None);
         assert_eq!(book.place(&c), Placed::Existing(1));
         assert_eq!(book.len(), 2);
+    }
+
+    #[test]
+    fn a_precision_failure_not_shrunk_joins_its_rungs_class() {
+        use attn_reference::ladder::Rung;
+        let precision = |severity, features: Option<&[&str]>, rung| Signature {
+            symptom: Symptom {
+                kind: DivergenceKind::Mismatch,
+                severity,
+                message: None,
+            },
+            arithmetic: Some(rung),
+            ..sig(DivergenceKind::Mismatch, None, features)
+        };
+        let mut book = ClassBook::default();
+        let far = precision(Severity::FarBeyond, None, Rung::ScoresInDtype);
+        let shrunk = precision(Severity::FarBeyond, Some(&["decoder"]), Rung::ScoresInDtype);
+        assert_eq!(book.enter(far, Some(shrunk), 0), None);
+        // Found within 10x the tolerance, after the shrink budget was spent: the same rung.
+        let near = precision(Severity::Beyond, None, Rung::ScoresInDtype);
+        assert_eq!(book.place(&near), Placed::New);
+        assert_eq!(book.enter(near.clone(), None, 1), Some(0));
+        assert_eq!(book.place(&near), Placed::Existing(0));
+        // Another rung is another cause, shrunk or not.
+        let other = precision(Severity::Beyond, None, Rung::AllInDtype);
+        assert_eq!(book.enter(other.clone(), None, 1), None);
+        let again = precision(Severity::FarBeyond, None, Rung::AllInDtype);
+        assert_eq!(book.enter(again, None, 2), Some(1));
+        // A failure with no rung, not shrunk, still starts a class of its own.
+        let plain = sig(DivergenceKind::Mismatch, None, None);
+        assert_eq!(book.enter(plain, None, 2), None);
+        assert_eq!(book.len(), 3);
     }
 }
