@@ -64,6 +64,16 @@ impl Rung {
         }
     }
 
+    /// Whether a kernel whose rows match `self` on one case and `other` on another has one
+    /// cause: the rungs that keep more or less of the score, softmax and P·V computation in
+    /// the dtype are one choice made by degrees (a kernel that rounds at every point matches
+    /// whichever of them is the most specific within rounding, case by case), while
+    /// positions round another quantity and f32 is no rounding cause at all.
+    pub fn same_cause(self, other: Rung) -> bool {
+        let core = |r: Rung| !matches!(r, Rung::F32 | Rung::PositionsInDtype);
+        self == other || (core(self) && core(other))
+    }
+
     /// The rung as a command line names it (`--judge ladder:2:every-op`).
     pub fn slug(self) -> &'static str {
         match self {
@@ -483,6 +493,25 @@ fn online_in_dtype(
 mod tests {
     use super::*;
     use crate::{build_case, AttentionConfig, BuildOptions};
+
+    #[test]
+    fn the_rungs_of_the_core_computation_are_one_cause_and_positions_another() {
+        let core = [
+            Rung::ProbsInDtype,
+            Rung::ScoresInDtype,
+            Rung::ScaledQueryInDtype,
+            Rung::SoftmaxStatsInDtype,
+            Rung::AllInDtype,
+        ];
+        for a in core {
+            for b in core {
+                assert!(a.same_cause(b), "{a:?} {b:?}");
+            }
+            assert!(!a.same_cause(Rung::PositionsInDtype), "{a:?}");
+            assert!(!Rung::F32.same_cause(a), "{a:?}");
+        }
+        assert!(Rung::PositionsInDtype.same_cause(Rung::PositionsInDtype));
+    }
 
     fn case(dtype: DType, alibi: bool, values_scale: f32) -> Case {
         let mut c = AttentionConfig::new(4, 2, 64, 16, dtype);

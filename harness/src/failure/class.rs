@@ -198,9 +198,14 @@ impl Signature {
         // block read) is one bug whatever else the case had; one that names a feature's edge
         // (the window's, a chunk's) is one bug per attention kind; any other needs the same
         // features left, since they are what tells its bugs apart.
-        // One rung of the ladder is one precision cause, whatever the case had.
+        // One rung of the ladder (or rungs of one cause: `Rung::same_cause`) is one
+        // precision cause, whatever the case had.
         if self.arithmetic.is_some() || other.arithmetic.is_some() {
-            return self.symptom.kind == other.symptom.kind && self.arithmetic == other.arithmetic;
+            let same = match (self.arithmetic, other.arithmetic) {
+                (Some(a), Some(b)) => a.same_cause(b),
+                _ => false,
+            };
+            return self.symptom.kind == other.symptom.kind && same;
         }
         let features = match self.pattern.map(Pattern::identity) {
             Some(Identity::Mechanism) => true,

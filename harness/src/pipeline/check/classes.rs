@@ -188,10 +188,13 @@ mod tests {
         assert_eq!(book.place(&near), Placed::New);
         assert_eq!(book.enter(near.clone(), None, 1), Some(0));
         assert_eq!(book.place(&near), Placed::Existing(0));
-        // Another rung is another cause, shrunk or not.
-        let other = precision(Severity::Beyond, None, Rung::AllInDtype);
+        // A rung of the same cause (more of the computation in the dtype) joins it too.
+        let every_op = precision(Severity::FarBeyond, None, Rung::AllInDtype);
+        assert_eq!(book.enter(every_op, None, 1), Some(0));
+        // Positions in the dtype are another cause, shrunk or not.
+        let other = precision(Severity::Beyond, None, Rung::PositionsInDtype);
         assert_eq!(book.enter(other.clone(), None, 1), None);
-        let again = precision(Severity::FarBeyond, None, Rung::AllInDtype);
+        let again = precision(Severity::FarBeyond, None, Rung::PositionsInDtype);
         assert_eq!(book.enter(again, None, 2), Some(1));
         // A failure with no rung, not shrunk, still starts a class of its own.
         let plain = sig(DivergenceKind::Mismatch, None, None);
