@@ -26,7 +26,15 @@ impl JudgedTrace {
 
     /// The steps and oracle of a valid trace, each step judged by `judge`.
     pub fn judged_by(trace: Trace, judge: &Judge) -> JudgedTrace {
-        let steps: Vec<Case> = (0..trace.steps.len()).map(|i| trace.step_case(i)).collect();
+        // A step's unwritten slots are the trace's cache's, so they hold the trace's poison:
+        // the failure rules read it from the step (a NaN through a weight of 0 is named a
+        // poison read only where the case says its slots were poisoned).
+        let steps: Vec<Case> = (0..trace.steps.len())
+            .map(|i| Case {
+                poison: trace.poison,
+                ..trace.step_case(i)
+            })
+            .collect();
         let expected: Vec<Vec<f64>> = steps.iter().map(reference_output).collect();
         let tolerances = steps
             .iter()
