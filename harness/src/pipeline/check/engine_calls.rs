@@ -12,6 +12,7 @@ use crate::pipeline::check::control::RunControl;
 use crate::pipeline::check::drive::{Item, Member, Ran, Subjects};
 use crate::pipeline::check::lifecycle::{self, Bounds, Failing, Reported};
 use crate::pipeline::check::shifted::Judged;
+use crate::pipeline::check::slow_shrink::{run_within, stated};
 use crate::pipeline::check::subject::items_for_every_backend;
 use crate::pipeline::check::subject::{record_outcome, report, sanitize, Diverged, RunState};
 use crate::pipeline::check::{CheckOptions, Event};
@@ -246,14 +247,8 @@ impl Failing for CallFailure<'_> {
                 still_fails,
             )
         };
-        let shrunk = match &timeout {
-            Some(t) => t.run(shrink),
-            None => shrink(),
-        };
-        let info = match &timeout {
-            Some(t) => t.stated(shrunk.info()),
-            None => shrunk.info(),
-        };
+        let shrunk = run_within(timeout.as_ref(), shrink);
+        let info = stated(timeout.as_ref(), shrunk.info());
         let (judged, d) = match &last {
             Some((j, d)) => (j, d),
             None => (self.judged, self.divergence),

@@ -9,6 +9,7 @@ use crate::pipeline::check::control::RunControl;
 use crate::pipeline::check::drive::{per_cohort, Item, Member, PerCohort, Ran, Subjects};
 use crate::pipeline::check::lifecycle::{self, Bounds, Failing, Reported};
 use crate::pipeline::check::shifted::{Judged, Pair, Which};
+use crate::pipeline::check::slow_shrink::{run_within, stated};
 use crate::pipeline::check::subject::{
     case_tree, poisoned_if, record_outcome, report, sanitize, Diverged, RunState,
 };
@@ -166,10 +167,7 @@ fn shrink_and_report(
     let cost = budget_of(f.index, f.limits);
     let fit = |r: CaseRecipe| fit_space(r, f.space, cost);
     let shrink = || shrink_fully(&mut tree, budget, &fit, fails);
-    let shrunk = match &timeout {
-        Some(t) => t.run(shrink),
-        None => shrink(),
-    };
+    let shrunk = run_within(timeout.as_ref(), shrink);
     let pair = Pair::of(
         &poisoned_if(opts.poison, shrunk.recipe.clone()),
         &opts.judge,
@@ -185,10 +183,7 @@ fn shrink_and_report(
         }
     };
     let minimal = pair.get(which);
-    let info = match &timeout {
-        Some(t) => t.stated(shrunk.info()),
-        None => shrunk.info(),
-    };
+    let info = stated(timeout.as_ref(), shrunk.info());
     let origin = f.origin();
     let stem = failure_stem(backend.name(), opts.seed, f.index);
     match out {

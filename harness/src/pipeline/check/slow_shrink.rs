@@ -73,6 +73,22 @@ impl TimeoutShrink {
     }
 }
 
+/// Run `shrink` under `timeout`'s per-try limit, when the shrink has one.
+pub fn run_within<R>(timeout: Option<&TimeoutShrink>, shrink: impl FnOnce() -> R) -> R {
+    match timeout {
+        Some(t) => t.run(shrink),
+        None => shrink(),
+    }
+}
+
+/// `info` with `timeout`'s bounds stated, when the shrink had any.
+pub fn stated(timeout: Option<&TimeoutShrink>, info: ShrinkInfo) -> ShrinkInfo {
+    match timeout {
+        Some(t) => t.stated(info),
+        None => info,
+    }
+}
+
 /// `budget` for a failure of `kind` of `backend`: bounded in steps for timeouts and crashes,
 /// and for a timeout in time too, with the bounds its tries run under.
 pub fn bounded(

@@ -10,6 +10,7 @@ use crate::pipeline::check::classes::Member as ClassMember;
 use crate::pipeline::check::control::RunControl;
 use crate::pipeline::check::drive::{per_cohort, Item, Member, PerCohort, Ran, Subjects};
 use crate::pipeline::check::lifecycle::{self, Bounds, Failing, Reported};
+use crate::pipeline::check::slow_shrink::{run_within, stated};
 use crate::pipeline::check::subject::{sanitize, RunState};
 use crate::pipeline::check::{CheckOptions, Cohort, Event};
 use crate::pipeline::draw::trace::{fit_trace, trace_recipe_in};
@@ -203,7 +204,7 @@ fn shrink_and_report(
     let symptom = Symptom::of(divergence);
     // The step and divergence of the last try that still failed: the smallest trace's.
     let mut last_failure: Option<(usize, Divergence)> = None;
-    let mut shrink = || {
+    let shrink = || {
         shrink_trace(
             trace_poisoned_if(
                 opts.poison,
@@ -219,14 +220,8 @@ fn shrink_and_report(
             },
         )
     };
-    let shrunk = match &timeout {
-        Some(t) => t.run(shrink),
-        None => shrink(),
-    };
-    let info = match &timeout {
-        Some(t) => t.stated(shrunk.info()),
-        None => shrunk.info(),
-    };
+    let shrunk = run_within(timeout.as_ref(), shrink);
+    let info = stated(timeout.as_ref(), shrunk.info());
     let minimal = JudgedTrace::judged_by(generate(&shrunk.recipe), &opts.judge);
     let rerun = match (&timeout, last_failure) {
         // A timeout's smallest trace timed out on its last try: another would cost as much.
