@@ -18,6 +18,9 @@ under protocol version 2) this does what vLLM's model runner does with it:
   to ``kv_cache_dtypes``; ``supports_attn_type`` to ``kinds``; ``supports_sliding_window``
   and ``supports_sink`` to ``features`` (soft-cap and ALiBi are not declared by vLLM's
   interface: the impl's constructor refuses them when it cannot run them);
+  ``supports_per_head_quant_scales`` (with an FP8 cache) to ``kv_head_scales`` and
+  ``supports_kv_cache_dtype("fp8_per_token_head")`` (with an E4M3 cache) to
+  ``kv_token_scales``;
   ``supports_batch_invariance``, under ``VLLM_BATCH_INVARIANT=1`` (the mode it promises it
   in), to ``batch_invariant``. Per case,
   ``validate_configuration`` (what vLLM's selector calls) gives the remaining refusals:
@@ -31,7 +34,10 @@ under protocol version 2) this does what vLLM's model runner does with it:
   cross-attention layers wrap the class as ``EncoderOnlyAttention`` and ``CrossAttention``
   do (``create_encoder_only_attention_backend``, ``create_cross_attention_backend``). FP8
   caches get the case's k/v scales after ``process_weights_after_loading``, as a
-  checkpoint's scales arrive.
+  checkpoint's scales arrive: per-head scales as ``[num_kv_heads]`` float32 ``_k_scale`` /
+  ``_v_scale`` buffers (compressed-tensors' ``attn_head`` strategy, selected with
+  ``use_per_head_quant_scales``); a per-token case is the cache dtype
+  ``fp8_per_token_head``, whose scales the backend computes as it writes.
 - **The cache** is laid out as the runner lays it out: the layer's KV-cache spec
   (``FullAttentionSpec`` / ``SlidingWindowSpec``, ``EncoderOnlyAttentionSpec``,
   ``CrossAttentionSpec``) at the case's block size, the backend's preferred layout
@@ -96,6 +102,8 @@ import torch  # noqa: E402
 DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
 #: vLLM's `kv_cache_dtype` strings for attn-diff's KV-cache dtypes.
 VLLM_KV_CACHE_DTYPE = {"auto": "auto", "fp8_e4m3": "fp8_e4m3", "fp8_e5m2": "fp8_e5m2"}
+#: ... and with per-token-and-head scales (`config.kv_scales == "token"`, E4M3 only).
+VLLM_PER_TOKEN_KV_CACHE_DTYPE = {"fp8_e4m3": vllm_compat.PER_TOKEN_HEAD_FP8}
 #: The sizes attn-diff draws (head sizes up to 576, block sizes up to 256).
 DRAWN_HEAD_SIZES = range(1, 577)
 DRAWN_BLOCK_SIZES = range(1, 257)
@@ -160,6 +168,17 @@ def _sizes(ok: Callable[[int], bool], drawn: Iterable[int]) -> Tuple[Optional[Li
     return accepted, None
 
 
+def vllm_kv_cache_dtype(config: Config) -> str:
+    """vLLM's `kv_cache_dtype` for the case's cache: "fp8_per_token_head" for per-token
+    scales, else the format's name."""
+    if config.kv_scales == "token":
+        dtype = VLLM_PER_TOKEN_KV_CACHE_DTYPE.get(config.kv_cache_dtype)
+        if dtype is None:
+            raise Unsupported(f"per-token scales on a {config.kv_cache_dtype} cache: vLLM has none")
+        return dtype
+    return VLLM_KV_CACHE_DTYPE[config.kv_cache_dtype]
+
+
 def kernel_block_ok(backend: type, block_size: int, spec: Any = None) -> bool:
     """Whether the backend's kernel runs `block_size` itself (a listed size or a multiple of
     a ``MultipleOf``): vLLM's `supports_block_size` also accepts multiples of a listed size,
@@ -220,12 +239,14 @@ def capabilities_of(backend: type) -> Capabilities:
     caps["kv_cache_dtypes"] = kv
     if any(k != "auto" for k in kv):
         features.append("fp8_kv_cache")
+    features.extend(vllm_compat.kv_scale_features(backend, kv))
     only = os.environ.get("ATTN_DIFF_VLLM_FEATURES")
     if only is not None:
         wanted = [f for f in only.split(",") if f]
         features = [f for f in features if f in wanted]
         if "fp8_kv_cache" not in features:
             caps["kv_cache_dtypes"] = [k for k in kv if k == "auto"]
+            features = [f for f in features if f not in ("kv_head_scales", "kv_token_scales")]
     caps["features"] = features
     # vLLM declares batch invariance per class (`supports_batch_invariance`, vllm#40193), and
     # promises it only in its batch-invariant mode: the claim is judged when the adapter runs
@@ -310,6 +331,27 @@ class ModelConfigStandIn:
 
     def __getattr__(self, name: str) -> Any:
         raise AttributeError(f"the model-config stand-in has no {name!r} (vllm_backend.py)")
+
+
+def per_head_scales(config: Config, which: str) -> List[float]:
+    """The case's per-head scales of K or V ("k", "v"), one per kv head (a list drawn for
+    more heads fitted as attn-diff fits it: its first ones, repeated)."""
+    listed = [float(s) for s in config.kv_cache["scales"][which]]
+    return [listed[h % len(listed)] for h in range(config.num_kv_heads)]
+
+
+def set_per_head_scales(layer: Any, config: Config) -> None:
+    """Per-head scales as a checkpoint with compressed-tensors' ``attn_head`` strategy leaves
+    them after loading (`CompressedTensorsKVCacheMethod.process_weights_after_loading`):
+    ``_k_scale`` / ``_v_scale`` float32 buffers of shape [num_kv_heads] (FlashAttention 3
+    expands them to its (num_seqs, num_kv_heads) descale), ``_*_scale_float`` and the host
+    copies ``_*_scale_cpu`` their largest."""
+    for which in ("k", "v"):
+        scales = torch.tensor(per_head_scales(config, which), dtype=torch.float32)
+        layer.register_buffer(f"_{which}_scale", scales)
+        largest = float(scales.max())
+        setattr(layer, f"_{which}_scale_float", largest)
+        getattr(layer, f"_{which}_scale_cpu").fill_(largest)
 
 
 class Session:
@@ -429,13 +471,13 @@ class VllmBackend(Adapter):
         wanted = {
             "head_size": config.head_size,
             "dtype": DTYPES[config.dtype],
-            "kv_cache_dtype": VLLM_KV_CACHE_DTYPE[config.kv_cache_dtype],
+            "kv_cache_dtype": vllm_kv_cache_dtype(config),
             "block_size": config.block_size,
             "use_mla": False,
             "has_sink": config.sinks is not None,
             "use_sparse": False,
             "use_mm_prefix": False,
-            "use_per_head_quant_scales": False,
+            "use_per_head_quant_scales": config.kv_scales == "head",
             "device_capability": capability,
             "attn_type": self.attn_type(config),
             "has_sliding_window": config.sliding_window is not None,
@@ -481,7 +523,7 @@ class VllmBackend(Adapter):
         vc = self.vllm_config
         vc.model_config = ModelConfigStandIn(config, max(num_blocks * config.block_size, 1))
         vc.cache_config = CacheConfig(
-            block_size=config.block_size, cache_dtype=VLLM_KV_CACHE_DTYPE[config.kv_cache_dtype]
+            block_size=config.block_size, cache_dtype=vllm_kv_cache_dtype(config)
         )
         # What the engine sets once it has sized the cache.
         vc.cache_config.num_gpu_blocks = num_blocks
@@ -523,6 +565,8 @@ class VllmBackend(Adapter):
                 getattr(layer, f"_{which}_scale").fill_(s)
                 getattr(layer, f"_{which}_scale_cpu").fill_(s)
                 setattr(layer, f"_{which}_scale_float", s)
+            if config.kv_scales == "head":
+                set_per_head_scales(layer, config)
         return layer
 
     def kv_cache_spec(self, config: Config, layer: Any) -> Any:
@@ -544,7 +588,15 @@ class VllmBackend(Adapter):
             return CrossAttentionSpec(**common, kv_quant_mode=get_kv_quant_mode(layer.kv_cache_dtype))
         spec = layer.get_kv_cache_spec(self.vllm_config)
         # A windowed layer may pick its own block size in vLLM; the case fixes it.
-        return dataclasses.replace(spec, block_size=config.block_size)
+        spec = dataclasses.replace(spec, block_size=config.block_size)
+        if config.kv_scales == "token":
+            # The runner's `customize_attention_spec`: a per-token-head cache packs each
+            # (slot, head)'s float32 scale after its K and V rows (TRITON_ATTN's
+            # `customize_spec`), which the backend's writes and reads expect.
+            customize = getattr(layer.attn_backend, "customize_spec", None)
+            if callable(customize):
+                spec = customize(spec)
+        return spec
 
     def allocate(self, config: Config, spec: Any, layer: Any, num_blocks: int) -> Any:
         if self.cache_factory is not None:  # the plugin runner's own cache

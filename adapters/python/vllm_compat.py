@@ -174,6 +174,37 @@ def forward_includes_kv_cache_update(backend: type) -> bool:
     return bool(getattr(backend, "forward_includes_kv_cache_update", True))
 
 
+#: vLLM's `kv_cache_dtype` for a per-token-and-head scaled FP8 cache (0.32: dynamic scales
+#: kept beside each head's row, `triton_reshape_and_cache_flash_per_token_head_quant`).
+PER_TOKEN_HEAD_FP8 = "fp8_per_token_head"
+
+
+def _declares(backend: type, method: str, *args: Any) -> bool:
+    """Whether the class's `method(*args)` says yes: False when it has no such method (an
+    older vLLM) or the method raises."""
+    fn = getattr(backend, method, None)
+    if not callable(fn):
+        return False
+    try:
+        return bool(fn(*args))
+    except Exception:  # noqa: BLE001 - a declaration that fails declares nothing
+        return False
+
+
+def kv_scale_features(backend: type, kv_cache_dtypes: Sequence[str]) -> List[str]:
+    """The FP8 scale granularities the class declares, as attn-diff's features, given the
+    KV-cache dtypes it was found to support: ``kv_head_scales`` when
+    `supports_per_head_quant_scales()` (absent from older releases: nothing) and it has an FP8 cache;
+    ``kv_token_scales`` when `supports_kv_cache_dtype("fp8_per_token_head")` and it has the
+    E4M3 cache (attn-diff draws per-token scales only on an ``fp8_e4m3`` cache it runs)."""
+    out: List[str] = []
+    if any(k != "auto" for k in kv_cache_dtypes) and _declares(backend, "supports_per_head_quant_scales"):
+        out.append("kv_head_scales")
+    if "fp8_e4m3" in kv_cache_dtypes and _declares(backend, "supports_kv_cache_dtype", PER_TOKEN_HEAD_FP8):
+        out.append("kv_token_scales")
+    return out
+
+
 def kv_cache_annotation(impl_cls: type) -> Any:
     """What the impl's `forward` declares its `kv_cache` to be (a plugin's NamedTuple pair,
     say), resolved in the impl's module; None when undeclared or unresolvable."""

@@ -153,6 +153,8 @@ const CAUSES: &[(&str, &[&str])] = &[
     ("fp8-e4m3fn-read-as-fnuz", &["fp8", "nan", "scale"]),
     ("fp8-no-saturation", &["fp8", "nan"]),
     ("fp8-per-head-scale", &["fp8", "kv head", "scale"]),
+    ("kv-head-0-scale-everywhere", &["fp8", "kv head", "scale"]),
+    ("token-scale-of-head-0", &["fp8", "kv head", "scale"]),
     (
         "cross-attention-causal",
         &["encoder_decoder", "cross", "causal"],
@@ -404,4 +406,40 @@ fn trace_only_mutants_escape_single_steps_and_die_on_traces() {
         );
         assert!(f.text.contains("history of blocks"), "{}", f.text);
     }
+}
+
+/// The mutants of finer FP8 scales (a per-head scale list read with head 0's scale, a
+/// per-token scale cache read without its head stride) die within the default budget at
+/// seeds 1 to 4, each with a hint that names the scale, and shrink to a case of a few heads.
+#[test]
+fn kv_scale_mutants_die_at_every_seed() {
+    use attn_harness::pipeline::check::run::run_check;
+    use attn_harness::pipeline::check::CheckOptions;
+    let mut problems = Vec::new();
+    for name in ["kv-head-0-scale-everywhere", "token-scale-of-head-0"] {
+        for seed in 1..=4 {
+            let run = run_check(CheckOptions {
+                max_failures: Some(1),
+                jobs: cores(),
+                seed,
+                ..CheckOptions::new(
+                    vec![attn_backends::mutants::mutant(name).unwrap()],
+                    DEFAULT_CASES,
+                    std::env::temp_dir().join(format!("attn-diff-kv-scales-{name}-{seed}")),
+                )
+            });
+            let Some(f) = run.summary.backends[0].failures.first() else {
+                problems.push(format!("{name} survived seed {seed}"));
+                continue;
+            };
+            let mutant = format!("mutant:{name}");
+            if let Err(e) = hint_names_the_cause(&mutant, f.hint.as_deref()) {
+                problems.push(format!("seed {seed}: {e}"));
+            }
+            if f.size.sequences > 1 || f.size.heads > 8 {
+                problems.push(format!("{name} at seed {seed} shrunk only to {:?}", f.size));
+            }
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
 }

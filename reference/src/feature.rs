@@ -6,7 +6,7 @@
 //! group declined cases by it. Every `match` on a [`Feature`] is exhaustive: a feature added
 //! here is a compile error wherever it needs handling.
 
-use crate::{AttentionConfig, AttentionKind, DType, Fp8Format, Fp8KvCache};
+use crate::{AttentionConfig, AttentionKind, DType, Fp8Format, Fp8KvCache, KvScales};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
@@ -54,6 +54,12 @@ pub enum Feature {
     /// before the kernel, read back with its scale ([`crate::Fp8KvCache::q_scale`]; only
     /// with an FP8 KV cache).
     Fp8Query,
+    /// FP8 cache scales per kv head (vLLM's `use_per_head_quant_scales`): one K and one V
+    /// scale for each kv head ([`crate::KvScales::Head`]).
+    KvHeadScales,
+    /// FP8 cache scales per token and kv head (vLLM's `fp8_per_token_head` cache), computed
+    /// as each row is written ([`crate::KvScales::Token`]).
+    KvTokenScales,
 }
 
 /// A dimension every case has, which a backend may support only some values of.
@@ -91,7 +97,7 @@ pub enum Aspect {
 
 impl Aspect {
     /// Every aspect, in the order `list` and error messages show them.
-    pub const ALL: [Aspect; 24] = [
+    pub const ALL: [Aspect; 26] = [
         Aspect::Dimension(Dimension::Dtype),
         Aspect::Feature(Feature::EncoderOnly),
         Aspect::Feature(Feature::CrossAttention),
@@ -108,6 +114,8 @@ impl Aspect {
         Aspect::Feature(Feature::PrefixLm),
         Aspect::Feature(Feature::Rswa),
         Aspect::Feature(Feature::Fp8Query),
+        Aspect::Feature(Feature::KvHeadScales),
+        Aspect::Feature(Feature::KvTokenScales),
         Aspect::Dimension(Dimension::HeadSize),
         Aspect::Dimension(Dimension::BlockSize),
         Aspect::Dimension(Dimension::HeadLayout),
@@ -260,7 +268,7 @@ impl Dimension {
 
 impl Feature {
     /// Every optional feature, in the order shrinking turns them off and reports list them.
-    pub const ALL: [Feature; 15] = [
+    pub const ALL: [Feature; 17] = [
         Feature::EncoderOnly,
         Feature::CrossAttention,
         Feature::SlidingWindow,
@@ -272,6 +280,8 @@ impl Feature {
         Feature::Mla,
         Feature::ChunkedLocalAttention,
         Feature::Fp8Query,
+        Feature::KvHeadScales,
+        Feature::KvTokenScales,
         Feature::ChunkLookback,
         Feature::NonCausal,
         Feature::PrefixLm,
@@ -288,7 +298,7 @@ impl Feature {
 
     /// The optional features no MLA model has: the case model refuses them beside MLA, and
     /// coverage counts no pair of them with it.
-    pub const NOT_WITH_MLA: [Feature; 9] = [
+    pub const NOT_WITH_MLA: [Feature; 11] = [
         Feature::SlidingWindow,
         Feature::LogitsSoftCap,
         Feature::Alibi,
@@ -298,6 +308,8 @@ impl Feature {
         Feature::NonCausal,
         Feature::PrefixLm,
         Feature::Rswa,
+        Feature::KvHeadScales,
+        Feature::KvTokenScales,
     ];
 
     /// The optional features every backend of this project implemented when the list was
@@ -330,6 +342,8 @@ impl Feature {
             Feature::PrefixLm => "prefix_lm",
             Feature::Rswa => "rswa",
             Feature::Fp8Query => "fp8_query",
+            Feature::KvHeadScales => "kv_head_scales",
+            Feature::KvTokenScales => "kv_token_scales",
         }
     }
 
@@ -351,6 +365,8 @@ impl Feature {
             Feature::PrefixLm => "PrefixLM ranges",
             Feature::Rswa => "R-SWA prefixes",
             Feature::Fp8Query => "FP8 query",
+            Feature::KvHeadScales => "FP8 cache scales per kv head",
+            Feature::KvTokenScales => "FP8 cache scales per token and kv head",
         }
     }
 
@@ -368,7 +384,15 @@ impl Feature {
             Feature::Mla => config.mla.is_some(),
             Feature::ChunkedLocalAttention => config.attention_chunk_size.is_some(),
             Feature::ChunkLookback => config.chunk_lookback.is_some(),
-            Feature::Fp8Query => config.kv_cache.is_some_and(|k| k.q_scale.is_some()),
+            Feature::Fp8Query => config.kv_cache.as_ref().is_some_and(|k| k.q_scale.is_some()),
+            Feature::KvHeadScales => config
+                .kv_cache
+                .as_ref()
+                .is_some_and(|k| matches!(k.scales, KvScales::Head { .. })),
+            Feature::KvTokenScales => config
+                .kv_cache
+                .as_ref()
+                .is_some_and(|k| k.scales == KvScales::Token),
             Feature::PaddedRequests | Feature::NonCausal | Feature::PrefixLm | Feature::Rswa => {
                 false
             }
@@ -399,7 +423,9 @@ impl Feature {
             | Feature::Mla
             | Feature::ChunkedLocalAttention
             | Feature::ChunkLookback
-            | Feature::Fp8Query => false,
+            | Feature::Fp8Query
+            | Feature::KvHeadScales
+            | Feature::KvTokenScales => false,
         }
     }
 
@@ -436,7 +462,9 @@ impl Feature {
             | Feature::Mla
             | Feature::ChunkedLocalAttention
             | Feature::ChunkLookback
-            | Feature::Fp8Query => {}
+            | Feature::Fp8Query
+            | Feature::KvHeadScales
+            | Feature::KvTokenScales => {}
         }
     }
 
@@ -457,6 +485,7 @@ impl Feature {
             Feature::ChunkedLocalAttention => "config.attention_chunk_size",
             Feature::ChunkLookback => "config.chunk_lookback",
             Feature::Fp8Query => "config.kv_cache.q_scale",
+            Feature::KvHeadScales | Feature::KvTokenScales => "config.kv_cache.scales",
         }
     }
 
@@ -479,7 +508,9 @@ impl Feature {
             | Feature::LogitsSoftCap
             | Feature::Sinks
             | Feature::Fp8KvCache
-            | Feature::Fp8Query => true,
+            | Feature::Fp8Query
+            | Feature::KvHeadScales
+            | Feature::KvTokenScales => true,
         }
     }
 
@@ -508,6 +539,15 @@ impl Feature {
             Feature::Fp8Query => {
                 if let Some(k) = &mut config.kv_cache {
                     k.q_scale = None;
+                }
+            }
+            // Finer scales off: per tensor, the same K and V scale for every element. The
+            // scales of a finer cache are 1, which per tensor is a plain FP8 cache.
+            Feature::KvHeadScales | Feature::KvTokenScales => {
+                if was {
+                    if let Some(k) = &mut config.kv_cache {
+                        k.scales = KvScales::Tensor;
+                    }
                 }
             }
             // The batch's features: nothing of the config's to turn off.
@@ -545,6 +585,24 @@ impl Feature {
                     k.q_scale = Some(0.25);
                 }
             }
+            // An E4M3 cache (the only format with per-token scales), its per-tensor scales 1.
+            Feature::KvHeadScales | Feature::KvTokenScales => {
+                let q_scale = config.kv_cache.as_ref().and_then(|k| k.q_scale);
+                let scales = if self == Feature::KvHeadScales {
+                    let kv = config.num_kv_heads;
+                    KvScales::Head {
+                        k: (0..kv).map(|h| [0.5, 0.25][h % 2]).collect(),
+                        v: (0..kv).map(|h| [0.25, 1.0][h % 2]).collect(),
+                    }
+                } else {
+                    KvScales::Token
+                };
+                config.kv_cache = Some(Fp8KvCache {
+                    q_scale,
+                    scales,
+                    ..Fp8KvCache::new(Fp8Format::E4m3, 1.0, 1.0)
+                });
+            }
             // DeepSeek-V3's latent layout with the config's heads and block size; MLA has
             // one latent head and none of the other optional features.
             Feature::Mla => {
@@ -554,8 +612,9 @@ impl Feature {
                     config.dtype,
                 );
                 *config = AttentionConfig {
-                    kv_cache: config.kv_cache.map(|c| Fp8KvCache {
+                    kv_cache: config.kv_cache.clone().map(|c| Fp8KvCache {
                         v_scale: c.k_scale,
+                        scales: KvScales::Tensor,
                         ..c
                     }),
                     ..mla
@@ -577,7 +636,7 @@ impl Feature {
                     let cache = Fp8KvCache::new(dtype, 0.5, 0.25);
                     (
                         format!("KV cache {dtype}"),
-                        with(&|c| c.kv_cache = Some(cache)),
+                        with(&|c| c.kv_cache = Some(cache.clone())),
                     )
                 })
                 .collect(),
@@ -593,7 +652,9 @@ impl Feature {
             | Feature::Mla
             | Feature::ChunkedLocalAttention
             | Feature::ChunkLookback
-            | Feature::Fp8Query => vec![(self.label().to_string(), with(&|c| self.turn_on(c)))],
+            | Feature::Fp8Query
+            | Feature::KvHeadScales
+            | Feature::KvTokenScales => vec![(self.label().to_string(), with(&|c| self.turn_on(c)))],
         }
     }
 }

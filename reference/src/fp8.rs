@@ -206,9 +206,10 @@ impl FromStr for Fp8Format {
     }
 }
 
-/// An FP8 KV cache: its format and vLLM's per-tensor scales (one for all of K, one for all
-/// of V, across every layer position, head and block).
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+/// An FP8 KV cache: its format, vLLM's per-tensor scales (one for all of K, one for all of V,
+/// across every layer position, head and block), and how fine the scales are
+/// ([`KvScales`]).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Fp8KvCache {
     pub dtype: Fp8Format,
@@ -221,6 +222,66 @@ pub struct Fp8KvCache {
     /// Left out of JSON when `None`, so older cases read and write the same.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub q_scale: Option<f32>,
+    /// Scales finer than the tensor: per kv head, or per token and kv head. Left out of JSON
+    /// when per tensor, so older cases read and write the same.
+    #[serde(default, skip_serializing_if = "KvScales::is_tensor")]
+    pub scales: KvScales,
+}
+
+/// How fine an FP8 cache's scales are.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "granularity", rename_all = "snake_case", deny_unknown_fields)]
+pub enum KvScales {
+    /// `k_scale` and `v_scale` for every element.
+    #[default]
+    Tensor,
+    /// One scale per kv head for K and one for V (vLLM's `use_per_head_quant_scales`, flash
+    /// attention 3's per-head descale); `k_scale` and `v_scale` stay 1.
+    Head { k: Vec<f32>, v: Vec<f32> },
+    /// One scale per token and kv head, computed when the row is written (vLLM's
+    /// `fp8_per_token_head` cache, `triton_reshape_and_cache_flash_per_token_head_quant`):
+    /// [`KvScales::token_scale`] of the row's largest magnitude. E4M3 only; `k_scale` and
+    /// `v_scale` stay 1.
+    Token,
+}
+
+impl KvScales {
+    /// The smallest per-token scale vLLM's writer stores (a zero row's).
+    pub const TOKEN_SCALE_FLOOR: f32 = 1e-6;
+
+    pub fn is_tensor(&self) -> bool {
+        *self == KvScales::Tensor
+    }
+
+    /// A name for reports and coverage: "tensor", "head" or "token".
+    pub fn name(&self) -> &'static str {
+        match self {
+            KvScales::Tensor => "tensor",
+            KvScales::Head { .. } => "head",
+            KvScales::Token => "token",
+        }
+    }
+
+    /// The scale of one written (token, kv head) row, as vLLM's writer computes it in f32:
+    /// `max(max|x| / fmt_max, 1e-6)`; its elements are then stored as `fp8(x * (1 / s))`
+    /// ([`Fp8KvCache::scaled_for_write`]).
+    pub fn token_scale(format: Fp8Format, row: &[f32]) -> f32 {
+        let absmax = row.iter().fold(0.0f32, |m, &x| m.max(x.abs()));
+        (absmax / format.max_finite() as f32).max(Self::TOKEN_SCALE_FLOOR)
+    }
+
+    /// These scales for a cache of `kv_heads` heads: per-head scales cut or repeated to that
+    /// many (shrinking and fitting change head counts; a scale list drawn for more heads
+    /// keeps its first ones).
+    pub fn fitted_to_heads(&self, kv_heads: usize) -> KvScales {
+        match self {
+            KvScales::Head { k, v } if !k.is_empty() && !v.is_empty() => KvScales::Head {
+                k: (0..kv_heads).map(|h| k[h % k.len()]).collect(),
+                v: (0..kv_heads).map(|h| v[h % v.len()]).collect(),
+            },
+            other => other.clone(),
+        }
+    }
 }
 
 impl Fp8KvCache {
@@ -230,6 +291,7 @@ impl Fp8KvCache {
             k_scale,
             v_scale,
             q_scale: None,
+            scales: KvScales::Tensor,
         }
     }
 
@@ -249,19 +311,89 @@ impl Fp8KvCache {
         }
     }
 
-    /// K rows as a kernel reads them back from the cache.
-    pub fn read_back_k(&self, k: &[f32]) -> Vec<f64> {
-        k.iter()
-            .map(|&x| self.dtype.round_trip(x, self.k_scale))
+    /// This cache with an FP8 query of scale `q_scale` (or none).
+    pub fn with_q_scale(self, q_scale: Option<f32>) -> Fp8KvCache {
+        Fp8KvCache { q_scale, ..self }
+    }
+
+    /// This cache for `kv_heads` heads ([`KvScales::fitted_to_heads`]).
+    pub fn fitted_to_heads(&self, kv_heads: usize) -> Fp8KvCache {
+        Fp8KvCache {
+            scales: self.scales.fitted_to_heads(kv_heads),
+            ..self.clone()
+        }
+    }
+
+    /// `x` divided by its row's scale `s` for the write, in f32 as vLLM's writers do it:
+    /// `x / s` per tensor and per head (`reshape_and_cache`), `x * (1 / s)` per token (the
+    /// per-token-head writer). The two differ by one FP8 code in about one row in fifty.
+    pub fn scaled_for_write(&self, x: f32, s: f32) -> f32 {
+        match self.scales {
+            KvScales::Token => x * (1.0 / s),
+            KvScales::Tensor | KvScales::Head { .. } => x / s,
+        }
+    }
+
+    /// K's and V's scale for every element of kv head `kv_head`: per tensor or per head. Per
+    /// token (each row brings its own scale) these are the per-tensor ones, 1.
+    pub fn head_scales(&self, kv_head: usize) -> (f32, f32) {
+        match &self.scales {
+            KvScales::Head { k, v } => (k[kv_head], v[kv_head]),
+            KvScales::Tensor | KvScales::Token => (self.k_scale, self.v_scale),
+        }
+    }
+
+    /// The scale of K's or V's row number `row` (rows are `[token, kv head]`, `kv_heads` per
+    /// token), whose values are `x`.
+    fn scale_of(&self, which: Part, row: usize, kv_heads: usize, x: &[f32]) -> f32 {
+        match &self.scales {
+            KvScales::Tensor => match which {
+                Part::K => self.k_scale,
+                Part::V => self.v_scale,
+            },
+            KvScales::Head { k, v } => {
+                let per_head = match which {
+                    Part::K => k,
+                    Part::V => v,
+                };
+                per_head[row % kv_heads.max(1)]
+            }
+            KvScales::Token => KvScales::token_scale(self.dtype, x),
+        }
+    }
+
+    /// Rows `[tokens, kv_heads, width]` of K or V as a kernel reads them back.
+    fn read_back(&self, which: Part, x: &[f32], kv_heads: usize, width: usize) -> Vec<f64> {
+        if width == 0 {
+            return Vec::new();
+        }
+        x.chunks(width)
+            .enumerate()
+            .flat_map(|(row, values)| {
+                let s = self.scale_of(which, row, kv_heads, values);
+                values.iter().map(move |&e| {
+                    let code = self.dtype.encode(self.scaled_for_write(e, s) as f64);
+                    self.dtype.dequantize(code, s)
+                })
+            })
             .collect()
     }
 
-    /// V rows as a kernel reads them back from the cache.
-    pub fn read_back_v(&self, v: &[f32]) -> Vec<f64> {
-        v.iter()
-            .map(|&x| self.dtype.round_trip(x, self.v_scale))
-            .collect()
+    /// K rows `[tokens, kv_heads, head_size]` as a kernel reads them back from the cache.
+    pub fn read_back_k(&self, k: &[f32], kv_heads: usize, head_size: usize) -> Vec<f64> {
+        self.read_back(Part::K, k, kv_heads, head_size)
     }
+
+    /// V rows `[tokens, kv_heads, head_size_v]` as a kernel reads them back from the cache.
+    pub fn read_back_v(&self, v: &[f32], kv_heads: usize, head_size_v: usize) -> Vec<f64> {
+        self.read_back(Part::V, v, kv_heads, head_size_v)
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Part {
+    K,
+    V,
 }
 
 impl fmt::Display for Fp8KvCache {
@@ -271,6 +403,11 @@ impl fmt::Display for Fp8KvCache {
             "kv_cache={} (k_scale {}, v_scale {})",
             self.dtype, self.k_scale, self.v_scale
         )?;
+        match &self.scales {
+            KvScales::Tensor => {}
+            KvScales::Head { k, v } => write!(f, ", per kv head (k {k:?}, v {v:?})")?,
+            KvScales::Token => write!(f, ", per token and kv head")?,
+        }
         match self.q_scale {
             Some(s) => write!(f, ", fp8 query (q_scale {s})"),
             None => Ok(()),
@@ -379,11 +516,52 @@ mod tests {
     fn scales_divide_on_write_and_multiply_on_read() {
         let c = Fp8KvCache::new(E4m3, 0.5, 4.0);
         // 3 / 0.5 = 6, stored exactly, read as 6 * 0.5.
-        assert_eq!(c.read_back_k(&[3.0]), vec![3.0]);
+        assert_eq!(c.read_back_k(&[3.0], 1, 1), vec![3.0]);
         // 1000 / 0.5 = 2000 saturates to 448: read as 224.
-        assert_eq!(c.read_back_k(&[1000.0]), vec![224.0]);
-        assert_eq!(c.read_back_v(&[1000.0]), vec![1024.0], "250 rounds to 256");
+        assert_eq!(c.read_back_k(&[1000.0], 1, 1), vec![224.0]);
+        assert_eq!(c.read_back_v(&[1000.0], 1, 1), vec![1024.0], "250 rounds to 256");
         assert_eq!(E5m2.round_trip(3.0, 1.0), 3.0);
+    }
+
+    #[test]
+    fn head_scales_apply_to_their_own_kv_head() {
+        let c = Fp8KvCache {
+            scales: KvScales::Head {
+                k: vec![0.5, 4.0],
+                v: vec![1.0, 0.25],
+            },
+            ..Fp8KvCache::new(E4m3, 1.0, 1.0)
+        };
+        // Two tokens x two kv heads x head size 1: head 0 saturates at 448 * 0.5, head 1
+        // stores 896 / 4 = 224 exactly; 3 / 4 = 0.75 is exact too.
+        let k = [1000.0, 896.0, 3.0, 3.0];
+        assert_eq!(c.read_back_k(&k, 2, 1), vec![224.0, 896.0, 3.0, 3.0]);
+        assert_eq!(c.read_back_v(&k, 2, 1), vec![448.0, 112.0, 3.0, 3.0]);
+        // Fitting to other head counts cycles the first scales.
+        let KvScales::Head { k, .. } = c.scales.fitted_to_heads(3) else {
+            panic!("per head")
+        };
+        assert_eq!(k, vec![0.5, 4.0, 0.5]);
+    }
+
+    #[test]
+    fn token_scales_follow_each_rows_largest_magnitude() {
+        let c = Fp8KvCache {
+            scales: KvScales::Token,
+            ..Fp8KvCache::new(E4m3, 1.0, 1.0)
+        };
+        // Each row's largest value maps to 448 and comes back exactly; a zero row gets the
+        // floor scale and stays zero.
+        let rows = [896.0, -1.0, 0.0, 0.0, 1e-3, 5e-4];
+        let back = c.read_back_k(&rows, 1, 2);
+        assert_eq!(back[0], 896.0);
+        assert_eq!(&back[2..4], &[0.0, 0.0]);
+        assert_eq!(KvScales::token_scale(E4m3, &[0.0, 0.0]), 1e-6);
+        let s = KvScales::token_scale(E4m3, &[1e-3, 5e-4]);
+        assert_eq!(s, 1e-3f32 / 448.0);
+        assert_eq!(back[4], E4m3.round_trip(1e-3, s));
+        // -1 in a row scaled by 2: 1/2 is exact in E4M3.
+        assert_eq!(back[1], -1.0);
     }
 
     #[test]

@@ -275,7 +275,7 @@ pub fn kv_as_read(case: &Case, seq: usize) -> (Vec<f64>, Vec<f64>) {
     match (&c.kv_cache, c.mla) {
         // One latent entry: V is the prefix of the key as the cache gives it back.
         (Some(cache), Some(m)) => {
-            let k = cache.read_back_k(&k32);
+            let k = cache.read_back_k(&k32, c.num_kv_heads, c.head_size);
             let v = k
                 .chunks_exact(c.head_size)
                 .flat_map(|row| &row[..m.head_size_v])
@@ -283,7 +283,10 @@ pub fn kv_as_read(case: &Case, seq: usize) -> (Vec<f64>, Vec<f64>) {
                 .collect();
             (k, v)
         }
-        (Some(cache), None) => (cache.read_back_k(&k32), cache.read_back_v(&v32)),
+        (Some(cache), None) => (
+            cache.read_back_k(&k32, c.num_kv_heads, c.head_size),
+            cache.read_back_v(&v32, c.num_kv_heads, c.head_size_v()),
+        ),
         (None, _) => (
             k32.iter().map(|&x| x as f64).collect(),
             v32.iter().map(|&x| x as f64).collect(),

@@ -32,6 +32,7 @@ impl KvCacheDtype {
     pub fn of(config: &AttentionConfig) -> KvCacheDtype {
         config
             .kv_cache
+            .as_ref()
             .map_or(KvCacheDtype::Auto, |c| KvCacheDtype::Fp8(c.dtype))
     }
 }
@@ -338,6 +339,15 @@ impl Space {
                 self.features.as_ref().is_none_or(|v| v.contains(&f))
                     && self.allows_kv_layout(KvLayout::Mla)
             }
+            // Finer scales need a cache they can be the scales of (per token: E4M3's).
+            Feature::KvHeadScales => {
+                self.features.as_ref().is_none_or(|v| v.contains(&f))
+                    && self.allows_feature(Feature::Fp8KvCache)
+            }
+            Feature::KvTokenScales => {
+                self.features.as_ref().is_none_or(|v| v.contains(&f))
+                    && self.allows_kv_cache(KvCacheDtype::Fp8(Fp8Format::E4m3))
+            }
             Feature::SlidingWindow
             | Feature::LogitsSoftCap
             | Feature::Alibi
@@ -553,16 +563,31 @@ impl Space {
                     let f = allowed
                         .iter()
                         .find_map(|k| match k {
-                            KvCacheDtype::Fp8(g) if Some(*g) != c.kv_cache.map(|x| x.dtype) => {
+                            KvCacheDtype::Fp8(g)
+                                if Some(*g) != c.kv_cache.as_ref().map(|x| x.dtype) =>
+                            {
                                 Some(*g)
                             }
                             _ => None,
                         })
                         .unwrap_or(*f);
-                    // Only the format changes: the scales and the rest of the cache stay.
-                    Some(c.kv_cache.map_or_else(
+                    // Only the format changes: the scales and the rest of the cache stay, but
+                    // per-token scales, which only E4M3 has.
+                    Some(c.kv_cache.take().map_or_else(
                         || crate::Fp8KvCache::new(f, fresh.0, fresh.1),
-                        |k| crate::Fp8KvCache { dtype: f, ..k },
+                        |k| {
+                            let scales = match k.scales {
+                                crate::KvScales::Token if f != Fp8Format::E4m3 => {
+                                    crate::KvScales::Tensor
+                                }
+                                s => s,
+                            };
+                            crate::Fp8KvCache {
+                                dtype: f,
+                                scales,
+                                ..k
+                            }
+                        },
                     ))
                 }
                 _ => None,

@@ -72,7 +72,10 @@ impl Tolerance {
         let (keys, values): (Vec<f64>, Vec<f64>) = {
             let (k32, v32) = case.all_kv();
             match &case.config.kv_cache {
-                Some(cache) => (cache.read_back_k(&k32), cache.read_back_v(&v32)),
+                Some(cache) => (
+                    cache.read_back_k(&k32, case.config.num_kv_heads, case.config.head_size),
+                    cache.read_back_v(&v32, case.config.num_kv_heads, case.config.head_size_v()),
+                ),
                 None => (widen(&k32), widen(&v32)),
             }
         };
@@ -105,7 +108,7 @@ impl Tolerance {
         let values = v32.iter();
         let v = match &case.config.kv_cache {
             Some(c) => c
-                .read_back_v(&v32)
+                .read_back_v(&v32, case.config.num_kv_heads, case.config.head_size_v())
                 .iter()
                 .fold(0.0f64, |m, x| m.max(x.abs())),
             None => values.fold(0.0f64, |m, &x| m.max((x as f64).abs())),

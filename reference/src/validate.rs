@@ -133,6 +133,53 @@ pub(crate) fn expect_len(
     }
 }
 
+/// Scales finer than the tensor replace the per-tensor ones, which must then be 1: a kernel
+/// that multiplies both would otherwise be right and the case ambiguous.
+fn validate_kv_scales(cache: &crate::Fp8KvCache, kv_heads: usize) -> Result<(), CaseError> {
+    use crate::KvScales;
+    if cache.scales.is_tensor() {
+        return Ok(());
+    }
+    for (field, v) in [
+        ("config.kv_cache.k_scale", cache.k_scale),
+        ("config.kv_cache.v_scale", cache.v_scale),
+    ] {
+        if v != 1.0 {
+            return Err(CaseError::InvalidParam {
+                field: field.into(),
+                reason: format!(
+                    "{v} beside scales per {}: the finer scales replace it, so it must be 1",
+                    cache.scales.name()
+                ),
+            });
+        }
+    }
+    match &cache.scales {
+        KvScales::Tensor => {}
+        KvScales::Head { k, v } => {
+            for (name, list) in [("k", k), ("v", v)] {
+                let field = format!("config.kv_cache.scales.{name}");
+                expect_len(field.as_str(), Some(kv_heads), list.len())?;
+                for (h, &x) in list.iter().enumerate() {
+                    finite_param(x, format!("{field}[{h}]"), true)?;
+                }
+            }
+        }
+        KvScales::Token => {
+            if cache.dtype != crate::Fp8Format::E4m3 {
+                return Err(CaseError::InvalidParam {
+                    field: "config.kv_cache.scales".into(),
+                    reason: format!(
+                        "per-token scales are vLLM's fp8_per_token_head cache, E4M3 only, not {}",
+                        cache.dtype
+                    ),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
 fn finite_param(v: f32, field: String, positive: bool) -> Result<(), CaseError> {
     if !v.is_finite() {
         return Err(CaseError::InvalidParam {
@@ -258,6 +305,7 @@ impl crate::AttentionConfig {
             if let Some(q) = cache.q_scale {
                 finite_param(q, "config.kv_cache.q_scale".into(), true)?;
             }
+            validate_kv_scales(cache, c.num_kv_heads)?;
         }
         for (name, v) in [
             ("config.alibi_slopes", &c.alibi_slopes),

@@ -111,6 +111,8 @@ FEATURES = (
     "non_causal",
     "prefix_lm",
     "rswa",
+    "kv_head_scales",
+    "kv_token_scales",
 )
 #: The features every adapter was assumed to have before ``features`` could be omitted: a
 #: later one (an FP8 cache, MLA, local chunks) is run only by an adapter that lists it.
@@ -157,7 +159,13 @@ class Capabilities(TypedDict, total=False):
       passes an image's whole range in chunked prefill: its keys stop at ``seq_len - 1``);
       ``"rswa"`` (``step.rswa_window`` and ``step.rswa_prefix_lens``: vLLM 0.33's R-SWA,
       keys below a request's prefix length stay visible, later ones only when
-      ``p - k < rswa_window``; a prefix may pass ``seq_len``).
+      ``p - k < rswa_window``; a prefix may pass ``seq_len``); ``"kv_head_scales"``
+      (``config.kv_cache["scales"]`` of granularity ``"head"``: one K and one V scale per kv
+      head, vLLM's ``use_per_head_quant_scales``, FA3's per-head descale);
+      ``"kv_token_scales"`` (granularity ``"token"``: an E4M3 cache whose every written
+      (token, kv head) row of K or V gets its own scale ``max(absmax / 448, 1e-6)``, vLLM's
+      ``kv_cache_dtype="fp8_per_token_head"``). Both are run only when listed, and need the
+      FP8 cache declared too (see :attr:`Config.kv_cache`).
     - ``max_seqs``: sequences per step; ``max_query_len``: new tokens of one sequence in a
       step; ``max_seq_len``: context plus new tokens of one sequence (for cross-attention,
       the encoder's keys); ``max_tokens``: tokens per step, padding tokens included;
@@ -285,7 +293,15 @@ class Config:
     alibi_slopes: Optional[List[float]]
     sinks: Optional[List[float]]
     #: An FP8 KV cache, {"dtype": "fp8_e4m3" | "fp8_e5m2", "k_scale": float, "v_scale":
-    #: float}: K/V stored as fp8(x / scale), read as fp8 * scale. None: the compute dtype.
+    #: float}: K/V stored as fp8(x / scale) (the division in float32, nearest even,
+    #: saturating), read as fp8 * scale. None: the compute dtype. Optional keys:
+    #: "q_scale": float, an FP8 query (E4M3, fp8(q / q_scale) read as fp8 * q_scale);
+    #: "scales": scales finer than the tensor (absent: per tensor), either
+    #: {"granularity": "head", "k": [float; num_kv_heads], "v": [float; num_kv_heads]} (an
+    #: element of kv head h stored as fp8(x / k[h]), read as fp8 * k[h]; V with v[h]) or
+    #: {"granularity": "token"} (E4M3 only: each written (token, kv head) row x of K or V
+    #: stored with its own s = max(absmax(x) / 448, 1e-6), float32 arithmetic, as
+    #: fp8(x_i / s), read as fp8 * s). With either, "k_scale" and "v_scale" are 1.0.
     kv_cache: Optional[Dict[str, Any]] = None
     #: Multi-head latent attention, {"head_size_v": int}: one latent kv head of
     #: `head_size` dims, V its first `head_size_v`; writes carry `value [n, 1, 0]` and the
@@ -336,6 +352,16 @@ class Config:
         return self.num_heads // self.num_kv_heads
 
     @property
+    def kv_scales(self) -> Optional[str]:
+        """How fine the FP8 cache's scales are: "tensor" (``k_scale``/``v_scale`` for every
+        element), "head" (one per kv head) or "token" (one per written token and kv head);
+        None without an FP8 cache."""
+        if self.kv_cache is None:
+            return None
+        scales = self.kv_cache.get("scales")
+        return "tensor" if scales is None else str(scales["granularity"])
+
+    @property
     def kv_cache_dtype(self) -> str:
         """The KV-cache dtype as the capabilities name it: "auto", "fp8_e4m3" or "fp8_e5m2"."""
         return "auto" if self.kv_cache is None else str(self.kv_cache["dtype"])
@@ -362,6 +388,8 @@ class Config:
             ("chunked_local_attention", self.attention_chunk_size),
             ("fp8_query", (self.kv_cache or {}).get("q_scale")),
             ("chunk_lookback", self.chunk_lookback),
+            ("kv_head_scales", True if self.kv_scales == "head" else None),
+            ("kv_token_scales", True if self.kv_scales == "token" else None),
         ]
         return [name for name, value in used if value is not None]
 

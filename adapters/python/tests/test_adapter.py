@@ -273,3 +273,31 @@ def test_prefix_lm_ranges_and_r_swa_are_declined_unless_listed_and_masked_as_ups
         [True, True, False, True, True, False],
         [True, True, False, False, True, True],
     ]
+
+
+def test_kv_scale_granularities_are_declined_unless_listed():
+    cache = {"dtype": "fp8_e4m3", "k_scale": 1.0, "v_scale": 1.0}
+    head = config(kv_cache=dict(cache, scales={"granularity": "head", "k": [0.5, 2.0], "v": [1.0, 0.25]}))
+    token = config(kv_cache=dict(cache, scales={"granularity": "token"}))
+    tensor = config(kv_cache=cache)
+    assert (head.kv_scales, token.kv_scales, tensor.kv_scales, config().kv_scales) == ("head", "token", "tensor", None)
+    assert head.features() == ["fp8_kv_cache", "kv_head_scales"]
+    assert token.features() == ["fp8_kv_cache", "kv_token_scales"]
+    assert tensor.features() == ["fp8_kv_cache"]
+    # Not established: an adapter with an FP8 cache but neither granularity listed declines
+    # both, as one that lists no features at all does.
+    fp8_only = validate_capabilities({"kv_cache_dtypes": ["auto", "fp8_e4m3"]})
+    assert "kv_head_scales" in decline_reason(fp8_only, head)
+    assert "kv_token_scales" in decline_reason(fp8_only, token)
+    assert decline_reason(fp8_only, tensor) is None
+    assert "FP8" in decline_reason({}, head)
+    heads = validate_capabilities({"kv_cache_dtypes": ["auto", "fp8_e4m3"], "features": ["kv_head_scales"]})
+    assert decline_reason(heads, head) is None
+    assert "kv_token_scales" in decline_reason(heads, token)
+    both = validate_capabilities({"features": ["fp8_kv_cache", "kv_head_scales", "kv_token_scales"]})
+    assert decline_reason(both, head) is None and decline_reason(both, token) is None
+    # The granularity is no FP8 cache by itself: one must be declared as well.
+    no_fp8 = validate_capabilities({"kv_cache_dtypes": ["auto"], "features": ["kv_head_scales"]})
+    assert "FP8" in decline_reason(no_fp8, head)
+    assert {"kv_head_scales", "kv_token_scales"} <= set(ada.FEATURES)
+    assert not {"kv_head_scales", "kv_token_scales"} & set(ada.ESTABLISHED_FEATURES)

@@ -304,3 +304,74 @@ def test_forward_writes_unless_the_class_says_otherwise():
     assert not vllm_compat.forward_includes_kv_cache_update(
         type("Split", (), {"forward_includes_kv_cache_update": False})
     )
+
+
+# ---- FP8 scale granularities: what a class declares -----------------------------------------
+
+
+class Fp8Backend:
+    """vLLM 0.32's declarations: `supported_kv_cache_dtypes`, and
+    `AttentionBackend.supports_kv_cache_dtype`'s rule (an empty list accepts any)."""
+
+    supported_kv_cache_dtypes = ["auto", "fp8", "fp8_e4m3", "fp8_e5m2"]
+
+    @classmethod
+    def supports_kv_cache_dtype(cls, kv_cache_dtype):
+        return (not cls.supported_kv_cache_dtypes) or kv_cache_dtype in cls.supported_kv_cache_dtypes
+
+    @classmethod
+    def supports_per_head_quant_scales(cls):
+        return False
+
+
+class PerHeadBackend(Fp8Backend):
+    """FlashAttention 3's: per-head descale."""
+
+    @classmethod
+    def supports_per_head_quant_scales(cls):
+        return True
+
+
+class PerTokenBackend(Fp8Backend):
+    """TRITON_ATTN's: the per-token-and-head caches besides per-tensor FP8."""
+
+    supported_kv_cache_dtypes = Fp8Backend.supported_kv_cache_dtypes + [
+        "int8_per_token_head", "fp8_per_token_head"]
+
+
+class OlderBackend:
+    """An older release's: no `supports_per_head_quant_scales`; a dtype check that raises on
+    names it does not know."""
+
+    @classmethod
+    def supports_kv_cache_dtype(cls, kv_cache_dtype):
+        if kv_cache_dtype not in ("auto", "fp8", "fp8_e4m3", "fp8_e5m2"):
+            raise ValueError(kv_cache_dtype)
+        return True
+
+
+FP8 = ["auto", "fp8_e4m3", "fp8_e5m2"]
+
+
+def test_scale_granularities_are_read_from_the_class():
+    assert vllm_compat.kv_scale_features(Fp8Backend, FP8) == []
+    assert vllm_compat.kv_scale_features(PerHeadBackend, FP8) == ["kv_head_scales"]
+    assert vllm_compat.kv_scale_features(PerTokenBackend, FP8) == ["kv_token_scales"]
+    both = type("Both", (PerTokenBackend, PerHeadBackend), {})
+    assert vllm_compat.kv_scale_features(both, FP8) == ["kv_head_scales", "kv_token_scales"]
+    # An older vLLM's class: neither method answers, nothing is declared.
+    assert vllm_compat.kv_scale_features(OlderBackend, FP8) == []
+
+
+def test_scale_granularities_need_the_fp8_cache_they_refine():
+    # Per-head scales with no FP8 cache at all; per-token scales only on E4M3.
+    assert vllm_compat.kv_scale_features(PerHeadBackend, ["auto"]) == []
+    assert vllm_compat.kv_scale_features(PerHeadBackend, ["auto", "fp8_e5m2"]) == ["kv_head_scales"]
+    assert vllm_compat.kv_scale_features(PerTokenBackend, ["auto", "fp8_e5m2"]) == []
+    # A declaration that raises declares nothing.
+    class Raising(PerHeadBackend):
+        @classmethod
+        def supports_per_head_quant_scales(cls):
+            raise RuntimeError("no flash-attn version on this machine")
+
+    assert vllm_compat.kv_scale_features(Raising, FP8) == []

@@ -95,7 +95,11 @@ impl KvSource {
 pub struct Problem<'a, T> {
     pub cfg: &'a AttentionConfig,
     pub geometry: Geometry,
-    pub scale: f32,
+    /// Per kv head, what the query is multiplied by: the softmax scale, the head's FP8 K
+    /// scale and the element's read scale.
+    pub scales: &'a [f32],
+    /// An FP8 cache's per-token scales (`Geometry::token_scales_start`), if it has them.
+    pub token_scales: Option<&'a [f32]>,
     pub group: usize,
     pub cache: &'a [T],
     pub query: &'a [f32],
@@ -128,6 +132,9 @@ pub struct Scratch {
     vis: Vec<KeySpans>,
     /// Query rows as bf16 pairs, for `qk_bf16`.
     q2: Vec<u32>,
+    /// The tile's per-token K and V scales (FP8 caches with [`attn_reference::KvScales::Token`]).
+    ks: Vec<f32>,
+    vs: Vec<f32>,
 }
 
 fn grow<T: Clone>(v: &mut Vec<T>, len: usize, fill: T) {
@@ -190,7 +197,8 @@ pub fn run_item<T: KvElem>(pb: &Problem<'_, T>, task: &Task, keys: Range<usize>,
         if qk_bf16.is_some() {
             pack_bf16_pairs(src, &mut sc.q2[r * dp..(r + 1) * dp]);
         } else {
-            (pb.ops.normalize)(src, pb.scale, DType::F32, &mut sc.q[r * d..(r + 1) * d]);
+            let scale = pb.scales[task.kv_head];
+            (pb.ops.normalize)(src, scale, DType::F32, &mut sc.q[r * d..(r + 1) * d]);
         }
         sc.vis[r] = visible_keys(
             pb.cfg.kind,
@@ -245,7 +253,7 @@ pub fn run_item<T: KvElem>(pb: &Problem<'_, T>, task: &Task, keys: Range<usize>,
                     s: &mut sc.s,
                     lds,
                     c0: key - a,
-                    scale: pb.scale,
+                    scale: pb.scales[task.kv_head],
                     prefetch: T::as_bf16(next).unwrap_or_default(),
                 }),
                 _ => (pb.ops.qk)(QkArgs {
@@ -264,9 +272,16 @@ pub fn run_item<T: KvElem>(pb: &Problem<'_, T>, task: &Task, keys: Range<usize>,
             }
             key += n;
         }
+        if let Some(all) = pb.token_scales {
+            gather_token_scales(pb, task, all, a..b, sc);
+        }
 
         for r in 0..rows {
             let s = &mut sc.s[r * lds..r * lds + width];
+            if pb.token_scales.is_some() {
+                // Each key's score carries its own K scale.
+                s.iter_mut().zip(&sc.ks[..width]).for_each(|(x, &k)| *x *= k);
+            }
             if let Some(cap) = pb.cfg.logits_soft_cap {
                 for x in s.iter_mut() {
                     *x = cap * (*x / cap).tanh();
@@ -300,6 +315,10 @@ pub fn run_item<T: KvElem>(pb: &Problem<'_, T>, task: &Task, keys: Range<usize>,
                 continue;
             }
             let sum = (pb.ops.exp_sum)(s, m_new);
+            if pb.token_scales.is_some() {
+                // The sum is of the weights; each value row is read with its own V scale.
+                s.iter_mut().zip(&sc.vs[..width]).for_each(|(p, &v)| *p *= v);
+            }
             if m_old != m_new {
                 // Before the first visible key the row's output and sum are still zero.
                 if m_old != f32::NEG_INFINITY {
@@ -330,6 +349,27 @@ pub fn run_item<T: KvElem>(pb: &Problem<'_, T>, task: &Task, keys: Range<usize>,
             key += n;
         }
         a = b;
+    }
+}
+
+/// The per-token K and V scales of `keys` (one tile) of `task`'s kv head into `sc.ks` and
+/// `sc.vs`, walking the block table.
+fn gather_token_scales<T>(
+    pb: &Problem<'_, T>,
+    task: &Task,
+    all: &[f32],
+    keys: Range<usize>,
+    sc: &mut Scratch,
+) {
+    let (g, bs) = (pb.geometry, pb.geometry.block_size);
+    let table = &pb.block_table[task.seq];
+    let width = keys.len();
+    grow(&mut sc.ks, width, 0.0);
+    grow(&mut sc.vs, width, 0.0);
+    for (j, key) in keys.enumerate() {
+        let at = g.token_scales_start(table[key / bs] as usize, task.kv_head) + key % bs;
+        sc.ks[j] = all[at];
+        sc.vs[j] = all[at + bs];
     }
 }
 
@@ -460,9 +500,10 @@ pub unsafe fn finalize_task<T: KvElem>(
 ) {
     let d = cfg.head_size_v();
     let group = cfg.num_heads / cfg.num_kv_heads;
-    // Values of an FP8 cache were summed unscaled, and as read (`KvElem::READ_SCALE`):
-    // both join the normalisation.
-    let v_scale = cfg.kv_cache.map_or(1.0, |c| c.v_scale) * T::READ_SCALE;
+    // Values of an FP8 cache were summed unscaled (their kv head's scale, or per tensor), and
+    // as read (`KvElem::READ_SCALE`): both join the normalisation.
+    let v_scale =
+        cfg.kv_cache.as_ref().map_or(1.0, |c| c.head_scales(task.kv_head).1) * T::READ_SCALE;
     grow(row, d, 0.0);
     let dst = &mut row[..d];
     for r in 0..task.rows {

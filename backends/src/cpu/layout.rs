@@ -17,12 +17,14 @@
 //! (`V[slot][d]`): the value kernel adds `p * V[slot][..]` to output rows vector by vector.
 //! Elements are kept in the dtype: `f32`, or `bf16`/`f16` (16-bit) through the `half` crate;
 //! in an FP8 cache as one-byte codes of `x / scale` (`cpu::fp8`), the scales applied by the
-//! kernel to the scores and the output.
+//! kernel to the scores and the output. Per-token scales (one per slot, kv head and K or V,
+//! computed as the row is written) are kept beside the elements, per (block, kv head) chunk:
+//! `[num_blocks][num_kv_heads][ K scales: block_size | V scales: block_size ]`.
 
 use super::elem::KvElem;
 use super::fp8::{self, E4m3, E5m2};
 use crate::BackendError;
-use attn_reference::{DType, Fp8Format, Fp8KvCache};
+use attn_reference::{DType, Fp8Format, Fp8KvCache, KvScales};
 use half::{bf16, f16};
 
 /// The element storage of a cache, one variant per dtype.
@@ -67,6 +69,12 @@ impl Geometry {
     /// Start of the K^T part of (block, kv head); V follows at `+ block_size * head_size`.
     pub fn chunk_start(&self, block: usize, kv_head: usize) -> usize {
         (block * self.num_kv_heads + kv_head) * self.chunk_len()
+    }
+
+    /// Start of (block, kv head)'s per-token K scales in [`CpuKvCache::token_scales`]; its V
+    /// scales follow at `+ block_size`.
+    pub fn token_scales_start(&self, block: usize, kv_head: usize) -> usize {
+        (block * self.num_kv_heads + kv_head) * 2 * self.block_size
     }
 
     /// Total elements, or `None` on overflow.
@@ -139,6 +147,9 @@ pub struct CpuKvCache {
     pub fp8: Option<Fp8KvCache>,
     pub geometry: Geometry,
     pub data: KvData,
+    /// Per-token scales (`Geometry::token_scales_start`), for a cache with
+    /// [`KvScales::Token`]; empty otherwise.
+    pub token_scales: Vec<f32>,
 }
 
 impl CpuKvCache {
@@ -167,7 +178,7 @@ impl CpuKvCache {
         // nothing, so a huge cache of which a case uses a few blocks is cheap. bf16/f16 zeros
         // are all-zero bits, so they come as u16 zeros.
         use half::vec::HalfBitsVecExt;
-        let data = match (fp8.map(|c| c.dtype), dtype) {
+        let data = match (fp8.as_ref().map(|c| c.dtype), dtype) {
             (Some(Fp8Format::E4m3), _) => KvData::Fp8E4m3(fp8::zeroed(len).ok_or_else(refused)?),
             (Some(Fp8Format::E5m2), _) => KvData::Fp8E5m2(fp8::zeroed(len).ok_or_else(refused)?),
             (None, DType::F32) => KvData::F32(try_zeroed::<f32>(len).ok_or_else(refused)?),
@@ -182,11 +193,20 @@ impl CpuKvCache {
                     .reinterpret_into(),
             ),
         };
+        let token_scales = match fp8.as_ref().map(|c| &c.scales) {
+            Some(KvScales::Token) => geometry
+                .num_blocks
+                .checked_mul(geometry.num_kv_heads * 2 * geometry.block_size)
+                .and_then(try_zeroed::<f32>)
+                .ok_or_else(refused)?,
+            _ => Vec::new(),
+        };
         Ok(CpuKvCache {
             dtype,
             fp8,
             geometry,
             data,
+            token_scales,
         })
     }
 
@@ -229,41 +249,43 @@ impl CpuKvCache {
                 )));
             }
         }
-        // An FP8 cache stores codes of x / scale; dividing by 1 leaves the others exact.
-        let scales = self.fp8.map_or((1.0, 1.0), |c| (c.k_scale, c.v_scale));
         let rows = Rows {
             key,
             // MLA: V is read from the key rows (each row's first `head_size_v`).
             value: if latent { key } else { value },
             slot_mapping,
-            scales,
+            fp8: self.fp8.as_ref(),
         };
+        let scales = &mut self.token_scales;
         match &mut self.data {
-            KvData::F32(d) => scatter(d, g, rows),
-            KvData::Bf16(d) => scatter(d, g, rows),
-            KvData::F16(d) => scatter(d, g, rows),
-            KvData::Fp8E4m3(d) => scatter(d, g, rows),
-            KvData::Fp8E5m2(d) => scatter(d, g, rows),
+            KvData::F32(d) => scatter(d, scales, g, rows),
+            KvData::Bf16(d) => scatter(d, scales, g, rows),
+            KvData::F16(d) => scatter(d, scales, g, rows),
+            KvData::Fp8E4m3(d) => scatter(d, scales, g, rows),
+            KvData::Fp8E5m2(d) => scatter(d, scales, g, rows),
         }
         Ok(())
     }
 }
 
-/// What one `write` stores: rows, their slots, and the (k, v) scales they are divided by.
+/// What one `write` stores: rows, their slots, and the FP8 cache whose scales they are
+/// divided by (none: stored as they are).
 #[derive(Clone, Copy)]
 struct Rows<'a> {
     key: &'a [f32],
     value: &'a [f32],
     slot_mapping: &'a [i64],
-    scales: (f32, f32),
+    fp8: Option<&'a Fp8KvCache>,
 }
 
-fn scatter<T: KvElem>(data: &mut [T], g: Geometry, rows: Rows<'_>) {
+/// Store `rows` at their slots; per-token scales, computed from each row, go to
+/// `token_scales`.
+fn scatter<T: KvElem>(data: &mut [T], token_scales: &mut [f32], g: Geometry, rows: Rows<'_>) {
     let Rows {
         key,
         value,
         slot_mapping,
-        scales: (ks, vs),
+        fp8,
     } = rows;
     let (bs, d, dv) = (g.block_size, g.head_size, g.head_size_v);
     let row = g.num_kv_heads * d;
@@ -275,13 +297,27 @@ fn scatter<T: KvElem>(data: &mut [T], g: Geometry, rows: Rows<'_>) {
         for h in 0..g.num_kv_heads {
             let src = t * row + h * d;
             let base = g.chunk_start(block, h);
+            // Codes of x / scale; dividing by 1 leaves the other dtypes exact.
+            let (ks, vs) = match fp8 {
+                None => (1.0, 1.0),
+                Some(c) if c.scales == KvScales::Token => {
+                    let ks = KvScales::token_scale(c.dtype, &key[src..src + d]);
+                    let vs = KvScales::token_scale(c.dtype, &value[src..src + dv]);
+                    let at = g.token_scales_start(block, h) + off;
+                    token_scales[at] = ks;
+                    token_scales[at + bs] = vs;
+                    (ks, vs)
+                }
+                Some(c) => c.head_scales(h),
+            };
+            let scaled = |x: f32, s: f32| fp8.map_or(x, |c| c.scaled_for_write(x, s));
             for i in 0..d {
-                data[base + i * bs + off] = T::from_f32(key[src + i] / ks);
+                data[base + i * bs + off] = T::from_f32(scaled(key[src + i], ks));
             }
             // V rows are `head_size_v` wide: all of a value row, or a latent key's prefix.
             let v = &mut data[base + bs * d + off * dv..base + bs * d + (off + 1) * dv];
             for (dst, &x) in v.iter_mut().zip(&value[src..src + dv]) {
-                *dst = T::from_f32(x / vs);
+                *dst = T::from_f32(scaled(x, vs));
             }
         }
     }

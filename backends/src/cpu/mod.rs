@@ -222,6 +222,7 @@ impl CpuBackend {
         &self,
         config: &AttentionConfig,
         cache: &[T],
+        token_scales: &[f32],
         geometry: Geometry,
         step: &StepInputs<'_>,
     ) -> Result<Vec<f32>, BackendError> {
@@ -250,20 +251,28 @@ impl CpuBackend {
                 KvSource::for_size(kv_bytes, last_level_cache_bytes())
             }
         };
-        // An FP8 cache's k_scale joins the softmax scale on the query, as does what reads of
-        // the cache are off by (`KvElem::READ_SCALE`); v_scale is applied to the finished
-        // rows (`finalize_task`).
-        let k_scale = config.kv_cache.map_or(1.0, |c| c.k_scale) as f64;
+        // An FP8 cache's k_scale (its kv head's, with scales per head) joins the softmax
+        // scale on the query, as does what reads of the cache are off by
+        // (`KvElem::READ_SCALE`); v_scale is applied to the finished rows (`finalize_task`).
+        // Per-token scales are applied to each key's score and weight (`run_item`).
+        let scales: Vec<f32> = (0..config.num_kv_heads)
+            .map(|h| {
+                let k_scale = config.kv_cache.as_ref().map_or(1.0, |c| c.head_scales(h).0);
+                (config.effective_scale() * k_scale as f64 * T::READ_SCALE as f64) as f32
+            })
+            .collect();
         // An FP8 query is quantized as the layer does it before the kernel and read back with
         // its scale, once per step.
-        let fp8_query: Option<Vec<f32>> = config.kv_cache.and_then(|c| c.q_scale).map(|s| {
+        let q_scale = config.kv_cache.as_ref().and_then(|c| c.q_scale);
+        let fp8_query: Option<Vec<f32>> = q_scale.map(|s| {
             let read_back = |x: f32| fp8::E4m3::from_f32(x / s).to_f32() * s;
             step.query.iter().map(|&x| read_back(x)).collect()
         });
         let problem = Problem {
             cfg: config,
             geometry,
-            scale: (config.effective_scale() * k_scale * T::READ_SCALE as f64) as f32,
+            scales: &scales,
+            token_scales: (!token_scales.is_empty()).then_some(token_scales),
             group: config.num_heads / config.num_kv_heads,
             cache,
             query: fp8_query.as_deref().unwrap_or(step.query),
@@ -461,6 +470,8 @@ impl Backend for CpuBackend {
             Feature::PrefixLm,
             Feature::Rswa,
             Feature::Fp8Query,
+            Feature::KvHeadScales,
+            Feature::KvTokenScales,
         ]);
         f
     }
@@ -486,7 +497,7 @@ impl Backend for CpuBackend {
         self.supports(config)?;
         let geometry = Geometry::of(config, num_blocks);
         // A cache the machine cannot hold is declined, not an abort.
-        let cache = CpuKvCache::new(config.dtype, config.kv_cache, geometry).map_err(|e| {
+        let cache = CpuKvCache::new(config.dtype, config.kv_cache.clone(), geometry).map_err(|e| {
             Unsupported::new(
                 Dimension::CacheSize,
                 "cannot allocate the cache on this machine",
@@ -525,11 +536,11 @@ impl Backend for CpuBackend {
         step.validate(config, cache.geometry.num_blocks)
             .map_err(|m| self.invalid(m))?;
         match &cache.data {
-            KvData::F32(d) => self.run(config, d, cache.geometry, step),
-            KvData::Bf16(d) => self.run(config, d, cache.geometry, step),
-            KvData::F16(d) => self.run(config, d, cache.geometry, step),
-            KvData::Fp8E4m3(d) => self.run(config, d, cache.geometry, step),
-            KvData::Fp8E5m2(d) => self.run(config, d, cache.geometry, step),
+            KvData::F32(d) => self.run(config, d, &cache.token_scales, cache.geometry, step),
+            KvData::Bf16(d) => self.run(config, d, &cache.token_scales, cache.geometry, step),
+            KvData::F16(d) => self.run(config, d, &cache.token_scales, cache.geometry, step),
+            KvData::Fp8E4m3(d) => self.run(config, d, &cache.token_scales, cache.geometry, step),
+            KvData::Fp8E5m2(d) => self.run(config, d, &cache.token_scales, cache.geometry, step),
         }
     }
 }

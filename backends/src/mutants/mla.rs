@@ -55,7 +55,7 @@ struct LatentCache {
     v_rows: Vec<f32>,
 }
 
-fn read_back(fp8: Option<Fp8KvCache>, x: f32) -> f32 {
+fn read_back(fp8: Option<&Fp8KvCache>, x: f32) -> f32 {
     match fp8 {
         Some(f) => (f.dtype.decode(f.dtype.quantize(x, f.k_scale)) * f.k_scale as f64) as f32,
         None => x,
@@ -121,7 +121,7 @@ impl Backend for MlaMutant {
                 });
             }
             for i in 0..d {
-                let x = read_back(c.kv_cache, kv.key[t * d + i]);
+                let x = read_back(c.kv_cache.as_ref(), kv.key[t * d + i]);
                 cache.latent[s * d + i] = x;
                 if i < dv {
                     cache.v_rows[s * dv + i] = x;

@@ -139,6 +139,8 @@ pub const CATALOGUE: &[MutantInfo] = &[
     m("fp8-e4m3fn-read-as-fnuz", "E4M3FN codes decoded as E4M3FNUZ (bias 8): every value halved, and a stored -0 reads as NaN"),
     m("fp8-no-saturation", "cache writes convert without saturation: past 448 * scale an E4M3 value is stored as NaN (E5M2: infinity)"),
     m("fp8-per-head-scale", "the per-tensor k/v scale read as a per-head array: kv head 0 gets it, every other kv head reads 1"),
+    m("kv-head-0-scale-everywhere", "per-kv-head FP8 scales read with kv head 0's scale for every head (the scale array indexed without the head)"),
+    m("token-scale-of-head-0", "per-token FP8 scales read from the scale cache without its head stride: every kv head of a slot reads kv head 0's scale"),
     // Cross-attention.
     m("cross-attention-causal", "cross-attention run with the causal mask on: decoder token j sees encoder keys up to seq_len - query_len + j"),
     m("cross-attention-decoder-length", "the decoder's length used for the encoder cache: cross-attention reads query_len keys instead of the encoder's seq_len"),
@@ -267,6 +269,8 @@ pub fn mutant(name: &str) -> Option<Arc<dyn Backend>> {
         "fp8-e4m3fn-read-as-fnuz" => plain(Bug::Fp8ReadAsFnuz),
         "fp8-no-saturation" => plain(Bug::Fp8NoSaturation),
         "fp8-per-head-scale" => plain(Bug::Fp8PerHeadScale),
+        "kv-head-0-scale-everywhere" => plain(Bug::KvHead0ScaleEverywhere),
+        "token-scale-of-head-0" => plain(Bug::TokenScaleOfHead0),
         "cross-attention-causal" => plain(Bug::CrossCausal),
         "cross-attention-decoder-length" => plain(Bug::CrossDecoderLength),
         "cross-cache-rewritten" => plain(Bug::CrossCacheRewritten),

@@ -7,7 +7,7 @@ use crate::{
     Unsupported,
 };
 use attn_reference::oracle::Visibility;
-use attn_reference::{AttentionConfig, AttentionKind, Feature, Fp8Format, Fp8KvCache};
+use attn_reference::{AttentionConfig, AttentionKind, Feature, Fp8Format, Fp8KvCache, KvScales};
 use std::borrow::Cow;
 use std::collections::HashMap;
 
@@ -75,6 +75,8 @@ pub enum Bug {
     Fp8ReadAsFnuz,
     Fp8NoSaturation,
     Fp8PerHeadScale,
+    KvHead0ScaleEverywhere,
+    TokenScaleOfHead0,
     // Cross-attention.
     CrossCausal,
     CrossDecoderLength,
@@ -167,13 +169,23 @@ fn encode_unsaturated(f: Fp8Format, q: f32) -> u8 {
 
 impl PlainBackend {
     /// What the kernel reads for `x` of kv head `kv_head` in an FP8 cache with `scale` (K's
-    /// or V's): the write (quantize) and the read (decode, scale) together, with this
-    /// mutant's FP8 bug. The cache keeps this read-back value, so each slot reads as written.
-    fn fp8_read_back(&self, f: Fp8KvCache, x: f32, scale: f32, kv_head: usize) -> f32 {
+    /// or V's, of that element's row) and `read_scale` (what the read multiplies by: `scale`
+    /// but in the scale-indexing bugs): the write (quantize) and the read (decode, scale)
+    /// together, with this mutant's FP8 bug. The cache keeps this read-back value, so each
+    /// slot reads as written.
+    fn fp8_read_back(
+        &self,
+        f: &Fp8KvCache,
+        x: f32,
+        scale: f32,
+        read_scale: f32,
+        kv_head: usize,
+    ) -> f32 {
+        let scaled = f.scaled_for_write(x, scale);
         let code = if self.bug == Bug::Fp8NoSaturation {
-            encode_unsaturated(f.dtype, x / scale)
+            encode_unsaturated(f.dtype, scaled)
         } else {
-            f.dtype.quantize(x, scale)
+            f.dtype.encode(scaled as f64)
         };
         let raw = if self.bug == Bug::Fp8ReadAsFnuz && f.dtype == Fp8Format::E4m3 {
             decode_fnuz(code)
@@ -185,9 +197,49 @@ impl PlainBackend {
             Bug::Fp8ScaleMissing => 1.0,
             // A per-head scale array indexed with a per-tensor scale: past head 0 it reads 1.
             Bug::Fp8PerHeadScale if kv_head > 0 => 1.0,
-            _ => scale,
+            _ => read_scale,
         };
         (raw * read_scale as f64) as f32
+    }
+}
+
+/// Which half of an FP8 cache a row is written to.
+#[derive(Clone, Copy)]
+enum Half {
+    K,
+    V,
+}
+
+impl PlainBackend {
+    /// The scale each kv head's row of one token (`rows`, `[num_kv_heads, d]` of K or of V)
+    /// is written with, by the cache's granularity.
+    fn row_scales(f: &Fp8KvCache, rows: &[f32], d: usize, half: Half) -> Vec<f32> {
+        let heads = rows.len() / d.max(1);
+        (0..heads)
+            .map(|h| match (&f.scales, half) {
+                (KvScales::Tensor, Half::K) => f.k_scale,
+                (KvScales::Tensor, Half::V) => f.v_scale,
+                (KvScales::Head { k, .. }, Half::K) => k[h],
+                (KvScales::Head { v, .. }, Half::V) => v[h],
+                (KvScales::Token, _) => {
+                    KvScales::token_scale(f.dtype, &rows[h * d..(h + 1) * d])
+                }
+            })
+            .collect()
+    }
+
+    /// What the read multiplies each head's row by: the scale it was written with, or in the
+    /// two scale-indexing bugs kv head 0's (an index that lost its head stride).
+    fn read_scales(&self, f: &Fp8KvCache, written: &[f32]) -> Vec<f32> {
+        let head_0 = matches!(
+            (self.bug, &f.scales),
+            (Bug::KvHead0ScaleEverywhere, KvScales::Head { .. })
+                | (Bug::TokenScaleOfHead0, KvScales::Token)
+        );
+        match written.first() {
+            Some(&first) if head_0 => vec![first; written.len()],
+            _ => written.to_vec(),
+        }
     }
 }
 
@@ -226,6 +278,8 @@ impl Backend for PlainBackend {
         let mut f = Feature::ESTABLISHED.to_vec();
         f.extend([
             Feature::Fp8KvCache,
+            Feature::KvHeadScales,
+            Feature::KvTokenScales,
             Feature::CrossAttention,
             Feature::PaddedRequests,
             Feature::ChunkedLocalAttention,
@@ -282,16 +336,20 @@ impl Backend for PlainBackend {
                 s * row
             };
             let (k, v) = (&kv.key[t * row..][..row], &kv.value[t * row..][..row]);
-            match c.kv_cache {
+            match &c.kv_cache {
                 None => {
                     cache.k[at..at + row].copy_from_slice(k);
                     cache.v[at..at + row].copy_from_slice(v);
                 }
                 Some(f) => {
+                    let d = c.head_size;
+                    let ks = Self::row_scales(f, k, d, Half::K);
+                    let vs = Self::row_scales(f, v, d, Half::V);
+                    let (kr, vr) = (self.read_scales(f, &ks), self.read_scales(f, &vs));
                     for i in 0..row {
-                        let h = i / c.head_size;
-                        cache.k[at + i] = self.fp8_read_back(f, k[i], f.k_scale, h);
-                        cache.v[at + i] = self.fp8_read_back(f, v[i], f.v_scale, h);
+                        let h = i / d;
+                        cache.k[at + i] = self.fp8_read_back(f, k[i], ks[h], kr[h], h);
+                        cache.v[at + i] = self.fp8_read_back(f, v[i], vs[h], vr[h], h);
                     }
                 }
             }

@@ -48,7 +48,7 @@ impl SpyreCache {
         ];
         // Zeros, not uninitialised memory: a backend bug that reads a never-written slot
         // should see stale finite data, never NaN from garbage bits.
-        let kind = match config.kv_cache {
+        let kind = match &config.kv_cache {
             Some(_) => Kind::Uint8,
             None => kind_of(config.dtype),
         };
@@ -56,7 +56,7 @@ impl SpyreCache {
         Ok(SpyreCache {
             kv,
             num_blocks,
-            fp8: config.kv_cache,
+            fp8: config.kv_cache.clone(),
         })
     }
 
@@ -64,7 +64,7 @@ impl SpyreCache {
     /// then in `kind`.
     fn dequantize(
         &self,
-        f: Fp8KvCache,
+        f: &Fp8KvCache,
         codes: &Tensor,
         part: i64,
         kind: Kind,
@@ -81,7 +81,7 @@ impl SpyreCache {
     /// part as the cache is, in `kind` (an FP8 cache's dequantized).
     pub fn select_pages(&self, ids: &Tensor, kind: Kind) -> Result<Tensor, TchError> {
         let pages = self.kv.f_index_select(1, ids)?;
-        match self.fp8 {
+        match &self.fp8 {
             None => Ok(pages),
             Some(f) => Tensor::f_stack(
                 &[
@@ -104,7 +104,7 @@ impl SpyreCache {
             .kv
             .f_select(0, part)?
             .f_view([self.num_blocks as i64, -1])?;
-        match self.fp8 {
+        match &self.fp8 {
             None => pages.f_index_select_out(out, 0, ids),
             Some(f) => self.dequantize(f, &pages.f_index_select(0, ids)?, part, out.kind()),
         }
@@ -145,7 +145,7 @@ impl SpyreCache {
         } else {
             src.f_index_select(1, &from_i64(&rows)?)?
         };
-        let src = match self.fp8 {
+        let src = match &self.fp8 {
             None => src.f_to_kind(kind_of(config.dtype))?,
             Some(f) => {
                 let scales = from_f32(&[f.k_scale, f.v_scale], &[2, 1, 1, 1])?;

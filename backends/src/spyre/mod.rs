@@ -190,7 +190,7 @@ impl Spyre {
         // an FP8 query is a new tensor), and every tensor made from it is dropped before
         // `run` returns, while `step.query` outlives the call.
         let query = unsafe { borrow_f32(step.query, &[t as i64, hq as i64, d as i64])? };
-        let query = match c.kv_cache.and_then(|k| k.q_scale) {
+        let query = match c.kv_cache.as_ref().and_then(|k| k.q_scale) {
             // An FP8 query: quantized as the layer does it before the kernel, read back with
             // its scale.
             Some(s) => {

@@ -172,7 +172,7 @@ impl<'a> RowLogits<'a> {
 fn read_keys(case: &Case, s: usize) -> Vec<f64> {
     let (k, _) = case.contiguous_kv(s);
     match &case.config.kv_cache {
-        Some(cache) => cache.read_back_k(&k),
+        Some(cache) => cache.read_back_k(&k, case.config.num_kv_heads, case.config.head_size),
         None => k.iter().map(|&x| x as f64).collect(),
     }
 }

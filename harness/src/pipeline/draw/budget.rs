@@ -200,7 +200,7 @@ pub fn fit_latent(r: &mut CaseRecipe, fitted: &AttentionConfig) {
             r.soft_cap = None;
             r.alibi = false;
             r.sinks = false;
-            r.kv_cache = fitted.kv_cache;
+            r.kv_cache = fitted.kv_cache.clone();
         }
         (None, None) => {}
     }

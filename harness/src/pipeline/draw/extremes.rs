@@ -213,7 +213,7 @@ impl LongFeatures {
         r.soft_cap = self.soft_cap;
         r.alibi = self.alibi;
         r.sinks = self.sinks;
-        r.kv_cache = self.kv_cache;
+        r.kv_cache = self.kv_cache.clone();
         // A shift the tier drew for itself (big batches) stays unless the features draw one.
         // Long query chunks scatter an alternating shift over their rows, so rows a tile's
         // half apart (64, say) have maxima far apart too.

@@ -2,7 +2,7 @@
 //! values, table orders and layouts, lengths near the kernels' thresholds, mask ranges.
 
 use crate::pipeline::recipe::{RangesRecipe, RswaRecipe, Share, TableOrder, Values};
-use attn_reference::{AttentionKind, Fp8Format, Fp8KvCache, InputRng};
+use attn_reference::{AttentionKind, Fp8Format, Fp8KvCache, InputRng, KvScales};
 use proptest::prelude::*;
 
 /// Head sizes models use.
@@ -61,12 +61,56 @@ pub fn kv_cache() -> impl Strategy<Value = Option<Fp8KvCache>> {
     prop::option::weighted(0.2, kv_cache_of_any_format())
 }
 
-/// An FP8 cache of either format with scales from [`FP8_SCALES`] ([`fp8_cache`]).
+/// An FP8 cache of either format with scales from [`FP8_SCALES`] ([`fp8_cache`]), in one of
+/// four with scales per kv head and in one of four per token ([`scale_granularity`]).
 pub fn kv_cache_of_any_format() -> impl Strategy<Value = Fp8KvCache> {
+    any::<u64>().prop_map(|seed| {
+        let mut rng = InputRng::new(seed);
+        let mut pick = |lo: usize, hi: usize| lo + rng.below((hi - lo + 1) as u64) as usize;
+        let cache = fp8_cache(&mut pick);
+        scale_granularity(cache, seed >> 62, &mut pick)
+    })
+}
+
+/// An FP8 cache of either format with per-tensor scales from [`FP8_SCALES`] (MLA's latent
+/// cache has no finer ones).
+pub fn kv_cache_per_tensor() -> impl Strategy<Value = Fp8KvCache> {
     any::<u64>().prop_map(|seed| {
         let mut rng = InputRng::new(seed);
         fp8_cache(&mut |lo, hi| lo + rng.below((hi - lo + 1) as u64) as usize)
     })
+}
+
+/// `cache` with the granularity `top` says (the seed's two top bits: 0 and 1 per tensor, 2
+/// per kv head, 3 per token), so a shrinking seed ends per tensor. Per head, eight K and V
+/// scales from [`FP8_SCALES`] (a case's kv heads take the first ones, repeated); per token an
+/// E4M3 cache, the only format vLLM has them in. Finer scales replace the per-tensor ones,
+/// which become 1.
+fn scale_granularity(
+    cache: Fp8KvCache,
+    top: u64,
+    pick: &mut dyn FnMut(usize, usize) -> usize,
+) -> Fp8KvCache {
+    let last = FP8_SCALES.len() - 1;
+    let scales = match top {
+        2 => {
+            let mut per_head = || (0..8).map(|_| FP8_SCALES[pick(0, last)]).collect();
+            let k = per_head();
+            KvScales::Head { k, v: per_head() }
+        }
+        3 => KvScales::Token,
+        _ => return cache,
+    };
+    let dtype = match scales {
+        KvScales::Token => Fp8Format::E4m3,
+        _ => cache.dtype,
+    };
+    Fp8KvCache {
+        dtype,
+        scales,
+        ..Fp8KvCache::new(dtype, 1.0, 1.0)
+    }
+    .with_q_scale(cache.q_scale)
 }
 
 /// The one draw of an FP8 cache, shared by every tier and by traces (each passes its own

@@ -135,7 +135,7 @@ pub fn mla_strategy(
     // The shared FP8-cache draw; a latent entry is one tensor, so V's scale is K's.
     let fp8 = prop::option::weighted(
         0.2,
-        crate::pipeline::draw::fields::kv_cache_of_any_format().prop_map(|k| Fp8KvCache {
+        crate::pipeline::draw::fields::kv_cache_per_tensor().prop_map(|k| Fp8KvCache {
             v_scale: k.k_scale,
             ..k
         }),

@@ -93,7 +93,9 @@ fn with_positional(r: &mut CaseRecipe, feature: Feature, edge: usize) {
         | Feature::PaddedRequests
         | Feature::Mla
         | Feature::NonCausal
-        | Feature::Fp8Query => unreachable!("only positional features are drawn"),
+        | Feature::Fp8Query
+        | Feature::KvHeadScales
+        | Feature::KvTokenScales => unreachable!("only positional features are drawn"),
     }
 }
 

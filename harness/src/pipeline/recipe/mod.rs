@@ -371,7 +371,9 @@ impl CaseRecipe {
             | Feature::Fp8KvCache
             | Feature::ChunkedLocalAttention
             | Feature::ChunkLookback
-            | Feature::Fp8Query => {
+            | Feature::Fp8Query
+            | Feature::KvHeadScales
+            | Feature::KvTokenScales => {
                 let mut config = self.config();
                 let used = f.turn_off(&mut config);
                 c.take_features_of(&config);
