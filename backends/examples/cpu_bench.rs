@@ -69,7 +69,7 @@ fn main() -> Result<(), String> {
         backend.threads(),
         backend.simd_level(),
         split_kv,
-        kv_cache.map_or("auto".to_string(), |c| c.dtype.to_string())
+        kv_cache.as_ref().map_or("auto".to_string(), |c| c.dtype.to_string())
     );
     println!(
         "{:<24} {:>10} {:>10} {:>10} {:>8}",
@@ -85,7 +85,7 @@ fn main() -> Result<(), String> {
             continue;
         }
         let mut cfg = AttentionConfig::new(32, 8, 128, block, dtype);
-        cfg.kv_cache = kv_cache;
+        cfg.kv_cache = kv_cache.clone();
         let case = build_spec_case(&spec, cfg, 0);
         let cfg = &case.config;
         let cache = prepare_cache(&backend, &case).map_err(|e| e.to_string())?;

@@ -384,7 +384,10 @@ impl Feature {
             Feature::Mla => config.mla.is_some(),
             Feature::ChunkedLocalAttention => config.attention_chunk_size.is_some(),
             Feature::ChunkLookback => config.chunk_lookback.is_some(),
-            Feature::Fp8Query => config.kv_cache.as_ref().is_some_and(|k| k.q_scale.is_some()),
+            Feature::Fp8Query => config
+                .kv_cache
+                .as_ref()
+                .is_some_and(|k| k.q_scale.is_some()),
             Feature::KvHeadScales => config
                 .kv_cache
                 .as_ref()
@@ -654,7 +657,9 @@ impl Feature {
             | Feature::ChunkLookback
             | Feature::Fp8Query
             | Feature::KvHeadScales
-            | Feature::KvTokenScales => vec![(self.label().to_string(), with(&|c| self.turn_on(c)))],
+            | Feature::KvTokenScales => {
+                vec![(self.label().to_string(), with(&|c| self.turn_on(c)))]
+            }
         }
     }
 }
@@ -859,8 +864,19 @@ mod tests {
             assert!(f.used_by(&c), "{f}");
             assert!(c.validate().is_ok(), "{f}: {:?}", c.validate());
             assert!(f.turn_off(&mut c), "{f}");
-            if f == Feature::Fp8Query {
-                // Off, the query is read as it is; the cache it came with stays FP8.
+            if [
+                Feature::Fp8Query,
+                Feature::KvHeadScales,
+                Feature::KvTokenScales,
+            ]
+            .contains(&f)
+            {
+                // Off, the query is read as it is, or the cache has one scale for K and one
+                // for V; the cache it came with stays FP8.
+                assert!(
+                    c.kv_cache.as_ref().is_some_and(|k| k.scales.is_tensor()),
+                    "{f}"
+                );
                 assert!(Feature::Fp8KvCache.turn_off(&mut c), "{f}");
             }
             if f == Feature::ChunkLookback {

@@ -519,7 +519,11 @@ mod tests {
         assert_eq!(c.read_back_k(&[3.0], 1, 1), vec![3.0]);
         // 1000 / 0.5 = 2000 saturates to 448: read as 224.
         assert_eq!(c.read_back_k(&[1000.0], 1, 1), vec![224.0]);
-        assert_eq!(c.read_back_v(&[1000.0], 1, 1), vec![1024.0], "250 rounds to 256");
+        assert_eq!(
+            c.read_back_v(&[1000.0], 1, 1),
+            vec![1024.0],
+            "250 rounds to 256"
+        );
         assert_eq!(E5m2.round_trip(3.0, 1.0), 3.0);
     }
 

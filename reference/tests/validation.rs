@@ -851,3 +851,64 @@ mod huge_dimensions {
         }
     }
 }
+
+#[test]
+fn finer_fp8_scales_are_checked_by_named_field() {
+    use attn_reference::{Fp8Format, Fp8KvCache, KvScales};
+    let with = |scales: KvScales, format: Fp8Format, k_scale: f32| Fp8KvCache {
+        scales,
+        ..Fp8KvCache::new(format, k_scale, 1.0)
+    };
+    let head = |k: Vec<f32>, v: Vec<f32>| KvScales::Head { k, v };
+    let field_of = |cache: Fp8KvCache| match err(|c| c.config.kv_cache = Some(cache)) {
+        CaseError::InvalidParam { field, .. } | CaseError::LengthMismatch { field, .. } => field,
+        other => panic!("{other:?}"),
+    };
+    // Two kv heads in the base case.
+    let ok = with(head(vec![0.5, 4.0], vec![1.0, 0.25]), Fp8Format::E5m2, 1.0);
+    let mut c = base();
+    c.config.kv_cache = Some(ok.clone());
+    assert_eq!(c.validate(), Ok(()));
+    let h = Fp8Format::E4m3;
+    assert_eq!(
+        field_of(with(head(vec![0.5], vec![1.0, 1.0]), h, 1.0)),
+        "config.kv_cache.scales.k"
+    );
+    assert_eq!(
+        field_of(with(head(vec![0.5, 1.0], vec![1.0, -1.0]), h, 1.0)),
+        "config.kv_cache.scales.v[1]"
+    );
+    assert_eq!(
+        field_of(with(head(vec![f32::NAN, 1.0], vec![1.0, 1.0]), h, 1.0)),
+        "config.kv_cache.scales.k[0]"
+    );
+    // The per-tensor scales are replaced by the finer ones, so they must be 1.
+    assert_eq!(
+        field_of(with(head(vec![1.0; 2], vec![1.0; 2]), h, 0.5)),
+        "config.kv_cache.k_scale"
+    );
+    assert_eq!(
+        field_of(with(KvScales::Token, h, 2.0)),
+        "config.kv_cache.k_scale"
+    );
+    // Per-token scales are vLLM's E4M3 cache only.
+    assert_eq!(
+        field_of(with(KvScales::Token, Fp8Format::E5m2, 1.0)),
+        "config.kv_cache.scales"
+    );
+    // In JSON: the granularity by name, per tensor left out; an unknown one is an error.
+    let mut c = base();
+    c.config.kv_cache = Some(with(KvScales::Token, h, 1.0));
+    let text = serde_json::to_string(&c).unwrap();
+    assert!(
+        text.contains(r#""scales":{"granularity":"token"}"#),
+        "{text}"
+    );
+    assert_eq!(Case::from_json(&text), Ok(c));
+    let bad = text.replace(r#""granularity":"token""#, r#""granularity":"block""#);
+    let e = Case::from_json(&bad).unwrap_err();
+    assert!(e.to_string().contains("block"), "{e}");
+    let mut c = base();
+    c.config.kv_cache = Some(Fp8KvCache::new(h, 0.5, 0.25));
+    assert!(!serde_json::to_string(&c).unwrap().contains("scales\""));
+}

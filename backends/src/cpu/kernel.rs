@@ -280,7 +280,9 @@ pub fn run_item<T: KvElem>(pb: &Problem<'_, T>, task: &Task, keys: Range<usize>,
             let s = &mut sc.s[r * lds..r * lds + width];
             if pb.token_scales.is_some() {
                 // Each key's score carries its own K scale.
-                s.iter_mut().zip(&sc.ks[..width]).for_each(|(x, &k)| *x *= k);
+                s.iter_mut()
+                    .zip(&sc.ks[..width])
+                    .for_each(|(x, &k)| *x *= k);
             }
             if let Some(cap) = pb.cfg.logits_soft_cap {
                 for x in s.iter_mut() {
@@ -317,7 +319,9 @@ pub fn run_item<T: KvElem>(pb: &Problem<'_, T>, task: &Task, keys: Range<usize>,
             let sum = (pb.ops.exp_sum)(s, m_new);
             if pb.token_scales.is_some() {
                 // The sum is of the weights; each value row is read with its own V scale.
-                s.iter_mut().zip(&sc.vs[..width]).for_each(|(p, &v)| *p *= v);
+                s.iter_mut()
+                    .zip(&sc.vs[..width])
+                    .for_each(|(p, &v)| *p *= v);
             }
             if m_old != m_new {
                 // Before the first visible key the row's output and sum are still zero.
@@ -502,8 +506,11 @@ pub unsafe fn finalize_task<T: KvElem>(
     let group = cfg.num_heads / cfg.num_kv_heads;
     // Values of an FP8 cache were summed unscaled (their kv head's scale, or per tensor), and
     // as read (`KvElem::READ_SCALE`): both join the normalisation.
-    let v_scale =
-        cfg.kv_cache.as_ref().map_or(1.0, |c| c.head_scales(task.kv_head).1) * T::READ_SCALE;
+    let v_scale = cfg
+        .kv_cache
+        .as_ref()
+        .map_or(1.0, |c| c.head_scales(task.kv_head).1)
+        * T::READ_SCALE;
     grow(row, d, 0.0);
     let dst = &mut row[..d];
     for r in 0..task.rows {

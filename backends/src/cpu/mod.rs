@@ -497,13 +497,14 @@ impl Backend for CpuBackend {
         self.supports(config)?;
         let geometry = Geometry::of(config, num_blocks);
         // A cache the machine cannot hold is declined, not an abort.
-        let cache = CpuKvCache::new(config.dtype, config.kv_cache.clone(), geometry).map_err(|e| {
-            Unsupported::new(
-                Dimension::CacheSize,
-                "cannot allocate the cache on this machine",
-            )
-            .value(e)
-        })?;
+        let cache =
+            CpuKvCache::new(config.dtype, config.kv_cache.clone(), geometry).map_err(|e| {
+                Unsupported::new(
+                    Dimension::CacheSize,
+                    "cannot allocate the cache on this machine",
+                )
+                .value(e)
+            })?;
         Ok(Box::new(cache))
     }
 

@@ -221,9 +221,7 @@ impl PlainBackend {
                 (KvScales::Tensor, Half::V) => f.v_scale,
                 (KvScales::Head { k, .. }, Half::K) => k[h],
                 (KvScales::Head { v, .. }, Half::V) => v[h],
-                (KvScales::Token, _) => {
-                    KvScales::token_scale(f.dtype, &rows[h * d..(h + 1) * d])
-                }
+                (KvScales::Token, _) => KvScales::token_scale(f.dtype, &rows[h * d..(h + 1) * d]),
             })
             .collect()
     }

@@ -194,7 +194,8 @@ impl Backend for WrappedMutant {
                     },
                 )
             }
-            Mutation::QueryDescaleMissing => match config.kv_cache.as_ref().and_then(|k| k.q_scale) {
+            Mutation::QueryDescaleMissing => match config.kv_cache.as_ref().and_then(|k| k.q_scale)
+            {
                 Some(s) => {
                     let q: Vec<f32> = step.query.iter().map(|&x| x / s).collect();
                     self.inner

@@ -156,7 +156,9 @@ mod tests {
             .any(|r| r.kind == AttentionKind::EncoderDecoder && r.seqs.iter().any(|s| s.1 > s.0)));
         assert!(rs.iter().any(|r| r.window == Some(1)));
         for f in Fp8Format::ALL {
-            assert!(rs.iter().any(|r| r.kv_cache.as_ref().is_some_and(|c| c.dtype == f)));
+            assert!(rs
+                .iter()
+                .any(|r| r.kv_cache.as_ref().is_some_and(|c| c.dtype == f)));
         }
         // Turning a feature off in the recipe turns it off in the case, and only that one.
         for r in &rs {

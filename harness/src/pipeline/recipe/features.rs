@@ -45,8 +45,14 @@ fn into_config(f: Feature, r: &CaseRecipe, c: &mut AttentionConfig) {
         Feature::LogitsSoftCap => c.logits_soft_cap = r.soft_cap,
         // The query's FP8 scale and the scales' granularity are part of the cache; scales
         // per head follow the recipe's kv heads (shrinking changes them).
-        Feature::Fp8KvCache | Feature::Fp8Query | Feature::KvHeadScales | Feature::KvTokenScales => {
-            c.kv_cache = r.kv_cache.as_ref().map(|k| k.fitted_to_heads(r.num_kv_heads))
+        Feature::Fp8KvCache
+        | Feature::Fp8Query
+        | Feature::KvHeadScales
+        | Feature::KvTokenScales => {
+            c.kv_cache = r
+                .kv_cache
+                .as_ref()
+                .map(|k| k.fitted_to_heads(r.num_kv_heads))
         }
         Feature::Mla => {
             if let Some(m) = r.mla {
@@ -87,9 +93,10 @@ fn from_config(f: Feature, r: &mut CaseRecipe, c: &AttentionConfig) {
         Feature::ChunkedLocalAttention => r.chunk = c.attention_chunk_size,
         Feature::ChunkLookback => r.lookback = c.chunk_lookback,
         Feature::LogitsSoftCap => r.soft_cap = c.logits_soft_cap,
-        Feature::Fp8KvCache | Feature::Fp8Query | Feature::KvHeadScales | Feature::KvTokenScales => {
-            r.kv_cache = c.kv_cache.clone()
-        }
+        Feature::Fp8KvCache
+        | Feature::Fp8Query
+        | Feature::KvHeadScales
+        | Feature::KvTokenScales => r.kv_cache = c.kv_cache.clone(),
         Feature::Alibi => r.alibi = c.alibi_slopes.is_some(),
         Feature::Sinks => r.sinks = c.sinks.is_some(),
         // An MLA recipe keeps its latent (`fit_latent` carries a fitted config's back).
