@@ -93,10 +93,20 @@ fn from_config(f: Feature, r: &mut CaseRecipe, c: &AttentionConfig) {
         Feature::ChunkedLocalAttention => r.chunk = c.attention_chunk_size,
         Feature::ChunkLookback => r.lookback = c.chunk_lookback,
         Feature::LogitsSoftCap => r.soft_cap = c.logits_soft_cap,
+        // A recipe's per-head scales are kept when the config's are them fitted to its heads
+        // (they may be drawn for more heads than the case has).
         Feature::Fp8KvCache
         | Feature::Fp8Query
         | Feature::KvHeadScales
-        | Feature::KvTokenScales => r.kv_cache = c.kv_cache.clone(),
+        | Feature::KvTokenScales => {
+            let fitted = r
+                .kv_cache
+                .as_ref()
+                .map(|k| k.fitted_to_heads(c.num_kv_heads));
+            if fitted != c.kv_cache {
+                r.kv_cache = c.kv_cache.clone()
+            }
+        }
         Feature::Alibi => r.alibi = c.alibi_slopes.is_some(),
         Feature::Sinks => r.sinks = c.sinks.is_some(),
         // An MLA recipe keeps its latent (`fit_latent` carries a fitted config's back).
