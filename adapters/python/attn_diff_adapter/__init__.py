@@ -301,7 +301,7 @@ class Config:
     #: element of kv head h stored as fp8(x / k[h]), read as fp8 * k[h]; V with v[h]) or
     #: {"granularity": "token"} (E4M3 only: each written (token, kv head) row x of K or V
     #: stored with its own s = max(absmax(x) / 448, 1e-6), float32 arithmetic, as
-    #: fp8(x_i / s), read as fp8 * s). With either, "k_scale" and "v_scale" are 1.0.
+    #: fp8(x_i * (1 / s)), read as fp8 * s). With either, "k_scale" and "v_scale" are 1.0.
     kv_cache: Optional[Dict[str, Any]] = None
     #: Multi-head latent attention, {"head_size_v": int}: one latent kv head of
     #: `head_size` dims, V its first `head_size_v`; writes carry `value [n, 1, 0]` and the
