@@ -86,7 +86,7 @@ pub fn kv_cache_per_tensor() -> impl Strategy<Value = Fp8KvCache> {
 /// scales from [`FP8_SCALES`] (a case's kv heads take the first ones, repeated); per token an
 /// E4M3 cache, the only format vLLM has them in. Finer scales replace the per-tensor ones,
 /// which become 1.
-fn scale_granularity(
+pub fn scale_granularity(
     cache: Fp8KvCache,
     top: u64,
     pick: &mut dyn FnMut(usize, usize) -> usize,

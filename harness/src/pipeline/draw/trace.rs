@@ -156,6 +156,13 @@ pub fn trace_recipe_with(seed: u64, index: usize, shapes: &TraceShapes) -> Trace
     {
         recipe.poison = Some(Poison::ALL[pick(0, 2)]);
     }
+    // An FP8 cache's scales per tensor, per kv head or per token by thirds, drawn last: a
+    // per-token scale cache lives across steps with its blocks (freed, reused, rewritten).
+    if let Some(cache) = recipe.config.kv_cache.take() {
+        let top = 1 + pick(0, 2) as u64;
+        let cache = crate::pipeline::draw::fields::scale_granularity(cache, top, &mut pick);
+        recipe.config.kv_cache = Some(cache.fitted_to_heads(recipe.config.num_kv_heads));
+    }
     recipe
 }
 

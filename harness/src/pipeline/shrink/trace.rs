@@ -126,6 +126,9 @@ fn candidates(r: &TraceRecipe, fit: &dyn Fn(TraceRecipe) -> TraceRecipe) -> Vec<
         if let Some(s) = &mut c.config.sinks {
             s.resize(q, 0.0);
         }
+        if let Some(k) = &mut c.config.kv_cache {
+            *k = k.fitted_to_heads(kv);
+        }
     };
     push(&|c| heads(c, 1, 1));
     push(&|c| heads(c, c.config.num_kv_heads, c.config.num_kv_heads));
