@@ -56,6 +56,11 @@ const CLASSES: &[(&str, &[(&str, &str)])] = &[
 /// Pairs no case can hold, with the reason: not gaps.
 pub const INVALID_PAIRS: &[(&str, &str, &str)] = &[
     (
+        "FP8 cache scales per kv head",
+        "FP8 cache scales per token and kv head",
+        "one scale granularity per cache",
+    ),
+    (
         "sliding window",
         "R-SWA prefixes",
         "R-SWA replaces the sliding window (the case model refuses both: vLLM's kernels disagree)",

@@ -103,6 +103,17 @@ fn with_turns(mut r: CaseRecipe, row: usize) -> CaseRecipe {
         }
         _ => {}
     }
+    // One mask row in three without an FP8 cache of its own gets one with scales per kv
+    // head or per token, by turns, so each mask meets each scale granularity.
+    if row % 3 == 2 && row % 5 != 0 && r.kv_cache.is_none() {
+        let mut rng = InputRng::new(row as u64);
+        let mut pick = |lo: usize, hi: usize| lo + rng.below((hi - lo + 1) as u64) as usize;
+        let top = 2 + (row / 15 % 2) as u64;
+        let plain = attn_reference::Fp8KvCache::new(attn_reference::Fp8Format::E4m3, 1.0, 1.0);
+        r.kv_cache = Some(crate::pipeline::draw::fields::scale_granularity(
+            plain, top, &mut pick,
+        ));
+    }
     r.without_kind_mismatches()
 }
 
