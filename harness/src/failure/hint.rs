@@ -294,7 +294,8 @@ fn dot_overflow(case: &Case, bad_cells: &[(usize, usize)]) -> Option<String> {
     let mut largest: f64 = 0.0;
     for &(t, h) in bad_cells {
         let dot = rows.get(t, h)? / scale;
-        if !(dot > max) {
+        // NaN is not past the largest value either.
+        if dot.partial_cmp(&max) != Some(std::cmp::Ordering::Greater) {
             return None;
         }
         largest = largest.max(dot);

@@ -105,7 +105,7 @@ fn with_turns(mut r: CaseRecipe, row: usize) -> CaseRecipe {
     }
     // One mask row in three without an FP8 cache of its own gets one with scales per kv
     // head or per token, by turns, so each mask meets each scale granularity.
-    if row % 3 == 2 && row % 5 != 0 && r.kv_cache.is_none() {
+    if row % 3 == 2 && !row.is_multiple_of(5) && r.kv_cache.is_none() {
         let mut rng = InputRng::new(row as u64);
         let mut pick = |lo: usize, hi: usize| lo + rng.below((hi - lo + 1) as u64) as usize;
         let top = 2 + (row / 15 % 2) as u64;
