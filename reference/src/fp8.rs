@@ -311,11 +311,6 @@ impl Fp8KvCache {
         }
     }
 
-    /// This cache with an FP8 query of scale `q_scale` (or none).
-    pub fn with_q_scale(self, q_scale: Option<f32>) -> Fp8KvCache {
-        Fp8KvCache { q_scale, ..self }
-    }
-
     /// This cache for `kv_heads` heads ([`KvScales::fitted_to_heads`]).
     pub fn fitted_to_heads(&self, kv_heads: usize) -> Fp8KvCache {
         Fp8KvCache {
@@ -343,34 +338,26 @@ impl Fp8KvCache {
         }
     }
 
-    /// The scale of K's or V's row number `row` (rows are `[token, kv head]`, `kv_heads` per
-    /// token), whose values are `x`.
-    fn scale_of(&self, which: Part, row: usize, kv_heads: usize, x: &[f32]) -> f32 {
-        match &self.scales {
-            KvScales::Tensor => match which {
-                Part::K => self.k_scale,
-                Part::V => self.v_scale,
-            },
-            KvScales::Head { k, v } => {
-                let per_head = match which {
-                    Part::K => k,
-                    Part::V => v,
-                };
-                per_head[row % kv_heads.max(1)]
-            }
-            KvScales::Token => KvScales::token_scale(self.dtype, x),
+    /// The scale one written row of kv head `kv_head` (`row`, its values) of K or V gets:
+    /// the tensor's, the head's, or the row's own (per token). What every writer of this
+    /// project divides by and every reader multiplies by.
+    pub fn row_scale(&self, part: KvPart, kv_head: usize, row: &[f32]) -> f32 {
+        match (&self.scales, part) {
+            (KvScales::Token, _) => KvScales::token_scale(self.dtype, row),
+            (_, KvPart::K) => self.head_scales(kv_head).0,
+            (_, KvPart::V) => self.head_scales(kv_head).1,
         }
     }
 
     /// Rows `[tokens, kv_heads, width]` of K or V as a kernel reads them back.
-    fn read_back(&self, which: Part, x: &[f32], kv_heads: usize, width: usize) -> Vec<f64> {
+    fn read_back(&self, which: KvPart, x: &[f32], kv_heads: usize, width: usize) -> Vec<f64> {
         if width == 0 {
             return Vec::new();
         }
         x.chunks(width)
             .enumerate()
             .flat_map(|(row, values)| {
-                let s = self.scale_of(which, row, kv_heads, values);
+                let s = self.row_scale(which, row % kv_heads.max(1), values);
                 values.iter().map(move |&e| {
                     let code = self.dtype.encode(self.scaled_for_write(e, s) as f64);
                     self.dtype.dequantize(code, s)
@@ -381,17 +368,18 @@ impl Fp8KvCache {
 
     /// K rows `[tokens, kv_heads, head_size]` as a kernel reads them back from the cache.
     pub fn read_back_k(&self, k: &[f32], kv_heads: usize, head_size: usize) -> Vec<f64> {
-        self.read_back(Part::K, k, kv_heads, head_size)
+        self.read_back(KvPart::K, k, kv_heads, head_size)
     }
 
     /// V rows `[tokens, kv_heads, head_size_v]` as a kernel reads them back from the cache.
     pub fn read_back_v(&self, v: &[f32], kv_heads: usize, head_size_v: usize) -> Vec<f64> {
-        self.read_back(Part::V, v, kv_heads, head_size_v)
+        self.read_back(KvPart::V, v, kv_heads, head_size_v)
     }
 }
 
-#[derive(Clone, Copy)]
-enum Part {
+/// K or V: which half of a cache a row is written to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KvPart {
     K,
     V,
 }

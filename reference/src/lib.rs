@@ -44,7 +44,7 @@ pub use config::{AttentionConfig, AttentionKind};
 pub use dtype::DType;
 pub use error::CaseError;
 pub use feature::{Aspect, Dimension, Feature, Unsupported};
-pub use fp8::{Fp8Format, Fp8KvCache, KvScales};
+pub use fp8::{Fp8Format, Fp8KvCache, KvPart, KvScales};
 pub use judge::Judge;
 pub use mla::Mla;
 pub use oracle::reference_output;

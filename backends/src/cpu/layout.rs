@@ -24,7 +24,7 @@
 use super::elem::KvElem;
 use super::fp8::{self, E4m3, E5m2};
 use crate::BackendError;
-use attn_reference::{DType, Fp8Format, Fp8KvCache, KvScales};
+use attn_reference::{DType, Fp8Format, Fp8KvCache, KvPart, KvScales};
 use half::{bf16, f16};
 
 /// The element storage of a cache, one variant per dtype.
@@ -300,16 +300,17 @@ fn scatter<T: KvElem>(data: &mut [T], token_scales: &mut [f32], g: Geometry, row
             // Codes of x / scale; dividing by 1 leaves the other dtypes exact.
             let (ks, vs) = match fp8 {
                 None => (1.0, 1.0),
-                Some(c) if c.scales == KvScales::Token => {
-                    let ks = KvScales::token_scale(c.dtype, &key[src..src + d]);
-                    let vs = KvScales::token_scale(c.dtype, &value[src..src + dv]);
-                    let at = g.token_scales_start(block, h) + off;
-                    token_scales[at] = ks;
-                    token_scales[at + bs] = vs;
-                    (ks, vs)
-                }
-                Some(c) => c.head_scales(h),
+                Some(c) => (
+                    c.row_scale(KvPart::K, h, &key[src..src + d]),
+                    c.row_scale(KvPart::V, h, &value[src..src + dv]),
+                ),
             };
+            // Per-token scales are kept for the kernel (`run_item`) to read.
+            if fp8.is_some_and(|c| c.scales == KvScales::Token) {
+                let at = g.token_scales_start(block, h) + off;
+                token_scales[at] = ks;
+                token_scales[at + bs] = vs;
+            }
             let scaled = |x: f32, s: f32| fp8.map_or(x, |c| c.scaled_for_write(x, s));
             for i in 0..d {
                 data[base + i * bs + off] = T::from_f32(scaled(key[src + i], ks));

@@ -7,7 +7,9 @@ use crate::{
     Unsupported,
 };
 use attn_reference::oracle::Visibility;
-use attn_reference::{AttentionConfig, AttentionKind, Feature, Fp8Format, Fp8KvCache, KvScales};
+use attn_reference::{
+    AttentionConfig, AttentionKind, Feature, Fp8Format, Fp8KvCache, KvPart, KvScales,
+};
 use std::borrow::Cow;
 use std::collections::HashMap;
 
@@ -203,29 +205,7 @@ impl PlainBackend {
     }
 }
 
-/// Which half of an FP8 cache a row is written to.
-#[derive(Clone, Copy)]
-enum Half {
-    K,
-    V,
-}
-
 impl PlainBackend {
-    /// The scale each kv head's row of one token (`rows`, `[num_kv_heads, d]` of K or of V)
-    /// is written with, by the cache's granularity.
-    fn row_scales(f: &Fp8KvCache, rows: &[f32], d: usize, half: Half) -> Vec<f32> {
-        let heads = rows.len() / d.max(1);
-        (0..heads)
-            .map(|h| match (&f.scales, half) {
-                (KvScales::Tensor, Half::K) => f.k_scale,
-                (KvScales::Tensor, Half::V) => f.v_scale,
-                (KvScales::Head { k, .. }, Half::K) => k[h],
-                (KvScales::Head { v, .. }, Half::V) => v[h],
-                (KvScales::Token, _) => KvScales::token_scale(f.dtype, &rows[h * d..(h + 1) * d]),
-            })
-            .collect()
-    }
-
     /// What the read multiplies each head's row by: the scale it was written with, or in the
     /// two scale-indexing bugs kv head 0's (an index that lost its head stride).
     fn read_scales(&self, f: &Fp8KvCache, written: &[f32]) -> Vec<f32> {
@@ -341,8 +321,14 @@ impl Backend for PlainBackend {
                 }
                 Some(f) => {
                     let d = c.head_size;
-                    let ks = Self::row_scales(f, k, d, Half::K);
-                    let vs = Self::row_scales(f, v, d, Half::V);
+                    // The scale each kv head's row of this token is written with.
+                    let scales = |part: KvPart, rows: &[f32]| -> Vec<f32> {
+                        let row = |h: usize| &rows[h * d..(h + 1) * d];
+                        (0..c.num_kv_heads)
+                            .map(|h| f.row_scale(part, h, row(h)))
+                            .collect()
+                    };
+                    let (ks, vs) = (scales(KvPart::K, k), scales(KvPart::V, v));
                     let (kr, vr) = (self.read_scales(f, &ks), self.read_scales(f, &vs));
                     for i in 0..row {
                         let h = i / d;

@@ -64,21 +64,25 @@ pub fn kv_cache() -> impl Strategy<Value = Option<Fp8KvCache>> {
 /// An FP8 cache of either format with scales from [`FP8_SCALES`] ([`fp8_cache`]), in one of
 /// four with scales per kv head and in one of four per token ([`scale_granularity`]).
 pub fn kv_cache_of_any_format() -> impl Strategy<Value = Fp8KvCache> {
-    any::<u64>().prop_map(|seed| {
-        let mut rng = InputRng::new(seed);
-        let mut pick = |lo: usize, hi: usize| lo + rng.below((hi - lo + 1) as u64) as usize;
-        let cache = fp8_cache(&mut pick);
-        scale_granularity(cache, seed >> 62, &mut pick)
-    })
+    any::<u64>().prop_map(|seed| fp8_cache_of_seed(seed, true))
 }
 
 /// An FP8 cache of either format with per-tensor scales from [`FP8_SCALES`] (MLA's latent
 /// cache has no finer ones).
 pub fn kv_cache_per_tensor() -> impl Strategy<Value = Fp8KvCache> {
-    any::<u64>().prop_map(|seed| {
-        let mut rng = InputRng::new(seed);
-        fp8_cache(&mut |lo, hi| lo + rng.below((hi - lo + 1) as u64) as usize)
-    })
+    any::<u64>().prop_map(|seed| fp8_cache_of_seed(seed, false))
+}
+
+/// The FP8 cache `seed` draws ([`fp8_cache`]), with `finer` scales by its top bits.
+fn fp8_cache_of_seed(seed: u64, finer: bool) -> Fp8KvCache {
+    let mut rng = InputRng::new(seed);
+    let mut pick = |lo: usize, hi: usize| lo + rng.below((hi - lo + 1) as u64) as usize;
+    let cache = fp8_cache(&mut pick);
+    if finer {
+        scale_granularity(cache, seed >> 62, &mut pick)
+    } else {
+        cache
+    }
 }
 
 /// `cache` with the granularity `top` says (the seed's two top bits: 0 and 1 per tensor, 2
@@ -106,11 +110,10 @@ pub fn scale_granularity(
         _ => cache.dtype,
     };
     Fp8KvCache {
-        dtype,
+        q_scale: cache.q_scale,
         scales,
         ..Fp8KvCache::new(dtype, 1.0, 1.0)
     }
-    .with_q_scale(cache.q_scale)
 }
 
 /// The one draw of an FP8 cache, shared by every tier and by traces (each passes its own
